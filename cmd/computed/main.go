@@ -1,0 +1,179 @@
+// Command computed is the Better Compute API server.
+//
+//	computed serve     serve (the default)
+//	computed migrate   apply migrations and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bettercompute/computed/db"
+	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/pgembed"
+	"github.com/bettercompute/computed/internal/server"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(logger)
+	m := &Main{Log: logger}
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := m.Run(ctx)
+	m.Close()
+	if err != nil {
+		logger.Error("computed stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// Main holds the program's configuration and what it started.
+type Main struct {
+	Log       *slog.Logger
+	Command   string
+	Addr      string
+	URL       string
+	DataDir   string
+	Bootstrap string
+	RateLimit float64
+	Origins   []string
+
+	pg *pgembed.Server
+	db *store.DB
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// ParseFlags reads the environment, then flags that mirror it.
+func (m *Main) ParseFlags(args []string) error {
+	m.Command = "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		m.Command, args = args[0], args[1:]
+	}
+	if m.Command != "serve" && m.Command != "migrate" {
+		return fmt.Errorf("unknown command %q (serve, migrate)", m.Command)
+	}
+	fs := flag.NewFlagSet("computed "+m.Command, flag.ContinueOnError)
+	fs.StringVar(&m.Addr, "addr", env("COMPUTE_ADDR", "127.0.0.1:8080"), "listen address (COMPUTE_ADDR)")
+	fs.StringVar(&m.URL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL; empty starts the embedded default (DATABASE_URL)")
+	fs.StringVar(&m.DataDir, "data-dir", env("COMPUTE_DATA_DIR", ".data"), "embedded database and files (COMPUTE_DATA_DIR)")
+	rl, _ := strconv.ParseFloat(env("COMPUTE_RATE_LIMIT", "100"), 64)
+	fs.Float64Var(&m.RateLimit, "rate-limit", rl, "requests per second per credential, 0 disables (COMPUTE_RATE_LIMIT)")
+	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
+	for _, o := range strings.Split(*origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			m.Origins = append(m.Origins, o)
+		}
+	}
+	return nil
+}
+
+// Run opens (or starts) the database, migrates, and serves until ctx ends.
+func (m *Main) Run(ctx context.Context) error {
+	embedded := m.URL == ""
+	if embedded {
+		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+			return err
+		}
+		start := time.Now()
+		pg, err := pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(m.DataDir, "pg"), Logger: m.Log})
+		if err != nil {
+			return fmt.Errorf("embedded database: %w", err)
+		}
+		m.pg = pg
+		m.URL = pg.URL()
+		m.Log.Info("embedded database started", "dir", filepath.Join(m.DataDir, "pg"), "duration", time.Since(start))
+	}
+	database, err := store.Open(ctx, m.URL)
+	if err != nil {
+		return err
+	}
+	m.db = database
+	if err := db.Migrate(ctx, database.DB.DB, m.Log); err != nil {
+		return err
+	}
+	if m.Command == "migrate" {
+		m.Log.Info("migrations applied")
+		return nil
+	}
+	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		if err := auth.EnsureOperator(ctx, database, secret); err != nil {
+			return fmt.Errorf("bootstrap operator: %w", err)
+		}
+	}
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := app.Registry(database, m.Log, metrics)
+	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2)},
+		database, reg, metrics, m.Log)
+	hs := &http.Server{
+		Addr:              m.Addr,
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.ListenAndServe() }()
+	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	m.Log.Info("shutting down: draining requests")
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Close releases the database and stops the embedded server.
+func (m *Main) Close() {
+	if m.db != nil {
+		m.db.Close()
+	}
+	if m.pg != nil {
+		m.pg.Stop()
+		m.Log.Info("embedded database stopped")
+	}
+}

@@ -1,0 +1,28 @@
+// Package app assembles the registry from every domain package: the one list
+// of groups and methods that both surfaces, the index, OpenAPI and docs use.
+package app
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/tenants"
+)
+
+// Groups in docs order.
+func Groups() []registry.Group {
+	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group}
+}
+
+// Registry builds the registry; db and metrics may be nil to render documents.
+func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer) *registry.Registry {
+	if log == nil {
+		log = slog.Default()
+	}
+	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods())
+}

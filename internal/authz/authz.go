@@ -1,0 +1,213 @@
+// Package authz holds the one decision every method and resolver uses:
+// Decide(principal, permission, resource). Decisions come from relationships
+// stored in PostgreSQL (role bindings on tenants, and per-resource relations
+// that domain packages resolve), mapped to permissions by the tables below.
+package authz
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Resource types.
+const (
+	Platform = "platform" // the whole service: tenants.create, tenants.list
+	Tenant   = "compute-tenant"
+	Profile  = "compute-profile"
+	Pool     = "compute-pool"
+	Node     = "compute-node"
+	Project  = "compute-project"
+	Instance = "compute-instance"
+)
+
+// BuiltinTenant is reserved: it holds the read-only profiles modules ship.
+const BuiltinTenant = "builtin"
+
+// Resource names one thing a decision is about.
+type Resource struct {
+	Type     string
+	TenantID string // the tenant the caller names
+	ID       string // the resource's own id (empty for tenants)
+}
+
+func (r Resource) String() string {
+	switch r.Type {
+	case Platform:
+		return "platform"
+	case Tenant:
+		return Tenant + "/" + r.TenantID
+	case Profile:
+		return Profile + "/" + r.TenantID + "/" + r.ID
+	default:
+		return r.Type + "/" + r.ID
+	}
+}
+
+// memberPerms and adminPerms are the contract's role table; viewer holds
+// every compute:*:read.
+var (
+	memberPerms = []string{"compute:profiles:manage", "compute:projects:create", "compute:instances:manage", "compute:workflows:manage"}
+	adminPerms  = []string{"compute:pools:manage", "compute:nodes:manage", "compute:joinTokens:manage", "compute:joinRequests:approve", "compute:iam:manage"}
+)
+
+// Roles are the roles a principal can hold on a tenant.
+var Roles = []string{"viewer", "member", "admin"}
+
+// RoleAllows is the single table mapping roles to permissions.
+func RoleAllows(role, perm string) bool {
+	if role == "" {
+		return false
+	}
+	if strings.HasPrefix(perm, "compute:") && strings.HasSuffix(perm, ":read") {
+		return true
+	}
+	if role == "member" || role == "admin" {
+		for _, p := range memberPerms {
+			if p == perm {
+				return true
+			}
+		}
+	}
+	if role == "admin" {
+		for _, p := range adminPerms {
+			if p == perm {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Visibility is what a resolver says about one resource for one caller.
+type Visibility struct {
+	// Exists is false when the resource does not exist or the named tenant
+	// cannot see it.
+	Exists bool
+	// Scope limits what the tenant's role grants on the resource: "" grants
+	// everything the role allows (the tenant owns it); otherwise Scope is a
+	// predicate on permissions (an offered pool grants reads only).
+	Scope func(perm string) bool
+	// Direct are permissions the principal holds on the resource itself,
+	// whatever its role (a project owner, a node's own credential).
+	Direct []string
+}
+
+// Resolver resolves a resource type's relationships in the database.
+type Resolver func(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r Resource) (Visibility, error)
+
+var (
+	mu        sync.RWMutex
+	resolvers = map[string]Resolver{}
+)
+
+// Register installs the resolver of a resource type; domain packages call it
+// from init.
+func Register(resourceType string, r Resolver) {
+	mu.Lock()
+	defer mu.Unlock()
+	resolvers[resourceType] = r
+}
+
+// RoleOf returns the principal's role on a tenant, "" for none.
+func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
+	if p == nil || p.Kind == "node" || tenantID == "" {
+		return "", nil
+	}
+	if r, ok := p.CachedRole(tenantID); ok {
+		return r, nil
+	}
+	var role string
+	err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, tenantID, p.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		role, err = "", nil
+	}
+	if err != nil {
+		return "", store.Wrap(err)
+	}
+	p.CacheRole(tenantID, role)
+	return role, nil
+}
+
+// Decide says whether p may perform perm on r. It returns nil (allowed),
+// UNAUTHENTICATED, PERMISSION_DENIED or NOT_FOUND, following the contract:
+// no permission on the named tenant is PERMISSION_DENIED whether or not the
+// tenant exists; a resource the tenant cannot see is NOT_FOUND.
+func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r Resource) error {
+	if p == nil {
+		return errs.E(errs.Unauthenticated, "a bearer token is required")
+	}
+	write := !strings.HasSuffix(perm, ":read")
+	if r.TenantID == BuiltinTenant && write {
+		return errs.E(errs.PermissionDenied, "the builtin tenant is read-only")
+	}
+	if r.Type == Platform {
+		if p.IsOperator() || (perm == "compute:tenants:read" && p.Kind != "node") {
+			return nil
+		}
+		return denied(perm, r)
+	}
+	var role string
+	if p.IsOperator() {
+		role = "admin"
+	} else {
+		var err error
+		if role, err = RoleOf(ctx, q, p, r.TenantID); err != nil {
+			return err
+		}
+	}
+	if r.TenantID == BuiltinTenant && !write {
+		role = "viewer" // everyone reads what modules ship
+	}
+	if r.Type == Tenant {
+		if RoleAllows(role, perm) || p.IsOperator() {
+			return nil
+		}
+		return denied(perm, r)
+	}
+	mu.RLock()
+	resolve, ok := resolvers[r.Type]
+	mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("authz: no resolver for %s", r.Type)
+	}
+	v, err := resolve(ctx, q, p, role, r)
+	if err != nil {
+		return err
+	}
+	if role == "" && len(v.Direct) == 0 {
+		return denied(perm, Resource{Type: Tenant, TenantID: r.TenantID})
+	}
+	if !v.Exists {
+		return errs.E(errs.NotFound, "%s not found", r)
+	}
+	if p.IsOperator() {
+		return nil
+	}
+	granted := func(x string) bool {
+		for _, d := range v.Direct {
+			if d == x {
+				return true
+			}
+		}
+		return RoleAllows(role, x) && (v.Scope == nil || v.Scope(x))
+	}
+	if granted(perm) {
+		return nil
+	}
+	return denied(perm, r)
+}
+
+func denied(perm string, r Resource) error {
+	return errs.E(errs.PermissionDenied, "permission %s denied on %s", perm, r)
+}
+
+// ReadsOnly is a Scope granting only read permissions.
+func ReadsOnly(perm string) bool { return strings.HasSuffix(perm, ":read") }

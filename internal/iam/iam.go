@@ -1,0 +1,306 @@
+// Package iam holds service tokens and role bindings on tenants.
+package iam
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Token describes a service token (never its secret).
+type Token struct {
+	TokenID     string     `json:"tokenId" db:"token_id"`
+	TenantID    string     `json:"tenantId" db:"tenant_id"`
+	PrincipalID string     `json:"principalId" db:"principal_id"`
+	Name        string     `json:"name" db:"name"`
+	Role        string     `json:"role" db:"role"`
+	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
+	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
+}
+
+// CreatedToken is tokens.create's output: the secret is shown only here.
+type CreatedToken struct {
+	Token  Token  `json:"token"`
+	Secret string `json:"secret"`
+}
+
+// TokenCreateInput is tokens.create's input.
+type TokenCreateInput struct {
+	TenantID string `json:"tenantId"`
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+}
+
+// TokenRefInput names one token.
+type TokenRefInput struct {
+	TenantID string `json:"tenantId"`
+	TokenID  string `json:"tokenId"`
+}
+
+// ListInput pages a tenant's tokens or members.
+type ListInput struct {
+	TenantID string `json:"tenantId"`
+	Limit    int    `json:"limit"`
+	Cursor   string `json:"cursor,omitempty"`
+}
+
+const tokenCols = `token_id, tenant_id, principal_id, name, role, created_at, revoked_at`
+
+// CreateToken makes a service principal holding role on the tenant and a
+// bearer token for it; only the hash of the secret is stored.
+func CreateToken(ctx context.Context, q store.Q, in *TokenCreateInput) (*CreatedToken, error) {
+	pid := ids.New(ids.Principal)
+	if _, err := q.ExecContext(ctx, `INSERT INTO principals (principal_id, kind, tenant_id, name) VALUES ($1, 'service', $2, $3)`, pid, in.TenantID, in.Name); err != nil {
+		if store.IsForeignKey(err) {
+			return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
+		}
+		return nil, store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO role_bindings (tenant_id, principal_id, role) VALUES ($1, $2, $3)`, in.TenantID, pid, in.Role); err != nil {
+		return nil, store.Wrap(err)
+	}
+	secret := ids.Secret("bct")
+	var t Token
+	err := q.GetContext(ctx, &t, `INSERT INTO tokens (token_id, principal_id, tenant_id, name, role, secret_hash)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+tokenCols, ids.New(ids.Token), pid, in.TenantID, in.Name, in.Role, auth.Hash(secret))
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &CreatedToken{Token: t, Secret: secret}, nil
+}
+
+// ListTokens pages the tenant's service tokens, revoked ones included.
+func ListTokens(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Token], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Token{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+tokenCols+` FROM tokens
+		WHERE tenant_id = $1 AND token_id > $2 ORDER BY token_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(t Token) string { return page.Encode(t.TokenID) })
+	return &page.Page[Token]{Items: items, Cursor: cur}, nil
+}
+
+// RevokeToken revokes a token: it stops authenticating on the next request.
+// Revoking twice is harmless and returns the token as revoked.
+func RevokeToken(ctx context.Context, q store.Q, in *TokenRefInput) (*Token, error) {
+	var t Token
+	err := q.GetContext(ctx, &t, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, now())
+		WHERE tenant_id = $1 AND token_id = $2 RETURNING `+tokenCols, in.TenantID, in.TokenID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "token %s not found", in.TokenID)
+	}
+	return &t, store.Wrap(err)
+}
+
+// Binding is a role a principal holds on a tenant.
+type Binding struct {
+	TenantID      string    `json:"tenantId" db:"tenant_id"`
+	PrincipalID   string    `json:"principalId" db:"principal_id"`
+	PrincipalKind string    `json:"principalKind" db:"kind"`
+	PrincipalName string    `json:"principalName" db:"name"`
+	Role          string    `json:"role" db:"role"`
+	CreatedAt     time.Time `json:"createdAt" db:"created_at"`
+}
+
+// GrantInput is members.grant's input.
+type GrantInput struct {
+	TenantID    string `json:"tenantId"`
+	PrincipalID string `json:"principalId"`
+	Role        string `json:"role"`
+}
+
+// MemberRefInput names one binding.
+type MemberRefInput struct {
+	TenantID    string `json:"tenantId"`
+	PrincipalID string `json:"principalId"`
+}
+
+// Revoked is what a revoke returns.
+type Revoked struct {
+	Revoked int `json:"revoked"`
+}
+
+const bindingSelect = `SELECT b.tenant_id, b.principal_id, p.kind, p.name, b.role, b.created_at
+	FROM role_bindings b JOIN principals p ON p.principal_id = b.principal_id`
+
+// Grant gives a principal a role on the tenant, replacing any role it held.
+func Grant(ctx context.Context, q store.Q, in *GrantInput) (*Binding, error) {
+	var kind string
+	err := q.GetContext(ctx, &kind, `SELECT kind FROM principals WHERE principal_id = $1`, in.PrincipalID)
+	if errors.Is(err, sql.ErrNoRows) || kind == "node" || kind == "operator" {
+		return nil, errs.E(errs.NotFound, "principal %s not found", in.PrincipalID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO role_bindings (tenant_id, principal_id, role) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant_id, principal_id) DO UPDATE SET role = EXCLUDED.role`, in.TenantID, in.PrincipalID, in.Role); err != nil {
+		return nil, store.Wrap(err)
+	}
+	var b Binding
+	err = q.GetContext(ctx, &b, bindingSelect+` WHERE b.tenant_id = $1 AND b.principal_id = $2`, in.TenantID, in.PrincipalID)
+	return &b, store.Wrap(err)
+}
+
+// RevokeMember removes a principal's role on the tenant.
+func RevokeMember(ctx context.Context, q store.Q, in *MemberRefInput) (*Revoked, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, in.TenantID, in.PrincipalID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return nil, errs.E(errs.NotFound, "principal %s holds no role on tenant %s", in.PrincipalID, in.TenantID)
+	}
+	return &Revoked{Revoked: int(n)}, nil
+}
+
+// ListMembers pages the tenant's role bindings by principal id.
+func ListMembers(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Binding], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Binding{}
+	err := q.SelectContext(ctx, &rows, bindingSelect+` WHERE b.tenant_id = $1 AND b.principal_id > $2
+		ORDER BY b.principal_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(b Binding) string { return page.Encode(b.PrincipalID) })
+	return &page.Page[Binding]{Items: items, Cursor: cur}, nil
+}
+
+// Groups of this package.
+var (
+	TokensGroup  = registry.Group{Name: "tokens", Summary: "Service tokens: bearer secrets for service principals that hold one role on a tenant. The secret is shown once, stored only as a hash, and a revoked token stops working at once."}
+	MembersGroup = registry.Group{Name: "members", Summary: "Role bindings on a tenant: which principal holds viewer, member or admin."}
+)
+
+func role() registry.Field {
+	return registry.Field{Name: "role", Type: registry.String, Required: true, Enum: authz.Roles}
+}
+
+func principalID() registry.Field { return registry.ID("principalId", ids.Principal) }
+
+func list() []registry.Field {
+	return []registry.Field{registry.TenantID(), registry.Limit(50, 200), registry.Cursor()}
+}
+
+// Methods are the tokens and members groups' registry entries.
+func Methods() []registry.Method {
+	m := func(group, name string, kind registry.Kind, perm, summary string, notes []string, in []registry.Field) registry.Method {
+		return registry.Method{Group: group, Name: name, Kind: kind, Permission: perm, Resource: authz.Tenant,
+			Summary: summary, Notes: notes, Module: "iam", Phase: "v0.1", Input: in}
+	}
+	return []registry.Method{
+		registry.Def(m("tokens", "create", registry.Mutation, "compute:iam:manage",
+			"Creates a service principal holding `role` on the tenant and returns a bearer token for it.",
+			[]string{"The secret is in this response only; the server keeps its SHA-256 hash."},
+			[]registry.Field{registry.TenantID(), registry.Name(true), role()}), nil, CreateToken),
+		registry.Def(m("tokens", "list", registry.Read, "compute:iam:read",
+			"Returns a page of the tenant's service tokens, revoked ones included, ordered by id.",
+			[]string{"`limit` defaults to 50 and is at most 200."}, list()), nil, ListTokens),
+		registry.Def(m("tokens", "revoke", registry.Mutation, "compute:iam:manage",
+			"Revokes a token; it stops authenticating on the next request.",
+			[]string{"`NOT_FOUND` when the tenant has no such token. Revoking a revoked token returns it unchanged."},
+			[]registry.Field{registry.TenantID(), registry.ID("tokenId", ids.Token)}), nil, RevokeToken),
+		registry.Def(m("members", "grant", registry.Mutation, "compute:iam:manage",
+			"Gives a principal a role on the tenant, replacing the role it held.",
+			[]string{"`NOT_FOUND` when no such user or service principal exists."},
+			[]registry.Field{registry.TenantID(), principalID(), role()}), nil, Grant),
+		registry.Def(m("members", "revoke", registry.Mutation, "compute:iam:manage",
+			"Removes a principal's role on the tenant and returns the number removed.",
+			[]string{"`NOT_FOUND` when the principal holds no role on the tenant."},
+			[]registry.Field{registry.TenantID(), principalID()}), nil, RevokeMember),
+		registry.Def(m("members", "list", registry.Read, "compute:iam:read",
+			"Returns a page of the tenant's role bindings, ordered by principal id.",
+			[]string{"`limit` defaults to 50 and is at most 200."}, list()), nil, ListMembers),
+	}
+}
+
+type tokenRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Token
+}
+
+// TokenPagesByTenant returns one page of tokens for each tenant in one statement.
+func TokenPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Token], error) {
+	var rows []tokenRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key, (SELECT count(*) FROM tokens c WHERE c.tenant_id = t.parent) AS total_count,
+		       k.token_id, k.tenant_id, k.principal_id, k.name, k.role, k.created_at, k.revoked_at
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (SELECT * FROM tokens WHERE tenant_id = t.parent AND token_id > $2 ORDER BY token_id LIMIT $3) k`,
+		tenantIDs, after, limit+1)
+	var r page.Rows[Token]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Token)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountTokensByTenant counts each tenant's tokens.
+func CountTokensByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM tokens WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
+}
+
+type bindingRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Binding
+}
+
+// BindingPagesByTenant returns one page of role bindings for each tenant.
+func BindingPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Binding], error) {
+	var rows []bindingRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key, (SELECT count(*) FROM role_bindings c WHERE c.tenant_id = t.parent) AS total_count,
+		       b.tenant_id, b.principal_id, b.kind, b.name, b.role, b.created_at
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT rb.tenant_id, rb.principal_id, p.kind, p.name, rb.role, rb.created_at
+			FROM role_bindings rb JOIN principals p ON p.principal_id = rb.principal_id
+			WHERE rb.tenant_id = t.parent AND rb.principal_id > $2 ORDER BY rb.principal_id LIMIT $3) b`,
+		tenantIDs, after, limit+1)
+	var r page.Rows[Binding]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Binding)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountBindingsByTenant counts each tenant's role bindings.
+func CountBindingsByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM role_bindings WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
+}
+
+func countBy(ctx context.Context, q store.Q, query string, keys []string) (map[string]int, error) {
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.K] = r.N
+	}
+	return out, nil
+}

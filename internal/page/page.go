@@ -1,0 +1,99 @@
+// Package page holds the keyset pagination helpers: limits and opaque
+// cursors. A cursor encodes the sort key of the last item returned; the query
+// behind it always re-applies the caller's visibility, so a forged cursor
+// can only move within what the caller may read anyway.
+package page
+
+import (
+	"encoding/base64"
+	"encoding/json"
+
+	"github.com/bettercompute/computed/internal/errs"
+)
+
+// MaxLimit bounds every page.
+const MaxLimit = 200
+
+// Page is the method surface's page: items and the next cursor (nil at the end).
+type Page[T any] struct {
+	Items  []T     `json:"items"`
+	Cursor *string `json:"cursor"`
+}
+
+// Encode makes an opaque cursor from a sort key.
+func Encode(key ...any) string {
+	b, _ := json.Marshal(key)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Decode reads a cursor made by Encode into dst (pointers, in key order).
+// An empty cursor leaves dst alone and returns false.
+func Decode(cursor string, dst ...any) (bool, error) {
+	if cursor == "" {
+		return false, nil
+	}
+	bad := errs.Invalid("cursor", "cursor is not one this server returned")
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return false, bad
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(b, &parts); err != nil || len(parts) != len(dst) {
+		return false, bad
+	}
+	for i, p := range parts {
+		if err := json.Unmarshal(p, dst[i]); err != nil {
+			return false, bad
+		}
+	}
+	return true, nil
+}
+
+// Trim cuts rows fetched with LIMIT n+1 to n and returns the cursor of the
+// last kept row (nil when there is no further page).
+func Trim[T any](rows []T, limit int, key func(T) string) ([]T, *string) {
+	if rows == nil {
+		rows = []T{}
+	}
+	if len(rows) <= limit {
+		return rows, nil
+	}
+	rows = rows[:limit]
+	c := key(rows[len(rows)-1])
+	return rows, &c
+}
+
+// Conn is one parent's page of a connection, as the loaders return it.
+type Conn[T any] struct {
+	Items   []T
+	Total   int
+	HasNext bool
+}
+
+// Rows is what a batched page query returns: for each item, its parent and
+// the parent's total count. Parents with no row on this page are counted by
+// the caller's count function.
+type Rows[T any] struct {
+	Parents []string
+	Totals  []int
+	Items   []T
+}
+
+// Group turns batched rows (fetched with LIMIT limit+1 per parent) into
+// per-parent pages.
+func Group[T any](r Rows[T], limit int) map[string]*Conn[T] {
+	out := map[string]*Conn[T]{}
+	for i, p := range r.Parents {
+		c := out[p]
+		if c == nil {
+			c = &Conn[T]{Total: r.Totals[i]}
+			out[p] = c
+		}
+		if len(c.Items) == limit {
+			c.HasNext = true
+			continue
+		}
+		c.Items = append(c.Items, r.Items[i])
+	}
+	return out
+}

@@ -1,0 +1,389 @@
+// Package projects holds projects: app-owned groupings of a tenant's work.
+// The creator becomes the project's owner in the relationships; owners and
+// members are decided on compute-project/{projectId}.
+package projects
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Project groups a tenant's work.
+type Project struct {
+	ProjectID   string    `json:"projectId" db:"project_id"`
+	TenantID    string    `json:"tenantId" db:"tenant_id"`
+	Name        string    `json:"name" db:"name"`
+	Description string    `json:"description" db:"description"`
+	RowVersion  int       `json:"rowVersion" db:"row_version"`
+	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
+	UpdatedAt   time.Time `json:"updatedAt" db:"updated_at"`
+}
+
+// Member is a relationship on a project.
+type Member struct {
+	ProjectID   string    `json:"projectId" db:"project_id"`
+	PrincipalID string    `json:"principalId" db:"principal_id"`
+	Relation    string    `json:"relation" db:"relation"`
+	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
+}
+
+// Inputs.
+type (
+	CreateInput struct {
+		TenantID    string  `json:"tenantId"`
+		Name        string  `json:"name"`
+		Description *string `json:"description,omitempty"`
+	}
+	RefInput struct {
+		TenantID  string `json:"tenantId"`
+		ProjectID string `json:"projectId"`
+	}
+	ListInput struct {
+		TenantID string `json:"tenantId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	UpdateInput struct {
+		TenantID        string  `json:"tenantId"`
+		ProjectID       string  `json:"projectId"`
+		Name            *string `json:"name,omitempty"`
+		Description     *string `json:"description,omitempty"`
+		ExpectedVersion *int    `json:"expectedVersion,omitempty"`
+	}
+	MemberInput struct {
+		TenantID    string `json:"tenantId"`
+		ProjectID   string `json:"projectId"`
+		PrincipalID string `json:"principalId"`
+		Relation    string `json:"relation,omitempty"`
+	}
+	MemberListInput struct {
+		TenantID  string `json:"tenantId"`
+		ProjectID string `json:"projectId"`
+		Limit     int    `json:"limit"`
+		Cursor    string `json:"cursor,omitempty"`
+	}
+	Deleted struct {
+		Deleted int `json:"deleted"`
+	}
+	Removed struct {
+		Removed int `json:"removed"`
+	}
+)
+
+const cols = `project_id, tenant_id, name, description, row_version, created_at, updated_at`
+
+var (
+	ownerPerms  = []string{"compute:projects:read", "compute:projects:manage"}
+	memberPerms = []string{"compute:projects:read"}
+)
+
+func init() { authz.Register(authz.Project, resolve) }
+
+// resolve is the relationship resolver of compute-project: the project must
+// live in the named tenant; its owner and members hold permissions directly;
+// a tenant admin counts as an owner.
+func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r authz.Resource) (authz.Visibility, error) {
+	var rel sql.NullString
+	err := q.GetContext(ctx, &rel, `SELECT r.relation FROM projects pr
+		LEFT JOIN project_relations r ON r.project_id = pr.project_id AND r.principal_id = $3
+		WHERE pr.project_id = $1 AND pr.tenant_id = $2`, r.ID, r.TenantID, p.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return authz.Visibility{}, nil
+	}
+	if err != nil {
+		return authz.Visibility{}, store.Wrap(err)
+	}
+	v := authz.Visibility{Exists: true}
+	switch {
+	case rel.String == "owner" || role == "admin":
+		v.Direct = ownerPerms
+	case rel.String == "member":
+		v.Direct = memberPerms
+	}
+	return v, nil
+}
+
+// Create stores a project and makes the caller its owner.
+func Create(ctx context.Context, q store.Q, in *CreateInput) (*Project, error) {
+	desc := ""
+	if in.Description != nil {
+		desc = *in.Description
+	}
+	var pr Project
+	err := q.GetContext(ctx, &pr, `INSERT INTO projects (project_id, tenant_id, name, description)
+		VALUES ($1, $2, $3, $4) RETURNING `+cols, ids.New(ids.Project), in.TenantID, in.Name, desc)
+	if store.IsUnique(err, "projects_tenant_name_key") {
+		return nil, errs.E(errs.Conflict, "project %q already exists in tenant %s", in.Name, in.TenantID).With("path", "name")
+	}
+	if store.IsForeignKey(err) {
+		return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	p := reqctx.PrincipalFrom(ctx)
+	_, err = q.ExecContext(ctx, `INSERT INTO project_relations (project_id, principal_id, relation) VALUES ($1, $2, 'owner')`, pr.ProjectID, p.ID)
+	return &pr, store.Wrap(err)
+}
+
+func get(ctx context.Context, q store.Q, tenantID, projectID string) (*Project, error) {
+	var pr Project
+	err := q.GetContext(ctx, &pr, `SELECT `+cols+` FROM projects WHERE tenant_id = $1 AND project_id = $2`, tenantID, projectID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "project %s not found", projectID)
+	}
+	return &pr, store.Wrap(err)
+}
+
+// Get returns one project.
+func Get(ctx context.Context, q store.Q, in *RefInput) (*Project, error) {
+	return get(ctx, q, in.TenantID, in.ProjectID)
+}
+
+// List pages the tenant's projects by id. Every role on the tenant reads
+// every project, so the items filter keeps them all.
+func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Project], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Project{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects
+		WHERE tenant_id = $1 AND project_id > $2 ORDER BY project_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(p Project) string { return page.Encode(p.ProjectID) })
+	return &page.Page[Project]{Items: items, Cursor: cur}, nil
+}
+
+// Update changes name and/or description; expectedVersion is compared with
+// rowVersion and a mismatch is CONFLICT.
+func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Project, error) {
+	if in.Name == nil && in.Description == nil {
+		return nil, errs.Invalid("name", "pass name, description or both")
+	}
+	var pr Project
+	err := q.GetContext(ctx, &pr, `UPDATE projects SET
+			name = COALESCE($3, name), description = COALESCE($4, description),
+			row_version = row_version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND project_id = $2 AND ($5::int IS NULL OR row_version = $5)
+		RETURNING `+cols, in.TenantID, in.ProjectID, in.Name, in.Description, in.ExpectedVersion)
+	if store.IsUnique(err, "projects_tenant_name_key") {
+		return nil, errs.E(errs.Conflict, "project %q already exists in tenant %s", *in.Name, in.TenantID).With("path", "name")
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		cur, gerr := get(ctx, q, in.TenantID, in.ProjectID)
+		if gerr != nil {
+			return nil, gerr
+		}
+		return nil, errs.E(errs.Conflict, "project %s is at rowVersion %d, not %d", in.ProjectID, cur.RowVersion, *in.ExpectedVersion).
+			With("rowVersion", cur.RowVersion)
+	}
+	return &pr, store.Wrap(err)
+}
+
+// Delete removes a project and its relationships.
+func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM projects WHERE tenant_id = $1 AND project_id = $2`, in.TenantID, in.ProjectID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return nil, errs.E(errs.NotFound, "project %s not found", in.ProjectID)
+	}
+	return &Deleted{Deleted: int(n)}, nil
+}
+
+// AddMember relates a principal to the project (member unless owner is asked).
+func AddMember(ctx context.Context, q store.Q, in *MemberInput) (*Member, error) {
+	var kind string
+	err := q.GetContext(ctx, &kind, `SELECT kind FROM principals WHERE principal_id = $1`, in.PrincipalID)
+	if errors.Is(err, sql.ErrNoRows) || kind == "node" {
+		return nil, errs.E(errs.NotFound, "principal %s not found", in.PrincipalID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	var m Member
+	err = q.GetContext(ctx, &m, `INSERT INTO project_relations (project_id, principal_id, relation) VALUES ($1, $2, $3)
+		ON CONFLICT (project_id, principal_id) DO UPDATE SET relation = EXCLUDED.relation
+		RETURNING project_id, principal_id, relation, created_at`, in.ProjectID, in.PrincipalID, in.Relation)
+	return &m, store.Wrap(err)
+}
+
+// RemoveMember removes a principal's relationship to the project.
+func RemoveMember(ctx context.Context, q store.Q, in *MemberInput) (*Removed, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM project_relations WHERE project_id = $1 AND principal_id = $2`, in.ProjectID, in.PrincipalID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return nil, errs.E(errs.NotFound, "principal %s is not a member of project %s", in.PrincipalID, in.ProjectID)
+	}
+	return &Removed{Removed: int(n)}, nil
+}
+
+// ListMembers pages the project's relationships by principal id.
+func ListMembers(ctx context.Context, q store.Q, in *MemberListInput) (*page.Page[Member], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Member{}
+	err := q.SelectContext(ctx, &rows, `SELECT project_id, principal_id, relation, created_at FROM project_relations
+		WHERE project_id = $1 AND principal_id > $2 ORDER BY principal_id LIMIT $3`, in.ProjectID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(m Member) string { return page.Encode(m.PrincipalID) })
+	return &page.Page[Member]{Items: items, Cursor: cur}, nil
+}
+
+// Group describes the projects group.
+var Group = registry.Group{Name: "projects", Summary: "Projects group a tenant's work without creating more tenants. A project lives in one tenant, and its creator becomes its owner in the authorization projection; membership is a relationship on `compute-project/{id}`."}
+
+// Methods are the projects group's registry entries.
+func Methods() []registry.Method {
+	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: "projects", Name: name, Kind: kind, Permission: perm, Resource: res,
+			Summary: summary, Notes: notes, Module: "core", Phase: "v0.1", Input: in}
+	}
+	ref := []registry.Field{registry.TenantID(), registry.ID("projectId", ids.Project)}
+	desc := registry.Field{Name: "description", Type: registry.String, MaxLength: 2000}
+	principal := registry.ID("principalId", ids.Principal)
+	list := m("list", registry.Read, "compute:projects:read", authz.Tenant,
+		"Returns a page of the tenant's projects, ordered by id.",
+		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
+		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+	list.Items = true
+	return []registry.Method{
+		registry.Def(m("create", registry.Mutation, "compute:projects:create", authz.Tenant,
+			"Creates a project; the caller becomes its owner.",
+			[]string{"`CONFLICT` when the tenant already has a project of that name."},
+			registry.TenantID(), registry.Name(true), desc), nil, Create),
+		registry.Def(m("get", registry.Read, "compute:projects:read", authz.Project,
+			"Returns one project.", []string{"`NOT_FOUND` when the tenant has no such project."}, ref...), nil, Get),
+		registry.Def(list, nil, List),
+		registry.Def(m("update", registry.Mutation, "compute:projects:manage", authz.Project,
+			"Changes a project's name or description and returns it.",
+			[]string{"Pass `name`, `description` or both; neither is `INVALID_INPUT`.",
+				"`expectedVersion` is the project's rowVersion; a mismatch is `CONFLICT`.",
+				"Project owners and tenant admins may update."},
+			append(append([]registry.Field{}, ref...), registry.Name(false), desc,
+				registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)})...), nil, Update),
+		registry.Def(m("delete", registry.Mutation, "compute:projects:manage", authz.Project,
+			"Deletes a project and its relationships and returns the number deleted.", nil, ref...), nil, Delete),
+		registry.Def(m("addMember", registry.Mutation, "compute:projects:manage", authz.Project,
+			"Relates a principal to the project as member (default) or owner.",
+			[]string{"`NOT_FOUND` when no such user or service principal exists."},
+			append(append([]registry.Field{}, ref...), principal,
+				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), nil, AddMember),
+		registry.Def(m("removeMember", registry.Mutation, "compute:projects:manage", authz.Project,
+			"Removes a principal's relationship to the project.",
+			[]string{"`NOT_FOUND` when the principal is not related to the project."},
+			append(append([]registry.Field{}, ref...), principal)...), nil, RemoveMember),
+		registry.Def(m("listMembers", registry.Read, "compute:projects:read", authz.Project,
+			"Returns a page of the project's owners and members, ordered by principal id.",
+			[]string{"`limit` defaults to 50 and is at most 200."},
+			append(append([]registry.Field{}, ref...), registry.Limit(50, 200), registry.Cursor())...), nil, ListMembers),
+	}
+}
+
+type tenantRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Project
+}
+
+// PagesByTenant returns one page of projects for each tenant in one statement.
+func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Project], error) {
+	var rows []tenantRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM projects c WHERE c.tenant_id = t.parent) AS total_count,
+		       p.project_id, p.tenant_id, p.name, p.description, p.row_version, p.created_at, p.updated_at
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT * FROM projects WHERE tenant_id = t.parent AND project_id > $2 ORDER BY project_id LIMIT $3
+		) p`, tenantIDs, after, limit+1)
+	var r page.Rows[Project]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Project)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountByTenant counts the projects of each tenant.
+func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM projects WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
+}
+
+type memberRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Member
+}
+
+// MemberPagesByProject returns one page of relationships for each project.
+func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
+	var rows []memberRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM project_relations c WHERE c.project_id = t.parent) AS total_count,
+		       m.project_id, m.principal_id, m.relation, m.created_at
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT * FROM project_relations WHERE project_id = t.parent AND principal_id > $2 ORDER BY principal_id LIMIT $3
+		) m`, projectIDs, after, limit+1)
+	var r page.Rows[Member]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Member)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountMembersByProject counts each project's relationships.
+func CountMembersByProject(ctx context.Context, q store.Q, projectIDs []string) (map[string]int, error) {
+	return countBy(ctx, q, `SELECT project_id AS k, count(*) AS n FROM project_relations WHERE project_id = ANY($1) GROUP BY project_id`, projectIDs)
+}
+
+// ByIDs loads projects by id, keyed by id.
+func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Project, error) {
+	var rows []Project
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects WHERE project_id = ANY($1)`, ids); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Project, len(rows))
+	for i := range rows {
+		out[rows[i].ProjectID] = &rows[i]
+	}
+	return out, nil
+}
+
+func countBy(ctx context.Context, q store.Q, query string, keys []string) (map[string]int, error) {
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.K] = r.N
+	}
+	return out, nil
+}

@@ -1,0 +1,356 @@
+// Package registry is the one description of every method: group, name,
+// kind, authorization, module, phase, status and input schema. The REST
+// adapter routes and validates from it, GraphQL resolvers call through it,
+// and the method index, the OpenAPI document and docs/api are rendered from
+// it.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Kind is read or mutation.
+type Kind string
+
+const (
+	Read     Kind = "read"
+	Mutation Kind = "mutation"
+)
+
+// Credential says how a method's caller proves who it is.
+type Credential string
+
+const (
+	Bearer    Credential = "bearer"     // a bearer token; decided as Permission @ Resource
+	JoinToken Credential = "join-token" // the join token in the input is the credential
+	NodeCred  Credential = "node"       // the node's own credential (a bearer token of a node principal)
+)
+
+// Group describes a method group for the docs.
+type Group struct {
+	Name    string
+	Summary string
+}
+
+// Method is one entry of the registry.
+type Method struct {
+	Group       string
+	Name        string
+	Summary     string   // one sentence: what it does
+	Notes       []string // rules, in the seed pages' words
+	Kind        Kind
+	Credential  Credential
+	Permission  string // e.g. compute:profiles:manage
+	Resource    string // authz resource type
+	Items       bool   // "+ items": decided on the tenant, items filtered
+	Module      string
+	Phase       string
+	Status      string
+	Input       []Field
+	MaxBody     int64 // request body limit; default 1 MiB
+
+	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
+	decode func(m map[string]any) (any, error)
+	run    func(ctx context.Context, q store.Q, in any) (any, error)
+}
+
+// Key is "group.name".
+func (m *Method) Key() string { return m.Group + "." + m.Name }
+
+// Path is the method surface's URL path.
+func (m *Method) Path() string { return "/api/compute/" + m.Group + "/" + m.Name }
+
+// Authorization renders "perm @ resource [+ items]".
+func (m *Method) Authorization() string {
+	switch m.Credential {
+	case JoinToken:
+		return "the join token in the input"
+	case NodeCred:
+		return "the node's own credential"
+	}
+	if m.Resource == authz.Platform && m.Permission != "compute:tenants:read" {
+		return "operator"
+	}
+	s := m.Permission + " @ " + m.Resource
+	if m.Items {
+		s += " + items"
+	}
+	return s
+}
+
+// Handler is a method's implementation: it receives the validated input and
+// a query handle (the transaction, for mutations).
+type Handler[In, Out any] func(ctx context.Context, q store.Q, in *In) (*Out, error)
+
+// Def binds a typed handler to a method description. locate names the
+// resource the decision is about; nil means the default for m.Resource
+// (tenantId plus the resource type's id field).
+func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *In) (authz.Resource, error), h Handler[In, Out]) Method {
+	if m.Status == "" {
+		m.Status = "registered"
+	}
+	if m.Credential == "" {
+		m.Credential = Bearer
+	}
+	m.decode = func(obj map[string]any) (any, error) {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		in := new(In)
+		if err := json.Unmarshal(b, in); err != nil {
+			return nil, errs.Invalid("", "input does not fit the method: %v", err)
+		}
+		return in, nil
+	}
+	if locate != nil {
+		m.locate = func(ctx context.Context, q store.Q, in any) (authz.Resource, error) { return locate(ctx, q, in.(*In)) }
+	} else {
+		m.locate = func(_ context.Context, _ store.Q, in any) (authz.Resource, error) {
+			return DefaultResource(m.Resource, in), nil
+		}
+	}
+	m.run = func(ctx context.Context, q store.Q, in any) (any, error) {
+		out, err := h(ctx, q, in.(*In))
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	return m
+}
+
+// idFields maps resource types to the input field naming the resource.
+var idFields = map[string]string{
+	authz.Profile:  "profileId",
+	authz.Pool:     "poolId",
+	authz.Node:     "nodeId",
+	authz.Project:  "projectId",
+	authz.Instance: "instanceId",
+}
+
+// DefaultResource reads tenantId and the resource's id field from the input.
+func DefaultResource(resourceType string, in any) authz.Resource {
+	b, _ := json.Marshal(in)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	r := authz.Resource{Type: resourceType}
+	r.TenantID, _ = m["tenantId"].(string)
+	if f, ok := idFields[resourceType]; ok {
+		r.ID, _ = m[f].(string)
+	}
+	return r
+}
+
+// Registry holds every method and dispatches calls to them.
+type Registry struct {
+	Groups  []Group
+	methods map[string]*Method
+	order   []*Method
+	db      *store.DB
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New builds a registry; db may be nil for rendering documents only.
+func New(db *store.DB, logger *slog.Logger, reg prometheus.Registerer, groups []Group, methods ...[]Method) *Registry {
+	r := &Registry{Groups: groups, methods: map[string]*Method{}, db: db, log: logger}
+	for _, list := range methods {
+		for i := range list {
+			m := list[i]
+			for j := range m.Input {
+				m.Input[j].compile()
+			}
+			if _, dup := r.methods[m.Key()]; dup {
+				panic("registry: duplicate method " + m.Key())
+			}
+			r.methods[m.Key()] = &m
+			r.order = append(r.order, &m)
+		}
+	}
+	sort.SliceStable(r.order, func(i, j int) bool {
+		gi, gj := r.groupIndex(r.order[i].Group), r.groupIndex(r.order[j].Group)
+		return gi < gj
+	})
+	if reg != nil {
+		r.metrics = newMetrics(reg)
+	}
+	return r
+}
+
+func (r *Registry) groupIndex(g string) int {
+	for i, x := range r.Groups {
+		if x.Name == g {
+			return i
+		}
+	}
+	return len(r.Groups)
+}
+
+// Methods returns every method in docs order.
+func (r *Registry) Methods() []*Method { return r.order }
+
+// Lookup finds a method.
+func (r *Registry) Lookup(group, name string) (*Method, bool) {
+	m, ok := r.methods[group+"."+name]
+	return m, ok
+}
+
+// Call invokes a method by key with a Go value as input (GraphQL resolvers
+// pass their input objects). The value goes through the same validation as a
+// REST body.
+func Call[Out any](ctx context.Context, r *Registry, key string, in any) (*Out, error) {
+	m, ok := r.methods[key]
+	if !ok {
+		return nil, fmt.Errorf("registry: unknown method %s", key)
+	}
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.Dispatch(ctx, m, raw)
+	if err != nil {
+		return nil, err
+	}
+	o, ok := out.(*Out)
+	if !ok {
+		return nil, fmt.Errorf("registry: %s returned %T", key, out)
+	}
+	return o, nil
+}
+
+// Dispatch runs one call: authenticate, validate, decide, run (mutations in
+// a transaction that also writes the audit record), count and time it.
+func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any, err error) {
+	start := time.Now()
+	defer func() {
+		if r.metrics != nil {
+			r.metrics.observe(m.Key(), errs.CodeOf(err), err == nil, time.Since(start))
+		}
+	}()
+	p := reqctx.PrincipalFrom(ctx)
+	if m.Credential != JoinToken && p == nil {
+		return nil, errs.E(errs.Unauthenticated, "a bearer token is required")
+	}
+	obj, err := decodeObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateObject("", m.Input, obj); err != nil {
+		return nil, err
+	}
+	in, err := m.decode(obj)
+	if err != nil {
+		return nil, err
+	}
+	var res authz.Resource
+	switch m.Credential {
+	case Bearer, NodeCred:
+		if res, err = m.locate(ctx, r.db, in); err != nil {
+			return nil, err
+		}
+		if m.Credential == NodeCred && p.Kind != "node" {
+			return nil, errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
+		}
+		if err := authz.Decide(ctx, r.db, p, m.Permission, res); err != nil {
+			if m.Kind == Mutation {
+				r.auditFailure(ctx, m, res, err)
+			}
+			return nil, err
+		}
+	case JoinToken:
+		res = authz.Resource{Type: m.Resource}
+	}
+	if m.Kind == Read {
+		return m.run(ctx, r.db, in)
+	}
+	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
+		var rerr error
+		out, rerr = m.run(ctx, tx, in)
+		if rerr != nil {
+			return rerr
+		}
+		return audit.Write(ctx, tx, m.Key(), auditResource(res, out), "ok")
+	})
+	if err != nil {
+		r.auditFailure(ctx, m, res, err)
+		return nil, store.Wrap(err)
+	}
+	return out, nil
+}
+
+// auditResource names the resource of a mutation; for creates, whose id is
+// generated, the output's id names it.
+func auditResource(res authz.Resource, out any) string {
+	if res.ID != "" || res.Type == authz.Platform {
+		return res.String()
+	}
+	b, _ := json.Marshal(out)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	for typ, field := range idFields {
+		if s, ok := m[field].(string); ok && typ != authz.Profile {
+			return authz.Resource{Type: typ, TenantID: res.TenantID, ID: s}.String()
+		}
+	}
+	return res.String()
+}
+
+func (r *Registry) auditFailure(ctx context.Context, m *Method, res authz.Resource, err error) {
+	if store.Unreachable(err) {
+		return
+	}
+	if aerr := audit.Write(context.WithoutCancel(ctx), r.db, m.Key(), res.String(), string(errs.CodeOf(err))); aerr != nil {
+		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "err", aerr)
+	}
+}
+
+// --- common fields -------------------------------------------------------
+
+// Patterns from the seed pages.
+const (
+	TenantPattern    = `^[A-Za-z0-9._:-]{1,128}$`
+	ProfileIDPattern = `^[a-z0-9](?:[a-z0-9._-]{0,126}[a-z0-9])?$`
+)
+
+// TenantID is the tenantId field every method takes.
+func TenantID() Field {
+	return Field{Name: "tenantId", Type: String, Required: true, MaxLength: 128, Pattern: TenantPattern,
+		Description: "the caller's tenant"}
+}
+
+// ID is a required id field of a prefix (poolId, nodeId, ...).
+func ID(name, prefix string) Field {
+	return Field{Name: name, Type: String, Required: true, Pattern: ids.Pattern(prefix)}
+}
+
+// Limit is the page size field.
+func Limit(def, max int64) Field {
+	return Field{Name: "limit", Type: Integer, Min: Int(1), Max: Int(max), Default: def}
+}
+
+// Cursor is the page cursor field.
+func Cursor() Field {
+	return Field{Name: "cursor", Type: String, MaxLength: 256}
+}
+
+// Name is a bounded display-name field.
+func Name(required bool) Field {
+	return Field{Name: "name", Type: String, Required: required, MaxLength: 200, Pattern: `^\S(?:.*\S)?$`,
+		Description: "1-200 characters, no leading or trailing space"}
+}

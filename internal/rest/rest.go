@@ -1,0 +1,118 @@
+// Package rest is the method surface: POST /api/compute/{group}/{method},
+// routed, validated and dispatched by the registry. It translates HTTP to a
+// registry call and an error to the contract's JSON; nothing else.
+package rest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// DefaultMaxBody is the request body limit of every method unless the
+// registry sets another.
+const DefaultMaxBody = 1 << 20
+
+// Handler serves the method surface.
+type Handler struct {
+	Registry *registry.Registry
+	Log      *slog.Logger
+}
+
+// Mount adds the routes to r.
+func (h *Handler) Mount(r chi.Router) {
+	r.Get("/api/compute", h.index)
+	r.HandleFunc("/api/compute/{group}/{method}", h.call)
+	r.Get("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, h.Registry.OpenAPI("0.2.0"))
+	})
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	WriteJSON(w, http.StatusOK, h.Registry.Index())
+}
+
+func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
+	m, ok := h.Registry.Lookup(chi.URLParam(r, "group"), chi.URLParam(r, "method"))
+	if !ok {
+		h.WriteError(w, r, errs.E(errs.NotFound, "no method %s.%s", chi.URLParam(r, "group"), chi.URLParam(r, "method")))
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		WriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": errs.E("METHOD_NOT_ALLOWED", "use POST for %s", m.Path())})
+		return
+	}
+	limit := m.MaxBody
+	if limit == 0 {
+		limit = DefaultMaxBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.WriteError(w, r, errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit))
+			return
+		}
+		h.WriteError(w, r, errs.E(errs.InvalidInput, "could not read the body"))
+		return
+	}
+	out, err := h.Registry.Dispatch(r.Context(), m, body)
+	if err != nil {
+		h.WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// Public turns any error into the client-visible error: domain errors pass,
+// an unreachable database is UNAVAILABLE, anything else INTERNAL naming the
+// request id (and logged).
+func Public(log *slog.Logger, r *http.Request, err error) *errs.Error {
+	id := reqctx.RequestID(r.Context())
+	if store.Unreachable(err) {
+		log.WarnContext(r.Context(), "database unavailable", "err", err)
+		return errs.E(errs.Unavailable, "the database is unavailable; retry")
+	}
+	e := errs.Public(err, id)
+	if e.Code == errs.Internal {
+		log.ErrorContext(r.Context(), "internal error", "err", err)
+	}
+	return e
+}
+
+// WriteError writes the contract's error body with its status.
+func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	e := Public(h.Log, r, err)
+	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
+	WriteJSON(w, e.Code.HTTPStatus(), map[string]any{"error": e})
+}
+
+// WriteJSON writes v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// WriteJSONRaw writes v as JSON keeping a Content-Type already set.
+func WriteJSONRaw(w http.ResponseWriter, status int, v any) {
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

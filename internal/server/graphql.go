@@ -1,0 +1,202 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/resolvers"
+)
+
+// Limits of the graph.
+const (
+	MaxDepth      = 12
+	MaxComplexity = 5000
+)
+
+func pageCost(child int, first *int) int {
+	n := 50
+	if first != nil && *first > 0 {
+		n = *first
+	}
+	return 1 + child*n
+}
+
+func (s *Server) graphqlHandler() http.Handler {
+	cfg := graph.Config{Resolvers: &resolvers.Resolver{Registry: s.Registry, DB: s.DB}}
+	c := &cfg.Complexity
+	c.Tenant.Projects = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Tenant.Tokens = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Tenant.Members = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Viewer.Tenants = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Project.Members = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+
+	srv := handler.New(graph.NewExecutableSchema(cfg))
+	srv.AddTransport(transport.Websocket{
+		Implementation: transport.CoderWebsocketImplementation{AcceptOptions: websocket.AcceptOptions{
+			OriginPatterns: s.Config.AllowedOrigins,
+		}},
+		KeepAlivePingInterval: 15 * time.Second,
+		PingPongInterval:      15 * time.Second,
+		InitTimeout:           10 * time.Second,
+		InitFunc:              s.wsInit,
+	})
+	srv.AddTransport(transport.Options{})
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{UseGrapQLResponseJsonByDefault: true})
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.Use(extension.Introspection{})
+	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
+	srv.Use(depthLimit{max: MaxDepth})
+	srv.Use(&opMetrics{hist: s.gqlHist})
+	srv.SetErrorPresenter(s.presentError)
+	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
+		s.Log.ErrorContext(ctx, "panic in resolver", "panic", v)
+		return errs.E(errs.Internal, "internal error")
+	})
+	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		return next(loaders.With(ctx, loaders.New(s.DB)))
+	})
+	return srv
+}
+
+// presentError maps domain errors into extensions.code and .details; other
+// errors become INTERNAL (or UNAVAILABLE) without internals.
+func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
+	gerr := graphql.DefaultErrorPresenter(ctx, err)
+	var src error = err
+	var ge *gqlerror.Error
+	if errors.As(err, &ge) && ge.Err != nil {
+		src = ge.Err
+	} else if errors.As(err, &ge) {
+		return gerr // a parse or validation error: gqlgen's own message
+	}
+	var e *errs.Error
+	switch {
+	case store.Unreachable(src):
+		e = errs.E(errs.Unavailable, "the database is unavailable; retry")
+	default:
+		e = errs.Public(src, reqctx.RequestID(ctx))
+		if e.Code == errs.Internal {
+			s.Log.ErrorContext(ctx, "internal error", "err", src)
+		}
+	}
+	gerr.Message = e.Message
+	gerr.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
+	return gerr
+}
+
+// wsInit authenticates a WebSocket from connection_init's payload.
+func (s *Server) wsInit(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	h := p.Authorization()
+	if h == "" {
+		if v, ok := p["authorization"].(string); ok {
+			h = v
+		}
+	}
+	tok, ok := auth.FromHeader(h)
+	if !ok {
+		return ctx, nil, errors.New("UNAUTHENTICATED: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
+	}
+	pr, err := auth.Authenticate(ctx, s.DB, tok)
+	if err != nil {
+		return ctx, nil, errors.New("UNAUTHENTICATED: unknown or revoked bearer token")
+	}
+	return reqctx.WithPrincipal(ctx, pr), nil, nil
+}
+
+// depthLimit refuses operations nested deeper than max before they run.
+type depthLimit struct{ max int }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = depthLimit{}
+
+func (depthLimit) ExtensionName() string                          { return "DepthLimit" }
+func (depthLimit) Validate(graphql.ExecutableSchema) error        { return nil }
+func (d depthLimit) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	if oc.Operation == nil {
+		return nil
+	}
+	if depth := selectionDepth(oc.Operation.SelectionSet, 0, map[string]bool{}); depth > d.max {
+		e := gqlerror.Errorf("operation is nested %d levels deep, more than the limit of %d", depth, d.max)
+		e.Extensions = map[string]any{"code": "INVALID_INPUT", "details": map[string]any{"depth": depth, "limit": d.max}}
+		return e
+	}
+	return nil
+}
+
+func selectionDepth(set ast.SelectionSet, depth int, seen map[string]bool) int {
+	max := depth
+	for _, sel := range set {
+		var d int
+		switch s := sel.(type) {
+		case *ast.Field:
+			if len(s.SelectionSet) == 0 {
+				d = depth + 1
+			} else {
+				d = selectionDepth(s.SelectionSet, depth+1, seen)
+			}
+		case *ast.InlineFragment:
+			d = selectionDepth(s.SelectionSet, depth, seen)
+		case *ast.FragmentSpread:
+			if s.Definition == nil || seen[s.Name] {
+				continue
+			}
+			seen[s.Name] = true
+			d = selectionDepth(s.Definition.SelectionSet, depth, seen)
+			delete(seen, s.Name)
+		}
+		if d > max {
+			max = d
+		}
+	}
+	return max
+}
+
+// opMetrics counts and times operations by name and type.
+type opMetrics struct{ hist *prometheus.HistogramVec }
+
+func (*opMetrics) ExtensionName() string                   { return "OperationMetrics" }
+func (*opMetrics) Validate(graphql.ExecutableSchema) error { return nil }
+func (m *opMetrics) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	start := time.Now()
+	resp := next(ctx)
+	if graphql.HasOperationContext(ctx) {
+		oc := graphql.GetOperationContext(ctx)
+		name, typ := oc.OperationName, "unknown"
+		if oc.Operation != nil {
+			typ = string(oc.Operation.Operation)
+			if name == "" {
+				name = oc.Operation.Name
+			}
+		}
+		if name == "" {
+			name = "anonymous"
+		}
+		m.hist.WithLabelValues(typ, name).Observe(time.Since(start).Seconds())
+	}
+	return resp
+}
+
+var _ = slog.Default

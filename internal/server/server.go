@@ -1,0 +1,309 @@
+// Package server wires the HTTP surface: middleware (request ids, recovery,
+// logging, authentication, rate limits), the method surface, GraphQL,
+// GraphiQL, health and metrics.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+
+	"github.com/bettercompute/computed/db"
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/rest"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Config is the server's tunables.
+type Config struct {
+	AllowedOrigins []string // WebSocket origins besides the request's own host
+	RatePerSecond  float64  // per credential; 0 disables
+	RateBurst      int
+}
+
+// Server is the HTTP handler of the product.
+type Server struct {
+	Config   Config
+	DB       *store.DB
+	Registry *registry.Registry
+	Log      *slog.Logger
+	Metrics  *prometheus.Registry
+
+	rest    *rest.Handler
+	gqlHist *prometheus.HistogramVec
+	httpReq *prometheus.CounterVec
+	limiter *limiter
+}
+
+// New builds the server; the registry must have been built with the same
+// metrics registry.
+func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
+	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics}
+	s.rest = &rest.Handler{Registry: reg, Log: log}
+	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"type", "operation"})
+	s.httpReq = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "compute_http_requests_total", Help: "HTTP requests by route and status.",
+	}, []string{"route", "status"})
+	metrics.MustRegister(s.gqlHist, s.httpReq, collectors.NewDBStatsCollector(database.DB.DB, "compute"),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sql_statements_total", Help: "SQL statements sent."},
+			func() float64 { return float64(store.TotalStatements()) }))
+	if cfg.RatePerSecond > 0 {
+		s.limiter = &limiter{rate: rate.Limit(cfg.RatePerSecond), burst: cfg.RateBurst, m: map[string]*entry{}}
+	}
+	return s
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.recoverer, s.logRequests)
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.ready)
+	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
+	r.Get("/", graphiql)
+	r.Get("/graphiql/*", graphiqlAssets)
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		s.rest.Mount(r)
+	})
+	gql := s.graphqlHandler()
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticateGraphQL)
+		r.Handle("/graphql", http.MaxBytesHandler(gql, rest.DefaultMaxBody))
+	})
+	return r
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.DB.PingContext(ctx); err != nil {
+		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database unreachable"})
+		return
+	}
+	pending, err := db.Pending(ctx, s.DB.DB.DB)
+	if err != nil || pending {
+		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "migrations pending"})
+		return
+	}
+	rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{8,64}$`)
+
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !requestIDPattern.MatchString(id) {
+			b := make([]byte, 12)
+			_, _ = rand.Read(b)
+			id = "req_" + hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(reqctx.WithRequestID(r.Context(), id)))
+	})
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.Log.ErrorContext(r.Context(), "panic", "panic", v, "requestId", reqctx.RequestID(r.Context()))
+				s.rest.WriteError(w, r, errs.E(errs.Internal, "internal error"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		s.httpReq.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+		s.Log.InfoContext(r.Context(), "request", "requestId", reqctx.RequestID(r.Context()),
+			"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+	})
+}
+
+// authenticate resolves the bearer token, if any, for the method surface.
+// A missing token is left to the method (nodes.join takes none).
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		if h == "" {
+			if s.limited(w, r, "ip:"+clientIP(r)) {
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		tok, ok := auth.FromHeader(h)
+		if !ok {
+			s.rest.WriteError(w, r, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\""))
+			return
+		}
+		p, err := auth.Authenticate(r.Context(), s.DB, tok)
+		if err != nil {
+			s.rest.WriteError(w, r, err)
+			return
+		}
+		if s.limited(w, r, p.TokenID) {
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
+	})
+}
+
+// authenticateGraphQL requires a bearer token on GraphQL over HTTP; a
+// WebSocket upgrade authenticates in connection_init instead.
+func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" {
+			// Hijacked connections keep the server's deadlines; lift them.
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Time{})
+			_ = rc.SetWriteDeadline(time.Time{})
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodOptions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		fail := func(e *errs.Error) {
+			w.Header().Set("Content-Type", "application/graphql-response+json")
+			rest.WriteJSONRaw(w, e.Code.HTTPStatus(), map[string]any{"errors": []any{map[string]any{
+				"message": e.Message, "extensions": map[string]any{"code": e.Code, "details": e.Details}}}})
+		}
+		tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
+		if !ok {
+			fail(errs.E(errs.Unauthenticated, "a bearer token is required"))
+			return
+		}
+		p, err := auth.Authenticate(r.Context(), s.DB, tok)
+		if err != nil {
+			fail(rest.Public(s.Log, r, err))
+			return
+		}
+		if s.limited(w, r, p.TokenID) {
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
+	})
+}
+
+func clientIP(r *http.Request) string {
+	host := r.RemoteAddr
+	for i := len(host) - 1; i >= 0; i-- {
+		if host[i] == ':' {
+			return host[:i]
+		}
+	}
+	return host
+}
+
+// --- rate limiting --------------------------------------------------------
+
+type entry struct {
+	l    *rate.Limiter
+	seen time.Time
+}
+
+// limiter is a token bucket per credential, per replica.
+type limiter struct {
+	mu    sync.Mutex
+	rate  rate.Limit
+	burst int
+	m     map[string]*entry
+	swept time.Time
+}
+
+func (l *limiter) allow(key string) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.swept) > time.Minute {
+		for k, e := range l.m {
+			if now.Sub(e.seen) > 10*time.Minute {
+				delete(l.m, k)
+			}
+		}
+		l.swept = now
+	}
+	e := l.m[key]
+	if e == nil {
+		e = &entry{l: rate.NewLimiter(l.rate, l.burst)}
+		l.m[key] = e
+	}
+	e.seen = now
+	res := e.l.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) bool {
+	if s.limiter == nil {
+		return false
+	}
+	ok, d := s.limiter.allow(key)
+	if ok {
+		return false
+	}
+	secs := int(d.Seconds()) + 1
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	s.rest.WriteError(w, r, errs.E(errs.RateLimited, "over the request budget; retry in %d s", secs))
+	return true
+}

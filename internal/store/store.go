@@ -1,0 +1,186 @@
+// Package store owns the connection to PostgreSQL: one sqlx handle over the
+// pgx driver, a statement counter for tests and benchmarks, transactions with
+// retry of serialization failures, and the mapping of driver errors to the
+// product's error codes.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/errs"
+)
+
+// Q is what both *sqlx.DB and *sqlx.Tx offer; domain code takes a Q.
+type Q interface {
+	sqlx.ExtContext
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+	SelectContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+// DB is the product's database handle.
+type DB struct {
+	*sqlx.DB
+	URL string
+}
+
+// Open connects with the pgx driver and a tracer that counts statements.
+func Open(ctx context.Context, url string) (*DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.Tracer = counter{}
+	sqldb := stdlib.OpenDB(*cfg)
+	sqldb.SetMaxOpenConns(20)
+	sqldb.SetMaxIdleConns(10)
+	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	db := sqlx.NewDb(sqldb, "pgx")
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return &DB{DB: db, URL: url}, nil
+}
+
+// --- statement counting -------------------------------------------------
+
+type counterKey struct{}
+
+// Counter counts the statements sent on contexts derived from WithCounter.
+type Counter struct{ n atomic.Int64 }
+
+// N is the number of statements counted so far.
+func (c *Counter) N() int64 { return c.n.Load() }
+
+// WithCounter returns a context whose statements are counted by c.
+func WithCounter(ctx context.Context, c *Counter) context.Context {
+	return context.WithValue(ctx, counterKey{}, c)
+}
+
+var totalStatements atomic.Int64
+
+// TotalStatements counts every statement this process sent.
+func TotalStatements() int64 { return totalStatements.Load() }
+
+type counter struct{}
+
+func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	totalStatements.Add(1)
+	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// --- transactions -------------------------------------------------------
+
+// Tx runs fn in a transaction and commits it when fn returns nil. A
+// serialization failure or deadlock retries fn from the start, a few times.
+func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
+	for attempt := 0; ; attempt++ {
+		err = db.tx(ctx, fn)
+		if err == nil || attempt >= 4 || !retryable(err) {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+	}
+}
+
+func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return Wrap(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return Wrap(tx.Commit())
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return false
+}
+
+// IsUnique reports a unique-constraint violation, optionally of one constraint.
+func IsUnique(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return constraint == "" || pe.ConstraintName == constraint
+	}
+	return false
+}
+
+// IsForeignKey reports a foreign-key violation.
+func IsForeignKey(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503"
+}
+
+// Wrap maps driver errors: an unreachable database becomes UNAVAILABLE;
+// sql.ErrNoRows and domain errors pass; anything else is returned as is and
+// becomes INTERNAL at the edge.
+func Wrap(err error) error {
+	if err == nil || errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if _, ok := errs.As(err); ok {
+		return err
+	}
+	if Unreachable(err) {
+		return &unavailable{err}
+	}
+	return err
+}
+
+type unavailable struct{ cause error }
+
+func (u *unavailable) Error() string { return "database unavailable: " + u.cause.Error() }
+func (u *unavailable) Unwrap() error { return u.cause }
+
+// Unreachable reports errors that mean the database cannot be reached.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var u *unavailable
+	if errors.As(err, &u) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// class 08: connection exception; 57P01..03: admin shutdown, crash, cannot connect now
+		return pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, driverBadConn)
+}
+
+var driverBadConn = driver.ErrBadConn

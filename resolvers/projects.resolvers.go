@@ -1,0 +1,51 @@
+package resolvers
+
+import (
+	"context"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/relay"
+	"github.com/bettercompute/computed/internal/tenants"
+)
+
+// ID is the resolver for the id field.
+func (r *projectResolver) ID(ctx context.Context, obj *projects.Project) (string, error) {
+	return relay.ID("Project", obj.ProjectID), nil
+}
+
+// Tenant is the resolver for the tenant field.
+func (r *projectResolver) Tenant(ctx context.Context, obj *projects.Project) (*tenants.Tenant, error) {
+	t, err := loaders.From(ctx).Tenant.Load(ctx, obj.TenantID)()
+	if err == nil && t == nil {
+		err = errs.E(errs.NotFound, "tenant %s not found", obj.TenantID)
+	}
+	return t, err
+}
+
+// Members is the resolver for the members field.
+func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, first *int, after *string) (*model.ProjectMemberConnection, error) {
+	if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Project, TenantID: obj.TenantID, ID: obj.ProjectID}); err != nil {
+		return nil, err
+	}
+	n, key, err := pageArgs(first, after)
+	if err != nil {
+		return nil, err
+	}
+	c, err := loaders.From(ctx).ProjectMembers.Load(ctx, loaders.PageKey{Parent: obj.ProjectID, First: n, After: key})()
+	if err != nil {
+		return nil, err
+	}
+	edges, info, total := connection(c, func(m *projects.Member) string { return m.PrincipalID },
+		func(cur string, m *projects.Member) *model.ProjectMemberEdge { return &model.ProjectMemberEdge{Cursor: cur, Node: m} })
+	return &model.ProjectMemberConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
+// Project returns graph.ProjectResolver implementation.
+func (r *Resolver) Project() graph.ProjectResolver { return &projectResolver{r} }
+
+type projectResolver struct{ *Resolver }

@@ -1,0 +1,69 @@
+// Package resolvers holds the GraphQL resolvers. They translate: mutations
+// call the method registry (the same validation, decision and audit as the
+// method surface), fields read through the request's dataloaders after one
+// authz.Decide.
+package resolvers
+
+import (
+	"context"
+
+	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Resolver is the root resolver.
+type Resolver struct {
+	Registry *registry.Registry
+	DB       *store.DB
+}
+
+func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, error) {
+	return registry.Call[Out](ctx, r.Registry, key, in)
+}
+
+// decide runs the one decision for a graph read.
+func (r *Resolver) decide(ctx context.Context, perm string, res authz.Resource) error {
+	return authz.Decide(ctx, r.DB, reqctx.PrincipalFrom(ctx), perm, res)
+}
+
+// pageArgs checks first/after the way the method surface checks limit/cursor.
+func pageArgs(first *int, after *string) (int, string, error) {
+	n := 50
+	if first != nil {
+		n = *first
+	}
+	if n < 1 || n > page.MaxLimit {
+		return 0, "", errs.Invalid("first", "first must be in 1-%d", page.MaxLimit)
+	}
+	var key string
+	if after != nil && *after != "" {
+		if len(*after) > 256 {
+			return 0, "", errs.Invalid("after", "after is longer than 256 characters")
+		}
+		if _, err := page.Decode(*after, &key); err != nil {
+			return 0, "", errs.Invalid("after", "after is not a cursor this server returned")
+		}
+	}
+	return n, key, nil
+}
+
+// connection turns a loaded page into edges, page info and the total.
+func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
+	edges := make([]E, 0, len(c.Items))
+	info := &model.PageInfo{HasNextPage: c.HasNext}
+	for i := range c.Items {
+		cur := page.Encode(key(&c.Items[i]))
+		edges = append(edges, edge(cur, &c.Items[i]))
+		if i == 0 {
+			info.StartCursor = &cur
+		}
+		info.EndCursor = &cur
+	}
+	return edges, info, c.Total
+}
+
