@@ -41,7 +41,9 @@ func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, fi
 		return nil, err
 	}
 	edges, info, total := connection(c, func(m *projects.Member) string { return m.PrincipalID },
-		func(cur string, m *projects.Member) *model.ProjectMemberEdge { return &model.ProjectMemberEdge{Cursor: cur, Node: m} })
+		func(cur string, m *projects.Member) *model.ProjectMemberEdge {
+			return &model.ProjectMemberEdge{Cursor: cur, Node: m}
+		})
 	return &model.ProjectMemberConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 

@@ -66,4 +66,3 @@ func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cu
 	}
 	return edges, info, c.Total
 }
-

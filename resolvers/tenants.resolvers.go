@@ -33,7 +33,9 @@ func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, firs
 		return nil, err
 	}
 	edges, info, total := connection(c, func(p *projects.Project) string { return p.ProjectID },
-		func(cur string, p *projects.Project) *model.ProjectEdge { return &model.ProjectEdge{Cursor: cur, Node: p} })
+		func(cur string, p *projects.Project) *model.ProjectEdge {
+			return &model.ProjectEdge{Cursor: cur, Node: p}
+		})
 	return &model.ProjectConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
@@ -69,7 +71,9 @@ func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first
 		return nil, err
 	}
 	edges, info, total := connection(c, func(b *iam.Binding) string { return b.PrincipalID },
-		func(cur string, b *iam.Binding) *model.RoleBindingEdge { return &model.RoleBindingEdge{Cursor: cur, Node: b} })
+		func(cur string, b *iam.Binding) *model.RoleBindingEdge {
+			return &model.RoleBindingEdge{Cursor: cur, Node: b}
+		})
 	return &model.RoleBindingConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 

@@ -44,8 +44,12 @@ const capacity = 5000
 // New makes a request's loaders over q.
 func New(q store.Q) *Loaders {
 	return &Loaders{
-		Tenant:         byID(func(ctx context.Context, ids []string) (map[string]*tenants.Tenant, error) { return tenants.ByIDs(ctx, q, ids) }),
-		Project:        byID(func(ctx context.Context, ids []string) (map[string]*projects.Project, error) { return projects.ByIDs(ctx, q, ids) }),
+		Tenant: byID(func(ctx context.Context, ids []string) (map[string]*tenants.Tenant, error) {
+			return tenants.ByIDs(ctx, q, ids)
+		}),
+		Project: byID(func(ctx context.Context, ids []string) (map[string]*projects.Project, error) {
+			return projects.ByIDs(ctx, q, ids)
+		}),
 		TenantProjects: pages(q, projects.PagesByTenant, projects.CountByTenant),
 		ProjectMembers: pages(q, projects.MemberPagesByProject, projects.CountMembersByProject),
 		TenantTokens:   pages(q, iam.TokenPagesByTenant, iam.CountTokensByTenant),
@@ -122,7 +126,9 @@ func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *dataloader.L
 type ctxKey struct{}
 
 // With returns ctx carrying the loaders.
-func With(ctx context.Context, l *Loaders) context.Context { return context.WithValue(ctx, ctxKey{}, l) }
+func With(ctx context.Context, l *Loaders) context.Context {
+	return context.WithValue(ctx, ctxKey{}, l)
+}
 
 // From returns the request's loaders.
 func From(ctx context.Context) *Loaders { return ctx.Value(ctxKey{}).(*Loaders) }

@@ -49,20 +49,20 @@ type Group struct {
 
 // Method is one entry of the registry.
 type Method struct {
-	Group       string
-	Name        string
-	Summary     string   // one sentence: what it does
-	Notes       []string // rules, in the seed pages' words
-	Kind        Kind
-	Credential  Credential
-	Permission  string // e.g. compute:profiles:manage
-	Resource    string // authz resource type
-	Items       bool   // "+ items": decided on the tenant, items filtered
-	Module      string
-	Phase       string
-	Status      string
-	Input       []Field
-	MaxBody     int64 // request body limit; default 1 MiB
+	Group      string
+	Name       string
+	Summary    string   // one sentence: what it does
+	Notes      []string // rules, in the seed pages' words
+	Kind       Kind
+	Credential Credential
+	Permission string // e.g. compute:profiles:manage
+	Resource   string // authz resource type
+	Items      bool   // "+ items": decided on the tenant, items filtered
+	Module     string
+	Phase      string
+	Status     string
+	Input      []Field
+	MaxBody    int64 // request body limit; default 1 MiB
 
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
 	decode func(m map[string]any) (any, error)

@@ -56,9 +56,9 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 			"requestBody": map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": m.InputSchema()}}},
 			"responses": map[string]any{
-				"200":     map[string]any{"description": "the method's output", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
-				"400":     errorRef, "401": errorRef, "403": errorRef, "404": errorRef, "409": errorRef,
-				"413":     errorRef, "422": errorRef, "429": errorRef, "503": errorRef,
+				"200": map[string]any{"description": "the method's output", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
+				"400": errorRef, "401": errorRef, "403": errorRef, "404": errorRef, "409": errorRef,
+				"413": errorRef, "422": errorRef, "429": errorRef, "503": errorRef,
 				"default": errorRef,
 			},
 			"x-kind":          m.Kind,
@@ -82,10 +82,10 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 		tags = append(tags, map[string]any{"name": g.Name, "description": g.Summary})
 	}
 	return map[string]any{
-		"openapi": "3.1.0",
-		"info":    map[string]any{"title": "Better Compute API", "version": version},
-		"tags":    tags,
-		"paths":   paths,
+		"openapi":  "3.1.0",
+		"info":     map[string]any{"title": "Better Compute API", "version": version},
+		"tags":     tags,
+		"paths":    paths,
 		"security": []any{map[string]any{"bearer": []any{}}},
 		"components": map[string]any{
 			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
