@@ -124,7 +124,7 @@ func (r *Registry) Markdown(group Group) string {
 	fmt.Fprintf(&b, "%d of %d methods are served by this release.\n\n", served, len(ms))
 	b.WriteString("| Method | Kind | Authorization | Phase | Status |\n|---|---|---|---|---|\n")
 	for _, m := range ms {
-		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s | %s |\n", m.Name, m.Name, m.Kind, cell(m.Authorization()), m.Phase, m.Status)
+		fmt.Fprintf(&b, "| [%s](#%s) | %s | %s | %s | %s |\n", m.Name, strings.ToLower(m.Name), m.Kind, cell(m.Authorization()), m.Phase, m.Status)
 	}
 	for _, m := range ms {
 		fmt.Fprintf(&b, "\n## %s\n\n`POST %s`\n\n%s\n\n", m.Name, m.Path(), m.Summary)

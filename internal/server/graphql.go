@@ -2,9 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -61,7 +62,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{UseGrapQLResponseJsonByDefault: true})
+	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.Introspection{})
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
@@ -76,7 +77,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		return next(loaders.With(ctx, loaders.New(s.DB)))
 	})
-	return srv
+	return overHTTP(srv)
 }
 
 // presentError maps domain errors into extensions.code and .details; other
@@ -113,13 +114,18 @@ func (s *Server) wsInit(ctx context.Context, p transport.InitPayload) (context.C
 			h = v
 		}
 	}
+	// 4403 Forbidden is graphql-transport-ws's close code for a refused init.
+	refuse := func(reason string) (context.Context, *transport.InitPayload, error) {
+		c := transport.WithWebsocketCloseCode(transport.AppendCloseReason(ctx, "UNAUTHENTICATED: "+reason), 4403)
+		return c, nil, errors.New("UNAUTHENTICATED: " + reason)
+	}
 	tok, ok := auth.FromHeader(h)
 	if !ok {
-		return ctx, nil, errors.New("UNAUTHENTICATED: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
+		return refuse("connection_init needs {\"Authorization\": \"Bearer <token>\"}")
 	}
 	pr, err := auth.Authenticate(ctx, s.DB, tok)
 	if err != nil {
-		return ctx, nil, errors.New("UNAUTHENTICATED: unknown or revoked bearer token")
+		return refuse("unknown or revoked bearer token")
 	}
 	return reqctx.WithPrincipal(ctx, pr), nil, nil
 }
@@ -199,4 +205,62 @@ func (m *opMetrics) InterceptResponse(ctx context.Context, next graphql.Response
 	return resp
 }
 
-var _ = slog.Default
+// overHTTP closes two gaps between gqlgen and the GraphQL-over-HTTP spec:
+// under application/json a request that parses as JSON but fails GraphQL
+// parsing or validation is answered 200 (gqlgen says 422), and under
+// application/graphql-response+json such a 400 carries no "data" entry.
+func overHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sw := &specWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		sw.finish()
+	})
+}
+
+type specWriter struct {
+	http.ResponseWriter
+	status int
+	buf    []byte
+	hold   bool
+}
+
+func (s *specWriter) WriteHeader(code int) {
+	ct := s.Header().Get("Content-Type")
+	switch {
+	case code == http.StatusUnprocessableEntity && strings.HasPrefix(ct, "application/json"):
+		code = http.StatusOK
+	case code == http.StatusBadRequest && strings.HasPrefix(ct, "application/graphql-response+json"):
+		s.status, s.hold = code, true
+		return
+	}
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *specWriter) Write(b []byte) (int, error) {
+	if s.hold {
+		s.buf = append(s.buf, b...)
+		return len(b), nil
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *specWriter) finish() {
+	if !s.hold {
+		return
+	}
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(s.buf, &body); err == nil {
+		delete(body, "data")
+		if b, err := json.Marshal(body); err == nil {
+			s.buf = b
+		}
+	}
+	s.Header().Del("Content-Length")
+	s.ResponseWriter.WriteHeader(s.status)
+	_, _ = s.ResponseWriter.Write(s.buf)
+}

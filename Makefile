@@ -1,0 +1,55 @@
+# Better Compute API server.
+#   make run       build and serve on the embedded default (PostgreSQL from the machine's binaries)
+#   make test      every test, against PostgreSQL clusters the tests start themselves
+SHELL := /bin/bash
+GO    ?= go
+export GOFLAGS ?= -buildvcs=false
+
+.PHONY: run build test deps generate check-generated lint bench fuzz audit-deps ci clean
+
+# The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
+deps:
+	@if ! command -v postgres >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then \
+		echo "installing PostgreSQL server binaries (apt)"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; fi; \
+	fi
+
+build:
+	$(GO) build -o bin/computed ./cmd/computed
+
+run: deps build
+	./bin/computed serve
+
+# Node packages for the GraphQL-over-HTTP audit and the graphql-transport-ws client test.
+audit-deps:
+	@if command -v npm >/dev/null 2>&1 && [ ! -d test/clients/node_modules ]; then \
+		(cd test/clients && npm ci --no-audit --no-fund --loglevel=error); fi
+
+test: deps audit-deps
+	$(GO) test -count=1 ./...
+
+generate:
+	$(GO) tool gqlgen generate
+	$(GO) run ./internal/docgen/cmd
+
+# Fails when generated code or documents differ from what is committed.
+check-generated: generate
+	@git diff --exit-code -- graph resolvers docs/api || (echo "generated files are stale: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- graph resolvers docs/api)" || (git status --porcelain -- graph resolvers docs/api; echo "untracked generated files" && exit 1)
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt would change these files" && exit 1)
+	$(GO) vet ./...
+
+bench: deps
+	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+
+# A few seconds of each fuzz target (seed corpora live in testdata/fuzz).
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=5s ./internal/registry/
+
+ci: lint check-generated test fuzz
+
+clean:
+	rm -rf bin

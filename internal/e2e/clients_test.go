@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+func clientsDir(t *testing.T) string {
+	t.Helper()
+	dir, _ := filepath.Abs(filepath.Join("..", "..", "test", "clients"))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "graphql-http")); err != nil {
+		t.Fatalf("the client packages are not installed: run make audit-deps (npm ci in test/clients)")
+	}
+	return dir
+}
+
+func node(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("node", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestGraphQLOverHTTPAudit runs graphql-http's audit suite: no audit may
+// error. Its warnings are explained in docs/graphql.md.
+func TestGraphQLOverHTTPAudit(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	e := testkit.Start(t)
+	out, err := node(t, dir, "audit.mjs", e.Server.URL+"/graphql", e.Operator)
+	if err != nil {
+		t.Fatalf("audit failed: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var sum struct{ Total, Ok, Warn, Error int }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Total < 50 || sum.Error != 0 {
+		t.Fatalf("audit summary %+v: %s", sum, out)
+	}
+	t.Logf("graphql-http audit: %s", out)
+}
+
+// TestGraphQLTransportWS uses a real graphql-transport-ws client: the token
+// goes in connection_init; without it the server closes with 4403.
+func TestGraphQLTransportWS(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	e := testkit.Start(t)
+	admin, _, _ := e.Tenant("acme")
+	e.Must(e.Call(admin, "projects/create", map[string]any{"tenantId": "acme", "name": "ws"}))
+	ws := "ws" + strings.TrimPrefix(e.Server.URL, "http") + "/graphql"
+	out, err := node(t, dir, "ws.mjs", ws, admin, `{ tenant(tenantId: "acme") { projects { totalCount edges { node { name } } } } }`)
+	if err != nil || !strings.Contains(out, `"totalCount":1`) || !strings.Contains(out, `"name":"ws"`) {
+		t.Fatalf("query over websocket: %v %s", err, out)
+	}
+	out, err = node(t, dir, "ws.mjs", ws, "", `{ viewer { name } }`)
+	if err != nil || !strings.Contains(out, `"code":4403`) {
+		t.Fatalf("unauthenticated websocket: want close 4403, got %v %s", err, out)
+	}
+	out, _ = node(t, dir, "ws.mjs", ws, "bct_unknown", `{ viewer { name } }`)
+	if !strings.Contains(out, `"code":4403`) {
+		t.Fatalf("unknown token over websocket: want close 4403, got %s", out)
+	}
+}
