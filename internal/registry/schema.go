@@ -274,6 +274,9 @@ func validateValue(path string, f *Field, v any) (any, error) {
 		if !ok {
 			return nil, errs.Invalid(path, "%s must be a string", path)
 		}
+		if strings.ContainsRune(s, 0) {
+			return nil, errs.Invalid(path, "%s must not contain NUL characters", path)
+		}
 		if f.MaxLength > 0 && utf8.RuneCountInString(s) > f.MaxLength {
 			return nil, errs.Invalid(path, "%s is longer than %d characters", path, f.MaxLength)
 		}
