@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO    ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: run build test deps generate check-generated lint bench fuzz audit-deps ci clean
+.PHONY: run build test deps browser generate check-generated lint bench fuzz audit-deps ci clean
 
 # The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
 deps:
@@ -13,6 +13,14 @@ deps:
 		echo "installing PostgreSQL server binaries (apt)"; \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; fi; \
+	fi
+
+# Headless Chromium for the GraphiQL browser test (Debian's package).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing chromium (apt)"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; \
 	fi
 
 build:
@@ -23,10 +31,10 @@ run: deps build
 
 # Node packages for the GraphQL-over-HTTP audit and the graphql-transport-ws client test.
 audit-deps:
-	@if command -v npm >/dev/null 2>&1 && [ ! -d test/clients/node_modules ]; then \
+	@if command -v npm >/dev/null 2>&1 && { [ ! -d test/clients/node_modules ] || [ test/clients/package-lock.json -nt test/clients/node_modules ]; }; then \
 		(cd test/clients && npm ci --no-audit --no-fund --loglevel=error); fi
 
-test: deps audit-deps
+test: deps browser audit-deps
 	$(GO) test -count=1 ./...
 
 generate:
