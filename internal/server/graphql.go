@@ -66,8 +66,8 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.Introspection{})
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
 	srv.Use(depthLimit{max: MaxDepth})
+	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
 	srv.Use(&opMetrics{hist: s.gqlHist})
 	srv.SetErrorPresenter(s.presentError)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {

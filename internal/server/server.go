@@ -4,7 +4,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -89,7 +92,7 @@ func (s *Server) Handler() http.Handler {
 	gql := s.graphqlHandler()
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticateGraphQL)
-		r.Handle("/graphql", http.MaxBytesHandler(gql, rest.DefaultMaxBody))
+		r.Handle("/graphql", limitGraphQLBody(gql, rest.DefaultMaxBody))
 	})
 	return r
 }
@@ -239,6 +242,29 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
+	})
+}
+
+// limitGraphQLBody answers 413 PAYLOAD_TOO_LARGE for a body over limit
+// (gqlgen would report a read error as a GraphQL error with status 200).
+func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Method == http.MethodPost {
+			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+			if err != nil {
+				e := errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit)
+				var mbe *http.MaxBytesError
+				if !errors.As(err, &mbe) {
+					e = errs.E(errs.InvalidInput, "could not read the body")
+				}
+				w.Header().Set("Content-Type", "application/json")
+				rest.WriteJSONRaw(w, e.Code.HTTPStatus(), map[string]any{"errors": []any{map[string]any{
+					"message": e.Message, "extensions": map[string]any{"code": e.Code, "details": e.Details}}}})
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
