@@ -6,10 +6,10 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
