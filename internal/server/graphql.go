@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -180,8 +182,36 @@ func selectionDepth(set ast.SelectionSet, depth int, seen map[string]bool) int {
 	return max
 }
 
-// opMetrics counts and times operations by name and type.
-type opMetrics struct{ hist *prometheus.HistogramVec }
+// opMetrics counts and times operations by name and type. Names are the
+// client's choice, so at most maxOpNames distinct ones get their own label.
+type opMetrics struct {
+	hist  *prometheus.HistogramVec
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+const maxOpNames = 200
+
+var opName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+func (m *opMetrics) label(name string) string {
+	if name == "" {
+		return "anonymous"
+	}
+	if !opName.MatchString(name) {
+		return "other"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.names == nil {
+		m.names = map[string]bool{}
+	}
+	if !m.names[name] && len(m.names) >= maxOpNames {
+		return "other"
+	}
+	m.names[name] = true
+	return name
+}
 
 func (*opMetrics) ExtensionName() string                   { return "OperationMetrics" }
 func (*opMetrics) Validate(graphql.ExecutableSchema) error { return nil }
@@ -197,10 +227,7 @@ func (m *opMetrics) InterceptResponse(ctx context.Context, next graphql.Response
 				name = oc.Operation.Name
 			}
 		}
-		if name == "" {
-			name = "anonymous"
-		}
-		m.hist.WithLabelValues(typ, name).Observe(time.Since(start).Seconds())
+		m.hist.WithLabelValues(typ, m.label(name)).Observe(time.Since(start).Seconds())
 	}
 	return resp
 }
