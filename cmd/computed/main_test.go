@@ -96,6 +96,19 @@ func TestEmbeddedRestartKeepsData(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	addr := freeAddr(t)
 
+	// `computed migrate` initialises and migrates, then exits.
+	mig := &Main{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := mig.ParseFlags([]string{"migrate", "-data-dir", data, "-database-url", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mig.Run(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	mig.Close()
+	if _, err := os.Stat(filepath.Join(data, "operator-token")); err == nil {
+		t.Fatal("migrate should not bootstrap the operator")
+	}
+
 	stop := serve(t, data, addr)
 	fi, err := os.Stat(filepath.Join(data, "operator-token"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
