@@ -124,16 +124,34 @@ func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string
 	if r, ok := p.CachedRole(tenantID); ok {
 		return r, nil
 	}
-	var role string
-	err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, tenantID, p.ID)
-	if errors.Is(err, sql.ErrNoRows) {
-		role, err = "", nil
+	// One statement loads every binding of the principal, so a request that
+	// touches many tenants decides them all from memory.
+	var rows []struct {
+		TenantID string `db:"tenant_id"`
+		Role     string `db:"role"`
 	}
-	if err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, role FROM role_bindings WHERE principal_id = $1 LIMIT 1001`, p.ID); err != nil {
 		return "", store.Wrap(err)
 	}
-	p.CacheRole(tenantID, role)
-	return role, nil
+	if len(rows) > 1000 {
+		// A principal bound to very many tenants: look this one up alone.
+		var role string
+		err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, tenantID, p.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			role, err = "", nil
+		}
+		if err != nil {
+			return "", store.Wrap(err)
+		}
+		p.CacheRole(tenantID, role)
+		return role, nil
+	}
+	roles := make(map[string]string, len(rows))
+	for _, r := range rows {
+		roles[r.TenantID] = r.Role
+	}
+	p.CacheAllRoles(roles)
+	return roles[tenantID], nil
 }
 
 // Decide says whether p may perform perm on r. It returns nil (allowed),

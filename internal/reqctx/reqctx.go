@@ -15,8 +15,9 @@ type Principal struct {
 	TokenID  string
 	NodeID   string // for node principals
 
-	mu    sync.Mutex
-	roles map[string]string // tenantId -> role, memoised per request
+	mu       sync.Mutex
+	roles    map[string]string // tenantId -> role, memoised per request
+	allRoles bool              // roles holds every binding of the principal
 }
 
 // IsOperator reports the platform-wide operator.
@@ -27,7 +28,17 @@ func (p *Principal) CachedRole(tenantID string) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r, ok := p.roles[tenantID]
+	if !ok && p.allRoles {
+		return "", true
+	}
 	return r, ok
+}
+
+// CacheAllRoles memoises every binding of the principal for the request.
+func (p *Principal) CacheAllRoles(roles map[string]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.roles, p.allRoles = roles, true
 }
 
 // CacheRole memoises a role lookup for the rest of the request.

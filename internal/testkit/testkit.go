@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/peterldowns/pgtestdb"
 	"github.com/peterldowns/pgtestdb/migrators/goosemigrator"
@@ -110,6 +111,8 @@ type Env struct {
 	DB       *store.DB
 	Server   *httptest.Server
 	Operator string // the operator's bearer token
+
+	counts sync.Map // request id -> statements
 }
 
 // OperatorToken is the bootstrap secret tests use.
@@ -129,9 +132,31 @@ func Start(t testing.TB) *Env {
 	metrics := prometheus.NewRegistry()
 	reg := app.Registry(d, log, metrics)
 	srv := server.New(server.Config{}, d, reg, metrics, log)
-	hs := httptest.NewServer(srv.Handler())
+	env := &Env{T: t, DB: d, Operator: OperatorToken}
+	h := srv.Handler()
+	// Count each request's SQL statements, keyed by its request id.
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &store.Counter{}
+		h.ServeHTTP(w, r.WithContext(store.WithCounter(r.Context(), c)))
+		env.counts.Store(w.Header().Get("X-Request-Id"), c.N())
+	}))
 	t.Cleanup(hs.Close)
-	return &Env{T: t, DB: d, Server: hs, Operator: OperatorToken}
+	env.Server = hs
+	return env
+}
+
+// Statements is the number of SQL statements the request sent.
+func (e *Env) Statements(r Resp) int64 {
+	e.T.Helper()
+	id := r.Header.Get("X-Request-Id")
+	for i := 0; i < 200; i++ {
+		if n, ok := e.counts.Load(id); ok {
+			return n.(int64)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.T.Fatalf("no statement count for request %s", id)
+	return 0
 }
 
 // Resp is a decoded response.
