@@ -112,7 +112,7 @@ type Env struct {
 	Server   *httptest.Server
 	Operator string // the operator's bearer token
 
-	counts sync.Map // request id -> statements
+	counts *sync.Map // request id -> statements
 }
 
 // OperatorToken is the bootstrap secret tests use.
@@ -132,7 +132,7 @@ func Start(t testing.TB) *Env {
 	metrics := prometheus.NewRegistry()
 	reg := app.Registry(d, log, metrics)
 	srv := server.New(server.Config{}, d, reg, metrics, log)
-	env := &Env{T: t, DB: d, Operator: OperatorToken}
+	env := &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

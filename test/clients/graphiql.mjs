@@ -15,10 +15,10 @@ try {
   await page.goto(base + '/');
   await page.fill('#token', token);
   await page.click('#save');
-  await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 20000 });
+  await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
   await page.evaluate((q) => document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue(q), query);
   await page.click('.graphiql-execute-button');
-  await page.waitForFunction(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue().includes('"data"'), null, { timeout: 20000 });
+  await page.waitForFunction(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue().includes('"data"'), null, { timeout: 45000 });
   const text = await page.evaluate(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue());
   console.log(JSON.stringify({ response: JSON.parse(text), blocked }));
 } finally {

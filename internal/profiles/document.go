@@ -1,0 +1,312 @@
+package profiles
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/registry"
+)
+
+// Bounds of a profile document.
+const (
+	MaxID       = 128
+	MaxVersion  = 1000000
+	MaxSteps    = 200
+	MaxUserData = 64 << 10 // bytes
+)
+
+// SchemaURL names the profile document's JSON Schema.
+const SchemaURL = "https://schemas.bettercompute.dev/profile.json"
+
+// devicePath is the pattern of a block device path in a step's with.
+const devicePath = `^/dev/[A-Za-z0-9/_.-]{1,128}$`
+
+// documentSchema is the structure of a profile document (defineProfile);
+// meaning (steps resolving, their with) is checked by validate and render.
+var documentSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "` + SchemaURL + `",
+  "type": "object",
+  "required": ["id", "version"],
+  "additionalProperties": false,
+  "properties": {
+    "id": {"type": "string", "maxLength": ` + strconv.Itoa(MaxID) + `, "pattern": ` + strconv.Quote(registry.ProfileIDPattern) + `},
+    "version": {"type": "integer", "minimum": 1, "maximum": ` + strconv.Itoa(MaxVersion) + `},
+    "name": {"type": "string", "maxLength": 200},
+    "description": {"type": "string", "maxLength": 2000},
+    "image": {
+      "type": "object", "required": ["url", "sha256"], "additionalProperties": false,
+      "properties": {
+        "url": {"type": "string", "maxLength": 2048, "pattern": "^(https?|oci)://\\S+$"},
+        "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "format": {"enum": ["raw", "qcow2", "iso", "tar"]}
+      }
+    },
+    "drivers": {
+      "type": "array", "maxItems": 32,
+      "items": {
+        "type": "object", "required": ["name"], "additionalProperties": false,
+        "properties": {
+          "name": {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
+          "version": {"type": "string", "maxLength": 64}
+        }
+      }
+    },
+    "steps": {
+      "type": "array", "maxItems": ` + strconv.Itoa(MaxSteps) + `,
+      "items": {
+        "type": "object", "required": ["use"], "additionalProperties": false,
+        "properties": {
+          "name": {"type": "string", "minLength": 1, "maxLength": 128},
+          "use": {"type": "string", "minLength": 1, "maxLength": 128},
+          "with": {"type": "object", "maxProperties": 64}
+        }
+      }
+    },
+    "userData": {"type": "string", "maxLength": ` + strconv.Itoa(MaxUserData) + `},
+    "hostConfig": ` + hostConfigSchema + `
+  }
+}`
+
+const hostConfigSchema = `{
+      "type": "object", "additionalProperties": false,
+      "properties": {
+        "hostname": {"type": "string", "maxLength": 253},
+        "kernelArgs": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 256}},
+        "sysctl": {"type": "object", "maxProperties": 256, "additionalProperties": {"type": ["string", "integer"], "maxLength": 256}},
+        "timezone": {"type": "string", "maxLength": 64}
+      }
+    }`
+
+var docSchema = mustCompile(SchemaURL, documentSchema)
+
+func mustCompile(url, text string) *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		panic(fmt.Sprintf("profiles: schema %s: %v", url, err))
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(url, doc); err != nil {
+		panic(fmt.Sprintf("profiles: schema %s: %v", url, err))
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		panic(fmt.Sprintf("profiles: schema %s: %v", url, err))
+	}
+	return s
+}
+
+// checked is a document that passed the structural check.
+type checked struct {
+	Raw     []byte
+	ID      string
+	Version int
+}
+
+// checkDocument checks a document's structure; any problem is INVALID_INPUT
+// naming the first offending field (document.steps[2].use).
+func checkDocument(raw []byte) (*checked, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, errs.Invalid("document", "document is required")
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, errs.Invalid("document", "document is not valid JSON")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errs.Invalid("document", "document must be an object")
+	}
+	if p := firstNUL("document", v); p != "" {
+		return nil, errs.Invalid(p, "%s must not contain NUL characters", p)
+	}
+	if err := docSchema.Validate(v); err != nil {
+		path, msg := firstProblem("document", v, err)
+		return nil, errs.Invalid(path, "%s: %s", path, msg)
+	}
+	if ud, ok := m["userData"].(string); ok && len(ud) > MaxUserData {
+		return nil, errs.Invalid("document.userData", "document.userData is larger than %d bytes", MaxUserData)
+	}
+	ver, _ := toInt(m["version"])
+	return &checked{Raw: raw, ID: m["id"].(string), Version: ver}, nil
+}
+
+func toInt(v any) (int, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	if err != nil || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// firstNUL returns the path of the first string holding a NUL ("" for none);
+// PostgreSQL's jsonb cannot store them.
+func firstNUL(path string, v any) string {
+	switch t := v.(type) {
+	case string:
+		if strings.ContainsRune(t, 0) {
+			return path
+		}
+	case map[string]any:
+		keys := sortedKeys(t)
+		for _, k := range keys {
+			if strings.ContainsRune(k, 0) {
+				return path + "." + k
+			}
+			if p := firstNUL(path+"."+k, t[k]); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if p := firstNUL(fmt.Sprintf("%s[%d]", path, i), e); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
+	return keys
+}
+
+// fieldOrder is the order fields are reported in: the document's own order.
+var fieldOrder = func() map[string]int {
+	m := map[string]int{}
+	for i, k := range []string{"id", "version", "name", "description", "image", "url", "sha256", "format",
+		"drivers", "steps", "use", "with", "userData", "hostConfig", "hostname", "kernelArgs", "sysctl", "timezone"} {
+		m[k] = i + 1
+	}
+	return m
+}()
+
+func keyLess(a, b string) bool {
+	ra, rb := fieldOrder[a], fieldOrder[b]
+	if ra == 0 {
+		ra = len(fieldOrder) + 1
+	}
+	if rb == 0 {
+		rb = len(fieldOrder) + 1
+	}
+	if ra != rb {
+		return ra < rb
+	}
+	return a < b
+}
+
+// problem is one leaf validation error: where and what.
+type problem struct {
+	loc []string
+	msg string
+}
+
+// firstProblem flattens a validation error and returns the first offending
+// location in document order, rendered under base.
+func firstProblem(base string, doc any, err error) (string, string) {
+	verr, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return base, err.Error()
+	}
+	var leaves []problem
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		loc := append([]string{}, e.InstanceLocation...)
+		msg := e.Error()
+		switch k := e.ErrorKind.(type) {
+		case *kind.Required:
+			missing := append([]string{}, k.Missing...)
+			sort.Slice(missing, func(i, j int) bool { return keyLess(missing[i], missing[j]) })
+			loc = append(loc, missing[0])
+			msg = "is required"
+		case *kind.AdditionalProperties:
+			props := append([]string{}, k.Properties...)
+			sort.Strings(props)
+			loc = append(loc, props[0])
+			msg = "unknown field"
+		default:
+			msg = leafMessage(e)
+		}
+		leaves = append(leaves, problem{loc: loc, msg: msg})
+	}
+	walk(verr)
+	if len(leaves) == 0 {
+		return base, verr.Error()
+	}
+	sort.SliceStable(leaves, func(i, j int) bool { return locLess(leaves[i].loc, leaves[j].loc) })
+	return render(base, doc, leaves[0].loc), leaves[0].msg
+}
+
+func leafMessage(e *jsonschema.ValidationError) string {
+	s := e.Error()
+	// "jsonschema validation failed with ...\n- at '/x': msg" -> msg
+	if i := strings.LastIndex(s, "': "); i >= 0 {
+		return s[i+3:]
+	}
+	return s
+}
+
+func locLess(a, b []string) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		ai, aerr := strconv.Atoi(a[i])
+		bi, berr := strconv.Atoi(b[i])
+		if aerr == nil && berr == nil {
+			return ai < bi
+		}
+		return keyLess(a[i], b[i])
+	}
+	return len(a) < len(b)
+}
+
+// render writes a location as document.steps[2].use, walking doc to tell
+// array indexes from object keys.
+func render(base string, doc any, loc []string) string {
+	var b strings.Builder
+	b.WriteString(base)
+	cur := doc
+	for _, seg := range loc {
+		switch t := cur.(type) {
+		case []any:
+			b.WriteString("[" + seg + "]")
+			if i, err := strconv.Atoi(seg); err == nil && i >= 0 && i < len(t) {
+				cur = t[i]
+			} else {
+				cur = nil
+			}
+		case map[string]any:
+			b.WriteString("." + seg)
+			cur = t[seg]
+		default:
+			b.WriteString("." + seg)
+			cur = nil
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,394 @@
+// Package profiles holds profiles: versioned recipes provisioning workflows
+// run (steps, drivers, an image, user data and host config). Lookups see the
+// tenant's own profiles, public ones of any tenant, and the read-only
+// profiles modules ship under the tenant builtin.
+package profiles
+
+import (
+	"context"
+	"crypto/md5"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Profile is one stored (or shipped) profile version.
+type Profile struct {
+	TenantID       string          `json:"tenantId" db:"tenant_id"`
+	ProfileID      string          `json:"profileId" db:"profile_id"`
+	ProfileVersion int             `json:"profileVersion" db:"profile_version"`
+	Visibility     string          `json:"visibility" db:"visibility"`
+	Document       json.RawMessage `json:"document" db:"-"`
+	RowVersion     int             `json:"rowVersion" db:"row_version"`
+	Used           bool            `json:"used" db:"used"`
+	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
+	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
+
+	Doc string `json:"-" db:"document"`
+	// ownerKey orders versions of one id held by several tenants (md5 of
+	// the tenant id, so a cursor stays short).
+	OwnerKey string `json:"-" db:"owner_key"`
+}
+
+func (p *Profile) fix() *Profile {
+	if p.Doc != "" {
+		p.Document = json.RawMessage(p.Doc)
+	}
+	if p.OwnerKey == "" {
+		p.OwnerKey = ownerKey(p.TenantID)
+	}
+	return p
+}
+
+func ownerKey(tenantID string) string {
+	s := md5.Sum([]byte(tenantID))
+	return hex.EncodeToString(s[:])
+}
+
+// Inputs and outputs.
+type (
+	CreateInput struct {
+		TenantID   string          `json:"tenantId"`
+		Document   json.RawMessage `json:"document"`
+		Visibility string          `json:"visibility"`
+	}
+	RefInput struct {
+		TenantID       string `json:"tenantId"`
+		ProfileID      string `json:"profileId"`
+		ProfileVersion *int   `json:"profileVersion,omitempty"`
+	}
+	ListInput struct {
+		TenantID string `json:"tenantId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	UpdateInput struct {
+		TenantID        string          `json:"tenantId"`
+		ProfileID       string          `json:"profileId"`
+		ProfileVersion  int             `json:"profileVersion"`
+		Document        json.RawMessage `json:"document,omitempty"`
+		Visibility      *string         `json:"visibility,omitempty"`
+		ExpectedVersion *int            `json:"expectedVersion,omitempty"`
+	}
+	Validation struct {
+		Valid  bool    `json:"valid"`
+		Issues []Issue `json:"issues"`
+	}
+	Render struct {
+		Profile *Profile   `json:"profile"`
+		Steps   []Rendered `json:"steps"`
+	}
+	Deleted struct {
+		Deleted int `json:"deleted"`
+	}
+)
+
+const cols = `tenant_id, profile_id, profile_version, visibility, document::text AS document, row_version, used, created_at, updated_at, md5(tenant_id) AS owner_key`
+
+func init() { authz.Register(authz.Profile, resolve) }
+
+// resolve is the resolver of compute-profile: a profile is visible to the
+// named tenant when the tenant stores a version of it, another tenant
+// publishes one, or a module ships it. Writes only ever touch the tenant's
+// own stored versions (the handlers' statements are scoped to the tenant),
+// so writing a profile the tenant only sees as public or builtin is
+// NOT_FOUND, as the seed says: "NOT_FOUND when the tenant has no such version".
+func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
+	if _, ok := builtin(r.ID, 0); ok {
+		return authz.Visibility{Exists: true}, nil
+	}
+	var ok bool
+	err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM profiles
+		WHERE profile_id = $1 AND deleted_at IS NULL AND (tenant_id = $2 OR visibility = 'public'))`, r.ID, r.TenantID)
+	if err != nil {
+		return authz.Visibility{}, store.Wrap(err)
+	}
+	return authz.Visibility{Exists: ok}, nil
+}
+
+func notFound(id string, version *int) error {
+	if version != nil {
+		return errs.E(errs.NotFound, "profile %s version %d not found", id, *version)
+	}
+	return errs.E(errs.NotFound, "profile %s not found", id)
+}
+
+// lookup finds the version a read resolves to: the tenant's own, then a
+// public stored one, then one a module ships; the latest when version is nil.
+func lookup(ctx context.Context, q store.Q, tenantID, id string, version *int) (*Profile, error) {
+	var p Profile
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM profiles
+		WHERE profile_id = $2 AND deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
+		  AND ($3::int IS NULL OR profile_version = $3)
+		ORDER BY (tenant_id = $1) DESC, profile_version DESC, tenant_id COLLATE "C"
+		LIMIT 1`, tenantID, id, version)
+	if err == nil {
+		return p.fix(), nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, store.Wrap(err)
+	}
+	v := 0
+	if version != nil {
+		v = *version
+	}
+	if b, ok := builtin(id, v); ok {
+		return b, nil
+	}
+	return nil, notFound(id, version)
+}
+
+// Create stores a new profile version.
+func Create(ctx context.Context, q store.Q, in *CreateInput) (*Profile, error) {
+	c, err := checkDocument(in.Document)
+	if err != nil {
+		return nil, err
+	}
+	vis := in.Visibility
+	if vis == "" {
+		vis = "private"
+	}
+	var p Profile
+	// A hidden (deleted) version is invisible, so its id and version can be
+	// stored again.
+	err = q.GetContext(ctx, &p, `INSERT INTO profiles (tenant_id, profile_id, profile_version, visibility, document)
+		VALUES ($1, $2, $3, $4, $5::jsonb)
+		ON CONFLICT (tenant_id, profile_id, profile_version) DO UPDATE SET
+			visibility = EXCLUDED.visibility, document = EXCLUDED.document, used = false, deleted_at = NULL,
+			row_version = profiles.row_version + 1, created_at = now(), updated_at = now()
+		WHERE profiles.deleted_at IS NOT NULL
+		RETURNING `+cols, in.TenantID, c.ID, c.Version, vis, string(c.Raw))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.Conflict, "profile %s version %d already exists in tenant %s; create the next version instead",
+			c.ID, c.Version, in.TenantID).With("path", "document.version")
+	}
+	if store.IsForeignKey(err) {
+		return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// Get returns one profile version.
+func Get(ctx context.Context, q store.Q, in *RefInput) (*Profile, error) {
+	return lookup(ctx, q, in.TenantID, in.ProfileID, in.ProfileVersion)
+}
+
+// Validate expands a profile version and returns every issue.
+func Validate(ctx context.Context, q store.Q, in *RefInput) (*Validation, error) {
+	p, err := lookup(ctx, q, in.TenantID, in.ProfileID, in.ProfileVersion)
+	if err != nil {
+		return nil, err
+	}
+	_, issues := Expand(p.Document)
+	return &Validation{Valid: len(issues) == 0, Issues: issues}, nil
+}
+
+// RenderProfile returns the document and the expanded steps.
+func RenderProfile(ctx context.Context, q store.Q, in *RefInput) (*Render, error) {
+	p, err := lookup(ctx, q, in.TenantID, in.ProfileID, in.ProfileVersion)
+	if err != nil {
+		return nil, err
+	}
+	out, issues := Expand(p.Document)
+	if len(issues) > 0 {
+		return nil, errs.E(errs.InvalidInput, "profile %s version %d does not resolve: %d issues", p.ProfileID, p.ProfileVersion, len(issues)).
+			With("path", issues[0].Path).With("issues", issues)
+	}
+	return &Render{Profile: p, Steps: out}, nil
+}
+
+type listKey struct {
+	ID      string
+	Version int
+	Owner   string
+}
+
+func keyOf(p *Profile) listKey { return listKey{p.ProfileID, p.ProfileVersion, p.OwnerKey} }
+
+func (a listKey) less(b listKey) bool {
+	if a.ID != b.ID {
+		return a.ID < b.ID
+	}
+	if a.Version != b.Version {
+		return a.Version < b.Version
+	}
+	return a.Owner < b.Owner
+}
+
+// List pages the tenant's own, public and builtin profiles by (profileId,
+// profileVersion, owner). The cursor is the key of the last item, so rows
+// added before it never shift a page.
+func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Profile], error) {
+	var after listKey
+	has, err := page.Decode(in.Cursor, &after.ID, &after.Version, &after.Owner)
+	if err != nil {
+		return nil, err
+	}
+	rows := []Profile{}
+	err = q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles
+		WHERE deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
+		  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
+		       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
+		ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
+		LIMIT $6`, in.TenantID, has, after.ID, after.Version, after.Owner, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	for i := range builtins {
+		b := builtins[i]
+		b.fix()
+		if !has || after.less(keyOf(&b)) {
+			rows = append(rows, b)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return keyOf(&rows[i]).less(keyOf(&rows[j])) })
+	if len(rows) > in.Limit+1 {
+		rows = rows[:in.Limit+1]
+	}
+	items, cur := page.Trim(rows, in.Limit, func(p Profile) string { return page.Encode(p.ProfileID, p.ProfileVersion, p.OwnerKey) })
+	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
+}
+
+// Update replaces the document and/or the visibility of one of the tenant's
+// own versions.
+func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Profile, error) {
+	hasDoc := len(in.Document) > 0 && string(in.Document) != "null"
+	if !hasDoc && in.Visibility == nil {
+		return nil, errs.Invalid("document", "pass document, visibility or both")
+	}
+	var doc *string
+	if hasDoc {
+		c, err := checkDocument(in.Document)
+		if err != nil {
+			return nil, err
+		}
+		if c.ID != in.ProfileID {
+			return nil, errs.Invalid("document.id", "document.id must stay %q", in.ProfileID)
+		}
+		if c.Version != in.ProfileVersion {
+			return nil, errs.Invalid("document.version", "document.version must stay %d", in.ProfileVersion)
+		}
+		s := string(c.Raw)
+		doc = &s
+	}
+	var cur Profile
+	err := q.GetContext(ctx, &cur, `SELECT `+cols+` FROM profiles
+		WHERE tenant_id = $1 AND profile_id = $2 AND profile_version = $3 AND deleted_at IS NULL
+		FOR UPDATE`, in.TenantID, in.ProfileID, in.ProfileVersion)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "tenant %s has no profile %s version %d", in.TenantID, in.ProfileID, in.ProfileVersion)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if in.ExpectedVersion != nil && *in.ExpectedVersion != cur.RowVersion {
+		return nil, errs.E(errs.Conflict, "profile %s version %d is at rowVersion %d, not %d",
+			in.ProfileID, in.ProfileVersion, cur.RowVersion, *in.ExpectedVersion).With("rowVersion", cur.RowVersion)
+	}
+	if doc != nil && cur.Used {
+		return nil, errs.E(errs.InvalidState, "profile %s version %d has been used by a workflow; its document cannot change, create the next version instead",
+			in.ProfileID, in.ProfileVersion).With("path", "document")
+	}
+	var p Profile
+	err = q.GetContext(ctx, &p, `UPDATE profiles SET
+			document = COALESCE($4::jsonb, document), visibility = COALESCE($5, visibility),
+			row_version = row_version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND profile_id = $2 AND profile_version = $3 AND deleted_at IS NULL
+		RETURNING `+cols, in.TenantID, in.ProfileID, in.ProfileVersion, doc, in.Visibility)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// Delete hides one version, or every version, of the tenant's own profile.
+func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
+	res, err := q.ExecContext(ctx, `UPDATE profiles SET deleted_at = now(), updated_at = now()
+		WHERE tenant_id = $1 AND profile_id = $2 AND ($3::int IS NULL OR profile_version = $3) AND deleted_at IS NULL`,
+		in.TenantID, in.ProfileID, in.ProfileVersion)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return nil, notFound(in.ProfileID, in.ProfileVersion)
+	}
+	return &Deleted{Deleted: int(n)}, nil
+}
+
+// Group describes the profiles group.
+var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](/docs/guides/bare-metal/profiles-and-images)."}
+
+// Methods are the profiles group's registry entries.
+func Methods() []registry.Method {
+	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: "profiles", Name: name, Kind: kind, Permission: perm, Resource: res,
+			Summary: summary, Notes: notes, Module: "provision", Phase: "v0.2", Input: in}
+	}
+	profileID := func() registry.Field {
+		return registry.Field{Name: "profileId", Type: registry.String, Required: true, MaxLength: MaxID, Pattern: registry.ProfileIDPattern}
+	}
+	version := func(required bool) registry.Field {
+		return registry.Field{Name: "profileVersion", Type: registry.Integer, Required: required, Min: registry.Int(1), Max: registry.Int(MaxVersion)}
+	}
+	ref := func() []registry.Field { return []registry.Field{registry.TenantID(), profileID(), version(false)} }
+	visibility := registry.Field{Name: "visibility", Type: registry.String, Enum: []string{"private", "public"}}
+	createVis := visibility
+	createVis.Default = "private"
+	list := m("list", registry.Read, "compute:profiles:read", authz.Tenant,
+		"Returns a page of the tenant's stored profiles, public ones and those modules ship, ordered by id and version.",
+		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
+		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+	list.Items = true
+	return []registry.Method{
+		registry.Def(m("create", registry.Mutation, "compute:profiles:manage", authz.Tenant,
+			"Stores a new profile version from a profile document, private unless `visibility` says public.",
+			[]string{"Decided as `compute:profiles:manage` on the tenant.",
+				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
+				"`CONFLICT` when that id and version already exist; create the next version instead."},
+			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true}, createVis), nil, Create),
+		registry.Def(m("get", registry.Read, "compute:profiles:read", authz.Profile,
+			"Returns one profile version, the latest when `profileVersion` is omitted.",
+			[]string{"The lookup prefers the tenant's own profile, then a public stored one, then one a module ships. `NOT_FOUND` when none matches."},
+			ref()...), nil, Get),
+		registry.Def(m("validate", registry.Read, "compute:profiles:read", authz.Profile,
+			"Expands a profile version against the registered steps and returns `valid` with every issue found, such as a `use` that does not resolve or a `with` its step rejects.",
+			[]string{"Problems in the profile are returned as issues rather than thrown; an unknown profile is `NOT_FOUND`."},
+			ref()...), nil, Validate),
+		registry.Def(m("render", registry.Read, "compute:profiles:read", authz.Profile,
+			"Returns the profile document and the expanded steps a workflow of this version would run, with their phases.",
+			[]string{"`INVALID_INPUT` when the profile does not resolve, with the problems in `details.issues`; `NOT_FOUND` for an unknown profile."},
+			ref()...), nil, RenderProfile),
+		registry.Def(list, nil, List),
+		registry.Def(m("update", registry.Mutation, "compute:profiles:manage", authz.Profile,
+			"Replaces the document of one of the tenant's profile versions, or changes its visibility, and returns the profile.",
+			[]string{"Pass `document`, `visibility` or both; neither is `INVALID_INPUT`.",
+				"A version a workflow has used keeps its document: `INVALID_STATE`. Its visibility can still change.",
+				"A new document must keep the profile's id and version (`INVALID_INPUT`).",
+				"`expectedVersion` is the profile's rowVersion; a mismatch is `CONFLICT`.",
+				"`NOT_FOUND` when the tenant has no such version."},
+			registry.TenantID(), profileID(), version(true),
+			registry.Field{Name: "document", Type: registry.Any}, visibility,
+			registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}), nil, Update),
+		registry.Def(m("delete", registry.Mutation, "compute:profiles:manage", authz.Profile,
+			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
+			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have."},
+			ref()...), nil, Delete),
+	}
+}
