@@ -18,8 +18,12 @@ try {
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
   await page.evaluate((q) => document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue(q), query);
   await page.click('.graphiql-execute-button');
-  await page.waitForFunction(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue().includes('"data"'), null, { timeout: 45000 });
-  const text = await page.evaluate(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue());
+  // Poll from here: waitForFunction would need 'unsafe-eval', which the page's CSP refuses.
+  let text = '';
+  for (let i = 0; i < 225 && !text.includes('"data"'); i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    text = await page.evaluate(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue());
+  }
   console.log(JSON.stringify({ response: JSON.parse(text), blocked }));
 } finally {
   await browser.close();
