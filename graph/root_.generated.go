@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -25,6 +26,8 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	Mutation() MutationResolver
+	Profile() ProfileResolver
+	ProfileStep() ProfileStepResolver
 	Project() ProjectResolver
 	Query() QueryResolver
 	Tenant() TenantResolver
@@ -37,6 +40,10 @@ type DirectiveRoot struct {
 type ComplexityRoot struct {
 	AddProjectMemberPayload struct {
 		Member func(childComplexity int) int
+	}
+
+	CreateProfilePayload struct {
+		Profile func(childComplexity int) int
 	}
 
 	CreateProjectPayload struct {
@@ -52,6 +59,10 @@ type ComplexityRoot struct {
 		Token  func(childComplexity int) int
 	}
 
+	DeleteProfilePayload struct {
+		Deleted func(childComplexity int) int
+	}
+
 	DeleteProjectPayload struct {
 		Deleted func(childComplexity int) int
 	}
@@ -62,14 +73,17 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		AddProjectMember    func(childComplexity int, input projects.MemberInput) int
+		CreateProfile       func(childComplexity int, input model.CreateProfileInput) int
 		CreateProject       func(childComplexity int, input projects.CreateInput) int
 		CreateTenant        func(childComplexity int, input tenants.CreateInput) int
 		CreateToken         func(childComplexity int, input iam.TokenCreateInput) int
+		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
 		RemoveProjectMember func(childComplexity int, input projects.MemberInput) int
 		RevokeMember        func(childComplexity int, input iam.MemberRefInput) int
 		RevokeToken         func(childComplexity int, input iam.TokenRefInput) int
+		UpdateProfile       func(childComplexity int, input model.UpdateProfileInput) int
 		UpdateProject       func(childComplexity int, input projects.UpdateInput) int
 	}
 
@@ -78,6 +92,50 @@ type ComplexityRoot struct {
 		HasNextPage     func(childComplexity int) int
 		HasPreviousPage func(childComplexity int) int
 		StartCursor     func(childComplexity int) int
+	}
+
+	Profile struct {
+		CreatedAt      func(childComplexity int) int
+		Document       func(childComplexity int) int
+		ID             func(childComplexity int) int
+		ProfileID      func(childComplexity int) int
+		ProfileVersion func(childComplexity int) int
+		Rendered       func(childComplexity int) int
+		RowVersion     func(childComplexity int) int
+		TenantID       func(childComplexity int) int
+		UpdatedAt      func(childComplexity int) int
+		Used           func(childComplexity int) int
+		Validation     func(childComplexity int) int
+		Visibility     func(childComplexity int) int
+	}
+
+	ProfileConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	ProfileEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	ProfileIssue struct {
+		Code    func(childComplexity int) int
+		Message func(childComplexity int) int
+		Path    func(childComplexity int) int
+	}
+
+	ProfileStep struct {
+		Index func(childComplexity int) int
+		Name  func(childComplexity int) int
+		Phase func(childComplexity int) int
+		Use   func(childComplexity int) int
+		With  func(childComplexity int) int
+	}
+
+	ProfileValidation struct {
+		Issues func(childComplexity int) int
+		Valid  func(childComplexity int) int
 	}
 
 	Project struct {
@@ -165,6 +223,8 @@ type ComplexityRoot struct {
 		ID        func(childComplexity int) int
 		Members   func(childComplexity int, first *int, after *string) int
 		Name      func(childComplexity int) int
+		Profile   func(childComplexity int, profileID string, profileVersion *int) int
+		Profiles  func(childComplexity int, first *int, after *string) int
 		Projects  func(childComplexity int, first *int, after *string) int
 		TenantID  func(childComplexity int) int
 		Tokens    func(childComplexity int, first *int, after *string) int
@@ -202,6 +262,10 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	UpdateProfilePayload struct {
+		Profile func(childComplexity int) int
+	}
+
 	UpdateProjectPayload struct {
 		Project func(childComplexity int) int
 	}
@@ -236,6 +300,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AddProjectMemberPayload.Member(childComplexity), true
 
+	case "CreateProfilePayload.profile":
+		if e.ComplexityRoot.CreateProfilePayload.Profile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateProfilePayload.Profile(childComplexity), true
+
 	case "CreateProjectPayload.project":
 		if e.ComplexityRoot.CreateProjectPayload.Project == nil {
 			break
@@ -263,6 +334,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CreateTokenPayload.Token(childComplexity), true
 
+	case "DeleteProfilePayload.deleted":
+		if e.ComplexityRoot.DeleteProfilePayload.Deleted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeleteProfilePayload.Deleted(childComplexity), true
+
 	case "DeleteProjectPayload.deleted":
 		if e.ComplexityRoot.DeleteProjectPayload.Deleted == nil {
 			break
@@ -288,6 +366,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AddProjectMember(childComplexity, args["input"].(projects.MemberInput)), true
+	case "Mutation.createProfile":
+		if e.ComplexityRoot.Mutation.CreateProfile == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createProfile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateProfile(childComplexity, args["input"].(model.CreateProfileInput)), true
 	case "Mutation.createProject":
 		if e.ComplexityRoot.Mutation.CreateProject == nil {
 			break
@@ -321,6 +410,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateToken(childComplexity, args["input"].(iam.TokenCreateInput)), true
+	case "Mutation.deleteProfile":
+		if e.ComplexityRoot.Mutation.DeleteProfile == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteProfile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteProfile(childComplexity, args["input"].(model.DeleteProfileInput)), true
 	case "Mutation.deleteProject":
 		if e.ComplexityRoot.Mutation.DeleteProject == nil {
 			break
@@ -376,6 +476,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["input"].(iam.TokenRefInput)), true
+	case "Mutation.updateProfile":
+		if e.ComplexityRoot.Mutation.UpdateProfile == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateProfile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateProfile(childComplexity, args["input"].(model.UpdateProfileInput)), true
 	case "Mutation.updateProject":
 		if e.ComplexityRoot.Mutation.UpdateProject == nil {
 			break
@@ -412,6 +523,168 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
+
+	case "Profile.createdAt":
+		if e.ComplexityRoot.Profile.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.CreatedAt(childComplexity), true
+	case "Profile.document":
+		if e.ComplexityRoot.Profile.Document == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.Document(childComplexity), true
+	case "Profile.id":
+		if e.ComplexityRoot.Profile.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.ID(childComplexity), true
+	case "Profile.profileId":
+		if e.ComplexityRoot.Profile.ProfileID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.ProfileID(childComplexity), true
+	case "Profile.profileVersion":
+		if e.ComplexityRoot.Profile.ProfileVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.ProfileVersion(childComplexity), true
+	case "Profile.rendered":
+		if e.ComplexityRoot.Profile.Rendered == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.Rendered(childComplexity), true
+	case "Profile.rowVersion":
+		if e.ComplexityRoot.Profile.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.RowVersion(childComplexity), true
+	case "Profile.tenantId":
+		if e.ComplexityRoot.Profile.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.TenantID(childComplexity), true
+	case "Profile.updatedAt":
+		if e.ComplexityRoot.Profile.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.UpdatedAt(childComplexity), true
+	case "Profile.used":
+		if e.ComplexityRoot.Profile.Used == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.Used(childComplexity), true
+	case "Profile.validation":
+		if e.ComplexityRoot.Profile.Validation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.Validation(childComplexity), true
+	case "Profile.visibility":
+		if e.ComplexityRoot.Profile.Visibility == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Profile.Visibility(childComplexity), true
+
+	case "ProfileConnection.edges":
+		if e.ComplexityRoot.ProfileConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileConnection.Edges(childComplexity), true
+	case "ProfileConnection.pageInfo":
+		if e.ComplexityRoot.ProfileConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileConnection.PageInfo(childComplexity), true
+
+	case "ProfileEdge.cursor":
+		if e.ComplexityRoot.ProfileEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileEdge.Cursor(childComplexity), true
+	case "ProfileEdge.node":
+		if e.ComplexityRoot.ProfileEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileEdge.Node(childComplexity), true
+
+	case "ProfileIssue.code":
+		if e.ComplexityRoot.ProfileIssue.Code == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileIssue.Code(childComplexity), true
+	case "ProfileIssue.message":
+		if e.ComplexityRoot.ProfileIssue.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileIssue.Message(childComplexity), true
+	case "ProfileIssue.path":
+		if e.ComplexityRoot.ProfileIssue.Path == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileIssue.Path(childComplexity), true
+
+	case "ProfileStep.index":
+		if e.ComplexityRoot.ProfileStep.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileStep.Index(childComplexity), true
+	case "ProfileStep.name":
+		if e.ComplexityRoot.ProfileStep.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileStep.Name(childComplexity), true
+	case "ProfileStep.phase":
+		if e.ComplexityRoot.ProfileStep.Phase == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileStep.Phase(childComplexity), true
+	case "ProfileStep.use":
+		if e.ComplexityRoot.ProfileStep.Use == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileStep.Use(childComplexity), true
+	case "ProfileStep.with":
+		if e.ComplexityRoot.ProfileStep.With == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileStep.With(childComplexity), true
+
+	case "ProfileValidation.issues":
+		if e.ComplexityRoot.ProfileValidation.Issues == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileValidation.Issues(childComplexity), true
+	case "ProfileValidation.valid":
+		if e.ComplexityRoot.ProfileValidation.Valid == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileValidation.Valid(childComplexity), true
 
 	case "Project.createdAt":
 		if e.ComplexityRoot.Project.CreatedAt == nil {
@@ -716,6 +989,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Tenant.Name(childComplexity), true
+	case "Tenant.profile":
+		if e.ComplexityRoot.Tenant.Profile == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_profile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.Profile(childComplexity, args["profileId"].(string), args["profileVersion"].(*int)), true
+	case "Tenant.profiles":
+		if e.ComplexityRoot.Tenant.Profiles == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_profiles_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.Profiles(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Tenant.projects":
 		if e.ComplexityRoot.Tenant.Projects == nil {
 			break
@@ -852,6 +1147,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TokenEdge.Node(childComplexity), true
 
+	case "UpdateProfilePayload.profile":
+		if e.ComplexityRoot.UpdateProfilePayload.Profile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UpdateProfilePayload.Profile(childComplexity), true
+
 	case "UpdateProjectPayload.project":
 		if e.ComplexityRoot.UpdateProjectPayload.Project == nil {
 			break
@@ -905,14 +1207,17 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("AddProjectMemberInput", ec.unmarshalInputAddProjectMemberInput),
+			graphql.NewInputUnmarshaler("CreateProfileInput", ec.unmarshalInputCreateProfileInput),
 			graphql.NewInputUnmarshaler("CreateProjectInput", ec.unmarshalInputCreateProjectInput),
 			graphql.NewInputUnmarshaler("CreateTenantInput", ec.unmarshalInputCreateTenantInput),
 			graphql.NewInputUnmarshaler("CreateTokenInput", ec.unmarshalInputCreateTokenInput),
+			graphql.NewInputUnmarshaler("DeleteProfileInput", ec.unmarshalInputDeleteProfileInput),
 			graphql.NewInputUnmarshaler("DeleteProjectInput", ec.unmarshalInputDeleteProjectInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
 			graphql.NewInputUnmarshaler("RemoveProjectMemberInput", ec.unmarshalInputRemoveProjectMemberInput),
 			graphql.NewInputUnmarshaler("RevokeMemberInput", ec.unmarshalInputRevokeMemberInput),
 			graphql.NewInputUnmarshaler("RevokeTokenInput", ec.unmarshalInputRevokeTokenInput),
+			graphql.NewInputUnmarshaler("UpdateProfileInput", ec.unmarshalInputUpdateProfileInput),
 			graphql.NewInputUnmarshaler("UpdateProjectInput", ec.unmarshalInputUpdateProjectInput),
 		)
 	}
@@ -1069,6 +1374,99 @@ input RevokeMemberInput {
 
 type RevokeMemberPayload {
   revoked: Int!
+}
+`, BuiltIn: false},
+	{Name: "../schema/profiles.graphqls", Input: `"One version of a provisioning profile: the tenant's own, a public one, or one a module ships (tenant builtin)."
+type Profile implements Node {
+  id: ID!
+  tenantId: String!
+  profileId: String!
+  profileVersion: Int!
+  visibility: String!
+  document: JSON!
+  rowVersion: Int!
+  used: Boolean!
+  createdAt: Time!
+  updatedAt: Time!
+  "Every issue found expanding the document against the step registry."
+  validation: ProfileValidation!
+  "The steps a workflow of this version would run; null when the profile does not resolve (see validation)."
+  rendered: [ProfileStep!]
+}
+
+type ProfileValidation {
+  valid: Boolean!
+  issues: [ProfileIssue!]!
+}
+
+type ProfileIssue {
+  path: String!
+  code: String!
+  message: String!
+}
+
+type ProfileStep {
+  index: Int!
+  name: String!
+  use: String!
+  phase: String!
+  with: JSON!
+}
+
+type ProfileConnection {
+  edges: [ProfileEdge!]!
+  pageInfo: PageInfo!
+}
+
+type ProfileEdge {
+  cursor: String!
+  node: Profile!
+}
+
+extend type Tenant {
+  "The tenant's own, public and builtin profiles, ordered by id and version."
+  profiles(first: Int = 50, after: String): ProfileConnection!
+  "One profile version as profiles.get finds it (latest when profileVersion is omitted)."
+  profile(profileId: String!, profileVersion: Int): Profile
+}
+
+input CreateProfileInput {
+  tenantId: String!
+  document: JSON!
+  visibility: String
+}
+
+type CreateProfilePayload {
+  profile: Profile!
+}
+
+input UpdateProfileInput {
+  tenantId: String!
+  profileId: String!
+  profileVersion: Int!
+  document: JSON
+  visibility: String
+  expectedVersion: Int
+}
+
+type UpdateProfilePayload {
+  profile: Profile!
+}
+
+input DeleteProfileInput {
+  tenantId: String!
+  profileId: String!
+  profileVersion: Int
+}
+
+type DeleteProfilePayload {
+  deleted: Int!
+}
+
+extend type Mutation {
+  createProfile(input: CreateProfileInput!): CreateProfilePayload!
+  updateProfile(input: UpdateProfileInput!): UpdateProfilePayload!
+  deleteProfile(input: DeleteProfileInput!): DeleteProfilePayload!
 }
 `, BuiltIn: false},
 	{Name: "../schema/projects.graphqls", Input: `type Project implements Node {
@@ -1260,6 +1658,14 @@ func (ec *executionContext) childFields_AddProjectMemberPayload(ctx context.Cont
 	return nil, fmt.Errorf("no field named %q was found under type AddProjectMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_CreateProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "profile":
+		return ec.fieldContext_CreateProfilePayload_profile(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateProfilePayload", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateProjectPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "project":
@@ -1284,6 +1690,14 @@ func (ec *executionContext) childFields_CreateTokenPayload(ctx context.Context, 
 		return ec.fieldContext_CreateTokenPayload_secret(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CreateTokenPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_DeleteProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "deleted":
+		return ec.fieldContext_DeleteProfilePayload_deleted(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeleteProfilePayload", field.Name)
 }
 
 func (ec *executionContext) childFields_DeleteProjectPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1314,6 +1728,94 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 		return ec.fieldContext_PageInfo_endCursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_Profile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Profile_id(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_Profile_tenantId(ctx, field)
+	case "profileId":
+		return ec.fieldContext_Profile_profileId(ctx, field)
+	case "profileVersion":
+		return ec.fieldContext_Profile_profileVersion(ctx, field)
+	case "visibility":
+		return ec.fieldContext_Profile_visibility(ctx, field)
+	case "document":
+		return ec.fieldContext_Profile_document(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_Profile_rowVersion(ctx, field)
+	case "used":
+		return ec.fieldContext_Profile_used(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Profile_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Profile_updatedAt(ctx, field)
+	case "validation":
+		return ec.fieldContext_Profile_validation(ctx, field)
+	case "rendered":
+		return ec.fieldContext_Profile_rendered(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Profile", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ProfileConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ProfileConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ProfileEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ProfileEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileIssue(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "path":
+		return ec.fieldContext_ProfileIssue_path(ctx, field)
+	case "code":
+		return ec.fieldContext_ProfileIssue_code(ctx, field)
+	case "message":
+		return ec.fieldContext_ProfileIssue_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileIssue", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileStep(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_ProfileStep_index(ctx, field)
+	case "name":
+		return ec.fieldContext_ProfileStep_name(ctx, field)
+	case "use":
+		return ec.fieldContext_ProfileStep_use(ctx, field)
+	case "phase":
+		return ec.fieldContext_ProfileStep_phase(ctx, field)
+	case "with":
+		return ec.fieldContext_ProfileStep_with(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileStep", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileValidation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "valid":
+		return ec.fieldContext_ProfileValidation_valid(ctx, field)
+	case "issues":
+		return ec.fieldContext_ProfileValidation_issues(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileValidation", field.Name)
 }
 
 func (ec *executionContext) childFields_Project(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1480,6 +1982,10 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "profiles":
+		return ec.fieldContext_Tenant_profiles(ctx, field)
+	case "profile":
+		return ec.fieldContext_Tenant_profile(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Tenant", field.Name)
 }
@@ -1546,6 +2052,14 @@ func (ec *executionContext) childFields_TokenEdge(ctx context.Context, field gra
 		return ec.fieldContext_TokenEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TokenEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_UpdateProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "profile":
+		return ec.fieldContext_UpdateProfilePayload_profile(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type UpdateProfilePayload", field.Name)
 }
 
 func (ec *executionContext) childFields_UpdateProjectPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

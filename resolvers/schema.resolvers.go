@@ -2,6 +2,7 @@ package resolvers
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
@@ -9,6 +10,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -118,7 +120,24 @@ func (r *queryResolver) Tenant(ctx context.Context, tenantID string) (*tenants.T
 // read it, null otherwise (a hidden object and a missing one look the same).
 func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error) {
 	typ, key, ok := relay.Parse(id)
-	if !ok || len(key) != 1 {
+	if !ok {
+		return nil, nil
+	}
+	if typ == "Profile" && len(key) == 3 {
+		// Read as its owner tenant names it: visible to principals holding a
+		// role there (public and builtin ones are also visible to everyone
+		// through tenant(tenantId:) { profile(...) }).
+		v, err := strconv.Atoi(key[2])
+		if err != nil {
+			return nil, nil
+		}
+		p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.get", profiles.RefInput{TenantID: key[0], ProfileID: key[1], ProfileVersion: &v})
+		if err != nil || p.TenantID != key[0] {
+			return nil, nil
+		}
+		return p, nil
+	}
+	if len(key) != 1 {
 		return nil, nil
 	}
 	l := loaders.From(ctx)

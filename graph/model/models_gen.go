@@ -4,6 +4,7 @@ package model
 
 import (
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/tenants"
 )
@@ -12,12 +13,28 @@ type AddProjectMemberPayload struct {
 	Member *projects.Member `json:"member"`
 }
 
+type CreateProfileInput struct {
+	TenantID   string  `json:"tenantId"`
+	Document   any     `json:"document"`
+	Visibility *string `json:"visibility,omitempty"`
+}
+
+type CreateProfilePayload struct {
+	Profile *profiles.Profile `json:"profile"`
+}
+
 type CreateProjectPayload struct {
 	Project *projects.Project `json:"project"`
 }
 
 type CreateTenantPayload struct {
 	Tenant *tenants.Tenant `json:"tenant"`
+}
+
+type DeleteProfileInput struct {
+	TenantID       string `json:"tenantId"`
+	ProfileID      string `json:"profileId"`
+	ProfileVersion *int   `json:"profileVersion,omitempty"`
 }
 
 type GrantMemberPayload struct {
@@ -32,6 +49,21 @@ type PageInfo struct {
 	HasPreviousPage bool    `json:"hasPreviousPage"`
 	StartCursor     *string `json:"startCursor,omitempty"`
 	EndCursor       *string `json:"endCursor,omitempty"`
+}
+
+type ProfileConnection struct {
+	Edges    []*ProfileEdge `json:"edges"`
+	PageInfo *PageInfo      `json:"pageInfo"`
+}
+
+type ProfileEdge struct {
+	Cursor string            `json:"cursor"`
+	Node   *profiles.Profile `json:"node"`
+}
+
+type ProfileValidation struct {
+	Valid  bool              `json:"valid"`
+	Issues []*profiles.Issue `json:"issues"`
 }
 
 type ProjectConnection struct {
@@ -94,6 +126,19 @@ type TokenConnection struct {
 type TokenEdge struct {
 	Cursor string     `json:"cursor"`
 	Node   *iam.Token `json:"node"`
+}
+
+type UpdateProfileInput struct {
+	TenantID        string  `json:"tenantId"`
+	ProfileID       string  `json:"profileId"`
+	ProfileVersion  int     `json:"profileVersion"`
+	Document        any     `json:"document,omitempty"`
+	Visibility      *string `json:"visibility,omitempty"`
+	ExpectedVersion *int    `json:"expectedVersion,omitempty"`
+}
+
+type UpdateProfilePayload struct {
+	Profile *profiles.Profile `json:"profile"`
 }
 
 type UpdateProjectPayload struct {

@@ -261,7 +261,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Profile], e
 	if len(rows) > in.Limit+1 {
 		rows = rows[:in.Limit+1]
 	}
-	items, cur := page.Trim(rows, in.Limit, func(p Profile) string { return page.Encode(p.ProfileID, p.ProfileVersion, p.OwnerKey) })
+	items, cur := page.Trim(rows, in.Limit, func(p Profile) string { return CursorOf(&p) })
 	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
 }
 
@@ -392,3 +392,6 @@ func Methods() []registry.Method {
 			ref()...), nil, Delete),
 	}
 }
+
+// CursorOf is the list cursor that resumes after p (GraphQL edge cursors).
+func CursorOf(p *Profile) string { return page.Encode(p.ProfileID, p.ProfileVersion, p.fix().OwnerKey) }

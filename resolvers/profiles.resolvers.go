@@ -1,0 +1,122 @@
+package resolvers
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/profiles"
+	"github.com/bettercompute/computed/internal/relay"
+	"github.com/bettercompute/computed/internal/tenants"
+)
+
+// CreateProfile is the resolver for the createProfile field.
+func (r *mutationResolver) CreateProfile(ctx context.Context, input model.CreateProfileInput) (*model.CreateProfilePayload, error) {
+	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.create", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.CreateProfilePayload{Profile: p}, nil
+}
+
+// UpdateProfile is the resolver for the updateProfile field.
+func (r *mutationResolver) UpdateProfile(ctx context.Context, input model.UpdateProfileInput) (*model.UpdateProfilePayload, error) {
+	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.update", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.UpdateProfilePayload{Profile: p}, nil
+}
+
+// DeleteProfile is the resolver for the deleteProfile field.
+func (r *mutationResolver) DeleteProfile(ctx context.Context, input model.DeleteProfileInput) (*profiles.Deleted, error) {
+	return call[profiles.Deleted](ctx, r.Resolver, "profiles.delete", input)
+}
+
+// ID is the resolver for the id field: owner tenant, profile id and version.
+func (r *profileResolver) ID(ctx context.Context, obj *profiles.Profile) (string, error) {
+	return relay.ID("Profile", obj.TenantID, obj.ProfileID, strconv.Itoa(obj.ProfileVersion)), nil
+}
+
+// Document is the resolver for the document field.
+func (r *profileResolver) Document(ctx context.Context, obj *profiles.Profile) (any, error) {
+	var v any
+	err := json.Unmarshal(obj.Document, &v)
+	return v, err
+}
+
+// Validation is the resolver for the validation field: the loaded document
+// expanded in memory, no statement.
+func (r *profileResolver) Validation(ctx context.Context, obj *profiles.Profile) (*model.ProfileValidation, error) {
+	_, issues := profiles.Expand(obj.Document)
+	out := &model.ProfileValidation{Valid: len(issues) == 0, Issues: make([]*profiles.Issue, len(issues))}
+	for i := range issues {
+		out.Issues[i] = &issues[i]
+	}
+	return out, nil
+}
+
+// Rendered is the resolver for the rendered field.
+func (r *profileResolver) Rendered(ctx context.Context, obj *profiles.Profile) ([]*profiles.Rendered, error) {
+	steps, issues := profiles.Expand(obj.Document)
+	if len(issues) > 0 {
+		return nil, nil
+	}
+	out := make([]*profiles.Rendered, len(steps))
+	for i := range steps {
+		out[i] = &steps[i]
+	}
+	return out, nil
+}
+
+// With is the resolver for the with field.
+func (r *profileStepResolver) With(ctx context.Context, obj *profiles.Rendered) (any, error) {
+	if obj.With == nil {
+		return map[string]any{}, nil
+	}
+	return obj.With, nil
+}
+
+// Profiles is the resolver for the profiles field: profiles.list (own,
+// public and builtin under one keyset) shaped as a connection.
+func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProfileConnection, error) {
+	n, _, err := pageArgs(first, nil)
+	if err != nil {
+		return nil, err
+	}
+	in := profiles.ListInput{TenantID: obj.TenantID, Limit: n}
+	if after != nil {
+		in.Cursor = *after
+	}
+	p, err := call[page.Page[profiles.Profile]](ctx, r.Resolver, "profiles.list", in)
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.ProfileConnection{Edges: make([]*model.ProfileEdge, len(p.Items)), PageInfo: &model.PageInfo{HasNextPage: p.Cursor != nil}}
+	for i := range p.Items {
+		cur := profiles.CursorOf(&p.Items[i])
+		conn.Edges[i] = &model.ProfileEdge{Cursor: cur, Node: &p.Items[i]}
+		if i == 0 {
+			conn.PageInfo.StartCursor = &cur
+		}
+		conn.PageInfo.EndCursor = &cur
+	}
+	return conn, nil
+}
+
+// Profile is the resolver for the profile field.
+func (r *tenantResolver) Profile(ctx context.Context, obj *tenants.Tenant, profileID string, profileVersion *int) (*profiles.Profile, error) {
+	return call[profiles.Profile](ctx, r.Resolver, "profiles.get", profiles.RefInput{TenantID: obj.TenantID, ProfileID: profileID, ProfileVersion: profileVersion})
+}
+
+// Profile returns graph.ProfileResolver implementation.
+func (r *Resolver) Profile() graph.ProfileResolver { return &profileResolver{r} }
+
+// ProfileStep returns graph.ProfileStepResolver implementation.
+func (r *Resolver) ProfileStep() graph.ProfileStepResolver { return &profileStepResolver{r} }
+
+type profileResolver struct{ *Resolver }
+type profileStepResolver struct{ *Resolver }
