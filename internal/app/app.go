@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/registry"
@@ -17,7 +18,7 @@ import (
 
 // Groups in docs order.
 func Groups() []registry.Group {
-	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, profiles.Group}
+	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, pools.Group, profiles.Group}
 }
 
 // Registry builds the registry; db and metrics may be nil to render documents.
@@ -25,5 +26,5 @@ func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer) *re
 	if log == nil {
 		log = slog.Default()
 	}
-	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), profiles.Methods())
+	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), profiles.Methods())
 }

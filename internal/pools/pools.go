@@ -1,0 +1,483 @@
+// Package pools holds compute pools: the nodes of one site under one GPU
+// model, one sharing mode and one policy. The tenant that creates a pool owns
+// it; other tenants see it only once the owner offers it to them with a
+// quota. Decisions are made on compute-pool/{poolId}.
+package pools
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Pool is one compute pool.
+type Pool struct {
+	PoolID          string          `json:"poolId" db:"pool_id"`
+	TenantID        string          `json:"tenantId" db:"tenant_id"`
+	Name            string          `json:"name" db:"name"`
+	Site            string          `json:"site" db:"site"`
+	GPUModel        string          `json:"gpuModel" db:"gpu_model"`
+	SharingMode     string          `json:"sharingMode" db:"sharing_mode"`
+	Kind            string          `json:"kind" db:"kind"`
+	Provider        *string         `json:"provider" db:"provider"`
+	ProviderAccount *string         `json:"providerAccount" db:"provider_account"`
+	Policy          json.RawMessage `json:"policy" db:"-"`
+	State           string          `json:"state" db:"state"`
+	RowVersion      int             `json:"rowVersion" db:"row_version"`
+	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
+	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
+
+	PolicyText string `json:"-" db:"policy"`
+}
+
+func (p *Pool) fix() *Pool {
+	if p.PolicyText != "" {
+		p.Policy = json.RawMessage(p.PolicyText)
+	} else {
+		p.Policy = json.RawMessage(`{}`)
+	}
+	return p
+}
+
+// Quota is what an offer lets the offered-to tenant use.
+type Quota struct {
+	GPUs      int `json:"gpus"`
+	Instances int `json:"instances"`
+}
+
+// Offer is a pool offered to another tenant.
+type Offer struct {
+	PoolID     string    `json:"poolId" db:"pool_id"`
+	ToTenantID string    `json:"toTenantId" db:"to_tenant_id"`
+	Quota      Quota     `json:"quota"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+type offerRow struct {
+	PoolID     string    `db:"pool_id"`
+	ToTenantID string    `db:"to_tenant_id"`
+	GPUs       int       `db:"quota_gpus"`
+	Instances  int       `db:"quota_instances"`
+	CreatedAt  time.Time `db:"created_at"`
+}
+
+// Pool states.
+const (
+	Active   = "active"
+	Archived = "archived"
+)
+
+// Inputs.
+type (
+	CreateInput struct {
+		TenantID        string          `json:"tenantId"`
+		Name            string          `json:"name"`
+		Site            string          `json:"site"`
+		GPUModel        string          `json:"gpuModel"`
+		SharingMode     string          `json:"sharingMode"`
+		Kind            string          `json:"kind"`
+		Provider        *string         `json:"provider,omitempty"`
+		ProviderAccount *string         `json:"providerAccount,omitempty"`
+		Policy          json.RawMessage `json:"policy,omitempty"`
+	}
+	RefInput struct {
+		TenantID string `json:"tenantId"`
+		PoolID   string `json:"poolId"`
+	}
+	ListInput struct {
+		TenantID string `json:"tenantId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	UpdateInput struct {
+		TenantID        string          `json:"tenantId"`
+		PoolID          string          `json:"poolId"`
+		Name            *string         `json:"name,omitempty"`
+		Policy          json.RawMessage `json:"policy,omitempty"`
+		ExpectedVersion *int            `json:"expectedVersion,omitempty"`
+	}
+	ArchiveInput struct {
+		TenantID        string `json:"tenantId"`
+		PoolID          string `json:"poolId"`
+		ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+	}
+	OfferInput struct {
+		TenantID   string `json:"tenantId"`
+		PoolID     string `json:"poolId"`
+		ToTenantID string `json:"toTenantId"`
+		Quota      Quota  `json:"quota"`
+	}
+	UnofferInput struct {
+		TenantID   string `json:"tenantId"`
+		PoolID     string `json:"poolId"`
+		ToTenantID string `json:"toTenantId"`
+	}
+	Removed struct {
+		Removed int `json:"removed"`
+	}
+)
+
+const cols = `pool_id, tenant_id, name, site, gpu_model, sharing_mode, kind, provider, provider_account,
+	policy::text AS policy, state, row_version, created_at, updated_at`
+
+// DefaultProvider is the provider of a vps-provider pool that names none.
+const DefaultProvider = "sim"
+
+func init() { authz.Register(authz.Pool, resolve) }
+
+// offeredScope is what an offered-to tenant's role grants on a pool: reads,
+// and compute:pools:manage so that the manage handlers (which only touch
+// pools the named tenant owns) answer NOT_FOUND rather than
+// PERMISSION_DENIED: only the owner may change a pool, and existence does
+// not leak.
+func offeredScope(perm string) bool {
+	return authz.ReadsOnly(perm) || perm == "compute:pools:manage"
+}
+
+// resolve is the relationship resolver of compute-pool: the owner tenant
+// holds everything its role allows; a tenant the pool is offered to holds
+// reads (see offeredScope); anyone else does not see the pool.
+func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
+	var owner string
+	err := q.GetContext(ctx, &owner, `SELECT CASE WHEN p.tenant_id = $2 THEN 'owner' ELSE 'offered' END FROM pools p
+		WHERE p.pool_id = $1 AND (p.tenant_id = $2
+			OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, r.ID, r.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return authz.Visibility{}, nil
+	}
+	if err != nil {
+		return authz.Visibility{}, store.Wrap(err)
+	}
+	if owner == "owner" {
+		return authz.Visibility{Exists: true}, nil
+	}
+	return authz.Visibility{Exists: true, Scope: offeredScope}, nil
+}
+
+func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
+
+// policyJSON checks a policy object and returns it as text ("" for none).
+func policyJSON(path string, raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", errs.Invalid(path, "%s must be an object", path)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return "", errs.Invalid(path, "%s must be an object", path)
+	}
+	if p := firstNUL(path, v); p != "" {
+		return "", errs.Invalid(p, "%s must not contain NUL characters", p)
+	}
+	return string(raw), nil
+}
+
+// firstNUL returns the path of the first string holding a NUL ("" for
+// none); PostgreSQL's jsonb cannot store them.
+func firstNUL(path string, v any) string {
+	switch t := v.(type) {
+	case string:
+		if strings.ContainsRune(t, 0) {
+			return path
+		}
+	case map[string]any:
+		for k, x := range t {
+			if strings.ContainsRune(k, 0) {
+				return path
+			}
+			if p := firstNUL(path+"."+k, x); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, x := range t {
+			if p := firstNUL(fmt.Sprintf("%s[%d]", path, i), x); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func nameTaken(name, tenantID string) error {
+	return errs.E(errs.Conflict, "pool %q already exists in tenant %s", name, tenantID).With("path", "name")
+}
+
+// Create stores a pool owned by the named tenant.
+func Create(ctx context.Context, q store.Q, in *CreateInput) (*Pool, error) {
+	provider := in.Provider
+	if in.Kind == "vps-provider" {
+		if provider == nil {
+			s := DefaultProvider
+			provider = &s
+		}
+	} else if provider != nil {
+		return nil, errs.Invalid("provider", "provider is only for pools of kind vps-provider")
+	}
+	policy, err := policyJSON("policy", in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if policy == "" {
+		policy = "{}"
+	}
+	var p Pool
+	err = q.GetContext(ctx, &p, `INSERT INTO pools (pool_id, tenant_id, name, site, gpu_model, sharing_mode, kind, provider, provider_account, policy)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb) RETURNING `+cols,
+		ids.New(ids.Pool), in.TenantID, in.Name, in.Site, in.GPUModel, in.SharingMode, in.Kind, provider, in.ProviderAccount, policy)
+	if store.IsUnique(err, "pools_tenant_name_key") {
+		return nil, nameTaken(in.Name, in.TenantID)
+	}
+	if store.IsForeignKey(err) {
+		return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// Get returns a pool the tenant owns or is offered (the decision has
+// already checked it is visible).
+func Get(ctx context.Context, q store.Q, in *RefInput) (*Pool, error) {
+	var p Pool
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools p WHERE pool_id = $1 AND (tenant_id = $2
+		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, in.PoolID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.PoolID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// List pages the pools the tenant owns and those offered to it, by id,
+// archived ones included (with their state).
+func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Pool{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools p
+		WHERE (tenant_id = $1 OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $1))
+		  AND pool_id > $2 ORDER BY pool_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(p Pool) string { return page.Encode(p.PoolID) })
+	return &page.Page[Pool]{Items: items, Cursor: cur}, nil
+}
+
+// owned locks a pool the tenant owns; anyone else's pool is NOT_FOUND.
+func owned(ctx context.Context, q store.Q, tenantID, poolID string) (*Pool, error) {
+	var p Pool
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools WHERE pool_id = $1 AND tenant_id = $2 FOR UPDATE`, poolID, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(poolID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// active is owned plus: an archived pool is INVALID_STATE; an
+// expectedVersion other than the rowVersion is CONFLICT.
+func active(ctx context.Context, q store.Q, tenantID, poolID string, expected *int) (*Pool, error) {
+	p, err := owned(ctx, q, tenantID, poolID)
+	if err != nil {
+		return nil, err
+	}
+	if p.State != Active {
+		return nil, errs.E(errs.InvalidState, "pool %s is %s", poolID, p.State).With("state", p.State)
+	}
+	if expected != nil && *expected != p.RowVersion {
+		return nil, errs.E(errs.Conflict, "pool %s is at rowVersion %d, not %d", poolID, p.RowVersion, *expected).
+			With("rowVersion", p.RowVersion)
+	}
+	return p, nil
+}
+
+// Update changes an active pool's name and/or policy.
+func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Pool, error) {
+	policy, err := policyJSON("policy", in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if in.Name == nil && policy == "" {
+		return nil, errs.Invalid("name", "pass name, policy or both")
+	}
+	if _, err := active(ctx, q, in.TenantID, in.PoolID, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
+	var pol *string
+	if policy != "" {
+		pol = &policy
+	}
+	var p Pool
+	err = q.GetContext(ctx, &p, `UPDATE pools SET
+			name = COALESCE($3, name), policy = COALESCE($4::jsonb, policy),
+			row_version = row_version + 1, updated_at = now()
+		WHERE pool_id = $1 AND tenant_id = $2 RETURNING `+cols, in.PoolID, in.TenantID, in.Name, pol)
+	if store.IsUnique(err, "pools_tenant_name_key") {
+		return nil, nameTaken(*in.Name, in.TenantID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+// Archive retires an active pool; archiving an archived pool is
+// INVALID_STATE.
+func Archive(ctx context.Context, q store.Q, in *ArchiveInput) (*Pool, error) {
+	if _, err := active(ctx, q, in.TenantID, in.PoolID, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
+	var p Pool
+	err := q.GetContext(ctx, &p, `UPDATE pools SET state = 'archived', row_version = row_version + 1, updated_at = now()
+		WHERE pool_id = $1 AND tenant_id = $2 RETURNING `+cols, in.PoolID, in.TenantID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return p.fix(), nil
+}
+
+const offerCols = `pool_id, to_tenant_id, quota_gpus, quota_instances, created_at`
+
+// MakeOffer offers an active pool to another tenant with a quota; offering
+// it again changes the quota.
+func MakeOffer(ctx context.Context, q store.Q, in *OfferInput) (*Offer, error) {
+	if in.ToTenantID == in.TenantID {
+		return nil, errs.Invalid("toTenantId", "a pool cannot be offered to its owner")
+	}
+	if in.ToTenantID == authz.BuiltinTenant {
+		return nil, errs.Invalid("toTenantId", "the builtin tenant is reserved")
+	}
+	if _, err := active(ctx, q, in.TenantID, in.PoolID, nil); err != nil {
+		return nil, err
+	}
+	var o offerRow
+	err := q.GetContext(ctx, &o, `INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (pool_id, to_tenant_id) DO UPDATE SET
+			quota_gpus = EXCLUDED.quota_gpus, quota_instances = EXCLUDED.quota_instances, updated_at = now()
+		RETURNING `+offerCols, in.PoolID, in.ToTenantID, in.Quota.GPUs, in.Quota.Instances)
+	if store.IsForeignKey(err) {
+		return nil, errs.E(errs.NotFound, "tenant %s not found", in.ToTenantID).With("path", "toTenantId")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &Offer{PoolID: o.PoolID, ToTenantID: o.ToTenantID, Quota: Quota{GPUs: o.GPUs, Instances: o.Instances}, CreatedAt: o.CreatedAt}, nil
+}
+
+// Unoffer withdraws an offer; NOT_FOUND when there is none.
+func Unoffer(ctx context.Context, q store.Q, in *UnofferInput) (*Removed, error) {
+	if _, err := owned(ctx, q, in.TenantID, in.PoolID); err != nil {
+		return nil, err
+	}
+	res, err := q.ExecContext(ctx, `DELETE FROM pool_offers WHERE pool_id = $1 AND to_tenant_id = $2`, in.PoolID, in.ToTenantID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return nil, errs.E(errs.NotFound, "pool %s is not offered to tenant %s", in.PoolID, in.ToTenantID)
+	}
+	return &Removed{Removed: int(n)}, nil
+}
+
+// Group describes the pools group.
+var Group = registry.Group{Name: "pools", Summary: "A pool groups the nodes of one site under one GPU model, one sharing mode and one policy, and every reservation and quota belongs to exactly one pool. The tenant that creates a pool owns it; other tenants see it only once the owner offers it to them with a quota. Only the owner can offer, unoffer, update or archive a pool; anyone else gets `NOT_FOUND`."}
+
+// Methods are the pools group's registry entries.
+func Methods() []registry.Method {
+	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: "pools", Name: name, Kind: kind, Permission: perm, Resource: res,
+			Summary: summary, Notes: notes, Module: "capacity", Phase: "v0.2", Input: in}
+	}
+	ref := func(more ...registry.Field) []registry.Field {
+		return append([]registry.Field{registry.TenantID(), registry.ID("poolId", ids.Pool)}, more...)
+	}
+	text := func(name string, required bool, desc string) registry.Field {
+		return registry.Field{Name: name, Type: registry.String, Required: required, MaxLength: 128, Pattern: `^\S(?:.*\S)?$`,
+			Description: desc}
+	}
+	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true,
+		Description: "free-form policy object; {} when omitted"}
+	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}
+	toTenant := registry.TenantID()
+	toTenant.Name, toTenant.Description = "toTenantId", "the tenant the pool is offered to"
+	count := func(name string) registry.Field {
+		return registry.Field{Name: name, Type: registry.Integer, Required: true, Min: registry.Int(0), Max: registry.Int(1000000)}
+	}
+	quota := registry.Field{Name: "quota", Type: registry.Object, Required: true,
+		Fields: []registry.Field{count("gpus"), count("instances")}}
+	ownerOnly := "Only the owner may call it; a pool the tenant does not own is `NOT_FOUND`."
+	list := m("list", registry.Read, "compute:pools:read", authz.Tenant,
+		"Returns a page of the pools the tenant owns and those offered to it, ordered by id.",
+		[]string{"Archived pools are included, with their `state`.",
+			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
+		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+	list.Items = true
+	return []registry.Method{
+		registry.Def(m("create", registry.Mutation, "compute:pools:manage", authz.Tenant,
+			"Creates a pool owned by the tenant.",
+			[]string{"`provider` is only for pools of kind `vps-provider` (default `sim`); passing it for another kind is `INVALID_INPUT`.",
+				"`CONFLICT` when the tenant already has a pool of that name."},
+			registry.TenantID(), registry.Name(true),
+			text("site", true, "the site the pool's nodes are in"),
+			text("gpuModel", true, "the GPU model of the pool's nodes"),
+			registry.Field{Name: "sharingMode", Type: registry.String, Required: true, Enum: []string{"exclusive", "mig", "time-sliced"}},
+			registry.Field{Name: "kind", Type: registry.String, Required: true, Enum: []string{"bare-metal", "vps-hosted", "vps-provider"}},
+			registry.Field{Name: "provider", Type: registry.String, MaxLength: 63, Pattern: `^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`,
+				Description: "the VPS provider (vps-provider pools only); default sim"},
+			text("providerAccount", false, "the account at the provider"),
+			policy), nil, Create),
+		registry.Def(m("get", registry.Read, "compute:pools:read", authz.Pool,
+			"Returns one pool the tenant owns or is offered.",
+			[]string{"`NOT_FOUND` when the tenant neither owns the pool nor is offered it."}, ref()...), nil, Get),
+		registry.Def(list, nil, List),
+		registry.Def(m("update", registry.Mutation, "compute:pools:manage", authz.Pool,
+			"Changes a pool's name or policy and returns it.",
+			[]string{"Pass `name`, `policy` or both; neither is `INVALID_INPUT`.",
+				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.",
+				"An archived pool is `INVALID_STATE`.", ownerOnly},
+			ref(registry.Name(false), policy, expected)...), nil, Update),
+		registry.Def(m("archive", registry.Mutation, "compute:pools:manage", authz.Pool,
+			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
+			[]string{"Archiving an archived pool is `INVALID_STATE`.",
+				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
+			ref(expected)...), nil, Archive),
+		registry.Def(m("offer", registry.Mutation, "compute:pools:manage", authz.Pool,
+			"Offers a pool to another tenant with a quota and returns the offer.",
+			[]string{"Offering a pool that is already offered to the tenant changes the quota.",
+				"Offering to the owner itself is `INVALID_INPUT`; an unknown `toTenantId` is `NOT_FOUND`.",
+				"An archived pool is `INVALID_STATE`.", ownerOnly},
+			ref(toTenant, quota)...), nil, MakeOffer),
+		registry.Def(m("unoffer", registry.Mutation, "compute:pools:manage", authz.Pool,
+			"Withdraws an offer and returns the number removed.",
+			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.", ownerOnly},
+			ref(toTenant)...), nil, Unoffer),
+	}
+}
