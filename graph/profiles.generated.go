@@ -1426,7 +1426,7 @@ func (ec *executionContext) marshalNProfileConnection2ᚖgithubᚗcomᚋbetterco
 }
 
 func (ec *executionContext) marshalNProfileEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProfileEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ProfileEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 16, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProfileEdge(ctx, sel, v[i])
@@ -1450,7 +1450,7 @@ func (ec *executionContext) marshalNProfileEdge2ᚖgithubᚗcomᚋbettercompute�
 }
 
 func (ec *executionContext) marshalNProfileIssue2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssueᚄ(ctx context.Context, sel ast.SelectionSet, v []*profiles.Issue) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 16, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileIssue2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssue(ctx, sel, v[i])
@@ -1513,7 +1513,7 @@ func (ec *executionContext) marshalOProfileStep2ᚕᚖgithubᚗcomᚋbettercompu
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 16, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileStep2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐRendered(ctx, sel, v[i])

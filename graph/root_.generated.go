@@ -26,6 +26,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	Mutation() MutationResolver
+	Pool() PoolResolver
 	Profile() ProfileResolver
 	ProfileStep() ProfileStepResolver
 	Project() ProjectResolver
@@ -40,6 +41,10 @@ type DirectiveRoot struct {
 type ComplexityRoot struct {
 	AddProjectMemberPayload struct {
 		Member func(childComplexity int) int
+	}
+
+	CreatePoolPayload struct {
+		Pool func(childComplexity int) int
 	}
 
 	CreateProfilePayload struct {
@@ -73,6 +78,7 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		AddProjectMember    func(childComplexity int, input projects.MemberInput) int
+		CreatePool          func(childComplexity int, input model.CreatePoolInput) int
 		CreateProfile       func(childComplexity int, input model.CreateProfileInput) int
 		CreateProject       func(childComplexity int, input projects.CreateInput) int
 		CreateTenant        func(childComplexity int, input tenants.CreateInput) int
@@ -80,6 +86,7 @@ type ComplexityRoot struct {
 		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
+		OfferPool           func(childComplexity int, input model.OfferPoolInput) int
 		RemoveProjectMember func(childComplexity int, input projects.MemberInput) int
 		RevokeMember        func(childComplexity int, input iam.MemberRefInput) int
 		RevokeToken         func(childComplexity int, input iam.TokenRefInput) int
@@ -87,11 +94,57 @@ type ComplexityRoot struct {
 		UpdateProject       func(childComplexity int, input projects.UpdateInput) int
 	}
 
+	OfferPoolPayload struct {
+		Offer func(childComplexity int) int
+	}
+
 	PageInfo struct {
 		EndCursor       func(childComplexity int) int
 		HasNextPage     func(childComplexity int) int
 		HasPreviousPage func(childComplexity int) int
 		StartCursor     func(childComplexity int) int
+	}
+
+	Pool struct {
+		CreatedAt       func(childComplexity int) int
+		GPUModel        func(childComplexity int) int
+		ID              func(childComplexity int) int
+		Kind            func(childComplexity int) int
+		Name            func(childComplexity int) int
+		Offers          func(childComplexity int) int
+		Policy          func(childComplexity int) int
+		PoolID          func(childComplexity int) int
+		Provider        func(childComplexity int) int
+		ProviderAccount func(childComplexity int) int
+		RowVersion      func(childComplexity int) int
+		SharingMode     func(childComplexity int) int
+		Site            func(childComplexity int) int
+		State           func(childComplexity int) int
+		TenantID        func(childComplexity int) int
+		UpdatedAt       func(childComplexity int) int
+	}
+
+	PoolConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	PoolEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	PoolOffer struct {
+		CreatedAt  func(childComplexity int) int
+		PoolID     func(childComplexity int) int
+		Quota      func(childComplexity int) int
+		ToTenantID func(childComplexity int) int
+	}
+
+	PoolQuota struct {
+		GPUs      func(childComplexity int) int
+		Instances func(childComplexity int) int
 	}
 
 	Profile struct {
@@ -223,6 +276,7 @@ type ComplexityRoot struct {
 		ID        func(childComplexity int) int
 		Members   func(childComplexity int, first *int, after *string) int
 		Name      func(childComplexity int) int
+		Pools     func(childComplexity int, first *int, after *string) int
 		Profile   func(childComplexity int, profileID string, profileVersion *int) int
 		Profiles  func(childComplexity int, first *int, after *string) int
 		Projects  func(childComplexity int, first *int, after *string) int
@@ -300,6 +354,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AddProjectMemberPayload.Member(childComplexity), true
 
+	case "CreatePoolPayload.pool":
+		if e.ComplexityRoot.CreatePoolPayload.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatePoolPayload.Pool(childComplexity), true
+
 	case "CreateProfilePayload.profile":
 		if e.ComplexityRoot.CreateProfilePayload.Profile == nil {
 			break
@@ -366,6 +427,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AddProjectMember(childComplexity, args["input"].(projects.MemberInput)), true
+	case "Mutation.createPool":
+		if e.ComplexityRoot.Mutation.CreatePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createPool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreatePool(childComplexity, args["input"].(model.CreatePoolInput)), true
 	case "Mutation.createProfile":
 		if e.ComplexityRoot.Mutation.CreateProfile == nil {
 			break
@@ -443,6 +515,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.GrantMember(childComplexity, args["input"].(iam.GrantInput)), true
+	case "Mutation.offerPool":
+		if e.ComplexityRoot.Mutation.OfferPool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_offerPool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.OfferPool(childComplexity, args["input"].(model.OfferPoolInput)), true
 	case "Mutation.removeProjectMember":
 		if e.ComplexityRoot.Mutation.RemoveProjectMember == nil {
 			break
@@ -499,6 +582,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Mutation.UpdateProject(childComplexity, args["input"].(projects.UpdateInput)), true
 
+	case "OfferPoolPayload.offer":
+		if e.ComplexityRoot.OfferPoolPayload.Offer == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OfferPoolPayload.Offer(childComplexity), true
+
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
 			break
@@ -523,6 +613,173 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
+
+	case "Pool.createdAt":
+		if e.ComplexityRoot.Pool.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.CreatedAt(childComplexity), true
+	case "Pool.gpuModel":
+		if e.ComplexityRoot.Pool.GPUModel == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.GPUModel(childComplexity), true
+	case "Pool.id":
+		if e.ComplexityRoot.Pool.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.ID(childComplexity), true
+	case "Pool.kind":
+		if e.ComplexityRoot.Pool.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Kind(childComplexity), true
+	case "Pool.name":
+		if e.ComplexityRoot.Pool.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Name(childComplexity), true
+	case "Pool.offers":
+		if e.ComplexityRoot.Pool.Offers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Offers(childComplexity), true
+	case "Pool.policy":
+		if e.ComplexityRoot.Pool.Policy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Policy(childComplexity), true
+	case "Pool.poolId":
+		if e.ComplexityRoot.Pool.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.PoolID(childComplexity), true
+	case "Pool.provider":
+		if e.ComplexityRoot.Pool.Provider == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Provider(childComplexity), true
+	case "Pool.providerAccount":
+		if e.ComplexityRoot.Pool.ProviderAccount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.ProviderAccount(childComplexity), true
+	case "Pool.rowVersion":
+		if e.ComplexityRoot.Pool.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.RowVersion(childComplexity), true
+	case "Pool.sharingMode":
+		if e.ComplexityRoot.Pool.SharingMode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.SharingMode(childComplexity), true
+	case "Pool.site":
+		if e.ComplexityRoot.Pool.Site == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Site(childComplexity), true
+	case "Pool.state":
+		if e.ComplexityRoot.Pool.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.State(childComplexity), true
+	case "Pool.tenantId":
+		if e.ComplexityRoot.Pool.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.TenantID(childComplexity), true
+	case "Pool.updatedAt":
+		if e.ComplexityRoot.Pool.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.UpdatedAt(childComplexity), true
+
+	case "PoolConnection.edges":
+		if e.ComplexityRoot.PoolConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolConnection.Edges(childComplexity), true
+	case "PoolConnection.pageInfo":
+		if e.ComplexityRoot.PoolConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolConnection.PageInfo(childComplexity), true
+	case "PoolConnection.totalCount":
+		if e.ComplexityRoot.PoolConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolConnection.TotalCount(childComplexity), true
+
+	case "PoolEdge.cursor":
+		if e.ComplexityRoot.PoolEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolEdge.Cursor(childComplexity), true
+	case "PoolEdge.node":
+		if e.ComplexityRoot.PoolEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolEdge.Node(childComplexity), true
+
+	case "PoolOffer.createdAt":
+		if e.ComplexityRoot.PoolOffer.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolOffer.CreatedAt(childComplexity), true
+	case "PoolOffer.poolId":
+		if e.ComplexityRoot.PoolOffer.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolOffer.PoolID(childComplexity), true
+	case "PoolOffer.quota":
+		if e.ComplexityRoot.PoolOffer.Quota == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolOffer.Quota(childComplexity), true
+	case "PoolOffer.toTenantId":
+		if e.ComplexityRoot.PoolOffer.ToTenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolOffer.ToTenantID(childComplexity), true
+
+	case "PoolQuota.gpus":
+		if e.ComplexityRoot.PoolQuota.GPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolQuota.GPUs(childComplexity), true
+	case "PoolQuota.instances":
+		if e.ComplexityRoot.PoolQuota.Instances == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolQuota.Instances(childComplexity), true
 
 	case "Profile.createdAt":
 		if e.ComplexityRoot.Profile.CreatedAt == nil {
@@ -989,6 +1246,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Tenant.Name(childComplexity), true
+	case "Tenant.pools":
+		if e.ComplexityRoot.Tenant.Pools == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_pools_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.Pools(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Tenant.profile":
 		if e.ComplexityRoot.Tenant.Profile == nil {
 			break
@@ -1207,6 +1475,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("AddProjectMemberInput", ec.unmarshalInputAddProjectMemberInput),
+			graphql.NewInputUnmarshaler("CreatePoolInput", ec.unmarshalInputCreatePoolInput),
 			graphql.NewInputUnmarshaler("CreateProfileInput", ec.unmarshalInputCreateProfileInput),
 			graphql.NewInputUnmarshaler("CreateProjectInput", ec.unmarshalInputCreateProjectInput),
 			graphql.NewInputUnmarshaler("CreateTenantInput", ec.unmarshalInputCreateTenantInput),
@@ -1214,6 +1483,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("DeleteProfileInput", ec.unmarshalInputDeleteProfileInput),
 			graphql.NewInputUnmarshaler("DeleteProjectInput", ec.unmarshalInputDeleteProjectInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
+			graphql.NewInputUnmarshaler("OfferPoolInput", ec.unmarshalInputOfferPoolInput),
+			graphql.NewInputUnmarshaler("PoolQuotaInput", ec.unmarshalInputPoolQuotaInput),
 			graphql.NewInputUnmarshaler("RemoveProjectMemberInput", ec.unmarshalInputRemoveProjectMemberInput),
 			graphql.NewInputUnmarshaler("RevokeMemberInput", ec.unmarshalInputRevokeMemberInput),
 			graphql.NewInputUnmarshaler("RevokeTokenInput", ec.unmarshalInputRevokeTokenInput),
@@ -1374,6 +1645,93 @@ input RevokeMemberInput {
 
 type RevokeMemberPayload {
   revoked: Int!
+}
+`, BuiltIn: false},
+	{Name: "../schema/pools.graphqls", Input: `"A pool groups the nodes of one site under one GPU model, one sharing mode and one policy."
+type Pool implements Node {
+  id: ID!
+  poolId: String!
+  "The owner."
+  tenantId: String!
+  name: String!
+  site: String!
+  gpuModel: String!
+  sharingMode: String!
+  kind: String!
+  provider: String
+  providerAccount: String
+  policy: JSON!
+  state: String!
+  rowVersion: Int!
+  createdAt: Time!
+  updatedAt: Time!
+  "The tenants the pool is offered to, with their quotas (the owner's view; empty for others)."
+  offers: [PoolOffer!]!
+}
+
+type PoolQuota {
+  gpus: Int!
+  instances: Int!
+}
+
+type PoolOffer {
+  poolId: String!
+  toTenantId: String!
+  quota: PoolQuota!
+  createdAt: Time!
+}
+
+type PoolConnection {
+  edges: [PoolEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type PoolEdge {
+  cursor: String!
+  node: Pool!
+}
+
+extend type Tenant {
+  "Pools the tenant owns or that are offered to it."
+  pools(first: Int = 50, after: String): PoolConnection!
+}
+
+input CreatePoolInput {
+  tenantId: String!
+  name: String!
+  site: String!
+  gpuModel: String!
+  sharingMode: String!
+  kind: String!
+  provider: String
+  providerAccount: String
+  policy: JSON
+}
+
+type CreatePoolPayload {
+  pool: Pool!
+}
+
+input OfferPoolInput {
+  tenantId: String!
+  poolId: String!
+  toTenantId: String!
+  quota: PoolQuotaInput!
+}
+
+input PoolQuotaInput {
+  gpus: Int!
+  instances: Int!
+}
+
+type OfferPoolPayload {
+  offer: PoolOffer!
+}
+
+extend type Mutation {
+  createPool(input: CreatePoolInput!): CreatePoolPayload!
+  offerPool(input: OfferPoolInput!): OfferPoolPayload!
 }
 `, BuiltIn: false},
 	{Name: "../schema/profiles.graphqls", Input: `"One version of a provisioning profile: the tenant's own, a public one, or one a module ships (tenant builtin)."
@@ -1658,6 +2016,14 @@ func (ec *executionContext) childFields_AddProjectMemberPayload(ctx context.Cont
 	return nil, fmt.Errorf("no field named %q was found under type AddProjectMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_CreatePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pool":
+		return ec.fieldContext_CreatePoolPayload_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreatePoolPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "profile":
@@ -1716,6 +2082,14 @@ func (ec *executionContext) childFields_GrantMemberPayload(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type GrantMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_OfferPoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "offer":
+		return ec.fieldContext_OfferPoolPayload_offer(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OfferPoolPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "hasNextPage":
@@ -1728,6 +2102,90 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 		return ec.fieldContext_PageInfo_endCursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Pool_id(ctx, field)
+	case "poolId":
+		return ec.fieldContext_Pool_poolId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_Pool_tenantId(ctx, field)
+	case "name":
+		return ec.fieldContext_Pool_name(ctx, field)
+	case "site":
+		return ec.fieldContext_Pool_site(ctx, field)
+	case "gpuModel":
+		return ec.fieldContext_Pool_gpuModel(ctx, field)
+	case "sharingMode":
+		return ec.fieldContext_Pool_sharingMode(ctx, field)
+	case "kind":
+		return ec.fieldContext_Pool_kind(ctx, field)
+	case "provider":
+		return ec.fieldContext_Pool_provider(ctx, field)
+	case "providerAccount":
+		return ec.fieldContext_Pool_providerAccount(ctx, field)
+	case "policy":
+		return ec.fieldContext_Pool_policy(ctx, field)
+	case "state":
+		return ec.fieldContext_Pool_state(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_Pool_rowVersion(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Pool_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Pool_updatedAt(ctx, field)
+	case "offers":
+		return ec.fieldContext_Pool_offers(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_PoolConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_PoolConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_PoolConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_PoolEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_PoolEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolOffer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "poolId":
+		return ec.fieldContext_PoolOffer_poolId(ctx, field)
+	case "toTenantId":
+		return ec.fieldContext_PoolOffer_toTenantId(ctx, field)
+	case "quota":
+		return ec.fieldContext_PoolOffer_quota(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_PoolOffer_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolOffer", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolQuota(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "gpus":
+		return ec.fieldContext_PoolQuota_gpus(ctx, field)
+	case "instances":
+		return ec.fieldContext_PoolQuota_instances(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolQuota", field.Name)
 }
 
 func (ec *executionContext) childFields_Profile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1982,6 +2440,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "pools":
+		return ec.fieldContext_Tenant_pools(ctx, field)
 	case "profiles":
 		return ec.fieldContext_Tenant_profiles(ctx, field)
 	case "profile":

@@ -4,6 +4,7 @@ package model
 
 import (
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -11,6 +12,22 @@ import (
 
 type AddProjectMemberPayload struct {
 	Member *projects.Member `json:"member"`
+}
+
+type CreatePoolInput struct {
+	TenantID        string  `json:"tenantId"`
+	Name            string  `json:"name"`
+	Site            string  `json:"site"`
+	GpuModel        string  `json:"gpuModel"`
+	SharingMode     string  `json:"sharingMode"`
+	Kind            string  `json:"kind"`
+	Provider        *string `json:"provider,omitempty"`
+	ProviderAccount *string `json:"providerAccount,omitempty"`
+	Policy          any     `json:"policy,omitempty"`
+}
+
+type CreatePoolPayload struct {
+	Pool *pools.Pool `json:"pool"`
 }
 
 type CreateProfileInput struct {
@@ -44,11 +61,38 @@ type GrantMemberPayload struct {
 type Mutation struct {
 }
 
+type OfferPoolInput struct {
+	TenantID   string          `json:"tenantId"`
+	PoolID     string          `json:"poolId"`
+	ToTenantID string          `json:"toTenantId"`
+	Quota      *PoolQuotaInput `json:"quota"`
+}
+
+type OfferPoolPayload struct {
+	Offer *pools.Offer `json:"offer"`
+}
+
 type PageInfo struct {
 	HasNextPage     bool    `json:"hasNextPage"`
 	HasPreviousPage bool    `json:"hasPreviousPage"`
 	StartCursor     *string `json:"startCursor,omitempty"`
 	EndCursor       *string `json:"endCursor,omitempty"`
+}
+
+type PoolConnection struct {
+	Edges      []*PoolEdge `json:"edges"`
+	PageInfo   *PageInfo   `json:"pageInfo"`
+	TotalCount int         `json:"totalCount"`
+}
+
+type PoolEdge struct {
+	Cursor string      `json:"cursor"`
+	Node   *pools.Pool `json:"node"`
+}
+
+type PoolQuotaInput struct {
+	Gpus      int `json:"gpus"`
+	Instances int `json:"instances"`
 }
 
 type ProfileConnection struct {

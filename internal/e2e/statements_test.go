@@ -21,7 +21,7 @@ func TestStatementCountDoesNotGrowWithLists(t *testing.T) {
 				e.Must(e.Call(e.Operator, "projects/create", map[string]any{"tenantId": id, "name": fmt.Sprintf("p%02d", j)}))
 			}
 		}
-		// Loaders batch keys that arrive within a 5 ms window; on a starved
+		// Loaders batch keys that arrive within a 2 ms window; on a starved
 		// CPU a level can split in two. An N+1 grows on every run, so the
 		// best of three is the query's statement count.
 		best := int64(-1)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -31,11 +32,13 @@ type Loaders struct {
 	ProjectMembers *dataloader.Loader[PageKey, *page.Conn[projects.Member]]
 	TenantTokens   *dataloader.Loader[PageKey, *page.Conn[iam.Token]]
 	TenantMembers  *dataloader.Loader[PageKey, *page.Conn[iam.Binding]]
+	TenantPools    *dataloader.Loader[PageKey, *page.Conn[pools.Pool]]
+	PoolOffers     *dataloader.Loader[string, []pools.Offer]
 }
 
 // wait is how long a loader collects keys before it runs its batch: long
 // enough for every resolver of a level to ask, on a loaded 2-core machine.
-const wait = 5 * time.Millisecond
+const wait = 2 * time.Millisecond
 
 // capacity bounds a batch; it is above the largest level a query may ask
 // for (the complexity limit bounds the product of page sizes), so a level
@@ -55,6 +58,8 @@ func New(q store.Q) *Loaders {
 		ProjectMembers: pages(q, projects.MemberPagesByProject, projects.CountMembersByProject),
 		TenantTokens:   pages(q, iam.TokenPagesByTenant, iam.CountTokensByTenant),
 		TenantMembers:  pages(q, iam.BindingPagesByTenant, iam.CountBindingsByTenant),
+		TenantPools:    pages(q, pools.PagesByTenant, pools.CountByTenant),
+		PoolOffers:     byID(func(ctx context.Context, ids []string) (map[string][]pools.Offer, error) { return pools.OffersByPool(ctx, q, ids) }),
 	}
 }
 

@@ -481,3 +481,60 @@ func Methods() []registry.Method {
 			ref(toTenant)...), nil, Unoffer),
 	}
 }
+
+type tenantRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Pool
+}
+
+const visibleTo = `(p.tenant_id = t.parent OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = t.parent))`
+
+// PagesByTenant returns one page of each tenant's visible pools (owned or
+// offered to it) in one statement.
+func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Pool], error) {
+	var rows []tenantRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+cols+` FROM pools p WHERE `+visibleTo+` AND p.pool_id > $2 ORDER BY p.pool_id LIMIT $3
+		) x`, tenantIDs, after, limit+1)
+	var r page.Rows[Pool]
+	for _, x := range rows {
+		x.Pool.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Pool)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountByTenant counts each tenant's visible pools.
+func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	err := q.SelectContext(ctx, &rows, `SELECT t.parent AS k, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, tenantIDs)
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.K] = r.N
+	}
+	return out, store.Wrap(err)
+}
+
+// OffersByPool loads every offer of each pool in one statement, keyed by
+// pool id (a pool has a handful of offers, so they are not paged).
+func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string][]Offer, error) {
+	var rows []offerRow
+	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1) ORDER BY pool_id, to_tenant_id`, poolIDs); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := map[string][]Offer{}
+	for _, r := range rows {
+		out[r.PoolID] = append(out[r.PoolID], Offer{PoolID: r.PoolID, ToTenantID: r.ToTenantID, Quota: Quota{GPUs: r.GPUs, Instances: r.Instances}, CreatedAt: r.CreatedAt})
+	}
+	return out, nil
+}

@@ -51,6 +51,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	c.Tenant.Members = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 	c.Viewer.Tenants = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 	c.Project.Members = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Tenant.Pools = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 
 	srv := handler.New(graph.NewExecutableSchema(cfg))
 	srv.AddTransport(transport.Websocket{

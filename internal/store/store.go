@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -78,7 +80,14 @@ func TotalStatements() int64 { return totalStatements.Load() }
 
 type counter struct{}
 
-func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// logSQL prints every statement to stderr (COMPUTE_SQL_LOG=1; for debugging
+// statement counts, never in production: it shows the SQL, not the values).
+var logSQL = os.Getenv("COMPUTE_SQL_LOG") != ""
+
+func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if logSQL {
+		fmt.Fprintf(os.Stderr, "SQL: %s\n", strings.Join(strings.Fields(d.SQL), " "))
+	}
 	totalStatements.Add(1)
 	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
 		c.n.Add(1)

@@ -1,0 +1,88 @@
+package resolvers
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/pools"
+	"github.com/bettercompute/computed/internal/relay"
+	"github.com/bettercompute/computed/internal/tenants"
+)
+
+// CreatePool is the resolver for the createPool field.
+func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoolInput) (*model.CreatePoolPayload, error) {
+	p, err := call[pools.Pool](ctx, r.Resolver, "pools.create", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.CreatePoolPayload{Pool: p}, nil
+}
+
+// OfferPool is the resolver for the offerPool field.
+func (r *mutationResolver) OfferPool(ctx context.Context, input model.OfferPoolInput) (*model.OfferPoolPayload, error) {
+	o, err := call[pools.Offer](ctx, r.Resolver, "pools.offer", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.OfferPoolPayload{Offer: o}, nil
+}
+
+// ID is the resolver for the id field.
+func (r *poolResolver) ID(ctx context.Context, obj *pools.Pool) (string, error) {
+	return relay.ID("Pool", obj.PoolID), nil
+}
+
+// Policy is the resolver for the policy field.
+func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error) {
+	var v any = map[string]any{}
+	if len(obj.Policy) > 0 {
+		if err := json.Unmarshal(obj.Policy, &v); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// Offers is the resolver for the offers field: the owner's members see
+// them; a tenant the pool is offered to sees none.
+func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error) {
+	if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
+		return []*pools.Offer{}, nil
+	}
+	list, err := loaders.From(ctx).PoolOffers.Load(ctx, obj.PoolID)()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pools.Offer, len(list))
+	for i := range list {
+		out[i] = &list[i]
+	}
+	return out, nil
+}
+
+// Pools is the resolver for the pools field.
+func (r *tenantResolver) Pools(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.PoolConnection, error) {
+	if err := r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+		return nil, err
+	}
+	n, key, err := pageArgs(first, after)
+	if err != nil {
+		return nil, err
+	}
+	c, err := loaders.From(ctx).TenantPools.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: key})()
+	if err != nil {
+		return nil, err
+	}
+	edges, info, total := connection(c, func(p *pools.Pool) string { return p.PoolID },
+		func(cur string, p *pools.Pool) *model.PoolEdge { return &model.PoolEdge{Cursor: cur, Node: p} })
+	return &model.PoolConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
+// Pool returns graph.PoolResolver implementation.
+func (r *Resolver) Pool() graph.PoolResolver { return &poolResolver{r} }
+
+type poolResolver struct{ *Resolver }
