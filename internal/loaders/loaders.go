@@ -59,7 +59,9 @@ func New(q store.Q) *Loaders {
 		TenantTokens:   pages(q, iam.TokenPagesByTenant, iam.CountTokensByTenant),
 		TenantMembers:  pages(q, iam.BindingPagesByTenant, iam.CountBindingsByTenant),
 		TenantPools:    pages(q, pools.PagesByTenant, pools.CountByTenant),
-		PoolOffers:     byID(func(ctx context.Context, ids []string) (map[string][]pools.Offer, error) { return pools.OffersByPool(ctx, q, ids) }),
+		PoolOffers: byID(func(ctx context.Context, ids []string) (map[string][]pools.Offer, error) {
+			return pools.OffersByPool(ctx, q, ids)
+		}),
 	}
 }
 
