@@ -12,7 +12,7 @@ import (
 // tenant a pool is offered to sees the pool but not the offers; the query's
 // statement count does not grow with pools.
 func TestPoolsGraphQL(t *testing.T) {
-	t.Parallel()
+	// Not parallel: counted batches need the CPU to themselves.
 	e := testkit.Start(t)
 	admin, _, _ := e.Tenant("acme")
 	guest, _, _ := e.Tenant("guest")

@@ -10,7 +10,7 @@ import (
 // The graph batches one statement per level: the count of SQL statements a
 // query sends does not grow with the number of tenants, projects or members.
 func TestStatementCountDoesNotGrowWithLists(t *testing.T) {
-	t.Parallel()
+	// Not parallel: counted batches need the CPU to themselves.
 	query := `{ viewer { tenants(first: 12) { totalCount edges { node { tenantId projects(first: 15) { totalCount edges { node { name members(first: 2) { totalCount edges { node { principalId relation } } } } } } members(first: 1) { totalCount } } } } } }`
 	count := func(tenants, projects int) int64 {
 		e := testkit.Start(t)

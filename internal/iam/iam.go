@@ -257,7 +257,7 @@ func TokenPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, afte
 
 // CountTokensByTenant counts each tenant's tokens.
 func CountTokensByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
-	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM tokens WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
+	return store.CountBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM tokens WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
 }
 
 type bindingRow struct {
@@ -287,20 +287,5 @@ func BindingPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, af
 
 // CountBindingsByTenant counts each tenant's role bindings.
 func CountBindingsByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
-	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM role_bindings WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
-}
-
-func countBy(ctx context.Context, q store.Q, query string, keys []string) (map[string]int, error) {
-	var rows []struct {
-		K string `db:"k"`
-		N int    `db:"n"`
-	}
-	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
-		return nil, store.Wrap(err)
-	}
-	out := make(map[string]int, len(rows))
-	for _, r := range rows {
-		out[r.K] = r.N
-	}
-	return out, nil
+	return store.CountBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM role_bindings WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
 }

@@ -512,17 +512,8 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after str
 
 // CountByTenant counts each tenant's visible pools.
 func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
-	var rows []struct {
-		K string `db:"k"`
-		N int    `db:"n"`
-	}
-	err := q.SelectContext(ctx, &rows, `SELECT t.parent AS k, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS n
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS n
 		FROM unnest($1::text[]) AS t(parent)`, tenantIDs)
-	out := make(map[string]int, len(rows))
-	for _, r := range rows {
-		out[r.K] = r.N
-	}
-	return out, store.Wrap(err)
 }
 
 // OffersByPool loads every offer of each pool in one statement, keyed by

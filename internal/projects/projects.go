@@ -328,7 +328,7 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after str
 
 // CountByTenant counts the projects of each tenant.
 func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
-	return countBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM projects WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
+	return store.CountBy(ctx, q, `SELECT tenant_id AS k, count(*) AS n FROM projects WHERE tenant_id = ANY($1) GROUP BY tenant_id`, tenantIDs)
 }
 
 type memberRow struct {
@@ -357,7 +357,7 @@ func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, a
 
 // CountMembersByProject counts each project's relationships.
 func CountMembersByProject(ctx context.Context, q store.Q, projectIDs []string) (map[string]int, error) {
-	return countBy(ctx, q, `SELECT project_id AS k, count(*) AS n FROM project_relations WHERE project_id = ANY($1) GROUP BY project_id`, projectIDs)
+	return store.CountBy(ctx, q, `SELECT project_id AS k, count(*) AS n FROM project_relations WHERE project_id = ANY($1) GROUP BY project_id`, projectIDs)
 }
 
 // ByIDs loads projects by id, keyed by id.
@@ -369,21 +369,6 @@ func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Project, e
 	out := make(map[string]*Project, len(rows))
 	for i := range rows {
 		out[rows[i].ProjectID] = &rows[i]
-	}
-	return out, nil
-}
-
-func countBy(ctx context.Context, q store.Q, query string, keys []string) (map[string]int, error) {
-	var rows []struct {
-		K string `db:"k"`
-		N int    `db:"n"`
-	}
-	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
-		return nil, store.Wrap(err)
-	}
-	out := make(map[string]int, len(rows))
-	for _, r := range rows {
-		out[r.K] = r.N
 	}
 	return out, nil
 }

@@ -193,3 +193,20 @@ func Unreachable(err error) bool {
 }
 
 var driverBadConn = driver.ErrBadConn
+
+// CountBy runs a "SELECT <key> AS k, count(*) AS n ... GROUP BY" query over
+// keys and returns the counts by key (absent keys count 0).
+func CountBy(ctx context.Context, q Q, query string, keys []string) (map[string]int, error) {
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
+		return nil, Wrap(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.K] = r.N
+	}
+	return out, nil
+}
