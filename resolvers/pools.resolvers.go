@@ -69,16 +69,12 @@ func (r *tenantResolver) Pools(ctx context.Context, obj *tenants.Tenant, first *
 	if err := r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
-	n, key, err := pageArgs(first, after)
-	if err != nil {
-		return nil, err
-	}
-	c, err := loaders.From(ctx).TenantPools.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: key})()
-	if err != nil {
-		return nil, err
-	}
-	edges, info, total := connection(c, func(p *pools.Pool) string { return p.PoolID },
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantPools, obj.TenantID, first, after,
+		func(p *pools.Pool) string { return p.PoolID },
 		func(cur string, p *pools.Pool) *model.PoolEdge { return &model.PoolEdge{Cursor: cur, Node: p} })
+	if err != nil {
+		return nil, err
+	}
 	return &model.PoolConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 

@@ -36,18 +36,14 @@ func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, fi
 			return nil, err
 		}
 	}
-	n, key, err := pageArgs(first, after)
-	if err != nil {
-		return nil, err
-	}
-	c, err := loaders.From(ctx).ProjectMembers.Load(ctx, loaders.PageKey{Parent: obj.ProjectID, First: n, After: key})()
-	if err != nil {
-		return nil, err
-	}
-	edges, info, total := connection(c, func(m *projects.Member) string { return m.PrincipalID },
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).ProjectMembers, obj.ProjectID, first, after,
+		func(m *projects.Member) string { return m.PrincipalID },
 		func(cur string, m *projects.Member) *model.ProjectMemberEdge {
 			return &model.ProjectMemberEdge{Cursor: cur, Node: m}
 		})
+	if err != nil {
+		return nil, err
+	}
 	return &model.ProjectMemberConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 

@@ -7,9 +7,12 @@ package resolvers
 import (
 	"context"
 
+	"github.com/graph-gophers/dataloader/v7"
+
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -65,4 +68,21 @@ func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cu
 		info.EndCursor = &cur
 	}
 	return edges, info, c.Total
+}
+
+// loadConn reads one parent's page through a page loader and shapes it as
+// edges, page info and total: what every batched connection field does
+// once its decision has passed.
+func loadConn[T any, E any](ctx context.Context, l *dataloader.Loader[loaders.PageKey, *page.Conn[T]], parent string,
+	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
+	n, k, err := pageArgs(first, after)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	c, err := l.Load(ctx, loaders.PageKey{Parent: parent, First: n, After: k})()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	edges, info, total := connection(c, key, edge)
+	return edges, info, total, nil
 }

@@ -24,18 +24,14 @@ func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, firs
 	if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
-	n, key, err := pageArgs(first, after)
-	if err != nil {
-		return nil, err
-	}
-	c, err := loaders.From(ctx).TenantProjects.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: key})()
-	if err != nil {
-		return nil, err
-	}
-	edges, info, total := connection(c, func(p *projects.Project) string { return p.ProjectID },
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantProjects, obj.TenantID, first, after,
+		func(p *projects.Project) string { return p.ProjectID },
 		func(cur string, p *projects.Project) *model.ProjectEdge {
 			return &model.ProjectEdge{Cursor: cur, Node: p}
 		})
+	if err != nil {
+		return nil, err
+	}
 	return &model.ProjectConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
@@ -44,16 +40,12 @@ func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first 
 	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
-	n, key, err := pageArgs(first, after)
-	if err != nil {
-		return nil, err
-	}
-	c, err := loaders.From(ctx).TenantTokens.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: key})()
-	if err != nil {
-		return nil, err
-	}
-	edges, info, total := connection(c, func(t *iam.Token) string { return t.TokenID },
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantTokens, obj.TenantID, first, after,
+		func(t *iam.Token) string { return t.TokenID },
 		func(cur string, t *iam.Token) *model.TokenEdge { return &model.TokenEdge{Cursor: cur, Node: t} })
+	if err != nil {
+		return nil, err
+	}
 	return &model.TokenConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
@@ -62,18 +54,14 @@ func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first
 	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
-	n, key, err := pageArgs(first, after)
-	if err != nil {
-		return nil, err
-	}
-	c, err := loaders.From(ctx).TenantMembers.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: key})()
-	if err != nil {
-		return nil, err
-	}
-	edges, info, total := connection(c, func(b *iam.Binding) string { return b.PrincipalID },
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantMembers, obj.TenantID, first, after,
+		func(b *iam.Binding) string { return b.PrincipalID },
 		func(cur string, b *iam.Binding) *model.RoleBindingEdge {
 			return &model.RoleBindingEdge{Cursor: cur, Node: b}
 		})
+	if err != nil {
+		return nil, err
+	}
 	return &model.RoleBindingConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
