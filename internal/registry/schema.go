@@ -154,19 +154,20 @@ func objectSchema(fields []Field) (map[string]any, []string) {
 // maxDepth bounds the nesting of any request body.
 const maxDepth = 32
 
-// decodeObject parses a JSON object body strictly (numbers kept exact).
+// decodeObject parses a JSON object body strictly (numbers kept exact) in one
+// token pass that builds the value: a duplicate object key anywhere is
+// INVALID_INPUT naming the duplicated field (`document.steps[2].use`), where
+// encoding/json would silently keep the last one.
 func decodeObject(raw []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, errs.Invalid("", "the body is not valid JSON: %s", jsonErr(err))
+	d := tokenDecoder{dec: dec}
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
 	}
 	if dec.More() {
 		return nil, errs.Invalid("", "the body holds more than one JSON value")
-	}
-	if d := depth(v, 0); d > maxDepth {
-		return nil, errs.Invalid("", "the body nests deeper than %d levels", maxDepth)
 	}
 	if v == nil {
 		return map[string]any{}, nil
@@ -176,6 +177,102 @@ func decodeObject(raw []byte) (map[string]any, error) {
 		return nil, errs.Invalid("", "the body must be a JSON object")
 	}
 	return m, nil
+}
+
+// tokenDecoder builds a value from json.Decoder tokens. The path of the
+// value being read is kept as segments and only rendered for an error.
+type tokenDecoder struct {
+	dec  *json.Decoder
+	path []pathSeg
+}
+
+type pathSeg struct {
+	key   string
+	index int // -1 for a key
+}
+
+func (d *tokenDecoder) pathString() string {
+	var b strings.Builder
+	for _, s := range d.path {
+		if s.index < 0 {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		} else {
+			fmt.Fprintf(&b, "[%d]", s.index)
+		}
+	}
+	return b.String()
+}
+
+// value reads one value at nesting level (the body is level 0).
+func (d *tokenDecoder) value(level int) (any, error) {
+	if level > maxDepth {
+		return nil, errs.Invalid("", "the body nests deeper than %d levels", maxDepth)
+	}
+	tok, err := d.dec.Token()
+	if err != nil {
+		return nil, errs.Invalid("", "the body is not valid JSON: %s", jsonErr(err))
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	switch delim {
+	case '{':
+		m := map[string]any{}
+		for d.dec.More() {
+			kt, err := d.dec.Token()
+			if err != nil {
+				return nil, errs.Invalid("", "the body is not valid JSON: %s", jsonErr(err))
+			}
+			k, ok := kt.(string)
+			if !ok { // unreachable: the decoder only yields string keys
+				return nil, errs.Invalid("", "the body is not valid JSON: malformed JSON")
+			}
+			d.path = append(d.path, pathSeg{key: k, index: -1})
+			if _, dup := m[k]; dup {
+				return nil, errs.Invalid(d.pathString(), "duplicate key %q", k)
+			}
+			v, err := d.value(level + 1)
+			if err != nil {
+				return nil, err
+			}
+			m[k] = v
+			d.path = d.path[:len(d.path)-1]
+		}
+		if err := d.end(); err != nil {
+			return nil, err
+		}
+		return m, nil
+	case '[':
+		a := []any{}
+		for i := 0; d.dec.More(); i++ {
+			d.path = append(d.path, pathSeg{index: i})
+			v, err := d.value(level + 1)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+			d.path = d.path[:len(d.path)-1]
+		}
+		if err := d.end(); err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+	// A closing delimiter where a value belongs: the decoder reports those
+	// as syntax errors itself, so this is unreachable.
+	return nil, errs.Invalid("", "the body is not valid JSON: malformed JSON")
+}
+
+// end consumes the closing delimiter of an object or array.
+func (d *tokenDecoder) end() error {
+	if _, err := d.dec.Token(); err != nil {
+		return errs.Invalid("", "the body is not valid JSON: %s", jsonErr(err))
+	}
+	return nil
 }
 
 func jsonErr(err error) string {
@@ -192,28 +289,6 @@ func asSyntax(err error, target **json.SyntaxError) bool {
 		*target = se
 	}
 	return ok
-}
-
-func depth(v any, d int) int {
-	if d > maxDepth {
-		return d
-	}
-	max := d
-	switch t := v.(type) {
-	case map[string]any:
-		for _, c := range t {
-			if x := depth(c, d+1); x > max {
-				max = x
-			}
-		}
-	case []any:
-		for _, c := range t {
-			if x := depth(c, d+1); x > max {
-				max = x
-			}
-		}
-	}
-	return max
 }
 
 // validateObject checks m against fields in declared order and fills in
