@@ -11,8 +11,11 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/tenants"
+	"github.com/bettercompute/computed/internal/workflows"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -25,6 +28,11 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	ComputeNode() ComputeNodeResolver
+	Gpu() GpuResolver
+	InventoryChange() InventoryChangeResolver
+	InventorySnapshot() InventorySnapshotResolver
+	JoinRequest() JoinRequestResolver
 	Mutation() MutationResolver
 	Pool() PoolResolver
 	Profile() ProfileResolver
@@ -33,6 +41,8 @@ type ResolverRoot interface {
 	Query() QueryResolver
 	Tenant() TenantResolver
 	Viewer() ViewerResolver
+	Workflow() WorkflowResolver
+	WorkflowStep() WorkflowStepResolver
 }
 
 type DirectiveRoot struct {
@@ -41,6 +51,49 @@ type DirectiveRoot struct {
 type ComplexityRoot struct {
 	AddProjectMemberPayload struct {
 		Member func(childComplexity int) int
+	}
+
+	ArchivePoolPayload struct {
+		Pool func(childComplexity int) int
+	}
+
+	ComputeNode struct {
+		Attestor         func(childComplexity int) int
+		CertExpiresAt    func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		Hardware         func(childComplexity int) int
+		ID               func(childComplexity int) int
+		Inventory        func(childComplexity int) int
+		InventoryDiff    func(childComplexity int, from *string, to *string) int
+		InventoryHistory func(childComplexity int, first *int, after *string) int
+		JoinRequestID    func(childComplexity int) int
+		Labels           func(childComplexity int) int
+		Name             func(childComplexity int) int
+		NodeID           func(childComplexity int) int
+		Pool             func(childComplexity int) int
+		PoolID           func(childComplexity int) int
+		RemovedAt        func(childComplexity int) int
+		RowVersion       func(childComplexity int) int
+		State            func(childComplexity int) int
+		TenantID         func(childComplexity int) int
+		UpdatedAt        func(childComplexity int) int
+		Workflows        func(childComplexity int, first *int, after *string) int
+	}
+
+	ComputeNodeConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ComputeNodeEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	CreateJoinTokenPayload struct {
+		JoinToken func(childComplexity int) int
+		Secret    func(childComplexity int) int
 	}
 
 	CreatePoolPayload struct {
@@ -64,6 +117,10 @@ type ComplexityRoot struct {
 		Token  func(childComplexity int) int
 	}
 
+	DecideJoinRequestPayload struct {
+		JoinRequest func(childComplexity int) int
+	}
+
 	DeleteProfilePayload struct {
 		Deleted func(childComplexity int) int
 	}
@@ -72,26 +129,162 @@ type ComplexityRoot struct {
 		Deleted func(childComplexity int) int
 	}
 
+	Disk struct {
+		Model     func(childComplexity int) int
+		Serial    func(childComplexity int) int
+		SizeBytes func(childComplexity int) int
+		Slot      func(childComplexity int) int
+		WWN       func(childComplexity int) int
+	}
+
+	Driver struct {
+		Name    func(childComplexity int) int
+		Version func(childComplexity int) int
+	}
+
+	Gpu struct {
+		Index      func(childComplexity int) int
+		MemoryMiB  func(childComplexity int) int
+		MigDevices func(childComplexity int) int
+		MigMode    func(childComplexity int) int
+		Model      func(childComplexity int) int
+		PCIBusID   func(childComplexity int) int
+		UUID       func(childComplexity int) int
+	}
+
 	GrantMemberPayload struct {
 		Binding func(childComplexity int) int
 	}
 
+	InventoryChange struct {
+		After    func(childComplexity int) int
+		Before   func(childComplexity int) int
+		DeviceID func(childComplexity int) int
+		Type     func(childComplexity int) int
+	}
+
+	InventoryDiff struct {
+		Changes func(childComplexity int) int
+		From    func(childComplexity int) int
+		To      func(childComplexity int) int
+	}
+
+	InventorySnapshot struct {
+		CollectedAt func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		Disks       func(childComplexity int) int
+		Drivers     func(childComplexity int) int
+		Gpus        func(childComplexity int) int
+		Hash        func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Nics        func(childComplexity int) int
+		NodeID      func(childComplexity int) int
+		Sections    func(childComplexity int) int
+	}
+
+	InventorySnapshotConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	InventorySnapshotEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	JoinRequest struct {
+		Attestor       func(childComplexity int) int
+		CSRFingerprint func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		DecidedAt      func(childComplexity int) int
+		DecidedBy      func(childComplexity int) int
+		EKHash         func(childComplexity int) int
+		ExpiresAt      func(childComplexity int) int
+		Hardware       func(childComplexity int) int
+		JoinRequestID  func(childComplexity int) int
+		JoinTokenID    func(childComplexity int) int
+		NodeID         func(childComplexity int) int
+		PoolID         func(childComplexity int) int
+		Reasons        func(childComplexity int) int
+		State          func(childComplexity int) int
+		TenantID       func(childComplexity int) int
+		UpdatedAt      func(childComplexity int) int
+	}
+
+	JoinRequestConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	JoinRequestEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	JoinToken struct {
+		CreatedAt   func(childComplexity int) int
+		ExpiresAt   func(childComplexity int) int
+		JoinTokenID func(childComplexity int) int
+		MaxUses     func(childComplexity int) int
+		PoolID      func(childComplexity int) int
+		RevokedAt   func(childComplexity int) int
+		State       func(childComplexity int) int
+		TenantID    func(childComplexity int) int
+		Uses        func(childComplexity int) int
+	}
+
+	MigDevice struct {
+		Profile func(childComplexity int) int
+		UUID    func(childComplexity int) int
+	}
+
 	Mutation struct {
 		AddProjectMember    func(childComplexity int, input projects.MemberInput) int
+		ApproveJoinRequest  func(childComplexity int, input nodes.JoinRequestRefInput) int
+		ArchivePool         func(childComplexity int, input pools.ArchiveInput) int
+		CancelWorkflow      func(childComplexity int, input workflows.CancelInput) int
+		CordonNode          func(childComplexity int, input nodes.NodeChangeInput) int
+		CreateJoinToken     func(childComplexity int, input model.CreateJoinTokenInput) int
 		CreatePool          func(childComplexity int, input model.CreatePoolInput) int
 		CreateProfile       func(childComplexity int, input model.CreateProfileInput) int
 		CreateProject       func(childComplexity int, input projects.CreateInput) int
 		CreateTenant        func(childComplexity int, input tenants.CreateInput) int
 		CreateToken         func(childComplexity int, input iam.TokenCreateInput) int
+		CreateWorkflow      func(childComplexity int, input workflows.CreateInput) int
 		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
+		DenyJoinRequest     func(childComplexity int, input nodes.JoinRequestRefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
 		OfferPool           func(childComplexity int, input model.OfferPoolInput) int
+		RemoveNode          func(childComplexity int, input nodes.NodeChangeInput) int
 		RemoveProjectMember func(childComplexity int, input projects.MemberInput) int
+		RevokeJoinToken     func(childComplexity int, input nodes.JoinTokenRefInput) int
 		RevokeMember        func(childComplexity int, input iam.MemberRefInput) int
 		RevokeToken         func(childComplexity int, input iam.TokenRefInput) int
+		UncordonNode        func(childComplexity int, input nodes.NodeChangeInput) int
+		UnofferPool         func(childComplexity int, input pools.UnofferInput) int
+		UpdateNode          func(childComplexity int, input model.UpdateNodeInput) int
+		UpdatePool          func(childComplexity int, input model.UpdatePoolInput) int
 		UpdateProfile       func(childComplexity int, input model.UpdateProfileInput) int
 		UpdateProject       func(childComplexity int, input projects.UpdateInput) int
+	}
+
+	Nic struct {
+		MAC       func(childComplexity int) int
+		Name      func(childComplexity int) int
+		SpeedMbps func(childComplexity int) int
+	}
+
+	NodeHardware struct {
+		MACs       func(childComplexity int) int
+		Serial     func(childComplexity int) int
+		SystemUUID func(childComplexity int) int
+	}
+
+	NodePayload struct {
+		Node func(childComplexity int) int
 	}
 
 	OfferPoolPayload struct {
@@ -109,8 +302,10 @@ type ComplexityRoot struct {
 		CreatedAt       func(childComplexity int) int
 		GPUModel        func(childComplexity int) int
 		ID              func(childComplexity int) int
+		JoinRequests    func(childComplexity int, first *int, after *string) int
 		Kind            func(childComplexity int) int
 		Name            func(childComplexity int) int
+		Nodes           func(childComplexity int, first *int, after *string) int
 		Offers          func(childComplexity int) int
 		Policy          func(childComplexity int) int
 		PoolID          func(childComplexity int) int
@@ -159,6 +354,7 @@ type ComplexityRoot struct {
 		UpdatedAt      func(childComplexity int) int
 		Used           func(childComplexity int) int
 		Validation     func(childComplexity int) int
+		Versions       func(childComplexity int, first *int, after *string) int
 		Visibility     func(childComplexity int) int
 	}
 
@@ -189,6 +385,12 @@ type ComplexityRoot struct {
 	ProfileValidation struct {
 		Issues func(childComplexity int) int
 		Valid  func(childComplexity int) int
+	}
+
+	ProfileVersionConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
 	}
 
 	Project struct {
@@ -243,6 +445,10 @@ type ComplexityRoot struct {
 		Removed func(childComplexity int) int
 	}
 
+	RevokeJoinTokenPayload struct {
+		JoinToken func(childComplexity int) int
+	}
+
 	RevokeMemberPayload struct {
 		Revoked func(childComplexity int) int
 	}
@@ -272,16 +478,17 @@ type ComplexityRoot struct {
 	}
 
 	Tenant struct {
-		CreatedAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Members   func(childComplexity int, first *int, after *string) int
-		Name      func(childComplexity int) int
-		Pools     func(childComplexity int, first *int, after *string) int
-		Profile   func(childComplexity int, profileID string, profileVersion *int) int
-		Profiles  func(childComplexity int, first *int, after *string) int
-		Projects  func(childComplexity int, first *int, after *string) int
-		TenantID  func(childComplexity int) int
-		Tokens    func(childComplexity int, first *int, after *string) int
+		ComputeNode func(childComplexity int, nodeID string) int
+		CreatedAt   func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Members     func(childComplexity int, first *int, after *string) int
+		Name        func(childComplexity int) int
+		Pools       func(childComplexity int, first *int, after *string) int
+		Profile     func(childComplexity int, profileID string, profileVersion *int) int
+		Profiles    func(childComplexity int, first *int, after *string) int
+		Projects    func(childComplexity int, first *int, after *string) int
+		TenantID    func(childComplexity int) int
+		Tokens      func(childComplexity int, first *int, after *string) int
 	}
 
 	TenantConnection struct {
@@ -316,6 +523,14 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	UnofferPoolPayload struct {
+		Removed func(childComplexity int) int
+	}
+
+	UpdatePoolPayload struct {
+		Pool func(childComplexity int) int
+	}
+
 	UpdateProfilePayload struct {
 		Profile func(childComplexity int) int
 	}
@@ -330,6 +545,52 @@ type ComplexityRoot struct {
 		PrincipalID func(childComplexity int) int
 		TenantID    func(childComplexity int) int
 		Tenants     func(childComplexity int, first *int, after *string) int
+	}
+
+	Workflow struct {
+		CreatedAt       func(childComplexity int) int
+		FinishedAt      func(childComplexity int) int
+		ID              func(childComplexity int) int
+		Node            func(childComplexity int) int
+		NodeID          func(childComplexity int) int
+		Profile         func(childComplexity int) int
+		ProfileDocument func(childComplexity int) int
+		ProfileID       func(childComplexity int) int
+		ProfileTenantID func(childComplexity int) int
+		ProfileVersion  func(childComplexity int) int
+		RowVersion      func(childComplexity int) int
+		State           func(childComplexity int) int
+		Steps           func(childComplexity int) int
+		TenantID        func(childComplexity int) int
+		UpdatedAt       func(childComplexity int) int
+		WorkflowID      func(childComplexity int) int
+	}
+
+	WorkflowConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	WorkflowEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	WorkflowPayload struct {
+		Workflow func(childComplexity int) int
+	}
+
+	WorkflowStep struct {
+		FinishedAt func(childComplexity int) int
+		Index      func(childComplexity int) int
+		Message    func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Phase      func(childComplexity int) int
+		StartedAt  func(childComplexity int) int
+		Status     func(childComplexity int) int
+		Use        func(childComplexity int) int
+		With       func(childComplexity int) int
 	}
 }
 
@@ -353,6 +614,194 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AddProjectMemberPayload.Member(childComplexity), true
+
+	case "ArchivePoolPayload.pool":
+		if e.ComplexityRoot.ArchivePoolPayload.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ArchivePoolPayload.Pool(childComplexity), true
+
+	case "ComputeNode.attestor":
+		if e.ComplexityRoot.ComputeNode.Attestor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Attestor(childComplexity), true
+	case "ComputeNode.certificateExpiresAt":
+		if e.ComplexityRoot.ComputeNode.CertExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.CertExpiresAt(childComplexity), true
+	case "ComputeNode.createdAt":
+		if e.ComplexityRoot.ComputeNode.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.CreatedAt(childComplexity), true
+	case "ComputeNode.hardware":
+		if e.ComplexityRoot.ComputeNode.Hardware == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Hardware(childComplexity), true
+	case "ComputeNode.id":
+		if e.ComplexityRoot.ComputeNode.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.ID(childComplexity), true
+	case "ComputeNode.inventory":
+		if e.ComplexityRoot.ComputeNode.Inventory == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Inventory(childComplexity), true
+	case "ComputeNode.inventoryDiff":
+		if e.ComplexityRoot.ComputeNode.InventoryDiff == nil {
+			break
+		}
+
+		args, err := ec.field_ComputeNode_inventoryDiff_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.ComputeNode.InventoryDiff(childComplexity, args["from"].(*string), args["to"].(*string)), true
+	case "ComputeNode.inventoryHistory":
+		if e.ComplexityRoot.ComputeNode.InventoryHistory == nil {
+			break
+		}
+
+		args, err := ec.field_ComputeNode_inventoryHistory_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.ComputeNode.InventoryHistory(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "ComputeNode.joinRequestId":
+		if e.ComplexityRoot.ComputeNode.JoinRequestID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.JoinRequestID(childComplexity), true
+	case "ComputeNode.labels":
+		if e.ComplexityRoot.ComputeNode.Labels == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Labels(childComplexity), true
+	case "ComputeNode.name":
+		if e.ComplexityRoot.ComputeNode.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Name(childComplexity), true
+	case "ComputeNode.nodeId":
+		if e.ComplexityRoot.ComputeNode.NodeID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.NodeID(childComplexity), true
+	case "ComputeNode.pool":
+		if e.ComplexityRoot.ComputeNode.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.Pool(childComplexity), true
+	case "ComputeNode.poolId":
+		if e.ComplexityRoot.ComputeNode.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.PoolID(childComplexity), true
+	case "ComputeNode.removedAt":
+		if e.ComplexityRoot.ComputeNode.RemovedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.RemovedAt(childComplexity), true
+	case "ComputeNode.rowVersion":
+		if e.ComplexityRoot.ComputeNode.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.RowVersion(childComplexity), true
+	case "ComputeNode.state":
+		if e.ComplexityRoot.ComputeNode.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.State(childComplexity), true
+	case "ComputeNode.tenantId":
+		if e.ComplexityRoot.ComputeNode.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.TenantID(childComplexity), true
+	case "ComputeNode.updatedAt":
+		if e.ComplexityRoot.ComputeNode.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.UpdatedAt(childComplexity), true
+	case "ComputeNode.workflows":
+		if e.ComplexityRoot.ComputeNode.Workflows == nil {
+			break
+		}
+
+		args, err := ec.field_ComputeNode_workflows_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.ComputeNode.Workflows(childComplexity, args["first"].(*int), args["after"].(*string)), true
+
+	case "ComputeNodeConnection.edges":
+		if e.ComplexityRoot.ComputeNodeConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNodeConnection.Edges(childComplexity), true
+	case "ComputeNodeConnection.pageInfo":
+		if e.ComplexityRoot.ComputeNodeConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNodeConnection.PageInfo(childComplexity), true
+	case "ComputeNodeConnection.totalCount":
+		if e.ComplexityRoot.ComputeNodeConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNodeConnection.TotalCount(childComplexity), true
+
+	case "ComputeNodeEdge.cursor":
+		if e.ComplexityRoot.ComputeNodeEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNodeEdge.Cursor(childComplexity), true
+	case "ComputeNodeEdge.node":
+		if e.ComplexityRoot.ComputeNodeEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNodeEdge.Node(childComplexity), true
+
+	case "CreateJoinTokenPayload.joinToken":
+		if e.ComplexityRoot.CreateJoinTokenPayload.JoinToken == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateJoinTokenPayload.JoinToken(childComplexity), true
+	case "CreateJoinTokenPayload.secret":
+		if e.ComplexityRoot.CreateJoinTokenPayload.Secret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateJoinTokenPayload.Secret(childComplexity), true
 
 	case "CreatePoolPayload.pool":
 		if e.ComplexityRoot.CreatePoolPayload.Pool == nil {
@@ -395,6 +844,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CreateTokenPayload.Token(childComplexity), true
 
+	case "DecideJoinRequestPayload.joinRequest":
+		if e.ComplexityRoot.DecideJoinRequestPayload.JoinRequest == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DecideJoinRequestPayload.JoinRequest(childComplexity), true
+
 	case "DeleteProfilePayload.deleted":
 		if e.ComplexityRoot.DeleteProfilePayload.Deleted == nil {
 			break
@@ -409,12 +865,433 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DeleteProjectPayload.Deleted(childComplexity), true
 
+	case "Disk.model":
+		if e.ComplexityRoot.Disk.Model == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Disk.Model(childComplexity), true
+	case "Disk.serial":
+		if e.ComplexityRoot.Disk.Serial == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Disk.Serial(childComplexity), true
+	case "Disk.sizeBytes":
+		if e.ComplexityRoot.Disk.SizeBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Disk.SizeBytes(childComplexity), true
+	case "Disk.slot":
+		if e.ComplexityRoot.Disk.Slot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Disk.Slot(childComplexity), true
+	case "Disk.wwn":
+		if e.ComplexityRoot.Disk.WWN == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Disk.WWN(childComplexity), true
+
+	case "Driver.name":
+		if e.ComplexityRoot.Driver.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Driver.Name(childComplexity), true
+	case "Driver.version":
+		if e.ComplexityRoot.Driver.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Driver.Version(childComplexity), true
+
+	case "Gpu.index":
+		if e.ComplexityRoot.Gpu.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.Index(childComplexity), true
+	case "Gpu.memoryMiB":
+		if e.ComplexityRoot.Gpu.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.MemoryMiB(childComplexity), true
+	case "Gpu.migDevices":
+		if e.ComplexityRoot.Gpu.MigDevices == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.MigDevices(childComplexity), true
+	case "Gpu.migMode":
+		if e.ComplexityRoot.Gpu.MigMode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.MigMode(childComplexity), true
+	case "Gpu.model":
+		if e.ComplexityRoot.Gpu.Model == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.Model(childComplexity), true
+	case "Gpu.pciBusId":
+		if e.ComplexityRoot.Gpu.PCIBusID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.PCIBusID(childComplexity), true
+	case "Gpu.uuid":
+		if e.ComplexityRoot.Gpu.UUID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Gpu.UUID(childComplexity), true
+
 	case "GrantMemberPayload.binding":
 		if e.ComplexityRoot.GrantMemberPayload.Binding == nil {
 			break
 		}
 
 		return e.ComplexityRoot.GrantMemberPayload.Binding(childComplexity), true
+
+	case "InventoryChange.after":
+		if e.ComplexityRoot.InventoryChange.After == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryChange.After(childComplexity), true
+	case "InventoryChange.before":
+		if e.ComplexityRoot.InventoryChange.Before == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryChange.Before(childComplexity), true
+	case "InventoryChange.deviceId":
+		if e.ComplexityRoot.InventoryChange.DeviceID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryChange.DeviceID(childComplexity), true
+	case "InventoryChange.type":
+		if e.ComplexityRoot.InventoryChange.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryChange.Type(childComplexity), true
+
+	case "InventoryDiff.changes":
+		if e.ComplexityRoot.InventoryDiff.Changes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryDiff.Changes(childComplexity), true
+	case "InventoryDiff.from":
+		if e.ComplexityRoot.InventoryDiff.From == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryDiff.From(childComplexity), true
+	case "InventoryDiff.to":
+		if e.ComplexityRoot.InventoryDiff.To == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventoryDiff.To(childComplexity), true
+
+	case "InventorySnapshot.collectedAt":
+		if e.ComplexityRoot.InventorySnapshot.CollectedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.CollectedAt(childComplexity), true
+	case "InventorySnapshot.createdAt":
+		if e.ComplexityRoot.InventorySnapshot.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.CreatedAt(childComplexity), true
+	case "InventorySnapshot.disks":
+		if e.ComplexityRoot.InventorySnapshot.Disks == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Disks(childComplexity), true
+	case "InventorySnapshot.drivers":
+		if e.ComplexityRoot.InventorySnapshot.Drivers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Drivers(childComplexity), true
+	case "InventorySnapshot.gpus":
+		if e.ComplexityRoot.InventorySnapshot.Gpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Gpus(childComplexity), true
+	case "InventorySnapshot.hash":
+		if e.ComplexityRoot.InventorySnapshot.Hash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Hash(childComplexity), true
+	case "InventorySnapshot.id", "InventorySnapshot.snapshotId":
+		if e.ComplexityRoot.InventorySnapshot.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.ID(childComplexity), true
+	case "InventorySnapshot.nics":
+		if e.ComplexityRoot.InventorySnapshot.Nics == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Nics(childComplexity), true
+	case "InventorySnapshot.nodeId":
+		if e.ComplexityRoot.InventorySnapshot.NodeID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.NodeID(childComplexity), true
+	case "InventorySnapshot.sections":
+		if e.ComplexityRoot.InventorySnapshot.Sections == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.Sections(childComplexity), true
+
+	case "InventorySnapshotConnection.edges":
+		if e.ComplexityRoot.InventorySnapshotConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshotConnection.Edges(childComplexity), true
+	case "InventorySnapshotConnection.pageInfo":
+		if e.ComplexityRoot.InventorySnapshotConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshotConnection.PageInfo(childComplexity), true
+	case "InventorySnapshotConnection.totalCount":
+		if e.ComplexityRoot.InventorySnapshotConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshotConnection.TotalCount(childComplexity), true
+
+	case "InventorySnapshotEdge.cursor":
+		if e.ComplexityRoot.InventorySnapshotEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshotEdge.Cursor(childComplexity), true
+	case "InventorySnapshotEdge.node":
+		if e.ComplexityRoot.InventorySnapshotEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshotEdge.Node(childComplexity), true
+
+	case "JoinRequest.attestor":
+		if e.ComplexityRoot.JoinRequest.Attestor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.Attestor(childComplexity), true
+	case "JoinRequest.csrFingerprint":
+		if e.ComplexityRoot.JoinRequest.CSRFingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.CSRFingerprint(childComplexity), true
+	case "JoinRequest.createdAt":
+		if e.ComplexityRoot.JoinRequest.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.CreatedAt(childComplexity), true
+	case "JoinRequest.decidedAt":
+		if e.ComplexityRoot.JoinRequest.DecidedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.DecidedAt(childComplexity), true
+	case "JoinRequest.decidedBy":
+		if e.ComplexityRoot.JoinRequest.DecidedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.DecidedBy(childComplexity), true
+	case "JoinRequest.ekHash":
+		if e.ComplexityRoot.JoinRequest.EKHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.EKHash(childComplexity), true
+	case "JoinRequest.expiresAt":
+		if e.ComplexityRoot.JoinRequest.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.ExpiresAt(childComplexity), true
+	case "JoinRequest.hardware":
+		if e.ComplexityRoot.JoinRequest.Hardware == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.Hardware(childComplexity), true
+	case "JoinRequest.joinRequestId":
+		if e.ComplexityRoot.JoinRequest.JoinRequestID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.JoinRequestID(childComplexity), true
+	case "JoinRequest.joinTokenId":
+		if e.ComplexityRoot.JoinRequest.JoinTokenID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.JoinTokenID(childComplexity), true
+	case "JoinRequest.nodeId":
+		if e.ComplexityRoot.JoinRequest.NodeID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.NodeID(childComplexity), true
+	case "JoinRequest.poolId":
+		if e.ComplexityRoot.JoinRequest.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.PoolID(childComplexity), true
+	case "JoinRequest.reasons":
+		if e.ComplexityRoot.JoinRequest.Reasons == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.Reasons(childComplexity), true
+	case "JoinRequest.state":
+		if e.ComplexityRoot.JoinRequest.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.State(childComplexity), true
+	case "JoinRequest.tenantId":
+		if e.ComplexityRoot.JoinRequest.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.TenantID(childComplexity), true
+	case "JoinRequest.updatedAt":
+		if e.ComplexityRoot.JoinRequest.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.UpdatedAt(childComplexity), true
+
+	case "JoinRequestConnection.edges":
+		if e.ComplexityRoot.JoinRequestConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequestConnection.Edges(childComplexity), true
+	case "JoinRequestConnection.pageInfo":
+		if e.ComplexityRoot.JoinRequestConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequestConnection.PageInfo(childComplexity), true
+	case "JoinRequestConnection.totalCount":
+		if e.ComplexityRoot.JoinRequestConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequestConnection.TotalCount(childComplexity), true
+
+	case "JoinRequestEdge.cursor":
+		if e.ComplexityRoot.JoinRequestEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequestEdge.Cursor(childComplexity), true
+	case "JoinRequestEdge.node":
+		if e.ComplexityRoot.JoinRequestEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequestEdge.Node(childComplexity), true
+
+	case "JoinToken.createdAt":
+		if e.ComplexityRoot.JoinToken.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.CreatedAt(childComplexity), true
+	case "JoinToken.expiresAt":
+		if e.ComplexityRoot.JoinToken.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.ExpiresAt(childComplexity), true
+	case "JoinToken.joinTokenId":
+		if e.ComplexityRoot.JoinToken.JoinTokenID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.JoinTokenID(childComplexity), true
+	case "JoinToken.maxUses":
+		if e.ComplexityRoot.JoinToken.MaxUses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.MaxUses(childComplexity), true
+	case "JoinToken.poolId":
+		if e.ComplexityRoot.JoinToken.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.PoolID(childComplexity), true
+	case "JoinToken.revokedAt":
+		if e.ComplexityRoot.JoinToken.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.RevokedAt(childComplexity), true
+	case "JoinToken.state":
+		if e.ComplexityRoot.JoinToken.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.State(childComplexity), true
+	case "JoinToken.tenantId":
+		if e.ComplexityRoot.JoinToken.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.TenantID(childComplexity), true
+	case "JoinToken.uses":
+		if e.ComplexityRoot.JoinToken.Uses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinToken.Uses(childComplexity), true
+
+	case "MigDevice.profile":
+		if e.ComplexityRoot.MigDevice.Profile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigDevice.Profile(childComplexity), true
+	case "MigDevice.uuid":
+		if e.ComplexityRoot.MigDevice.UUID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigDevice.UUID(childComplexity), true
 
 	case "Mutation.addProjectMember":
 		if e.ComplexityRoot.Mutation.AddProjectMember == nil {
@@ -427,6 +1304,61 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AddProjectMember(childComplexity, args["input"].(projects.MemberInput)), true
+	case "Mutation.approveJoinRequest":
+		if e.ComplexityRoot.Mutation.ApproveJoinRequest == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_approveJoinRequest_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ApproveJoinRequest(childComplexity, args["input"].(nodes.JoinRequestRefInput)), true
+	case "Mutation.archivePool":
+		if e.ComplexityRoot.Mutation.ArchivePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_archivePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ArchivePool(childComplexity, args["input"].(pools.ArchiveInput)), true
+	case "Mutation.cancelWorkflow":
+		if e.ComplexityRoot.Mutation.CancelWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelWorkflow(childComplexity, args["input"].(workflows.CancelInput)), true
+	case "Mutation.cordonNode":
+		if e.ComplexityRoot.Mutation.CordonNode == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cordonNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CordonNode(childComplexity, args["input"].(nodes.NodeChangeInput)), true
+	case "Mutation.createJoinToken":
+		if e.ComplexityRoot.Mutation.CreateJoinToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createJoinToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateJoinToken(childComplexity, args["input"].(model.CreateJoinTokenInput)), true
 	case "Mutation.createPool":
 		if e.ComplexityRoot.Mutation.CreatePool == nil {
 			break
@@ -482,6 +1414,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateToken(childComplexity, args["input"].(iam.TokenCreateInput)), true
+	case "Mutation.createWorkflow":
+		if e.ComplexityRoot.Mutation.CreateWorkflow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createWorkflow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateWorkflow(childComplexity, args["input"].(workflows.CreateInput)), true
 	case "Mutation.deleteProfile":
 		if e.ComplexityRoot.Mutation.DeleteProfile == nil {
 			break
@@ -504,6 +1447,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteProject(childComplexity, args["input"].(projects.RefInput)), true
+	case "Mutation.denyJoinRequest":
+		if e.ComplexityRoot.Mutation.DenyJoinRequest == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_denyJoinRequest_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DenyJoinRequest(childComplexity, args["input"].(nodes.JoinRequestRefInput)), true
 	case "Mutation.grantMember":
 		if e.ComplexityRoot.Mutation.GrantMember == nil {
 			break
@@ -526,6 +1480,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.OfferPool(childComplexity, args["input"].(model.OfferPoolInput)), true
+	case "Mutation.removeNode":
+		if e.ComplexityRoot.Mutation.RemoveNode == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_removeNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RemoveNode(childComplexity, args["input"].(nodes.NodeChangeInput)), true
 	case "Mutation.removeProjectMember":
 		if e.ComplexityRoot.Mutation.RemoveProjectMember == nil {
 			break
@@ -537,6 +1502,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RemoveProjectMember(childComplexity, args["input"].(projects.MemberInput)), true
+	case "Mutation.revokeJoinToken":
+		if e.ComplexityRoot.Mutation.RevokeJoinToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeJoinToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeJoinToken(childComplexity, args["input"].(nodes.JoinTokenRefInput)), true
 	case "Mutation.revokeMember":
 		if e.ComplexityRoot.Mutation.RevokeMember == nil {
 			break
@@ -559,6 +1535,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["input"].(iam.TokenRefInput)), true
+	case "Mutation.uncordonNode":
+		if e.ComplexityRoot.Mutation.UncordonNode == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_uncordonNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UncordonNode(childComplexity, args["input"].(nodes.NodeChangeInput)), true
+	case "Mutation.unofferPool":
+		if e.ComplexityRoot.Mutation.UnofferPool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_unofferPool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UnofferPool(childComplexity, args["input"].(pools.UnofferInput)), true
+	case "Mutation.updateNode":
+		if e.ComplexityRoot.Mutation.UpdateNode == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateNode(childComplexity, args["input"].(model.UpdateNodeInput)), true
+	case "Mutation.updatePool":
+		if e.ComplexityRoot.Mutation.UpdatePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updatePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdatePool(childComplexity, args["input"].(model.UpdatePoolInput)), true
 	case "Mutation.updateProfile":
 		if e.ComplexityRoot.Mutation.UpdateProfile == nil {
 			break
@@ -581,6 +1601,51 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateProject(childComplexity, args["input"].(projects.UpdateInput)), true
+
+	case "Nic.mac":
+		if e.ComplexityRoot.Nic.MAC == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Nic.MAC(childComplexity), true
+	case "Nic.name":
+		if e.ComplexityRoot.Nic.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Nic.Name(childComplexity), true
+	case "Nic.speedMbps":
+		if e.ComplexityRoot.Nic.SpeedMbps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Nic.SpeedMbps(childComplexity), true
+
+	case "NodeHardware.macs":
+		if e.ComplexityRoot.NodeHardware.MACs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeHardware.MACs(childComplexity), true
+	case "NodeHardware.serial":
+		if e.ComplexityRoot.NodeHardware.Serial == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeHardware.Serial(childComplexity), true
+	case "NodeHardware.systemUuid":
+		if e.ComplexityRoot.NodeHardware.SystemUUID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeHardware.SystemUUID(childComplexity), true
+
+	case "NodePayload.node":
+		if e.ComplexityRoot.NodePayload.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePayload.Node(childComplexity), true
 
 	case "OfferPoolPayload.offer":
 		if e.ComplexityRoot.OfferPoolPayload.Offer == nil {
@@ -632,6 +1697,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.ID(childComplexity), true
+	case "Pool.joinRequests":
+		if e.ComplexityRoot.Pool.JoinRequests == nil {
+			break
+		}
+
+		args, err := ec.field_Pool_joinRequests_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Pool.JoinRequests(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Pool.kind":
 		if e.ComplexityRoot.Pool.Kind == nil {
 			break
@@ -644,6 +1720,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.Name(childComplexity), true
+	case "Pool.nodes":
+		if e.ComplexityRoot.Pool.Nodes == nil {
+			break
+		}
+
+		args, err := ec.field_Pool_nodes_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Pool.Nodes(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Pool.offers":
 		if e.ComplexityRoot.Pool.Offers == nil {
 			break
@@ -847,6 +1934,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Profile.Validation(childComplexity), true
+	case "Profile.versions":
+		if e.ComplexityRoot.Profile.Versions == nil {
+			break
+		}
+
+		args, err := ec.field_Profile_versions_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Profile.Versions(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Profile.visibility":
 		if e.ComplexityRoot.Profile.Visibility == nil {
 			break
@@ -942,6 +2040,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProfileValidation.Valid(childComplexity), true
+
+	case "ProfileVersionConnection.edges":
+		if e.ComplexityRoot.ProfileVersionConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileVersionConnection.Edges(childComplexity), true
+	case "ProfileVersionConnection.pageInfo":
+		if e.ComplexityRoot.ProfileVersionConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileVersionConnection.PageInfo(childComplexity), true
+	case "ProfileVersionConnection.totalCount":
+		if e.ComplexityRoot.ProfileVersionConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileVersionConnection.TotalCount(childComplexity), true
 
 	case "Project.createdAt":
 		if e.ComplexityRoot.Project.CreatedAt == nil {
@@ -1134,6 +2251,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RemoveProjectMemberPayload.Removed(childComplexity), true
 
+	case "RevokeJoinTokenPayload.joinToken":
+		if e.ComplexityRoot.RevokeJoinTokenPayload.JoinToken == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RevokeJoinTokenPayload.JoinToken(childComplexity), true
+
 	case "RevokeMemberPayload.revoked":
 		if e.ComplexityRoot.RevokeMemberPayload.Revoked == nil {
 			break
@@ -1217,6 +2341,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RoleBindingEdge.Node(childComplexity), true
 
+	case "Tenant.computeNode":
+		if e.ComplexityRoot.Tenant.ComputeNode == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_computeNode_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.ComputeNode(childComplexity, args["nodeId"].(string)), true
 	case "Tenant.createdAt":
 		if e.ComplexityRoot.Tenant.CreatedAt == nil {
 			break
@@ -1415,6 +2550,20 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TokenEdge.Node(childComplexity), true
 
+	case "UnofferPoolPayload.removed":
+		if e.ComplexityRoot.UnofferPoolPayload.Removed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UnofferPoolPayload.Removed(childComplexity), true
+
+	case "UpdatePoolPayload.pool":
+		if e.ComplexityRoot.UpdatePoolPayload.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UpdatePoolPayload.Pool(childComplexity), true
+
 	case "UpdateProfilePayload.profile":
 		if e.ComplexityRoot.UpdateProfilePayload.Profile == nil {
 			break
@@ -1465,6 +2614,197 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Viewer.Tenants(childComplexity, args["first"].(*int), args["after"].(*string)), true
 
+	case "Workflow.createdAt":
+		if e.ComplexityRoot.Workflow.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.CreatedAt(childComplexity), true
+	case "Workflow.finishedAt":
+		if e.ComplexityRoot.Workflow.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.FinishedAt(childComplexity), true
+	case "Workflow.id":
+		if e.ComplexityRoot.Workflow.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ID(childComplexity), true
+	case "Workflow.node":
+		if e.ComplexityRoot.Workflow.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Node(childComplexity), true
+	case "Workflow.nodeId":
+		if e.ComplexityRoot.Workflow.NodeID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.NodeID(childComplexity), true
+	case "Workflow.profile":
+		if e.ComplexityRoot.Workflow.Profile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Profile(childComplexity), true
+	case "Workflow.profileDocument":
+		if e.ComplexityRoot.Workflow.ProfileDocument == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ProfileDocument(childComplexity), true
+	case "Workflow.profileId":
+		if e.ComplexityRoot.Workflow.ProfileID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ProfileID(childComplexity), true
+	case "Workflow.profileTenantId":
+		if e.ComplexityRoot.Workflow.ProfileTenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ProfileTenantID(childComplexity), true
+	case "Workflow.profileVersion":
+		if e.ComplexityRoot.Workflow.ProfileVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.ProfileVersion(childComplexity), true
+	case "Workflow.rowVersion":
+		if e.ComplexityRoot.Workflow.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.RowVersion(childComplexity), true
+	case "Workflow.state":
+		if e.ComplexityRoot.Workflow.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.State(childComplexity), true
+	case "Workflow.steps":
+		if e.ComplexityRoot.Workflow.Steps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.Steps(childComplexity), true
+	case "Workflow.tenantId":
+		if e.ComplexityRoot.Workflow.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.TenantID(childComplexity), true
+	case "Workflow.updatedAt":
+		if e.ComplexityRoot.Workflow.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.UpdatedAt(childComplexity), true
+	case "Workflow.workflowId":
+		if e.ComplexityRoot.Workflow.WorkflowID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Workflow.WorkflowID(childComplexity), true
+
+	case "WorkflowConnection.edges":
+		if e.ComplexityRoot.WorkflowConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.Edges(childComplexity), true
+	case "WorkflowConnection.pageInfo":
+		if e.ComplexityRoot.WorkflowConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.PageInfo(childComplexity), true
+	case "WorkflowConnection.totalCount":
+		if e.ComplexityRoot.WorkflowConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowConnection.TotalCount(childComplexity), true
+
+	case "WorkflowEdge.cursor":
+		if e.ComplexityRoot.WorkflowEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowEdge.Cursor(childComplexity), true
+	case "WorkflowEdge.node":
+		if e.ComplexityRoot.WorkflowEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowEdge.Node(childComplexity), true
+
+	case "WorkflowPayload.workflow":
+		if e.ComplexityRoot.WorkflowPayload.Workflow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowPayload.Workflow(childComplexity), true
+
+	case "WorkflowStep.finishedAt":
+		if e.ComplexityRoot.WorkflowStep.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.FinishedAt(childComplexity), true
+	case "WorkflowStep.index":
+		if e.ComplexityRoot.WorkflowStep.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Index(childComplexity), true
+	case "WorkflowStep.message":
+		if e.ComplexityRoot.WorkflowStep.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Message(childComplexity), true
+	case "WorkflowStep.name":
+		if e.ComplexityRoot.WorkflowStep.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Name(childComplexity), true
+	case "WorkflowStep.phase":
+		if e.ComplexityRoot.WorkflowStep.Phase == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Phase(childComplexity), true
+	case "WorkflowStep.startedAt":
+		if e.ComplexityRoot.WorkflowStep.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.StartedAt(childComplexity), true
+	case "WorkflowStep.status":
+		if e.ComplexityRoot.WorkflowStep.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Status(childComplexity), true
+	case "WorkflowStep.use":
+		if e.ComplexityRoot.WorkflowStep.Use == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.Use(childComplexity), true
+	case "WorkflowStep.with":
+		if e.ComplexityRoot.WorkflowStep.With == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkflowStep.With(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -1475,19 +2815,29 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("AddProjectMemberInput", ec.unmarshalInputAddProjectMemberInput),
+			graphql.NewInputUnmarshaler("ArchivePoolInput", ec.unmarshalInputArchivePoolInput),
+			graphql.NewInputUnmarshaler("CancelWorkflowInput", ec.unmarshalInputCancelWorkflowInput),
+			graphql.NewInputUnmarshaler("ChangeNodeInput", ec.unmarshalInputChangeNodeInput),
+			graphql.NewInputUnmarshaler("CreateJoinTokenInput", ec.unmarshalInputCreateJoinTokenInput),
 			graphql.NewInputUnmarshaler("CreatePoolInput", ec.unmarshalInputCreatePoolInput),
 			graphql.NewInputUnmarshaler("CreateProfileInput", ec.unmarshalInputCreateProfileInput),
 			graphql.NewInputUnmarshaler("CreateProjectInput", ec.unmarshalInputCreateProjectInput),
 			graphql.NewInputUnmarshaler("CreateTenantInput", ec.unmarshalInputCreateTenantInput),
 			graphql.NewInputUnmarshaler("CreateTokenInput", ec.unmarshalInputCreateTokenInput),
+			graphql.NewInputUnmarshaler("CreateWorkflowInput", ec.unmarshalInputCreateWorkflowInput),
+			graphql.NewInputUnmarshaler("DecideJoinRequestInput", ec.unmarshalInputDecideJoinRequestInput),
 			graphql.NewInputUnmarshaler("DeleteProfileInput", ec.unmarshalInputDeleteProfileInput),
 			graphql.NewInputUnmarshaler("DeleteProjectInput", ec.unmarshalInputDeleteProjectInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
 			graphql.NewInputUnmarshaler("OfferPoolInput", ec.unmarshalInputOfferPoolInput),
 			graphql.NewInputUnmarshaler("PoolQuotaInput", ec.unmarshalInputPoolQuotaInput),
 			graphql.NewInputUnmarshaler("RemoveProjectMemberInput", ec.unmarshalInputRemoveProjectMemberInput),
+			graphql.NewInputUnmarshaler("RevokeJoinTokenInput", ec.unmarshalInputRevokeJoinTokenInput),
 			graphql.NewInputUnmarshaler("RevokeMemberInput", ec.unmarshalInputRevokeMemberInput),
 			graphql.NewInputUnmarshaler("RevokeTokenInput", ec.unmarshalInputRevokeTokenInput),
+			graphql.NewInputUnmarshaler("UnofferPoolInput", ec.unmarshalInputUnofferPoolInput),
+			graphql.NewInputUnmarshaler("UpdateNodeInput", ec.unmarshalInputUpdateNodeInput),
+			graphql.NewInputUnmarshaler("UpdatePoolInput", ec.unmarshalInputUpdatePoolInput),
 			graphql.NewInputUnmarshaler("UpdateProfileInput", ec.unmarshalInputUpdateProfileInput),
 			graphql.NewInputUnmarshaler("UpdateProjectInput", ec.unmarshalInputUpdateProjectInput),
 		)
@@ -1645,6 +2995,287 @@ input RevokeMemberInput {
 
 type RevokeMemberPayload {
   revoked: Int!
+}
+`, BuiltIn: false},
+	{Name: "../schema/nodes.graphqls", Input: `"A 64-bit integer within ±2^53 (so JavaScript reads it exactly): byte sizes and speeds."
+scalar Long
+
+"A machine admitted into a pool. It belongs to the tenant that owns the pool."
+type ComputeNode implements Node {
+  id: ID!
+  nodeId: String!
+  tenantId: String!
+  poolId: String!
+  name: String!
+  "Label keys to values."
+  labels: JSON!
+  "ready, cordoned or removed."
+  state: String!
+  "The attestor that admitted it: token, discovery or tpm."
+  attestor: String!
+  hardware: NodeHardware!
+  certificateExpiresAt: Time!
+  joinRequestId: String
+  rowVersion: Int!
+  createdAt: Time!
+  updatedAt: Time!
+  removedAt: Time
+  pool: Pool!
+  "The latest inventory snapshot; null before the first report."
+  inventory: InventorySnapshot
+  "Snapshots newest first."
+  inventoryHistory(first: Int = 20, after: String): InventorySnapshotConnection!
+  "Changes between two snapshots named by id or hash (defaults: the latest, and the one before it); null when the node has no inventory."
+  inventoryDiff(from: String, to: String): InventoryDiff
+}
+
+type NodeHardware {
+  systemUuid: String!
+  serial: String!
+  macs: [String!]!
+}
+
+type ComputeNodeConnection {
+  edges: [ComputeNodeEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type ComputeNodeEdge {
+  cursor: String!
+  node: ComputeNode!
+}
+
+"One stored inventory report: typed devices and the raw sections."
+type InventorySnapshot implements Node {
+  id: ID!
+  snapshotId: String!
+  nodeId: String!
+  "SHA-256 (hex) of the RFC 8785 canonical JSON of sections."
+  hash: String!
+  collectedAt: Time!
+  createdAt: Time!
+  gpus: [Gpu!]!
+  disks: [Disk!]!
+  nics: [Nic!]!
+  drivers: [Driver!]!
+  "The report's sections as stored (canonical JSON)."
+  sections: JSON!
+}
+
+type Gpu {
+  uuid: String!
+  index: Int
+  model: String!
+  memoryMiB: Int
+  pciBusId: String!
+  "enabled, disabled or empty when not reported."
+  migMode: String!
+  migDevices: [MigDevice!]!
+}
+
+type MigDevice {
+  profile: String!
+  uuid: String!
+}
+
+type Disk {
+  wwn: String!
+  serial: String!
+  model: String!
+  sizeBytes: Long
+  slot: String!
+}
+
+type Nic {
+  mac: String!
+  name: String!
+  speedMbps: Long
+}
+
+type Driver {
+  name: String!
+  version: String!
+}
+
+type InventorySnapshotConnection {
+  edges: [InventorySnapshotEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type InventorySnapshotEdge {
+  cursor: String!
+  node: InventorySnapshot!
+}
+
+type InventoryDiff {
+  "The snapshot compared from; empty when the node has a single snapshot."
+  from: String!
+  to: String!
+  changes: [InventoryChange!]!
+}
+
+"gpu.missing, gpu.added, disk.replaced, driver.changed or mig.layout.changed, with the stable device id."
+type InventoryChange {
+  type: String!
+  deviceId: String!
+  before: JSON
+  after: JSON
+}
+
+type JoinToken {
+  joinTokenId: String!
+  poolId: String!
+  tenantId: String!
+  expiresAt: Time!
+  maxUses: Int!
+  uses: Int!
+  "active, exhausted, expired or revoked."
+  state: String!
+  createdAt: Time!
+  revokedAt: Time
+}
+
+"A join an attestor deferred, waiting for the pool owner's decision."
+type JoinRequest {
+  joinRequestId: String!
+  poolId: String!
+  tenantId: String!
+  joinTokenId: String!
+  "pending, approved, consumed, denied or expired."
+  state: String!
+  attestor: String!
+  "Why the join was deferred: [{code, message}]."
+  reasons: JSON!
+  csrFingerprint: String!
+  "The hardware ids the machine presented."
+  hardware: JSON!
+  ekHash: String
+  nodeId: String
+  decidedBy: String
+  decidedAt: Time
+  expiresAt: Time!
+  createdAt: Time!
+  updatedAt: Time!
+}
+
+type JoinRequestConnection {
+  edges: [JoinRequestEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type JoinRequestEdge {
+  cursor: String!
+  node: JoinRequest!
+}
+
+extend type Pool {
+  "The pool's live nodes (the owner's view; empty for tenants it is offered to)."
+  nodes(first: Int = 50, after: String): ComputeNodeConnection!
+  "The pool's join requests (the owner's view; empty for others)."
+  joinRequests(first: Int = 50, after: String): JoinRequestConnection!
+}
+
+extend type Tenant {
+  "One of the tenant's nodes."
+  computeNode(nodeId: String!): ComputeNode
+}
+
+input UpdatePoolInput {
+  tenantId: String!
+  poolId: String!
+  name: String
+  policy: JSON
+  expectedVersion: Int
+}
+
+type UpdatePoolPayload {
+  pool: Pool!
+}
+
+input ArchivePoolInput {
+  tenantId: String!
+  poolId: String!
+  expectedVersion: Int
+}
+
+type ArchivePoolPayload {
+  pool: Pool!
+}
+
+input UnofferPoolInput {
+  tenantId: String!
+  poolId: String!
+  toTenantId: String!
+}
+
+type UnofferPoolPayload {
+  removed: Int!
+}
+
+input CreateJoinTokenInput {
+  tenantId: String!
+  poolId: String!
+  ttlSeconds: Int
+  maxUses: Int
+}
+
+type CreateJoinTokenPayload {
+  joinToken: JoinToken!
+  "The token's secret, shown only here."
+  secret: String!
+}
+
+input RevokeJoinTokenInput {
+  tenantId: String!
+  joinTokenId: String!
+}
+
+type RevokeJoinTokenPayload {
+  joinToken: JoinToken!
+}
+
+input DecideJoinRequestInput {
+  tenantId: String!
+  joinRequestId: String!
+}
+
+type DecideJoinRequestPayload {
+  joinRequest: JoinRequest!
+}
+
+input UpdateNodeInput {
+  tenantId: String!
+  nodeId: String!
+  name: String
+  labels: JSON
+  expectedVersion: Int
+}
+
+input ChangeNodeInput {
+  tenantId: String!
+  nodeId: String!
+  expectedVersion: Int
+}
+
+type NodePayload {
+  node: ComputeNode!
+}
+
+extend type Mutation {
+  updatePool(input: UpdatePoolInput!): UpdatePoolPayload!
+  archivePool(input: ArchivePoolInput!): ArchivePoolPayload!
+  unofferPool(input: UnofferPoolInput!): UnofferPoolPayload!
+  createJoinToken(input: CreateJoinTokenInput!): CreateJoinTokenPayload!
+  revokeJoinToken(input: RevokeJoinTokenInput!): RevokeJoinTokenPayload!
+  approveJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
+  denyJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
+  updateNode(input: UpdateNodeInput!): NodePayload!
+  cordonNode(input: ChangeNodeInput!): NodePayload!
+  uncordonNode(input: ChangeNodeInput!): NodePayload!
+  removeNode(input: ChangeNodeInput!): NodePayload!
 }
 `, BuiltIn: false},
 	{Name: "../schema/pools.graphqls", Input: `"A pool groups the nodes of one site under one GPU model, one sharing mode and one policy."
@@ -2001,6 +3632,92 @@ type CreateTenantPayload {
 }
 
 `, BuiltIn: false},
+	{Name: "../schema/workflows.graphqls", Input: `"A provisioning run of one profile version on one node: a snapshot of the resolved document and its rendered steps, with per-step progress."
+type Workflow implements Node {
+  id: ID!
+  workflowId: String!
+  tenantId: String!
+  nodeId: String!
+  "The owner of the profile version (the tenant, another tenant's public profile, or builtin)."
+  profileTenantId: String!
+  profileId: String!
+  profileVersion: Int!
+  "The document as it was when the workflow was created."
+  profileDocument: JSON!
+  steps: [WorkflowStep!]!
+  "pending, running, succeeded, failed or canceled."
+  state: String!
+  rowVersion: Int!
+  createdAt: Time!
+  updatedAt: Time!
+  finishedAt: Time
+  node: ComputeNode
+  "The profile version as stored now; null once it was deleted (the workflow keeps its snapshot)."
+  profile: Profile
+}
+
+type WorkflowStep {
+  index: Int!
+  name: String!
+  use: String!
+  phase: String!
+  with: JSON!
+  "pending, running, succeeded, failed or skipped."
+  status: String!
+  startedAt: Time
+  finishedAt: Time
+  message: String
+}
+
+type WorkflowConnection {
+  edges: [WorkflowEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type WorkflowEdge {
+  cursor: String!
+  node: Workflow!
+}
+
+extend type ComputeNode {
+  "The node's workflows, oldest first."
+  workflows(first: Int = 50, after: String): WorkflowConnection!
+}
+
+type ProfileVersionConnection {
+  edges: [ProfileEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+extend type Profile {
+  "Every version of this profile id its owner holds that the caller may read, by version."
+  versions(first: Int = 50, after: String): ProfileVersionConnection!
+}
+
+input CreateWorkflowInput {
+  tenantId: String!
+  nodeId: String!
+  profileId: String!
+  profileVersion: Int
+}
+
+input CancelWorkflowInput {
+  tenantId: String!
+  workflowId: String!
+  expectedVersion: Int
+}
+
+type WorkflowPayload {
+  workflow: Workflow!
+}
+
+extend type Mutation {
+  createWorkflow(input: CreateWorkflowInput!): WorkflowPayload!
+  cancelWorkflow(input: CancelWorkflowInput!): WorkflowPayload!
+}
+`, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -2014,6 +3731,92 @@ func (ec *executionContext) childFields_AddProjectMemberPayload(ctx context.Cont
 		return ec.fieldContext_AddProjectMemberPayload_member(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AddProjectMemberPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_ArchivePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pool":
+		return ec.fieldContext_ArchivePoolPayload_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ArchivePoolPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ComputeNode_id(ctx, field)
+	case "nodeId":
+		return ec.fieldContext_ComputeNode_nodeId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_ComputeNode_tenantId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_ComputeNode_poolId(ctx, field)
+	case "name":
+		return ec.fieldContext_ComputeNode_name(ctx, field)
+	case "labels":
+		return ec.fieldContext_ComputeNode_labels(ctx, field)
+	case "state":
+		return ec.fieldContext_ComputeNode_state(ctx, field)
+	case "attestor":
+		return ec.fieldContext_ComputeNode_attestor(ctx, field)
+	case "hardware":
+		return ec.fieldContext_ComputeNode_hardware(ctx, field)
+	case "certificateExpiresAt":
+		return ec.fieldContext_ComputeNode_certificateExpiresAt(ctx, field)
+	case "joinRequestId":
+		return ec.fieldContext_ComputeNode_joinRequestId(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_ComputeNode_rowVersion(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ComputeNode_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_ComputeNode_updatedAt(ctx, field)
+	case "removedAt":
+		return ec.fieldContext_ComputeNode_removedAt(ctx, field)
+	case "pool":
+		return ec.fieldContext_ComputeNode_pool(ctx, field)
+	case "inventory":
+		return ec.fieldContext_ComputeNode_inventory(ctx, field)
+	case "inventoryHistory":
+		return ec.fieldContext_ComputeNode_inventoryHistory(ctx, field)
+	case "inventoryDiff":
+		return ec.fieldContext_ComputeNode_inventoryDiff(ctx, field)
+	case "workflows":
+		return ec.fieldContext_ComputeNode_workflows(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ComputeNode", field.Name)
+}
+
+func (ec *executionContext) childFields_ComputeNodeConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ComputeNodeConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ComputeNodeConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ComputeNodeConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ComputeNodeConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ComputeNodeEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ComputeNodeEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ComputeNodeEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ComputeNodeEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_CreateJoinTokenPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "joinToken":
+		return ec.fieldContext_CreateJoinTokenPayload_joinToken(ctx, field)
+	case "secret":
+		return ec.fieldContext_CreateJoinTokenPayload_secret(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateJoinTokenPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_CreatePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2058,6 +3861,14 @@ func (ec *executionContext) childFields_CreateTokenPayload(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type CreateTokenPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_DecideJoinRequestPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "joinRequest":
+		return ec.fieldContext_DecideJoinRequestPayload_joinRequest(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DecideJoinRequestPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_DeleteProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "deleted":
@@ -2074,12 +3885,260 @@ func (ec *executionContext) childFields_DeleteProjectPayload(ctx context.Context
 	return nil, fmt.Errorf("no field named %q was found under type DeleteProjectPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_Disk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "wwn":
+		return ec.fieldContext_Disk_wwn(ctx, field)
+	case "serial":
+		return ec.fieldContext_Disk_serial(ctx, field)
+	case "model":
+		return ec.fieldContext_Disk_model(ctx, field)
+	case "sizeBytes":
+		return ec.fieldContext_Disk_sizeBytes(ctx, field)
+	case "slot":
+		return ec.fieldContext_Disk_slot(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Disk", field.Name)
+}
+
+func (ec *executionContext) childFields_Driver(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_Driver_name(ctx, field)
+	case "version":
+		return ec.fieldContext_Driver_version(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Driver", field.Name)
+}
+
+func (ec *executionContext) childFields_Gpu(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "uuid":
+		return ec.fieldContext_Gpu_uuid(ctx, field)
+	case "index":
+		return ec.fieldContext_Gpu_index(ctx, field)
+	case "model":
+		return ec.fieldContext_Gpu_model(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_Gpu_memoryMiB(ctx, field)
+	case "pciBusId":
+		return ec.fieldContext_Gpu_pciBusId(ctx, field)
+	case "migMode":
+		return ec.fieldContext_Gpu_migMode(ctx, field)
+	case "migDevices":
+		return ec.fieldContext_Gpu_migDevices(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Gpu", field.Name)
+}
+
 func (ec *executionContext) childFields_GrantMemberPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "binding":
 		return ec.fieldContext_GrantMemberPayload_binding(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type GrantMemberPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_InventoryChange(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_InventoryChange_type(ctx, field)
+	case "deviceId":
+		return ec.fieldContext_InventoryChange_deviceId(ctx, field)
+	case "before":
+		return ec.fieldContext_InventoryChange_before(ctx, field)
+	case "after":
+		return ec.fieldContext_InventoryChange_after(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InventoryChange", field.Name)
+}
+
+func (ec *executionContext) childFields_InventoryDiff(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "from":
+		return ec.fieldContext_InventoryDiff_from(ctx, field)
+	case "to":
+		return ec.fieldContext_InventoryDiff_to(ctx, field)
+	case "changes":
+		return ec.fieldContext_InventoryDiff_changes(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InventoryDiff", field.Name)
+}
+
+func (ec *executionContext) childFields_InventorySnapshot(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_InventorySnapshot_id(ctx, field)
+	case "snapshotId":
+		return ec.fieldContext_InventorySnapshot_snapshotId(ctx, field)
+	case "nodeId":
+		return ec.fieldContext_InventorySnapshot_nodeId(ctx, field)
+	case "hash":
+		return ec.fieldContext_InventorySnapshot_hash(ctx, field)
+	case "collectedAt":
+		return ec.fieldContext_InventorySnapshot_collectedAt(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_InventorySnapshot_createdAt(ctx, field)
+	case "gpus":
+		return ec.fieldContext_InventorySnapshot_gpus(ctx, field)
+	case "disks":
+		return ec.fieldContext_InventorySnapshot_disks(ctx, field)
+	case "nics":
+		return ec.fieldContext_InventorySnapshot_nics(ctx, field)
+	case "drivers":
+		return ec.fieldContext_InventorySnapshot_drivers(ctx, field)
+	case "sections":
+		return ec.fieldContext_InventorySnapshot_sections(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InventorySnapshot", field.Name)
+}
+
+func (ec *executionContext) childFields_InventorySnapshotConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_InventorySnapshotConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_InventorySnapshotConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_InventorySnapshotConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InventorySnapshotConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_InventorySnapshotEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_InventorySnapshotEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_InventorySnapshotEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InventorySnapshotEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_JoinRequest(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "joinRequestId":
+		return ec.fieldContext_JoinRequest_joinRequestId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_JoinRequest_poolId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_JoinRequest_tenantId(ctx, field)
+	case "joinTokenId":
+		return ec.fieldContext_JoinRequest_joinTokenId(ctx, field)
+	case "state":
+		return ec.fieldContext_JoinRequest_state(ctx, field)
+	case "attestor":
+		return ec.fieldContext_JoinRequest_attestor(ctx, field)
+	case "reasons":
+		return ec.fieldContext_JoinRequest_reasons(ctx, field)
+	case "csrFingerprint":
+		return ec.fieldContext_JoinRequest_csrFingerprint(ctx, field)
+	case "hardware":
+		return ec.fieldContext_JoinRequest_hardware(ctx, field)
+	case "ekHash":
+		return ec.fieldContext_JoinRequest_ekHash(ctx, field)
+	case "nodeId":
+		return ec.fieldContext_JoinRequest_nodeId(ctx, field)
+	case "decidedBy":
+		return ec.fieldContext_JoinRequest_decidedBy(ctx, field)
+	case "decidedAt":
+		return ec.fieldContext_JoinRequest_decidedAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_JoinRequest_expiresAt(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_JoinRequest_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_JoinRequest_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinRequest", field.Name)
+}
+
+func (ec *executionContext) childFields_JoinRequestConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_JoinRequestConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_JoinRequestConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_JoinRequestConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinRequestConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_JoinRequestEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_JoinRequestEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_JoinRequestEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinRequestEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_JoinToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "joinTokenId":
+		return ec.fieldContext_JoinToken_joinTokenId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_JoinToken_poolId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_JoinToken_tenantId(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_JoinToken_expiresAt(ctx, field)
+	case "maxUses":
+		return ec.fieldContext_JoinToken_maxUses(ctx, field)
+	case "uses":
+		return ec.fieldContext_JoinToken_uses(ctx, field)
+	case "state":
+		return ec.fieldContext_JoinToken_state(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_JoinToken_createdAt(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_JoinToken_revokedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinToken", field.Name)
+}
+
+func (ec *executionContext) childFields_MigDevice(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "profile":
+		return ec.fieldContext_MigDevice_profile(ctx, field)
+	case "uuid":
+		return ec.fieldContext_MigDevice_uuid(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type MigDevice", field.Name)
+}
+
+func (ec *executionContext) childFields_Nic(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "mac":
+		return ec.fieldContext_Nic_mac(ctx, field)
+	case "name":
+		return ec.fieldContext_Nic_name(ctx, field)
+	case "speedMbps":
+		return ec.fieldContext_Nic_speedMbps(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Nic", field.Name)
+}
+
+func (ec *executionContext) childFields_NodeHardware(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "systemUuid":
+		return ec.fieldContext_NodeHardware_systemUuid(ctx, field)
+	case "serial":
+		return ec.fieldContext_NodeHardware_serial(ctx, field)
+	case "macs":
+		return ec.fieldContext_NodeHardware_macs(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodeHardware", field.Name)
+}
+
+func (ec *executionContext) childFields_NodePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_NodePayload_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodePayload", field.Name)
 }
 
 func (ec *executionContext) childFields_OfferPoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2138,6 +4197,10 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_updatedAt(ctx, field)
 	case "offers":
 		return ec.fieldContext_Pool_offers(ctx, field)
+	case "nodes":
+		return ec.fieldContext_Pool_nodes(ctx, field)
+	case "joinRequests":
+		return ec.fieldContext_Pool_joinRequests(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }
@@ -2214,6 +4277,8 @@ func (ec *executionContext) childFields_Profile(ctx context.Context, field graph
 		return ec.fieldContext_Profile_validation(ctx, field)
 	case "rendered":
 		return ec.fieldContext_Profile_rendered(ctx, field)
+	case "versions":
+		return ec.fieldContext_Profile_versions(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Profile", field.Name)
 }
@@ -2274,6 +4339,18 @@ func (ec *executionContext) childFields_ProfileValidation(ctx context.Context, f
 		return ec.fieldContext_ProfileValidation_issues(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProfileValidation", field.Name)
+}
+
+func (ec *executionContext) childFields_ProfileVersionConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ProfileVersionConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ProfileVersionConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ProfileVersionConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProfileVersionConnection", field.Name)
 }
 
 func (ec *executionContext) childFields_Project(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2368,6 +4445,14 @@ func (ec *executionContext) childFields_RemoveProjectMemberPayload(ctx context.C
 	return nil, fmt.Errorf("no field named %q was found under type RemoveProjectMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_RevokeJoinTokenPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "joinToken":
+		return ec.fieldContext_RevokeJoinTokenPayload_joinToken(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RevokeJoinTokenPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_RevokeMemberPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "revoked":
@@ -2440,6 +4525,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "computeNode":
+		return ec.fieldContext_Tenant_computeNode(ctx, field)
 	case "pools":
 		return ec.fieldContext_Tenant_pools(ctx, field)
 	case "profiles":
@@ -2514,6 +4601,22 @@ func (ec *executionContext) childFields_TokenEdge(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type TokenEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_UnofferPoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "removed":
+		return ec.fieldContext_UnofferPoolPayload_removed(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type UnofferPoolPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_UpdatePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pool":
+		return ec.fieldContext_UpdatePoolPayload_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type UpdatePoolPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_UpdateProfilePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "profile":
@@ -2544,6 +4647,98 @@ func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphq
 		return ec.fieldContext_Viewer_tenants(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Viewer", field.Name)
+}
+
+func (ec *executionContext) childFields_Workflow(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Workflow_id(ctx, field)
+	case "workflowId":
+		return ec.fieldContext_Workflow_workflowId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_Workflow_tenantId(ctx, field)
+	case "nodeId":
+		return ec.fieldContext_Workflow_nodeId(ctx, field)
+	case "profileTenantId":
+		return ec.fieldContext_Workflow_profileTenantId(ctx, field)
+	case "profileId":
+		return ec.fieldContext_Workflow_profileId(ctx, field)
+	case "profileVersion":
+		return ec.fieldContext_Workflow_profileVersion(ctx, field)
+	case "profileDocument":
+		return ec.fieldContext_Workflow_profileDocument(ctx, field)
+	case "steps":
+		return ec.fieldContext_Workflow_steps(ctx, field)
+	case "state":
+		return ec.fieldContext_Workflow_state(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_Workflow_rowVersion(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Workflow_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Workflow_updatedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_Workflow_finishedAt(ctx, field)
+	case "node":
+		return ec.fieldContext_Workflow_node(ctx, field)
+	case "profile":
+		return ec.fieldContext_Workflow_profile(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Workflow", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WorkflowConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WorkflowConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_WorkflowConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_WorkflowEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_WorkflowEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "workflow":
+		return ec.fieldContext_WorkflowPayload_workflow(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkflowStep(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_WorkflowStep_index(ctx, field)
+	case "name":
+		return ec.fieldContext_WorkflowStep_name(ctx, field)
+	case "use":
+		return ec.fieldContext_WorkflowStep_use(ctx, field)
+	case "phase":
+		return ec.fieldContext_WorkflowStep_phase(ctx, field)
+	case "with":
+		return ec.fieldContext_WorkflowStep_with(ctx, field)
+	case "status":
+		return ec.fieldContext_WorkflowStep_status(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_WorkflowStep_startedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_WorkflowStep_finishedAt(ctx, field)
+	case "message":
+		return ec.fieldContext_WorkflowStep_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkflowStep", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/tenants"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -24,6 +25,7 @@ type TenantResolver interface {
 	Projects(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProjectConnection, error)
 	Tokens(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.TokenConnection, error)
 	Members(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.RoleBindingConnection, error)
+	ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error)
 	Pools(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.PoolConnection, error)
 	Profiles(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProfileConnection, error)
 	Profile(ctx context.Context, obj *tenants.Tenant, profileID string, profileVersion *int) (*profiles.Profile, error)
@@ -35,6 +37,20 @@ type ViewerResolver interface {
 // endregion ************************** generated!.gotpl **************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_Tenant_computeNode_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "nodeId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["nodeId"] = arg0
+	return args, nil
+}
 
 func (ec *executionContext) field_Tenant_members_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -444,6 +460,50 @@ func (ec *executionContext) fieldContext_Tenant_members(ctx context.Context, fie
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Tenant_members_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Tenant_computeNode(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Tenant_computeNode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Tenant().ComputeNode(ctx, obj, fc.Args["nodeId"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Node) graphql.Marshaler {
+			return ec.marshalOComputeNode2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐNode(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Tenant_computeNode(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Tenant",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ComputeNode(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Tenant_computeNode_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -1003,6 +1063,12 @@ func (ec *executionContext) _Tenant(ctx context.Context, sel ast.SelectionSet, o
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Tenant_members(ctx, field, obj)
+				})
+		case "computeNode":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Tenant_computeNode(ctx, field, obj)
 				})
 		case "pools":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

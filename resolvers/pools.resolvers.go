@@ -53,7 +53,9 @@ func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Of
 	if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
 		return []*pools.Offer{}, nil
 	}
-	list, err := loaders.From(ctx).PoolOffers.Load(ctx, obj.PoolID)()
+	l := loaders.From(ctx)
+	l.PrefetchOffers(ctx, obj.PoolID)
+	list, err := l.PoolOffers.Load(ctx, obj.PoolID)()
 	if err != nil {
 		return nil, err
 	}

@@ -6,13 +6,14 @@ package resolvers
 
 import (
 	"context"
-
-	"github.com/graph-gophers/dataloader/v7"
+	"encoding/json"
+	"fmt"
 
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -73,16 +74,49 @@ func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cu
 // loadConn reads one parent's page through a page loader and shapes it as
 // edges, page info and total: what every batched connection field does
 // once its decision has passed.
-func loadConn[T any, E any](ctx context.Context, l *dataloader.Loader[loaders.PageKey, *page.Conn[T]], parent string,
+func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
 	n, k, err := pageArgs(first, after)
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	// Ask for this page of every sibling at once: a level is one batch.
+	loaders.PrefetchPages(ctx, loaders.From(ctx), fmt.Sprintf("%p", l), l, parent, n, k)
 	c, err := l.Load(ctx, loaders.PageKey{Parent: parent, First: n, After: k})()
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	edges, info, total := connection(c, key, edge)
 	return edges, info, total, nil
+}
+
+// rawJSON decodes stored JSON for a JSON scalar field.
+func rawJSON(b []byte) (any, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// plain turns a Go value into its JSON form for a JSON scalar field.
+func plain(v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return rawJSON(b)
+}
+
+func nodePayload(n *nodes.Node, err error) (*model.NodePayload, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &model.NodePayload{Node: n}, nil
 }

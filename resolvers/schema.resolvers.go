@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/tenants"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // CreateTenant is the resolver for the createTenant field.
@@ -137,6 +138,17 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		}
 		return p, nil
 	}
+	if typ == "Workflow" && len(key) == 2 {
+		w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.get", workflows.RefInput{TenantID: key[0], WorkflowID: key[1]})
+		if err == nil {
+			return w, nil
+		}
+		switch errs.CodeOf(err) {
+		case errs.NotFound, errs.PermissionDenied, errs.InvalidInput:
+			return nil, nil
+		}
+		return nil, err
+	}
 	if len(key) != 1 {
 		return nil, nil
 	}
@@ -160,6 +172,30 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 			return nil, nil
 		}
 		return p, nil
+	case "Pool":
+		p, err := l.Pool.Load(ctx, key[0])()
+		if err != nil || p == nil {
+			return nil, err
+		}
+		// The owner's members, or the caller's own tenant when the pool is
+		// offered to it.
+		if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: p.TenantID, ID: p.PoolID}) == nil {
+			return p, nil
+		}
+		if pr := reqctx.PrincipalFrom(ctx); pr != nil && pr.TenantID != "" &&
+			r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: pr.TenantID, ID: p.PoolID}) == nil {
+			return p, nil
+		}
+		return nil, nil
+	case "ComputeNode":
+		n, err := l.Node.Load(ctx, key[0])()
+		if err != nil || n == nil {
+			return nil, err
+		}
+		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
+			return nil, nil
+		}
+		return n, nil
 	}
 	return nil, nil
 }

@@ -81,6 +81,11 @@ func (r *viewerResolver) Tenants(ctx context.Context, obj *model.Viewer, first *
 		return nil, err
 	}
 	c := &page.Conn[tenants.Tenant]{Items: p.Items, HasNext: p.Cursor != nil}
+	ids := make([]string, len(p.Items))
+	for i := range p.Items {
+		ids[i] = p.Items[i].TenantID
+	}
+	loaders.From(ctx).Siblings(ids)
 	edges, info, _ := connection(c, func(t *tenants.Tenant) string { return t.TenantID },
 		func(cur string, t *tenants.Tenant) *model.TenantEdge { return &model.TenantEdge{Cursor: cur, Node: t} })
 	total, err := tenants.CountVisible(ctx, r.DB)

@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
@@ -134,6 +135,11 @@ func (m *Main) Run(ctx context.Context) error {
 		if err := auth.EnsureOperator(ctx, database, secret); err != nil {
 			return fmt.Errorf("bootstrap operator: %w", err)
 		}
+	}
+	// The node CA is generated on the first start of any replica and
+	// persisted; later starts (and other replicas) load the same one.
+	if _, err := nodes.EnsureCA(ctx, database); err != nil {
+		return fmt.Errorf("node CA: %w", err)
 	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -4,14 +4,39 @@ package model
 
 import (
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/inventory"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/tenants"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 type AddProjectMemberPayload struct {
 	Member *projects.Member `json:"member"`
+}
+
+type ArchivePoolPayload struct {
+	Pool *pools.Pool `json:"pool"`
+}
+
+type ComputeNodeConnection struct {
+	Edges      []*ComputeNodeEdge `json:"edges"`
+	PageInfo   *PageInfo          `json:"pageInfo"`
+	TotalCount int                `json:"totalCount"`
+}
+
+type ComputeNodeEdge struct {
+	Cursor string      `json:"cursor"`
+	Node   *nodes.Node `json:"node"`
+}
+
+type CreateJoinTokenInput struct {
+	TenantID   string `json:"tenantId"`
+	PoolID     string `json:"poolId"`
+	TTLSeconds *int   `json:"ttlSeconds,omitempty"`
+	MaxUses    *int   `json:"maxUses,omitempty"`
 }
 
 type CreatePoolInput struct {
@@ -48,17 +73,52 @@ type CreateTenantPayload struct {
 	Tenant *tenants.Tenant `json:"tenant"`
 }
 
+type DecideJoinRequestPayload struct {
+	JoinRequest *nodes.JoinRequest `json:"joinRequest"`
+}
+
 type DeleteProfileInput struct {
 	TenantID       string `json:"tenantId"`
 	ProfileID      string `json:"profileId"`
 	ProfileVersion *int   `json:"profileVersion,omitempty"`
 }
 
+type Driver struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
 type GrantMemberPayload struct {
 	Binding *iam.Binding `json:"binding"`
 }
 
+type InventorySnapshotConnection struct {
+	Edges      []*InventorySnapshotEdge `json:"edges"`
+	PageInfo   *PageInfo                `json:"pageInfo"`
+	TotalCount int                      `json:"totalCount"`
+}
+
+type InventorySnapshotEdge struct {
+	Cursor string              `json:"cursor"`
+	Node   *inventory.Snapshot `json:"node"`
+}
+
+type JoinRequestConnection struct {
+	Edges      []*JoinRequestEdge `json:"edges"`
+	PageInfo   *PageInfo          `json:"pageInfo"`
+	TotalCount int                `json:"totalCount"`
+}
+
+type JoinRequestEdge struct {
+	Cursor string             `json:"cursor"`
+	Node   *nodes.JoinRequest `json:"node"`
+}
+
 type Mutation struct {
+}
+
+type NodePayload struct {
+	Node *nodes.Node `json:"node"`
 }
 
 type OfferPoolInput struct {
@@ -110,6 +170,12 @@ type ProfileValidation struct {
 	Issues []*profiles.Issue `json:"issues"`
 }
 
+type ProfileVersionConnection struct {
+	Edges      []*ProfileEdge `json:"edges"`
+	PageInfo   *PageInfo      `json:"pageInfo"`
+	TotalCount int            `json:"totalCount"`
+}
+
 type ProjectConnection struct {
 	Edges      []*ProjectEdge `json:"edges"`
 	PageInfo   *PageInfo      `json:"pageInfo"`
@@ -133,6 +199,10 @@ type ProjectMemberEdge struct {
 }
 
 type Query struct {
+}
+
+type RevokeJoinTokenPayload struct {
+	JoinToken *nodes.JoinToken `json:"joinToken"`
 }
 
 type RevokeTokenPayload struct {
@@ -172,6 +242,26 @@ type TokenEdge struct {
 	Node   *iam.Token `json:"node"`
 }
 
+type UpdateNodeInput struct {
+	TenantID        string  `json:"tenantId"`
+	NodeID          string  `json:"nodeId"`
+	Name            *string `json:"name,omitempty"`
+	Labels          any     `json:"labels,omitempty"`
+	ExpectedVersion *int    `json:"expectedVersion,omitempty"`
+}
+
+type UpdatePoolInput struct {
+	TenantID        string  `json:"tenantId"`
+	PoolID          string  `json:"poolId"`
+	Name            *string `json:"name,omitempty"`
+	Policy          any     `json:"policy,omitempty"`
+	ExpectedVersion *int    `json:"expectedVersion,omitempty"`
+}
+
+type UpdatePoolPayload struct {
+	Pool *pools.Pool `json:"pool"`
+}
+
 type UpdateProfileInput struct {
 	TenantID        string  `json:"tenantId"`
 	ProfileID       string  `json:"profileId"`
@@ -187,4 +277,19 @@ type UpdateProfilePayload struct {
 
 type UpdateProjectPayload struct {
 	Project *projects.Project `json:"project"`
+}
+
+type WorkflowConnection struct {
+	Edges      []*WorkflowEdge `json:"edges"`
+	PageInfo   *PageInfo       `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+type WorkflowEdge struct {
+	Cursor string              `json:"cursor"`
+	Node   *workflows.Workflow `json:"node"`
+}
+
+type WorkflowPayload struct {
+	Workflow *workflows.Workflow `json:"workflow"`
 }

@@ -8,17 +8,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/inventory"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/tenants"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // Groups in docs order.
 func Groups() []registry.Group {
-	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, pools.Group, profiles.Group}
+	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, pools.Group,
+		nodes.JoinTokensGroup, nodes.MachinesGroup, nodes.TPMKeysGroup, nodes.NodesGroup, nodes.JoinRequestsGroup, inventory.Group,
+		profiles.Group, workflows.Group}
 }
 
 // Registry builds the registry; db and metrics may be nil to render documents.
@@ -26,5 +31,5 @@ func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer) *re
 	if log == nil {
 		log = slog.Default()
 	}
-	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), profiles.Methods())
+	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), nodes.Methods(db), inventory.Methods(), profiles.Methods(), workflows.Methods())
 }

@@ -36,6 +36,9 @@ type Resource struct {
 	Type     string
 	TenantID string // the tenant the caller names
 	ID       string // the resource's own id (empty for tenants)
+	// Label names what the caller asked for when it is not the resource
+	// itself (a join request decided on its pool), for NOT_FOUND messages.
+	Label string
 }
 
 func (r Resource) String() string {
@@ -204,6 +207,9 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r 
 		return denied(perm, Resource{Type: Tenant, TenantID: r.TenantID})
 	}
 	if !v.Exists {
+		if r.Label != "" {
+			return errs.E(errs.NotFound, "%s not found", r.Label)
+		}
 		return errs.E(errs.NotFound, "%s not found", r)
 	}
 	if p.IsOperator() {

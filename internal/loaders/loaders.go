@@ -10,11 +10,15 @@ import (
 	"github.com/graph-gophers/dataloader/v7"
 
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/inventory"
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pools"
+	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/tenants"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // PageKey asks for one page of a parent's connection.
@@ -26,15 +30,32 @@ type PageKey struct {
 
 // Loaders is one request's set.
 type Loaders struct {
-	Tenant         *dataloader.Loader[string, *tenants.Tenant]
-	Project        *dataloader.Loader[string, *projects.Project]
-	TenantProjects *dataloader.Loader[PageKey, *page.Conn[projects.Project]]
-	ProjectMembers *dataloader.Loader[PageKey, *page.Conn[projects.Member]]
-	TenantTokens   *dataloader.Loader[PageKey, *page.Conn[iam.Token]]
-	TenantMembers  *dataloader.Loader[PageKey, *page.Conn[iam.Binding]]
-	TenantPools    *dataloader.Loader[PageKey, *page.Conn[pools.Pool]]
-	PoolOffers     *dataloader.Loader[string, []pools.Offer]
+	Tenant         *L[string, *tenants.Tenant]
+	Project        *L[string, *projects.Project]
+	TenantProjects *L[PageKey, *page.Conn[projects.Project]]
+	ProjectMembers *L[PageKey, *page.Conn[projects.Member]]
+	TenantTokens   *L[PageKey, *page.Conn[iam.Token]]
+	TenantMembers  *L[PageKey, *page.Conn[iam.Binding]]
+	TenantPools    *L[PageKey, *page.Conn[pools.Pool]]
+	PoolOffers     *L[string, []pools.Offer]
+	Pool           *L[string, *pools.Pool]
+	Node           *L[string, *nodes.Node]
+	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
+	PoolJoinReqs   *L[PageKey, *page.Conn[nodes.JoinRequest]]
+	Snapshot       *L[string, *inventory.Snapshot]
+	NodeHistory    *L[PageKey, *page.Conn[inventory.Snapshot]]
+	NodeDiff       *L[inventory.DiffKey, *inventory.DiffPair]
+	NodeWorkflows  *L[PageKey, *page.Conn[workflows.Workflow]]
+	Profile        *L[profiles.Key, *profiles.Profile]
+	Versions       *L[PageKey, *page.Conn[profiles.Profile]]
+
+	sib siblings
 }
+
+type pageLoader[T any] = *L[PageKey, *page.Conn[T]]
+
+// DiffKeyArgs names one node's diff.
+type DiffKeyArgs = inventory.DiffKey
 
 // wait is how long a loader collects keys before it runs its batch: long
 // enough for every resolver of a level to ask, on a loaded 2-core machine.
@@ -47,21 +68,97 @@ const capacity = 5000
 
 // New makes a request's loaders over q.
 func New(q store.Q) *Loaders {
-	return &Loaders{
+	l := &Loaders{}
+	*l = Loaders{
 		Tenant: byID(func(ctx context.Context, ids []string) (map[string]*tenants.Tenant, error) {
 			return tenants.ByIDs(ctx, q, ids)
 		}),
 		Project: byID(func(ctx context.Context, ids []string) (map[string]*projects.Project, error) {
 			return projects.ByIDs(ctx, q, ids)
 		}),
-		TenantProjects: pages(q, projects.PagesByTenant, projects.CountByTenant),
+		TenantProjects: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[projects.Project], error) {
+			r, err := projects.PagesByTenant(ctx, q, parents, after, limit)
+			ids := make([]string, len(r.Items))
+			for i := range r.Items {
+				ids[i] = r.Items[i].ProjectID
+			}
+			l.sib.add(ids, nil)
+			return r, err
+		}, projects.CountByTenant),
 		ProjectMembers: pages(q, projects.MemberPagesByProject, projects.CountMembersByProject),
 		TenantTokens:   pages(q, iam.TokenPagesByTenant, iam.CountTokensByTenant),
 		TenantMembers:  pages(q, iam.BindingPagesByTenant, iam.CountBindingsByTenant),
-		TenantPools:    pages(q, pools.PagesByTenant, pools.CountByTenant),
+		TenantPools: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[pools.Pool], error) {
+			r, err := pools.PagesByTenant(ctx, q, parents, after, limit)
+			l.recordPools(r)
+			return r, err
+		}, pools.CountByTenant),
 		PoolOffers: byID(func(ctx context.Context, ids []string) (map[string][]pools.Offer, error) {
 			return pools.OffersByPool(ctx, q, ids)
 		}),
+		Pool: byID(func(ctx context.Context, ids []string) (map[string]*pools.Pool, error) {
+			return pools.ByIDs(ctx, q, ids)
+		}),
+		Node: byID(func(ctx context.Context, ids []string) (map[string]*nodes.Node, error) {
+			return nodes.NodesByID(ctx, q, ids)
+		}),
+		PoolNodes: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[nodes.Node], error) {
+			r, err := nodes.NodePagesByPool(ctx, q, parents, after, limit)
+			l.recordNodes(r)
+			return r, err
+		}, nodes.CountNodesByPool),
+		PoolJoinReqs: pages(q, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool),
+		Snapshot: byID(func(ctx context.Context, ids []string) (map[string]*inventory.Snapshot, error) {
+			return inventory.ByID(ctx, q, ids)
+		}),
+		NodeHistory: pages(q, inventory.PagesByNode, inventory.CountByNode),
+		NodeDiff: loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {
+			pairs, err := inventory.Pairs(ctx, q, keys)
+			out := make([]*dataloader.Result[*inventory.DiffPair], len(keys))
+			for i := range keys {
+				out[i] = &dataloader.Result[*inventory.DiffPair]{Error: err}
+				if err == nil {
+					out[i].Data = &pairs[i]
+				}
+			}
+			return out
+		}),
+		NodeWorkflows: pages(q, workflows.PagesByNode, workflows.CountByNode),
+		Profile: loader(func(ctx context.Context, keys []profiles.Key) []*dataloader.Result[*profiles.Profile] {
+			found, err := profiles.ByKeys(ctx, q, keys)
+			out := make([]*dataloader.Result[*profiles.Profile], len(keys))
+			for i, k := range keys {
+				out[i] = &dataloader.Result[*profiles.Profile]{Data: found[k], Error: err}
+			}
+			return out
+		}),
+		Versions: pages(q, profiles.VersionPages, profiles.CountVersions),
+	}
+	return l
+}
+
+// L is a dataloader that keeps its batch function, so that the sibling
+// prefetches (siblings.go) can run one batch for a whole level and prime
+// the cache with it.
+type L[K comparable, V any] struct {
+	*dataloader.Loader[K, V]
+	batch dataloader.BatchFunc[K, V]
+}
+
+func loader[K comparable, V any](fn dataloader.BatchFunc[K, V]) *L[K, V] {
+	return &L[K, V]{Loader: dataloader.NewBatchedLoader(fn, opts[K, V]()...), batch: fn}
+}
+
+// prime runs one batch for keys and puts the results in the cache.
+func (l *L[K, V]) prime(ctx context.Context, keys []K) {
+	if len(keys) == 0 {
+		return
+	}
+	res := l.batch(ctx, keys)
+	for i, k := range keys {
+		if i < len(res) && res[i] != nil && res[i].Error == nil {
+			l.Prime(ctx, k, res[i].Data)
+		}
 	}
 }
 
@@ -74,15 +171,15 @@ func opts[K comparable, V any]() []dataloader.Option[K, V] {
 
 // byID builds a loader from a function loading many ids; results go back in
 // key order, nil for ids that do not exist.
-func byID[V any](fetch func(ctx context.Context, ids []string) (map[string]V, error)) *dataloader.Loader[string, V] {
-	return dataloader.NewBatchedLoader(func(ctx context.Context, keys []string) []*dataloader.Result[V] {
+func byID[V any](fetch func(ctx context.Context, ids []string) (map[string]V, error)) *L[string, V] {
+	return loader(func(ctx context.Context, keys []string) []*dataloader.Result[V] {
 		found, err := fetch(ctx, keys)
 		out := make([]*dataloader.Result[V], len(keys))
 		for i, k := range keys {
 			out[i] = &dataloader.Result[V]{Data: found[k], Error: err}
 		}
 		return out
-	}, opts[string, V]()...)
+	})
 }
 
 type pageFetch[T any] func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[T], error)
@@ -90,8 +187,8 @@ type countFetch func(ctx context.Context, q store.Q, parents []string) (map[stri
 
 // pages builds a connection loader. Keys of one level share first/after, so
 // a level is one statement; parents with an empty page are counted apart.
-func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *dataloader.Loader[PageKey, *page.Conn[T]] {
-	return dataloader.NewBatchedLoader(func(ctx context.Context, keys []PageKey) []*dataloader.Result[*page.Conn[T]] {
+func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
+	return loader(func(ctx context.Context, keys []PageKey) []*dataloader.Result[*page.Conn[T]] {
 		type args struct {
 			first int
 			after string
@@ -128,7 +225,7 @@ func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *dataloader.L
 			out[i] = results[k]
 		}
 		return out
-	}, opts[PageKey, *page.Conn[T]]()...)
+	})
 }
 
 type ctxKey struct{}

@@ -138,12 +138,16 @@ const DefaultProvider = "sim"
 func init() { authz.Register(authz.Pool, resolve) }
 
 // offeredScope is what an offered-to tenant's role grants on a pool: reads,
-// and compute:pools:manage so that the manage handlers (which only touch
-// pools the named tenant owns) answer NOT_FOUND rather than
+// and the pool-scoped manage permissions so that the handlers (which only
+// touch pools the named tenant owns) answer NOT_FOUND rather than
 // PERMISSION_DENIED: only the owner may change a pool, and existence does
 // not leak.
 func offeredScope(perm string) bool {
-	return authz.ReadsOnly(perm) || perm == "compute:pools:manage"
+	switch perm {
+	case "compute:pools:manage", "compute:joinTokens:manage", "compute:joinRequests:approve", "compute:nodes:manage":
+		return true
+	}
+	return authz.ReadsOnly(perm)
 }
 
 // resolve is the relationship resolver of compute-pool: the owner tenant
@@ -526,6 +530,20 @@ func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]
 	out := map[string][]Offer{}
 	for _, r := range rows {
 		out[r.PoolID] = append(out[r.PoolID], Offer{PoolID: r.PoolID, ToTenantID: r.ToTenantID, Quota: Quota{GPUs: r.GPUs, Instances: r.Instances}, CreatedAt: r.CreatedAt})
+	}
+	return out, nil
+}
+
+// ByIDs loads pools by id in one statement, keyed by id (callers decide
+// visibility).
+func ByIDs(ctx context.Context, q store.Q, poolIDs []string) (map[string]*Pool, error) {
+	var rows []Pool
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools WHERE pool_id = ANY($1)`, poolIDs); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Pool, len(rows))
+	for i := range rows {
+		out[rows[i].PoolID] = rows[i].fix()
 	}
 	return out, nil
 }

@@ -287,6 +287,10 @@ func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Profile, error) {
 		s := string(c.Raw)
 		doc = &s
 	}
+	// The row lock orders this update against a workflow's first use (ForUse
+	// and MarkUsed, which take the same lock): used is read under the lock,
+	// so either the new document commits before the workflow snapshots it,
+	// or the workflow commits first and this is INVALID_STATE.
 	var cur Profile
 	err := q.GetContext(ctx, &cur, `SELECT `+cols+` FROM profiles
 		WHERE tenant_id = $1 AND profile_id = $2 AND profile_version = $3 AND deleted_at IS NULL
@@ -341,12 +345,7 @@ func Methods() []registry.Method {
 		return registry.Method{Group: "profiles", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "provision", Phase: "v0.2", Input: in}
 	}
-	profileID := func() registry.Field {
-		return registry.Field{Name: "profileId", Type: registry.String, Required: true, MaxLength: MaxID, Pattern: registry.ProfileIDPattern}
-	}
-	version := func(required bool) registry.Field {
-		return registry.Field{Name: "profileVersion", Type: registry.Integer, Required: required, Min: registry.Int(1), Max: registry.Int(MaxVersion)}
-	}
+	profileID, version := IDField, VersionField
 	ref := func() []registry.Field { return []registry.Field{registry.TenantID(), profileID(), version(false)} }
 	visibility := registry.Field{Name: "visibility", Type: registry.String, Enum: []string{"private", "public"}}
 	createVis := visibility

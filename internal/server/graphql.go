@@ -31,8 +31,11 @@ import (
 
 // Limits of the graph.
 const (
-	MaxDepth      = 12
-	MaxComplexity = 5000
+	MaxDepth = 12
+	// MaxComplexity admits the fleet dashboard query (50 pools of 40
+	// nodes with their latest inventory, about 25000) with headroom; a
+	// connection costs its page size times its children.
+	MaxComplexity = 50000
 )
 
 func pageCost(child int, first *int) int {
@@ -52,6 +55,11 @@ func (s *Server) graphqlHandler() http.Handler {
 	c.Viewer.Tenants = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 	c.Project.Members = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 	c.Tenant.Pools = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Pool.Nodes = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Pool.JoinRequests = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.ComputeNode.InventoryHistory = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.ComputeNode.Workflows = func(child int, first *int, _ *string) int { return pageCost(child, first) }
+	c.Profile.Versions = func(child int, first *int, _ *string) int { return pageCost(child, first) }
 
 	srv := handler.New(graph.NewExecutableSchema(cfg))
 	srv.AddTransport(transport.Websocket{

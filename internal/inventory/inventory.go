@@ -1,0 +1,453 @@
+// Package inventory keeps each node's hardware and software inventory as the
+// daemon reports it: an append-only history of snapshots, a new one stored
+// each time the hash of the canonical JSON (RFC 8785) of the reported
+// sections changes. Reads decide compute:nodes:read on compute-node/{nodeId}
+// and answer only for nodes the calling tenant owns.
+package inventory
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// MaxReport is the largest inventory.report body accepted.
+const MaxReport = 256 << 10
+
+// Snapshot is one stored report.
+type Snapshot struct {
+	ID          string          `json:"id" db:"snapshot_id"`
+	NodeID      string          `json:"nodeId" db:"node_id"`
+	Hash        string          `json:"hash" db:"hash"`
+	Sections    json.RawMessage `json:"sections" db:"-"`
+	CollectedAt time.Time       `json:"collectedAt" db:"collected_at"`
+	CreatedAt   time.Time       `json:"createdAt" db:"created_at"`
+
+	SectionsText string `json:"-" db:"sections"`
+
+	typed *typedCache
+}
+
+// typedCache parses a snapshot's sections once however many typed fields
+// (gpus, disks, nics, drivers) a query reads.
+type typedCache struct {
+	once sync.Once
+	s    *Sections
+	err  error
+}
+
+func (s *Snapshot) fix() *Snapshot {
+	s.typed = &typedCache{}
+	s.Sections = json.RawMessage(s.SectionsText)
+	s.CollectedAt, s.CreatedAt = s.CollectedAt.UTC(), s.CreatedAt.UTC()
+	return s
+}
+
+// Typed parses the snapshot's sections (stored canonical JSON).
+func (s *Snapshot) Typed() (*Sections, error) {
+	if s.typed == nil {
+		return Parse([]byte(s.SectionsText))
+	}
+	s.typed.once.Do(func() { s.typed.s, s.typed.err = Parse([]byte(s.SectionsText)) })
+	return s.typed.s, s.typed.err
+}
+
+const snapCols = `snapshot_id, node_id, hash, sections::text AS sections, collected_at, created_at`
+
+type (
+	ReportInput struct {
+		NodeID      string          `json:"nodeId"`
+		Sections    json.RawMessage `json:"sections"`
+		CollectedAt *string         `json:"collectedAt,omitempty"`
+	}
+	Reported struct {
+		Snapshot *Snapshot `json:"snapshot"`
+		Stored   bool      `json:"stored"`
+	}
+	GetInput struct {
+		TenantID string `json:"tenantId"`
+		NodeID   string `json:"nodeId"`
+	}
+	HistoryInput struct {
+		TenantID string `json:"tenantId"`
+		NodeID   string `json:"nodeId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	DiffInput struct {
+		TenantID string `json:"tenantId"`
+		NodeID   string `json:"nodeId"`
+		From     string `json:"from,omitempty"`
+		To       string `json:"to,omitempty"`
+	}
+	DiffResult struct {
+		From    string   `json:"from"`
+		To      string   `json:"to"`
+		Changes []Change `json:"changes"`
+	}
+)
+
+// maxSkew bounds how far in the future a report's collectedAt may be.
+const maxSkew = time.Hour
+
+// Report stores a snapshot when the sections' hash differs from the node's
+// latest; an equal report stores nothing and says stored: false. The node
+// row is locked so that concurrent reports of one node are ordered.
+func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) {
+	_, canonical, hash, err := Decode(in.Sections)
+	if err != nil {
+		return nil, err
+	}
+	collected := time.Now().UTC()
+	if in.CollectedAt != nil {
+		t, err := time.Parse(time.RFC3339Nano, *in.CollectedAt)
+		if err != nil {
+			return nil, errs.Invalid("collectedAt", "collectedAt must be an RFC 3339 time")
+		}
+		if t.After(time.Now().Add(maxSkew)) {
+			return nil, errs.Invalid("collectedAt", "collectedAt is more than an hour in the future")
+		}
+		collected = t.UTC()
+	}
+	var node struct {
+		State  string         `db:"state"`
+		Latest sql.NullString `db:"latest_snapshot_id"`
+	}
+	err = q.GetContext(ctx, &node, `SELECT state, latest_snapshot_id FROM nodes WHERE node_id = $1 FOR UPDATE`, in.NodeID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "node %s not found", in.NodeID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if node.State == nodes.Removed {
+		return nil, errs.E(errs.InvalidState, "node %s is removed", in.NodeID).With("state", node.State)
+	}
+	if node.Latest.Valid {
+		var latest Snapshot
+		if err := q.GetContext(ctx, &latest, `SELECT `+snapCols+` FROM inventory_snapshots WHERE snapshot_id = $1`, node.Latest.String); err != nil {
+			return nil, store.Wrap(err)
+		}
+		if latest.Hash == hash {
+			return &Reported{Snapshot: latest.fix(), Stored: false}, nil
+		}
+	}
+	id := after(node.Latest.String)
+	var s Snapshot
+	err = q.GetContext(ctx, &s, `INSERT INTO inventory_snapshots (snapshot_id, node_id, hash, sections, collected_at)
+		VALUES ($1, $2, $3, $4::json, $5) RETURNING `+snapCols, id, in.NodeID, hash, string(canonical), collected)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE nodes SET latest_snapshot_id = $2 WHERE node_id = $1`, in.NodeID, id); err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &Reported{Snapshot: s.fix(), Stored: true}, nil
+}
+
+// after returns a new snapshot id that sorts after prev, so that history
+// (ordered by id) stays in report order even when replicas' clocks or
+// millisecond ties disagree.
+func after(prev string) string {
+	id := ids.New(ids.Inventory)
+	if prev == "" || id > prev {
+		return id
+	}
+	u, err := ulid.ParseStrict(strings.ToUpper(strings.TrimPrefix(prev, ids.Inventory+"_")))
+	if err != nil {
+		return id
+	}
+	b := u[:]
+	for i := len(b) - 1; i >= 0; i-- { // prev + 1
+		b[i]++
+		if b[i] != 0 {
+			break
+		}
+	}
+	return ids.Inventory + "_" + strings.ToLower(u.String())
+}
+
+func noInventory(nodeID string) error {
+	return errs.E(errs.NotFound, "node %s has no inventory yet", nodeID)
+}
+
+// Get returns the node's latest snapshot.
+func Get(ctx context.Context, q store.Q, in *GetInput) (*Snapshot, error) {
+	var s Snapshot
+	err := q.GetContext(ctx, &s, `SELECT `+snapCols+` FROM inventory_snapshots
+		WHERE snapshot_id = (SELECT latest_snapshot_id FROM nodes WHERE node_id = $1 AND tenant_id = $2)`, in.NodeID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, noInventory(in.NodeID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return s.fix(), nil
+}
+
+// History pages the node's snapshots newest first; the cursor is the id of
+// the last snapshot returned.
+func History(ctx context.Context, q store.Q, in *HistoryInput) (*page.Page[Snapshot], error) {
+	cursor := in.Cursor
+	if cursor == "" {
+		cursor = "~" // sorts after every id
+	}
+	rows := []Snapshot{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
+		WHERE s.node_id = $1 AND s.snapshot_id < $2
+		  AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = s.node_id AND n.tenant_id = $3)
+		ORDER BY s.snapshot_id DESC LIMIT $4`, in.NodeID, cursor, in.TenantID, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(s Snapshot) string { return s.ID })
+	return &page.Page[Snapshot]{Items: items, Cursor: cur}, nil
+}
+
+// DiffKey names one diff: a node and optional from and to references
+// (snapshot id or hash; "" for the defaults).
+type DiffKey struct{ NodeID, From, To string }
+
+// DiffPair is what a diff compares: the resolved snapshots (From nil when
+// the node has a single snapshot before To), or a NOT_FOUND error.
+type DiffPair struct {
+	From, To *Snapshot
+	Err      error
+}
+
+type pairRow struct {
+	Ord      int            `db:"ord"`
+	Any      bool           `db:"has_any"`
+	ToID     sql.NullString `db:"to_id"`
+	ToHash   sql.NullString `db:"to_hash"`
+	ToSec    sql.NullString `db:"to_sections"`
+	ToAt     sql.NullTime   `db:"to_collected"`
+	ToMade   sql.NullTime   `db:"to_created"`
+	FromID   sql.NullString `db:"from_id"`
+	FromHash sql.NullString `db:"from_hash"`
+	FromSec  sql.NullString `db:"from_sections"`
+	FromAt   sql.NullTime   `db:"from_collected"`
+	FromMade sql.NullTime   `db:"from_created"`
+}
+
+// Pairs resolves many diffs in one statement. Without to, the latest
+// snapshot is used; without from, the snapshot before to. A reference by
+// hash names the newest of the node's snapshots with that hash.
+func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
+	nodeIDs, froms, tos := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		nodeIDs[i], froms[i], tos[i] = k.NodeID, k.From, k.To
+	}
+	var rows []pairRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT k.ord,
+		       EXISTS (SELECT 1 FROM inventory_snapshots a WHERE a.node_id = k.node_id) AS has_any,
+		       t.snapshot_id AS to_id, t.hash AS to_hash, t.sections::text AS to_sections, t.collected_at AS to_collected, t.created_at AS to_created,
+		       f.snapshot_id AS from_id, f.hash AS from_hash, f.sections::text AS from_sections, f.collected_at AS from_collected, f.created_at AS from_created
+		FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(node_id, from_ref, to_ref, ord)
+		LEFT JOIN LATERAL (
+			SELECT * FROM inventory_snapshots s
+			WHERE s.node_id = k.node_id AND (k.to_ref = '' OR s.snapshot_id = k.to_ref OR s.hash = k.to_ref)
+			ORDER BY s.snapshot_id DESC LIMIT 1
+		) t ON true
+		LEFT JOIN LATERAL (
+			SELECT * FROM inventory_snapshots s
+			WHERE s.node_id = k.node_id AND t.snapshot_id IS NOT NULL
+			  AND CASE WHEN k.from_ref = '' THEN s.snapshot_id < t.snapshot_id
+			           ELSE s.snapshot_id = k.from_ref OR s.hash = k.from_ref END
+			ORDER BY s.snapshot_id DESC LIMIT 1
+		) f ON true
+		ORDER BY k.ord`, nodeIDs, froms, tos)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make([]DiffPair, len(keys))
+	for _, r := range rows {
+		i := r.Ord - 1
+		k := keys[i]
+		switch {
+		case !r.Any:
+			out[i].Err = noInventory(k.NodeID)
+			continue
+		case !r.ToID.Valid:
+			out[i].Err = errs.E(errs.NotFound, "snapshot %s not found for node %s", k.To, k.NodeID).With("path", "to")
+			continue
+		case k.From != "" && !r.FromID.Valid:
+			out[i].Err = errs.E(errs.NotFound, "snapshot %s not found for node %s", k.From, k.NodeID).With("path", "from")
+			continue
+		}
+		out[i].To = (&Snapshot{ID: r.ToID.String, NodeID: k.NodeID, Hash: r.ToHash.String, SectionsText: r.ToSec.String,
+			CollectedAt: r.ToAt.Time, CreatedAt: r.ToMade.Time}).fix()
+		if r.FromID.Valid {
+			out[i].From = (&Snapshot{ID: r.FromID.String, NodeID: k.NodeID, Hash: r.FromHash.String, SectionsText: r.FromSec.String,
+				CollectedAt: r.FromAt.Time, CreatedAt: r.FromMade.Time}).fix()
+		}
+	}
+	return out, nil
+}
+
+// Compare diffs a resolved pair.
+func (p DiffPair) Compare() (*DiffResult, error) {
+	if p.Err != nil {
+		return nil, p.Err
+	}
+	to, err := p.To.Typed()
+	if err != nil {
+		return nil, err
+	}
+	res := &DiffResult{To: p.To.ID, Changes: []Change{}}
+	if p.From == nil {
+		return res, nil
+	}
+	from, err := p.From.Typed()
+	if err != nil {
+		return nil, err
+	}
+	res.From, res.Changes = p.From.ID, Diff(from, to)
+	return res, nil
+}
+
+// DiffSnapshots compares two of the node's snapshots.
+func DiffSnapshots(ctx context.Context, q store.Q, in *DiffInput) (*DiffResult, error) {
+	var owned bool
+	if err := q.GetContext(ctx, &owned, `SELECT EXISTS (SELECT 1 FROM nodes WHERE node_id = $1 AND tenant_id = $2)`, in.NodeID, in.TenantID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	if !owned {
+		return nil, errs.E(errs.NotFound, "node %s not found", in.NodeID)
+	}
+	pairs, err := Pairs(ctx, q, []DiffKey{{NodeID: in.NodeID, From: in.From, To: in.To}})
+	if err != nil {
+		return nil, err
+	}
+	return pairs[0].Compare()
+}
+
+// --- batched reads for the graph --------------------------------------------
+
+// ByID loads snapshots by id in one statement.
+func ByID(ctx context.Context, q store.Q, snapshotIDs []string) (map[string]*Snapshot, error) {
+	var rows []Snapshot
+	if err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots WHERE snapshot_id = ANY($1)`, snapshotIDs); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Snapshot, len(rows))
+	for i := range rows {
+		out[rows[i].ID] = rows[i].fix()
+	}
+	return out, nil
+}
+
+type nodeSnapRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Snapshot
+}
+
+// PagesByNode returns one page of each node's history, newest first, in one
+// statement; after is a snapshot id ("" for the first page).
+func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Snapshot], error) {
+	if after == "" {
+		after = "~"
+	}
+	var rows []nodeSnapRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+snapCols+` FROM inventory_snapshots s WHERE s.node_id = t.parent AND s.snapshot_id < $2
+			ORDER BY s.snapshot_id DESC LIMIT $3
+		) x`, nodeIDs, after, limit+1)
+	var r page.Rows[Snapshot]
+	for _, x := range rows {
+		x.Snapshot.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Snapshot)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountByNode counts each node's snapshots.
+func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+}
+
+// --- registry ------------------------------------------------------------------
+
+// Group describes the inventory group.
+var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](/docs/guides/nodes/inventory-and-health)."}
+
+var refPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
+
+var refRe = regexp.MustCompile(refPattern)
+
+// ValidRef reports a well-formed snapshot reference (id or hash).
+func ValidRef(s string) bool { return refRe.MatchString(s) }
+
+// Methods are the inventory group's registry entries.
+func Methods() []registry.Method {
+	m := func(name string, kind registry.Kind, perm, phase, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: "inventory", Name: name, Kind: kind, Permission: perm, Resource: authz.Node,
+			Summary: summary, Notes: notes, Module: "inventory", Phase: phase, Input: in}
+	}
+	node := func(more ...registry.Field) []registry.Field {
+		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
+	}
+	report := m("report", registry.Mutation, nodes.PermReportInventory, "v0.1",
+		"Stores the node's report as a new snapshot when its canonical hash differs from the latest; returns the snapshot and whether it was stored.",
+		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
+			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU UUID, disk WWN or slot, MAC) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
+			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated.",
+			"A body over 256 KiB is `PAYLOAD_TOO_LARGE`. `collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
+		registry.ID("nodeId", ids.Node),
+		registry.Field{Name: "sections", Type: registry.Object, Required: true, Open: true, Description: "the daemon's report (contract section 6)"},
+		registry.Field{Name: "collectedAt", Type: registry.String, MaxLength: 64, Description: "when the daemon collected the report (RFC 3339)"})
+	report.Credential = registry.NodeCred
+	report.MaxBody = MaxReport
+	locateReport := func(ctx context.Context, _ store.Q, in *ReportInput) (authz.Resource, error) {
+		r := authz.Resource{Type: authz.Node, ID: in.NodeID}
+		if p := reqctx.PrincipalFrom(ctx); p != nil {
+			r.TenantID = p.TenantID
+		}
+		return r, nil
+	}
+	return []registry.Method{
+		registry.Def(report, locateReport, Report),
+		registry.Def(m("get", registry.Read, "compute:nodes:read", "v0.1",
+			"Returns the node's latest inventory snapshot: its hash, its sections and when it was collected.",
+			[]string{"NOT_FOUND when the node has no inventory yet or is not owned by the tenant."}, node()...), nil, Get),
+		registry.Def(m("history", registry.Read, "compute:nodes:read", "v0.2",
+			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
+			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned. NOT_FOUND when the node is not owned by the tenant."},
+			node(registry.Limit(20, 100), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
+		registry.Def(m("diff", registry.Read, "compute:nodes:read", "v0.2",
+			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
+			[]string{"Without `to`, the latest snapshot is used; without `from`, the snapshot before `to`. A node with a single snapshot diffs against nothing: `from` is empty and there are no changes.",
+				"Change types are `gpu.missing`, `gpu.added`, `disk.replaced`, `driver.changed` and `mig.layout.changed`, each with `before` and `after` values where they apply.",
+				"`NOT_FOUND` when the node has no inventory, a named snapshot does not exist for the node, or the node is not owned by the tenant.",
+				"A hash names the newest of the node's snapshots with that hash."},
+			node(registry.Field{Name: "from", Type: registry.String, Pattern: refPattern},
+				registry.Field{Name: "to", Type: registry.String, Pattern: refPattern})...), nil, DiffSnapshots),
+	}
+}

@@ -1,0 +1,133 @@
+package loaders
+
+import (
+	"context"
+	"sync"
+
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pools"
+)
+
+// Siblings makes a level one batch whatever the scheduler does. A loader's
+// wait window batches the keys that arrive within it; with thousands of
+// resolvers on two cores, the last ones can miss the window and the level
+// splits into several statements. So a batch that returns parents (pools,
+// nodes) records them as siblings, and the first child field to resolve
+// asks for the children of every sibling in one LoadMany; the others then
+// find their keys in the loader's cache. The children of a level are one
+// statement, deterministically.
+type siblings struct {
+	mu     sync.Mutex
+	groups map[string]*group // parent id -> the batch it came in
+}
+
+type group struct {
+	ids     []string
+	latest  []string // for nodes: their latest snapshot ids
+	mu      sync.Mutex
+	fetched map[any]*sync.Once
+}
+
+func (s *siblings) add(ids, latest []string) {
+	if len(ids) == 0 {
+		return
+	}
+	g := &group{ids: ids, latest: latest, fetched: map[any]*sync.Once{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.groups == nil {
+		s.groups = map[string]*group{}
+	}
+	for _, id := range ids {
+		if _, seen := s.groups[id]; !seen {
+			s.groups[id] = g
+		}
+	}
+}
+
+// once runs fetch for the parent's group the first time kind is asked
+// for any of its members; concurrent callers wait for it to finish, so
+// their loads then hit the primed cache.
+func (s *siblings) once(parent string, kind any, fetch func(g *group)) {
+	s.mu.Lock()
+	g := s.groups[parent]
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	o := g.fetched[kind]
+	if o == nil {
+		o = &sync.Once{}
+		g.fetched[kind] = o
+	}
+	g.mu.Unlock()
+	o.Do(func() { fetch(g) })
+}
+
+// pageKind names a page loader and the arguments its siblings share.
+type pageKind struct {
+	loader string
+	first  int
+	after  string
+}
+
+func (l *Loaders) recordPools(r page.Rows[pools.Pool]) {
+	ids := make([]string, len(r.Items))
+	for i := range r.Items {
+		ids[i] = r.Items[i].PoolID
+	}
+	l.sib.add(ids, nil)
+}
+
+func (l *Loaders) recordNodes(r page.Rows[nodes.Node]) {
+	ids := make([]string, len(r.Items))
+	var latest []string
+	for i := range r.Items {
+		ids[i] = r.Items[i].NodeID
+		if s := r.Items[i].LatestSnapshotID; s != nil {
+			latest = append(latest, *s)
+		}
+	}
+	l.sib.add(ids, latest)
+}
+
+// PrefetchPages asks a page loader for the same page of every sibling of
+// parent, once per loader and arguments.
+func PrefetchPages[T any](ctx context.Context, l *Loaders, name string, ld pageLoader[T], parent string, first int, after string) {
+	l.sib.once(parent, pageKind{name, first, after}, func(g *group) {
+		keys := make([]PageKey, len(g.ids))
+		for i, id := range g.ids {
+			keys[i] = PageKey{Parent: id, First: first, After: after}
+		}
+		ld.prime(ctx, keys)
+	})
+}
+
+// PrefetchSnapshots loads the latest snapshot of every sibling of node.
+func (l *Loaders) PrefetchSnapshots(ctx context.Context, nodeID string) {
+	l.sib.once(nodeID, "snapshots", func(g *group) { l.Snapshot.prime(ctx, g.latest) })
+}
+
+// PrefetchOffers loads the offers of every sibling of pool.
+func (l *Loaders) PrefetchOffers(ctx context.Context, poolID string) {
+	l.sib.once(poolID, "offers", func(g *group) { l.PoolOffers.prime(ctx, g.ids) })
+}
+
+// PrefetchDiffs loads the same diff of every sibling of node.
+func (l *Loaders) PrefetchDiffs(ctx context.Context, k DiffKeyArgs) {
+	l.sib.once(k.NodeID, diffKind{k.From, k.To}, func(g *group) {
+		keys := make([]DiffKeyArgs, len(g.ids))
+		for i, id := range g.ids {
+			keys[i] = DiffKeyArgs{NodeID: id, From: k.From, To: k.To}
+		}
+		l.NodeDiff.prime(ctx, keys)
+	})
+}
+
+type diffKind struct{ from, to string }
+
+// Siblings records parents that one resolver returned together (the
+// tenants of viewer.tenants), so their children batch as one level.
+func (l *Loaders) Siblings(ids []string) { l.sib.add(ids, nil) }

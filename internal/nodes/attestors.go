@@ -1,0 +1,208 @@
+package nodes
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// ExpectedMachine is a machine the pool owner registered for the discovery
+// attestor, by any of its system UUID, serial or MAC.
+type ExpectedMachine struct {
+	MachineID  string    `json:"machineId" db:"machine_id"`
+	PoolID     string    `json:"poolId" db:"pool_id"`
+	SystemUUID *string   `json:"systemUuid" db:"system_uuid"`
+	Serial     *string   `json:"serial" db:"serial"`
+	MAC        *string   `json:"mac" db:"mac"`
+	CreatedAt  time.Time `json:"createdAt" db:"created_at"`
+}
+
+// AllowedKey is a TPM endorsement key on a pool's allow-list.
+type AllowedKey struct {
+	PoolID      string    `json:"poolId" db:"pool_id"`
+	EKHash      string    `json:"ekHash" db:"ek_hash"`
+	Description string    `json:"description" db:"description"`
+	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
+}
+
+type (
+	MachineRegisterInput struct {
+		TenantID   string  `json:"tenantId"`
+		PoolID     string  `json:"poolId"`
+		SystemUUID *string `json:"systemUuid,omitempty"`
+		Serial     *string `json:"serial,omitempty"`
+		MAC        *string `json:"mac,omitempty"`
+	}
+	MachineRefInput struct {
+		TenantID  string `json:"tenantId"`
+		MachineID string `json:"machineId"`
+	}
+	PoolListInput struct {
+		TenantID string `json:"tenantId"`
+		PoolID   string `json:"poolId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	KeyAllowInput struct {
+		TenantID    string  `json:"tenantId"`
+		PoolID      string  `json:"poolId"`
+		EKHash      *string `json:"ekHash,omitempty"`
+		EKPublicKey *string `json:"ekPublicKey,omitempty"`
+		Description string  `json:"description"`
+	}
+	KeyRefInput struct {
+		TenantID string `json:"tenantId"`
+		PoolID   string `json:"poolId"`
+		EKHash   string `json:"ekHash"`
+	}
+	RemovedCount struct {
+		Removed int `json:"removed"`
+	}
+)
+
+const machineCols = `machine_id, pool_id, system_uuid, serial, mac, created_at`
+
+// RegisterMachine records a machine the discovery attestor admits. A
+// placeholder id identifies no machine and is INVALID_INPUT.
+func RegisterMachine(ctx context.Context, q store.Q, in *MachineRegisterInput) (*ExpectedMachine, error) {
+	if in.SystemUUID == nil && in.Serial == nil && in.MAC == nil {
+		return nil, errs.Invalid("systemUuid", "pass systemUuid, serial or mac")
+	}
+	var uuid, serial, mac *string
+	if in.SystemUUID != nil {
+		if pki.PlaceholderUUID(*in.SystemUUID) {
+			return nil, errs.Invalid("systemUuid", "%s is a placeholder UUID that identifies no machine", *in.SystemUUID)
+		}
+		u := normUUID(*in.SystemUUID)
+		uuid = &u
+	}
+	if in.Serial != nil {
+		if pki.PlaceholderSerial(*in.Serial) {
+			return nil, errs.Invalid("serial", "%q is a placeholder serial that identifies no machine", *in.Serial)
+		}
+		s := strings.TrimSpace(*in.Serial)
+		serial = &s
+	}
+	if in.MAC != nil {
+		m := strings.ToLower(*in.MAC)
+		mac = &m
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+		return nil, err
+	}
+	var m ExpectedMachine
+	err := q.GetContext(ctx, &m, `INSERT INTO expected_machines (machine_id, pool_id, system_uuid, serial, mac)
+		VALUES ($1, $2, $3, $4, $5) RETURNING `+machineCols, ids.New(ids.Machine), in.PoolID, uuid, serial, mac)
+	return &m, store.Wrap(err)
+}
+
+// ListMachines pages a pool's expected machines by id.
+func ListMachines(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[ExpectedMachine], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+		return nil, err
+	}
+	rows := []ExpectedMachine{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+machineCols+` FROM expected_machines
+		WHERE pool_id = $1 AND machine_id > $2 ORDER BY machine_id LIMIT $3`, in.PoolID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(m ExpectedMachine) string { return page.Encode(m.MachineID) })
+	return &page.Page[ExpectedMachine]{Items: items, Cursor: cur}, nil
+}
+
+// ForgetMachine removes an expected machine; nodes already admitted stay.
+func ForgetMachine(ctx context.Context, q store.Q, in *MachineRefInput) (*RemovedCount, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM expected_machines m USING pools p
+		WHERE m.machine_id = $1 AND p.pool_id = m.pool_id AND p.tenant_id = $2`, in.MachineID, in.TenantID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, errs.E(errs.NotFound, "machine %s not found", in.MachineID)
+	}
+	return &RemovedCount{Removed: 1}, nil
+}
+
+// AllowKey puts an endorsement key on the pool's allow-list, named by its
+// hash or by the PEM public key (whose hash is computed here).
+func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, error) {
+	var hash string
+	switch {
+	case in.EKHash != nil && in.EKPublicKey != nil:
+		return nil, errs.Invalid("ekPublicKey", "pass ekHash or ekPublicKey, not both")
+	case in.EKHash != nil:
+		hash = *in.EKHash
+	case in.EKPublicKey != nil:
+		h, err := pki.EKHash("ekPublicKey", *in.EKPublicKey)
+		if err != nil {
+			return nil, err
+		}
+		hash = h
+	default:
+		return nil, errs.Invalid("ekHash", "pass ekHash or ekPublicKey")
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+		return nil, err
+	}
+	var k AllowedKey
+	err := q.GetContext(ctx, &k, `INSERT INTO tpm_allowed_keys (pool_id, ek_hash, description) VALUES ($1, $2, $3)
+		RETURNING pool_id, ek_hash, description, created_at`, in.PoolID, hash, in.Description)
+	if store.IsUnique(err, "tpm_allowed_keys_pkey") {
+		return nil, errs.E(errs.Conflict, "key %s is already allowed in pool %s", hash, in.PoolID).With("path", "ekHash")
+	}
+	return &k, store.Wrap(err)
+}
+
+// ListKeys pages a pool's allow-list by hash.
+func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[AllowedKey], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+		return nil, err
+	}
+	rows := []AllowedKey{}
+	err := q.SelectContext(ctx, &rows, `SELECT pool_id, ek_hash, description, created_at FROM tpm_allowed_keys
+		WHERE pool_id = $1 AND ek_hash > $2 ORDER BY ek_hash LIMIT $3`, in.PoolID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(k AllowedKey) string { return page.Encode(k.EKHash) })
+	return &page.Page[AllowedKey]{Items: items, Cursor: cur}, nil
+}
+
+// DisallowKey takes a key off the allow-list.
+func DisallowKey(ctx context.Context, q store.Q, in *KeyRefInput) (*RemovedCount, error) {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+		return nil, err
+	}
+	res, err := q.ExecContext(ctx, `DELETE FROM tpm_allowed_keys WHERE pool_id = $1 AND ek_hash = $2`, in.PoolID, in.EKHash)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, errs.E(errs.NotFound, "key %s is not allowed in pool %s", in.EKHash, in.PoolID)
+	}
+	return &RemovedCount{Removed: 1}, nil
+}
+
+// normUUID lowercases a UUID and puts the dashes in.
+func normUUID(s string) string {
+	s = strings.ToLower(strings.ReplaceAll(s, "-", ""))
+	if len(s) != 32 {
+		return s
+	}
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}

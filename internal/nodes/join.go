@@ -1,0 +1,487 @@
+package nodes
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Join request states and lifetimes.
+const (
+	Pending  = "pending"
+	Approved = "approved"
+	Consumed = "consumed"
+	Denied   = "denied"
+	Expired  = "expired"
+
+	// PendingTTL is how long a deferred join waits for a decision;
+	// ApprovedTTL is how long an approval waits for the machine's retry.
+	PendingTTL  = 7 * 24 * time.Hour
+	ApprovedTTL = 24 * time.Hour
+	// CertValidity is the lifetime of a node certificate.
+	CertValidity = 365 * 24 * time.Hour
+)
+
+// Reasons a join is deferred.
+const (
+	ReasonPlaceholder  = "placeholder-hardware"
+	ReasonUnknown      = "unknown-machine"
+	ReasonEKNotAllowed = "ek-not-allowed"
+)
+
+// Hardware is the identity a machine presents.
+type Hardware struct {
+	SystemUUID string   `json:"systemUuid"`
+	Serial     string   `json:"serial"`
+	MACs       []string `json:"macs"`
+}
+
+// Evidence is what an attestor needs beyond the hardware ids.
+type Evidence struct {
+	EKPublicKey *string `json:"ekPublicKey,omitempty"`
+}
+
+// JoinInput is nodes.join's input; the join token is the credential.
+type JoinInput struct {
+	JoinToken string    `json:"joinToken"`
+	CSR       string    `json:"csr"`
+	Hardware  Hardware  `json:"hardware"`
+	Attestor  string    `json:"attestor"`
+	Evidence  *Evidence `json:"evidence,omitempty"`
+	Name      *string   `json:"name,omitempty"`
+}
+
+// Reason says why a join was deferred.
+type Reason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// JoinResult is nodes.join's output: admitted with a node, a certificate and
+// a credential, or pending with the join request that waits for approval.
+type JoinResult struct {
+	Status        string   `json:"status"`
+	NodeID        string   `json:"nodeId,omitempty"`
+	PoolID        string   `json:"poolId"`
+	Certificate   string   `json:"certificate,omitempty"`
+	CACertificate string   `json:"caCertificate,omitempty"`
+	Credential    string   `json:"credential,omitempty"`
+	JoinRequestID string   `json:"joinRequestId,omitempty"`
+	Reasons       []Reason `json:"reasons,omitempty"`
+}
+
+// JoinRequest is a deferred join in the approval queue.
+type JoinRequest struct {
+	JoinRequestID  string          `json:"joinRequestId" db:"join_request_id"`
+	PoolID         string          `json:"poolId" db:"pool_id"`
+	TenantID       string          `json:"tenantId" db:"tenant_id"`
+	JoinTokenID    string          `json:"joinTokenId" db:"join_token_id"`
+	State          string          `json:"state" db:"req_state"`
+	Attestor       string          `json:"attestor" db:"attestor"`
+	Reasons        json.RawMessage `json:"reasons" db:"-"`
+	CSRFingerprint string          `json:"csrFingerprint" db:"csr_fingerprint"`
+	Hardware       json.RawMessage `json:"hardware" db:"-"`
+	EKHash         *string         `json:"ekHash" db:"ek_hash"`
+	NodeID         *string         `json:"nodeId" db:"node_id"`
+	DecidedBy      *string         `json:"decidedBy" db:"decided_by"`
+	DecidedAt      *time.Time      `json:"decidedAt" db:"decided_at"`
+	ExpiresAt      time.Time       `json:"expiresAt" db:"expires_at"`
+	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
+	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
+
+	ReasonsText  string `json:"-" db:"reasons"`
+	HardwareText string `json:"-" db:"hardware"`
+}
+
+func (r *JoinRequest) fix() *JoinRequest {
+	r.Reasons, r.Hardware = json.RawMessage(r.ReasonsText), json.RawMessage(r.HardwareText)
+	return r
+}
+
+// reqState reads pending and approved requests past their expiry as expired.
+const reqState = `CASE WHEN state IN ('pending', 'approved') AND expires_at <= now() THEN 'expired' ELSE state END AS req_state`
+
+const reqCols = `join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons::text AS reasons, csr_fingerprint,
+	hardware::text AS hardware, ek_hash, node_id, decided_by, decided_at, expires_at, created_at, updated_at, ` + reqState
+
+type (
+	JoinRequestRefInput struct {
+		TenantID      string `json:"tenantId"`
+		JoinRequestID string `json:"joinRequestId"`
+	}
+	JoinRequestListInput struct {
+		TenantID string  `json:"tenantId"`
+		PoolID   string  `json:"poolId"`
+		State    *string `json:"state,omitempty"`
+		Limit    int     `json:"limit"`
+		Cursor   string  `json:"cursor,omitempty"`
+	}
+)
+
+// caSource loads the control plane's CA once per registry (every replica
+// reads the same persisted CA).
+type caSource struct {
+	db   *store.DB
+	mu   sync.Mutex
+	ca   *pki.CA
+	load func(ctx context.Context, db *store.DB) (*pki.CA, error)
+}
+
+func (c *caSource) get(ctx context.Context) (*pki.CA, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ca != nil {
+		return c.ca, nil
+	}
+	if c.db == nil {
+		return nil, fmt.Errorf("nodes: no database for the CA")
+	}
+	ca, err := c.load(ctx, c.db)
+	if err != nil {
+		return nil, err
+	}
+	c.ca = ca
+	return ca, nil
+}
+
+type tokenRow struct {
+	JoinTokenID string     `db:"join_token_id"`
+	PoolID      string     `db:"pool_id"`
+	TenantID    string     `db:"tenant_id"`
+	MaxUses     int        `db:"max_uses"`
+	Uses        int        `db:"uses"`
+	Expired     bool       `db:"expired"`
+	RevokedAt   *time.Time `db:"revoked_at"`
+	PoolState   string     `db:"pool_state"`
+}
+
+func badToken(msg string) error { return errs.E(errs.Unauthenticated, "%s", msg) }
+
+// join admits a machine or defers it into a join request.
+func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResult, error) {
+	csr, err := pki.ParseCSR("csr", in.CSR)
+	if err != nil {
+		return nil, err
+	}
+	hw := Hardware{SystemUUID: normUUID(in.Hardware.SystemUUID), Serial: strings.TrimSpace(in.Hardware.Serial), MACs: []string{}}
+	seen := map[string]bool{}
+	for i, m := range in.Hardware.MACs {
+		m = strings.ToLower(m)
+		if seen[m] {
+			return nil, errs.Invalid(fmt.Sprintf("hardware.macs[%d]", i), "MAC %s is listed twice", m)
+		}
+		seen[m] = true
+		hw.MACs = append(hw.MACs, m)
+	}
+	var ekHash *string
+	if in.Attestor == "tpm" {
+		if in.Evidence == nil || in.Evidence.EKPublicKey == nil {
+			return nil, errs.Invalid("evidence.ekPublicKey", "the tpm attestor needs evidence.ekPublicKey")
+		}
+		h, err := pki.EKHash("evidence.ekPublicKey", *in.Evidence.EKPublicKey)
+		if err != nil {
+			return nil, err
+		}
+		ekHash = &h
+	}
+
+	// The token row lock serializes joins through one token (its use count).
+	var tok tokenRow
+	err = q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
+			t.expires_at <= now() AS expired, p.state AS pool_state
+		FROM join_tokens t JOIN pools p ON p.pool_id = t.pool_id
+		WHERE t.secret_hash = $1 FOR UPDATE OF t FOR SHARE OF p`, auth.Hash(in.JoinToken))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, badToken("unknown join token")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	switch {
+	case tok.RevokedAt != nil:
+		return nil, badToken("the join token is revoked")
+	case tok.Expired:
+		return nil, badToken("the join token has expired")
+	case tok.PoolState != "active":
+		return nil, errs.E(errs.InvalidState, "pool %s is %s and takes no joins", tok.PoolID, tok.PoolState).With("state", tok.PoolState)
+	}
+
+	// A key pair that a live node holds joins nothing more.
+	var live string
+	err = q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
+	if err == nil {
+		return nil, errs.E(errs.Conflict, "a live node already holds this CSR's key; remove it or join with a new key")
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, store.Wrap(err)
+	}
+	// An earlier request for this key pair in this pool decides first.
+	if _, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'expired', updated_at = now()
+		WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved') AND expires_at <= now()`,
+		tok.PoolID, csr.Fingerprint); err != nil {
+		return nil, store.Wrap(err)
+	}
+	var prev JoinRequest
+	err = q.GetContext(ctx, &prev, `SELECT `+reqCols+` FROM join_requests WHERE pool_id = $1 AND csr_fingerprint = $2
+		ORDER BY join_request_id DESC LIMIT 1 FOR UPDATE`, tok.PoolID, csr.Fingerprint)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, store.Wrap(err)
+	}
+	if err == nil {
+		switch prev.State {
+		case Approved:
+			return s.admit(ctx, q, &tok, hw, csr, in, prev.JoinRequestID)
+		case Pending:
+			prev.fix()
+			var reasons []Reason
+			_ = json.Unmarshal(prev.Reasons, &reasons)
+			return &JoinResult{Status: Pending, PoolID: tok.PoolID, JoinRequestID: prev.JoinRequestID, Reasons: reasons}, nil
+		case Denied:
+			return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was denied", prev.JoinRequestID).
+				With("joinRequestId", prev.JoinRequestID)
+		}
+		// consumed or expired: attest afresh (a consumed request whose node
+		// is still live is refused below by the node's fingerprint).
+	}
+	if tok.Uses >= tok.MaxUses {
+		return nil, badToken("the join token has no uses left")
+	}
+
+	reasons, err := attest(ctx, q, tok.PoolID, hw, in.Attestor, ekHash)
+	if err != nil {
+		return nil, err
+	}
+	if len(reasons) == 0 {
+		return s.admit(ctx, q, &tok, hw, csr, in, "")
+	}
+	rb, _ := json.Marshal(reasons)
+	hb, _ := json.Marshal(hw)
+	var id string
+	err = q.GetContext(ctx, &id, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
+			csr_fingerprint, hardware, ek_hash, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, now() + make_interval(secs => $10))
+		ON CONFLICT (pool_id, csr_fingerprint) WHERE state IN ('pending', 'approved') DO NOTHING
+		RETURNING join_request_id`,
+		ids.New(ids.JoinRequest), tok.PoolID, tok.TenantID, tok.JoinTokenID, in.Attestor, string(rb),
+		csr.Fingerprint, string(hb), ekHash, int(PendingTTL/time.Second))
+	if errors.Is(err, sql.ErrNoRows) {
+		// A concurrent join with the same CSR deferred first: answer with its request.
+		err = q.GetContext(ctx, &id, `SELECT join_request_id FROM join_requests
+			WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved')`, tok.PoolID, csr.Fingerprint)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &JoinResult{Status: Pending, PoolID: tok.PoolID, JoinRequestID: id, Reasons: reasons}, nil
+}
+
+// attest runs the attestor and returns why the join must wait for approval
+// (nothing when it is admitted).
+func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor string, ekHash *string) ([]Reason, error) {
+	reasons := []Reason{}
+	ph := pki.Placeholders(hw.SystemUUID, hw.Serial)
+	if len(ph) > 0 {
+		reasons = append(reasons, Reason{Code: ReasonPlaceholder,
+			Message: "the machine reports placeholder hardware ids (" + strings.Join(ph, ", ") + ")"})
+	}
+	switch attestor {
+	case "discovery":
+		// Placeholder ids identify no machine, so they never match.
+		var uuid, serial *string
+		if !pki.PlaceholderUUID(hw.SystemUUID) {
+			uuid = &hw.SystemUUID
+		}
+		if !pki.PlaceholderSerial(hw.Serial) {
+			serial = &hw.Serial
+		}
+		var known bool
+		err := q.GetContext(ctx, &known, `SELECT EXISTS (SELECT 1 FROM expected_machines WHERE pool_id = $1
+			AND (system_uuid = $2 OR serial = $3 OR mac = ANY($4)))`, poolID, uuid, serial, hw.MACs)
+		if err != nil {
+			return nil, store.Wrap(err)
+		}
+		if !known {
+			reasons = append(reasons, Reason{Code: ReasonUnknown, Message: "the discovery attestor does not know this machine in the pool"})
+		}
+	case "tpm":
+		var allowed bool
+		err := q.GetContext(ctx, &allowed, `SELECT EXISTS (SELECT 1 FROM tpm_allowed_keys WHERE pool_id = $1 AND ek_hash = $2)`, poolID, *ekHash)
+		if err != nil {
+			return nil, store.Wrap(err)
+		}
+		if !allowed {
+			reasons = append(reasons, Reason{Code: ReasonEKNotAllowed, Message: "the endorsement key " + *ekHash + " is on no allow-list of the pool"})
+		}
+	}
+	return reasons, nil
+}
+
+// admit creates the node, its principal and credential, and the certificate
+// for the CSR's key; with a join request id, it consumes that approval.
+func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardware, csr *pki.CSR, in *JoinInput, reqID string) (*JoinResult, error) {
+	ca, err := s.ca.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// One live node per machine in a tenant (placeholder UUIDs identify none).
+	var live string
+	err = q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE state <> 'removed'
+		AND tenant_id = $1 AND system_uuid = $2 AND $3`, tok.TenantID, hw.SystemUUID, !pki.PlaceholderUUID(hw.SystemUUID))
+	if err == nil {
+		return nil, errs.E(errs.Conflict, "this machine already joined as node %s", live).With("nodeId", live)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, store.Wrap(err)
+	}
+	if reqID == "" {
+		res, err := q.ExecContext(ctx, `UPDATE join_tokens SET uses = uses + 1 WHERE join_token_id = $1 AND uses < max_uses`, tok.JoinTokenID)
+		if err != nil {
+			return nil, store.Wrap(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil, badToken("the join token has no uses left")
+		}
+	}
+	nodeID := ids.New(ids.Node)
+	cert, notAfter, err := ca.Sign(csr, nodeID, CertValidity)
+	if err != nil {
+		return nil, err
+	}
+	name := nodeID
+	if in.Name != nil {
+		name = *in.Name
+	}
+	attestor := in.Attestor
+	principalID := ids.New(ids.Principal)
+	if _, err := q.ExecContext(ctx, `INSERT INTO principals (principal_id, kind, tenant_id, name, node_id) VALUES ($1, 'node', $2, $3, $4)`,
+		principalID, tok.TenantID, nodeID, nodeID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	secret := ids.Secret("bcn")
+	if _, err := q.ExecContext(ctx, `INSERT INTO tokens (token_id, principal_id, name, secret_hash) VALUES ($1, $2, 'node credential', $3)`,
+		ids.New(ids.Token), principalID, auth.Hash(secret)); err != nil {
+		return nil, store.Wrap(err)
+	}
+	var jr *string
+	if reqID != "" {
+		jr = &reqID
+	}
+	_, err = q.ExecContext(ctx, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, system_uuid, serial, macs,
+			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		nodeID, tok.TenantID, tok.PoolID, name, attestor, hw.SystemUUID, hw.Serial, hw.MACs,
+		csr.Fingerprint, cert, notAfter, principalID, jr)
+	if store.IsUnique(err, "nodes_csr_fingerprint_key") {
+		return nil, errs.E(errs.Conflict, "a node with this CSR's key already joined")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if reqID != "" {
+		if _, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'consumed', node_id = $2, updated_at = now()
+			WHERE join_request_id = $1`, reqID, nodeID); err != nil {
+			return nil, store.Wrap(err)
+		}
+	}
+	return &JoinResult{Status: "admitted", NodeID: nodeID, PoolID: tok.PoolID, Certificate: cert,
+		CACertificate: ca.CertificatePEM(), Credential: secret, JoinRequestID: reqID}, nil
+}
+
+// --- the approval queue ----------------------------------------------------
+
+func reqNotFound(id string) error { return errs.E(errs.NotFound, "join request %s not found", id) }
+
+// GetJoinRequest returns one request of a pool the tenant owns.
+func GetJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
+	var r JoinRequest
+	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2`,
+		in.JoinRequestID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, reqNotFound(in.JoinRequestID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return r.fix(), nil
+}
+
+// ListJoinRequests pages a pool's requests by id, optionally in one state.
+func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) (*page.Page[JoinRequest], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+		return nil, err
+	}
+	rows := []JoinRequest{}
+	err := q.SelectContext(ctx, &rows, `SELECT * FROM (SELECT `+reqCols+` FROM join_requests
+			WHERE pool_id = $1 AND join_request_id > $2) r
+		WHERE $3::text IS NULL OR r.req_state = $3 ORDER BY join_request_id LIMIT $4`, in.PoolID, after, in.State, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(r JoinRequest) string { return page.Encode(r.JoinRequestID) })
+	return &page.Page[JoinRequest]{Items: items, Cursor: cur}, nil
+}
+
+// decide moves a request from one of the from states to the new state.
+func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, to string, from ...string) (*JoinRequest, error) {
+	var r JoinRequest
+	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2 FOR UPDATE`,
+		in.JoinRequestID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, reqNotFound(in.JoinRequestID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	ok := false
+	for _, f := range from {
+		ok = ok || r.State == f
+	}
+	if !ok {
+		return nil, errs.E(errs.InvalidState, "join request %s is %s", in.JoinRequestID, r.State).With("state", r.State)
+	}
+	ttl := 0
+	if to == Approved {
+		ttl = int(ApprovedTTL / time.Second)
+	}
+	by := ""
+	if p := reqctx.PrincipalFrom(ctx); p != nil {
+		by = p.ID
+	}
+	err = q.GetContext(ctx, &r, `UPDATE join_requests SET state = $2, decided_by = $3, decided_at = now(), updated_at = now(),
+			expires_at = CASE WHEN $4::int > 0 THEN now() + make_interval(secs => $4::int) ELSE expires_at END
+		WHERE join_request_id = $1 RETURNING `+reqCols, in.JoinRequestID, to, by, ttl)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return r.fix(), nil
+}
+
+// ApproveJoinRequest lets the machine's next join with the same CSR in.
+func ApproveJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
+	return decide(ctx, q, in, Approved, Pending)
+}
+
+// DenyJoinRequest refuses a pending or approved (not yet consumed) request.
+func DenyJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
+	return decide(ctx, q, in, Denied, Pending, Approved)
+}

@@ -1,0 +1,201 @@
+package nodes
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// service holds what the handlers share: the CA, loaded once per registry.
+type service struct{ ca *caSource }
+
+// EnsureCA loads the control plane's CA, creating and persisting it the
+// first time any replica starts.
+func EnsureCA(ctx context.Context, db *store.DB) (*pki.CA, error) { return pki.Load(ctx, db) }
+
+// Groups of this package, in docs order.
+var (
+	JoinTokensGroup   = registry.Group{Name: "joinTokens", Summary: "Join tokens let machines join a pool: a token has a lifetime and a number of uses, its secret is shown once when it is created and stored only as a hash. Only the pool's owner manages them; decisions are made on `compute-pool/{poolId}`."}
+	MachinesGroup     = registry.Group{Name: "machines", Summary: "The machines the `discovery` attestor expects in a pool, registered by the pool's owner by system UUID, serial or MAC. A join through `discovery` is admitted when one of the machine's ids matches and deferred into a join request otherwise."}
+	TPMKeysGroup      = registry.Group{Name: "tpmKeys", Summary: "A pool's allow-list of TPM endorsement keys, by the SHA-256 (hex) of the key's DER SubjectPublicKeyInfo. A join through the `tpm` attestor whose endorsement key is on no allow-list is deferred into a join request."}
+	NodesGroup        = registry.Group{Name: "nodes", Summary: "Nodes are the machines admitted into pools. A machine joins with a join token, a PEM CSR, its hardware identity and an attestor (`token`, `discovery`, `tpm`); it is admitted with a certificate signed by the control plane's CA and a node credential, or deferred into a join request. A node belongs to the tenant that owns its pool; tenants the pool is offered to do not see its nodes. See [Joining nodes](/docs/guides/nodes/joining)."}
+	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](/docs/guides/nodes/joining)."}
+)
+
+// locateBy names the pool a row of table belongs to, for methods that take
+// the row's id rather than the pool's: the decision is on the pool.
+func locateBy(table, idCol, label string, id func(in any) (string, string)) func(ctx context.Context, q store.Q, in any) (authz.Resource, error) {
+	return func(ctx context.Context, q store.Q, in any) (authz.Resource, error) {
+		tenantID, rowID := id(in)
+		var poolID string
+		err := q.GetContext(ctx, &poolID, `SELECT pool_id FROM `+table+` WHERE `+idCol+` = $1`, rowID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return authz.Resource{}, store.Wrap(err)
+		}
+		return authz.Resource{Type: authz.Pool, TenantID: tenantID, ID: poolID, Label: label + " " + rowID}, nil
+	}
+}
+
+func typed[In any](f func(ctx context.Context, q store.Q, in any) (authz.Resource, error)) func(ctx context.Context, q store.Q, in *In) (authz.Resource, error) {
+	return func(ctx context.Context, q store.Q, in *In) (authz.Resource, error) { return f(ctx, q, in) }
+}
+
+// Methods are the registry entries of join tokens, expected machines, TPM
+// keys, nodes and join requests. db may be nil when only documents are
+// rendered.
+func Methods(db *store.DB) []registry.Method {
+	s := &service{ca: &caSource{db: db, load: pki.Load}}
+	m := func(group, name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: group, Name: name, Kind: kind, Permission: perm, Resource: res,
+			Summary: summary, Notes: notes, Module: "nodes", Phase: "v0.2", Input: in}
+	}
+	pool := func(more ...registry.Field) []registry.Field {
+		return append([]registry.Field{registry.TenantID(), registry.ID("poolId", ids.Pool)}, more...)
+	}
+	node := func(more ...registry.Field) []registry.Field {
+		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
+	}
+	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
+	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1),
+		Description: "the node's rowVersion; a mismatch is CONFLICT"}
+	mac := registry.Field{Name: "mac", Type: registry.String, Pattern: `^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$`,
+		Description: "a MAC address, aa:bb:cc:dd:ee:ff"}
+	uuid := registry.Field{Name: "systemUuid", Type: registry.String, Pattern: `^[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}$`,
+		Description: "the SMBIOS system UUID"}
+	serial := registry.Field{Name: "serial", Type: registry.String, MaxLength: 128, Pattern: `^[\x20-\x7E]*$`,
+		Description: "the system serial number (printable ASCII)"}
+	ownerOnly := "Only the pool's owner may call it; a pool the tenant does not own is `NOT_FOUND`."
+	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true,
+		Description: "label keys (prefix/name) to values, at most 64"}
+	nodeState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Ready, Cordoned, Removed}}
+	reqState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Pending, Approved, Consumed, Denied, Expired}}
+
+	joinTokenID := func(in any) (string, string) { x := in.(*JoinTokenRefInput); return x.TenantID, x.JoinTokenID }
+	machineID := func(in any) (string, string) { x := in.(*MachineRefInput); return x.TenantID, x.MachineID }
+	joinReqID := func(in any) (string, string) { x := in.(*JoinRequestRefInput); return x.TenantID, x.JoinRequestID }
+
+	nodeList := m("nodes", "list", registry.Read, "compute:nodes:read", authz.Tenant,
+		"Returns a page of the tenant's nodes ordered by id, filtered by pool, state and labels.",
+		[]string{"Removed nodes are listed only when `state` is `removed`.",
+			"`labels` keeps the nodes that carry every label given.",
+			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
+		append([]registry.Field{registry.TenantID(),
+			{Name: "poolId", Type: registry.String, Pattern: ids.Pattern(ids.Pool)}, nodeState, labels}, pageFields...)...)
+	nodeList.Items = true
+
+	join := m("nodes", "join", registry.Mutation, "", authz.Pool,
+		"Joins a machine to the join token's pool: admitted with a node, a certificate and a credential, or deferred into a join request.",
+		[]string{"The join token in the input is the credential: unknown, revoked, expired or used-up tokens are `UNAUTHENTICATED`.",
+			"`csr` is a PEM PKCS #10 request whose signature verifies (ECDSA P-256/P-384, Ed25519 or RSA 2048-8192); the certificate is issued for its key by the control plane's CA.",
+			"Attestors: `token` admits on the token alone; `discovery` admits a machine the pool owner registered (`machines.register`) by system UUID, serial or MAC; `tpm` admits when the SHA-256 of `evidence.ekPublicKey` is on the pool's allow-list (`tpmKeys.allow`).",
+			"A join is deferred into a join request (`status: pending`, with `reasons`) when the hardware ids are placeholders, when `discovery` does not know the machine, or when the endorsement key is on no allow-list. Retrying with the same CSR returns the same pending request; once approved, the retry with the same CSR is admitted exactly once; a denied request is `PERMISSION_DENIED`.",
+			"A CSR key that a live node holds, or a system UUID of a live node of the tenant, is `CONFLICT`. An archived pool is `INVALID_STATE`.",
+			"`credential` is the node's bearer token, shown only here: it may report the node's own inventory and workflow steps and nothing else."},
+		registry.Field{Name: "joinToken", Type: registry.String, Required: true, MaxLength: 512, Description: "the join token's secret"},
+		registry.Field{Name: "csr", Type: registry.String, Required: true, MaxLength: 16384, Description: "PEM PKCS #10 certificate request"},
+		registry.Field{Name: "hardware", Type: registry.Object, Required: true, Fields: []registry.Field{
+			func() registry.Field { f := uuid; f.Required = true; return f }(),
+			func() registry.Field { f := serial; f.Required = true; return f }(),
+			{Name: "macs", Type: registry.Array, MaxItems: 64, Items: &mac},
+		}},
+		registry.Field{Name: "attestor", Type: registry.String, Required: true, Enum: []string{"token", "discovery", "tpm"}},
+		registry.Field{Name: "evidence", Type: registry.Object, Fields: []registry.Field{
+			{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192, Description: "the TPM endorsement public key, PEM (tpm attestor)"},
+		}},
+		registry.Name(false))
+	join.Credential = registry.JoinToken
+	join.MaxBody = 64 << 10
+
+	return []registry.Method{
+		registry.Def(m("joinTokens", "create", registry.Mutation, "compute:joinTokens:manage", authz.Pool,
+			"Creates a join token for a pool and returns it with its secret, shown only here.",
+			[]string{"`ttlSeconds` defaults to 3600 and is at most 2592000 (30 days); `maxUses` defaults to 1 and is at most 10000.",
+				"An archived pool is `INVALID_STATE`.", ownerOnly},
+			pool(registry.Field{Name: "ttlSeconds", Type: registry.Integer, Min: registry.Int(60), Max: registry.Int(MaxTokenTTL), Default: int64(DefaultTokenTTL)},
+				registry.Field{Name: "maxUses", Type: registry.Integer, Min: registry.Int(1), Max: registry.Int(MaxTokenUses), Default: int64(1)})...),
+			nil, CreateJoinToken),
+		registry.Def(m("joinTokens", "list", registry.Read, "compute:joinTokens:read", authz.Pool,
+			"Returns a page of a pool's join tokens ordered by id, with their state (active, exhausted, expired, revoked).",
+			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListJoinTokens),
+		registry.Def(m("joinTokens", "revoke", registry.Mutation, "compute:joinTokens:manage", authz.Pool,
+			"Revokes a join token; it admits nothing from then on.",
+			[]string{"Revoking a revoked token is `INVALID_STATE`.", ownerOnly},
+			registry.TenantID(), registry.ID("joinTokenId", ids.JoinToken)),
+			typed[JoinTokenRefInput](locateBy("join_tokens", "join_token_id", "join token", joinTokenID)), RevokeJoinToken),
+
+		registry.Def(m("machines", "register", registry.Mutation, "compute:nodes:manage", authz.Pool,
+			"Registers a machine the discovery attestor admits into the pool.",
+			[]string{"Pass at least one of `systemUuid`, `serial`, `mac`; a placeholder UUID or serial is `INVALID_INPUT`.",
+				"An archived pool is `INVALID_STATE`.", ownerOnly},
+			pool(func() registry.Field { f := uuid; return f }(), func() registry.Field { f := serial; f.Pattern = `^[\x21-\x7E](?:[\x20-\x7E]*[\x21-\x7E])?$`; return f }(), mac)...),
+			nil, RegisterMachine),
+		registry.Def(m("machines", "list", registry.Read, "compute:nodes:read", authz.Pool,
+			"Returns a page of the machines a pool expects, ordered by id.",
+			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListMachines),
+		registry.Def(m("machines", "forget", registry.Mutation, "compute:nodes:manage", authz.Pool,
+			"Forgets an expected machine; nodes it already admitted stay.", []string{ownerOnly},
+			registry.TenantID(), registry.ID("machineId", ids.Machine)),
+			typed[MachineRefInput](locateBy("expected_machines", "machine_id", "machine", machineID)), ForgetMachine),
+
+		registry.Def(m("tpmKeys", "allow", registry.Mutation, "compute:nodes:manage", authz.Pool,
+			"Puts a TPM endorsement key on the pool's allow-list, by hash or by PEM public key.",
+			[]string{"Pass exactly one of `ekHash` (64 lowercase hex) and `ekPublicKey` (PEM `PUBLIC KEY`).",
+				"A key already on the list is `CONFLICT`; an archived pool is `INVALID_STATE`.", ownerOnly},
+			pool(registry.Field{Name: "ekHash", Type: registry.String, Pattern: `^[0-9a-f]{64}$`},
+				registry.Field{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192},
+				registry.Field{Name: "description", Type: registry.String, MaxLength: 200})...),
+			nil, AllowKey),
+		registry.Def(m("tpmKeys", "list", registry.Read, "compute:nodes:read", authz.Pool,
+			"Returns a page of the pool's allowed endorsement keys, ordered by hash.",
+			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListKeys),
+		registry.Def(m("tpmKeys", "disallow", registry.Mutation, "compute:nodes:manage", authz.Pool,
+			"Takes an endorsement key off the pool's allow-list.", []string{"`NOT_FOUND` when the key is not on it.", ownerOnly},
+			pool(registry.Field{Name: "ekHash", Type: registry.String, Required: true, Pattern: `^[0-9a-f]{64}$`})...),
+			nil, DisallowKey),
+
+		registry.Def(join, nil, s.join),
+		registry.Def(m("nodes", "get", registry.Read, "compute:nodes:read", authz.Node,
+			"Returns one of the tenant's nodes.",
+			[]string{"`NOT_FOUND` when the node is not owned by the tenant (tenants a pool is offered to do not see its nodes)."}, node()...), nil, GetNode),
+		registry.Def(nodeList, nil, ListNodes),
+		registry.Def(m("nodes", "update", registry.Mutation, "compute:nodes:manage", authz.Node,
+			"Changes a node's name and/or labels (labels are replaced as a whole) and returns it.",
+			[]string{"Pass `name`, `labels` or both; neither is `INVALID_INPUT`.", "A removed node is `INVALID_STATE`."},
+			node(registry.Name(false), labels, expected)...), nil, UpdateNode),
+		registry.Def(m("nodes", "cordon", registry.Mutation, "compute:nodes:manage", authz.Node,
+			"Cordons a ready node: no new work lands on it.",
+			[]string{"A node that is not `ready` is `INVALID_STATE`."}, node(expected)...), nil, Cordon),
+		registry.Def(m("nodes", "uncordon", registry.Mutation, "compute:nodes:manage", authz.Node,
+			"Returns a cordoned node to ready.",
+			[]string{"A node that is not `cordoned` is `INVALID_STATE`."}, node(expected)...), nil, Uncordon),
+		registry.Def(m("nodes", "remove", registry.Mutation, "compute:nodes:manage", authz.Node,
+			"Removes a node: its credential is revoked at once; its inventory history stays readable.",
+			[]string{"Removing a removed node is `INVALID_STATE`."}, node(expected)...), nil, RemoveNode),
+
+		registry.Def(m("joinRequests", "list", registry.Read, "compute:joinTokens:read", authz.Pool,
+			"Returns a page of a pool's join requests ordered by id, optionally in one state.",
+			[]string{"States: `pending`, `approved`, `consumed`, `denied`, `expired` (a pending request expires after 7 days, an approval unused for 24 hours).",
+				"`limit` defaults to 50 and is at most 200.", ownerOnly},
+			pool(append([]registry.Field{reqState}, pageFields...)...)...), nil, ListJoinRequests),
+		registry.Def(m("joinRequests", "get", registry.Read, "compute:joinTokens:read", authz.Pool,
+			"Returns one join request: why it was deferred, the machine's ids and CSR fingerprint, and its state.",
+			[]string{ownerOnly}, registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
+			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), GetJoinRequest),
+		registry.Def(m("joinRequests", "approve", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
+			"Approves a pending join request: the machine's next join with the same CSR is admitted, once.",
+			[]string{"A request that is not `pending` is `INVALID_STATE`.", ownerOnly},
+			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
+			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), ApproveJoinRequest),
+		registry.Def(m("joinRequests", "deny", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
+			"Denies a pending or approved join request: it admits nothing.",
+			[]string{"A consumed, denied or expired request is `INVALID_STATE`.", ownerOnly},
+			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
+			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), DenyJoinRequest),
+	}
+}

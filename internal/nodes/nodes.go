@@ -1,0 +1,351 @@
+// Package nodes holds the machines of the fleet: join tokens on pools, the
+// attestors that admit or defer a join (token, discovery, tpm), the approval
+// queue of deferred joins, and the nodes themselves. A node belongs to the
+// tenant that owns its pool; decisions are made on compute-pool/{poolId}
+// for joins and on compute-node/{nodeId} for nodes.
+package nodes
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"time"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Node states.
+const (
+	Ready    = "ready"
+	Cordoned = "cordoned"
+	Removed  = "removed"
+)
+
+// Node is one machine admitted into a pool.
+type Node struct {
+	NodeID           string            `json:"nodeId" db:"node_id"`
+	TenantID         string            `json:"tenantId" db:"tenant_id"`
+	PoolID           string            `json:"poolId" db:"pool_id"`
+	Name             string            `json:"name" db:"name"`
+	Labels           map[string]string `json:"labels" db:"-"`
+	State            string            `json:"state" db:"state"`
+	Attestor         string            `json:"attestor" db:"attestor"`
+	Hardware         Hardware          `json:"hardware" db:"-"`
+	CertExpiresAt    time.Time         `json:"certificateExpiresAt" db:"cert_expires_at"`
+	JoinRequestID    *string           `json:"joinRequestId" db:"join_request_id"`
+	LatestSnapshotID *string           `json:"latestSnapshotId" db:"latest_snapshot_id"`
+	RowVersion       int               `json:"rowVersion" db:"row_version"`
+	CreatedAt        time.Time         `json:"createdAt" db:"created_at"`
+	UpdatedAt        time.Time         `json:"updatedAt" db:"updated_at"`
+	RemovedAt        *time.Time        `json:"removedAt" db:"removed_at"`
+
+	LabelsText string         `json:"-" db:"labels"`
+	SystemUUID sql.NullString `json:"-" db:"system_uuid"`
+	Serial     sql.NullString `json:"-" db:"serial"`
+	MACsText   string         `json:"-" db:"macs"`
+}
+
+func (n *Node) fix() *Node {
+	n.Labels = map[string]string{}
+	_ = json.Unmarshal([]byte(n.LabelsText), &n.Labels)
+	n.Hardware = Hardware{SystemUUID: n.SystemUUID.String, Serial: n.Serial.String, MACs: []string{}}
+	_ = json.Unmarshal([]byte(n.MACsText), &n.Hardware.MACs)
+	return n
+}
+
+const nodeCols = `node_id, tenant_id, pool_id, name, labels::text AS labels, state, attestor, cert_expires_at, join_request_id,
+	latest_snapshot_id, row_version, created_at, updated_at, removed_at, system_uuid, serial, array_to_json(macs)::text AS macs`
+
+type (
+	NodeRefInput struct {
+		TenantID string `json:"tenantId"`
+		NodeID   string `json:"nodeId"`
+	}
+	NodeListInput struct {
+		TenantID string         `json:"tenantId"`
+		PoolID   *string        `json:"poolId,omitempty"`
+		State    *string        `json:"state,omitempty"`
+		Labels   map[string]any `json:"labels,omitempty"`
+		Limit    int            `json:"limit"`
+		Cursor   string         `json:"cursor,omitempty"`
+	}
+	NodeUpdateInput struct {
+		TenantID        string         `json:"tenantId"`
+		NodeID          string         `json:"nodeId"`
+		Name            *string        `json:"name,omitempty"`
+		Labels          map[string]any `json:"labels,omitempty"`
+		ExpectedVersion *int           `json:"expectedVersion,omitempty"`
+	}
+	NodeChangeInput struct {
+		TenantID        string `json:"tenantId"`
+		NodeID          string `json:"nodeId"`
+		ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+	}
+)
+
+// Label rules (Kubernetes-style keys and values).
+var (
+	labelKey   = regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
+)
+
+// MaxLabels bounds a node's labels.
+const MaxLabels = 64
+
+func checkLabels(path string, labels map[string]any) (string, error) {
+	if len(labels) > MaxLabels {
+		return "", errs.Invalid(path, "at most %d labels", MaxLabels)
+	}
+	for _, k := range sortedKeys(labels) {
+		if !labelKey.MatchString(k) {
+			return "", errs.Invalid(path+"."+k, "label key %q must be a DNS-style key (prefix/name, name at most 63 characters)", k)
+		}
+		v, ok := labels[k].(string)
+		if !ok {
+			return "", errs.Invalid(path+"."+k, "label %s must be a string", k)
+		}
+		if !labelValue.MatchString(v) {
+			return "", errs.Invalid(path+"."+k, "label value %q must be at most 63 alphanumeric, '.', '_' or '-' characters", v)
+		}
+	}
+	b, _ := json.Marshal(labels)
+	return string(b), nil
+}
+
+func nodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
+
+// GetNode returns a node the tenant owns.
+func GetNode(ctx context.Context, q store.Q, in *NodeRefInput) (*Node, error) {
+	var n Node
+	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2`, in.NodeID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nodeNotFound(in.NodeID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return n.fix(), nil
+}
+
+// ListNodes pages the tenant's nodes by id, filtered by pool, state and
+// labels (every given label must match). Removed nodes are listed only
+// when state asks for them.
+func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[Node], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	var labels *string
+	if in.Labels != nil {
+		l, err := checkLabels("labels", in.Labels)
+		if err != nil {
+			return nil, err
+		}
+		labels = &l
+	}
+	rows := []Node{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes
+		WHERE tenant_id = $1 AND node_id > $2
+		  AND ($3::text IS NULL OR pool_id = $3)
+		  AND (CASE WHEN $4::text IS NULL THEN state <> 'removed' ELSE state = $4 END)
+		  AND ($5::jsonb IS NULL OR labels @> $5::jsonb)
+		ORDER BY node_id LIMIT $6`, in.TenantID, after, in.PoolID, in.State, labels, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(n Node) string { return page.Encode(n.NodeID) })
+	return &page.Page[Node]{Items: items, Cursor: cur}, nil
+}
+
+// lockNode locks a node the tenant owns and checks expectedVersion; a
+// removed node is INVALID_STATE.
+func lockNode(ctx context.Context, q store.Q, tenantID, nodeID string, expected *int) (*Node, error) {
+	var n Node
+	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR UPDATE`, nodeID, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nodeNotFound(nodeID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if n.State == Removed {
+		return nil, errs.E(errs.InvalidState, "node %s is removed", nodeID).With("state", n.State)
+	}
+	if expected != nil && *expected != n.RowVersion {
+		return nil, errs.E(errs.Conflict, "node %s is at rowVersion %d, not %d", nodeID, n.RowVersion, *expected).
+			With("rowVersion", n.RowVersion)
+	}
+	return n.fix(), nil
+}
+
+// UpdateNode changes a node's name and/or labels (labels are replaced).
+func UpdateNode(ctx context.Context, q store.Q, in *NodeUpdateInput) (*Node, error) {
+	if in.Name == nil && in.Labels == nil {
+		return nil, errs.Invalid("name", "pass name, labels or both")
+	}
+	var labels *string
+	if in.Labels != nil {
+		l, err := checkLabels("labels", in.Labels)
+		if err != nil {
+			return nil, err
+		}
+		labels = &l
+	}
+	if _, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
+	var n Node
+	err := q.GetContext(ctx, &n, `UPDATE nodes SET name = COALESCE($2, name), labels = COALESCE($3::jsonb, labels),
+			row_version = row_version + 1, updated_at = now()
+		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID, in.Name, labels)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return n.fix(), nil
+}
+
+// setState moves a node from one state to another.
+func setState(ctx context.Context, q store.Q, in *NodeChangeInput, from, to string) (*Node, error) {
+	n, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion)
+	if err != nil {
+		return nil, err
+	}
+	if n.State != from {
+		return nil, errs.E(errs.InvalidState, "node %s is %s, not %s", in.NodeID, n.State, from).With("state", n.State)
+	}
+	err = q.GetContext(ctx, n, `UPDATE nodes SET state = $2, row_version = row_version + 1, updated_at = now()
+		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID, to)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return n.fix(), nil
+}
+
+// Cordon stops new work landing on a ready node.
+func Cordon(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error) {
+	return setState(ctx, q, in, Ready, Cordoned)
+}
+
+// Uncordon returns a cordoned node to ready.
+func Uncordon(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error) {
+	return setState(ctx, q, in, Cordoned, Ready)
+}
+
+// RemoveNode retires a node: its credential is revoked in the same
+// transaction, so it can report nothing more; its inventory history stays.
+func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error) {
+	if _, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
+	var n Node
+	err := q.GetContext(ctx, &n, `UPDATE nodes SET state = 'removed', removed_at = now(), row_version = row_version + 1, updated_at = now()
+		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE tokens SET revoked_at = now()
+		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	return n.fix(), nil
+}
+
+// --- batched reads for the graph --------------------------------------------
+
+type poolNodeRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Node
+}
+
+// NodePagesByPool returns one page of each pool's live nodes (the caller has
+// checked the pools belong to the tenant) in one statement.
+func NodePagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
+	var rows []poolNodeRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+nodeCols+` FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND n.node_id > $2
+			ORDER BY n.node_id LIMIT $3
+		) x`, poolIDs, after, limit+1)
+	var r page.Rows[Node]
+	for _, x := range rows {
+		x.Node.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Node)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountNodesByPool counts each pool's live nodes.
+func CountNodesByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs)
+}
+
+// NodesByID loads nodes by id in one statement, keyed by id.
+func NodesByID(ctx context.Context, q store.Q, nodeIDs []string) (map[string]*Node, error) {
+	var rows []Node
+	if err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes WHERE node_id = ANY($1)`, nodeIDs); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Node, len(rows))
+	for i := range rows {
+		out[rows[i].NodeID] = rows[i].fix()
+	}
+	return out, nil
+}
+
+type poolReqRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	JoinRequest
+}
+
+// JoinRequestPagesByPool returns one page of each pool's join requests.
+func JoinRequestPagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
+	var rows []poolReqRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
+			ORDER BY r.join_request_id LIMIT $3
+		) x`, poolIDs, after, limit+1)
+	var r page.Rows[JoinRequest]
+	for _, x := range rows {
+		x.JoinRequest.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.JoinRequest)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountJoinRequestsByPool counts each pool's join requests.
+func CountJoinRequestsByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}

@@ -1,0 +1,157 @@
+package nodes
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// JoinToken is a pool's join token; its secret is shown only when created.
+type JoinToken struct {
+	JoinTokenID string     `json:"joinTokenId" db:"join_token_id"`
+	PoolID      string     `json:"poolId" db:"pool_id"`
+	TenantID    string     `json:"tenantId" db:"tenant_id"`
+	ExpiresAt   time.Time  `json:"expiresAt" db:"expires_at"`
+	MaxUses     int        `json:"maxUses" db:"max_uses"`
+	Uses        int        `json:"uses" db:"uses"`
+	State       string     `json:"state" db:"token_state"`
+	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
+	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
+}
+
+// CreatedJoinToken is joinTokens.create's output.
+type CreatedJoinToken struct {
+	JoinToken JoinToken `json:"joinToken"`
+	Secret    string    `json:"secret"`
+}
+
+// Join token defaults and limits.
+const (
+	DefaultTokenTTL = 3600
+	MaxTokenTTL     = 30 * 24 * 3600
+	MaxTokenUses    = 10000
+)
+
+type (
+	JoinTokenCreateInput struct {
+		TenantID   string `json:"tenantId"`
+		PoolID     string `json:"poolId"`
+		TTLSeconds int    `json:"ttlSeconds"`
+		MaxUses    int    `json:"maxUses"`
+	}
+	JoinTokenListInput struct {
+		TenantID string `json:"tenantId"`
+		PoolID   string `json:"poolId"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	JoinTokenRefInput struct {
+		TenantID    string `json:"tenantId"`
+		JoinTokenID string `json:"joinTokenId"`
+	}
+)
+
+// tokenState derives a token's state in SQL: revoked, expired, exhausted or
+// active.
+const tokenState = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN expires_at <= now() THEN 'expired'
+	WHEN uses >= max_uses THEN 'exhausted' ELSE 'active' END AS token_state`
+
+const tokenCols = `join_token_id, pool_id, tenant_id, expires_at, max_uses, uses, created_at, revoked_at, ` + tokenState
+
+// CreateJoinToken makes a join token for an active pool the tenant owns.
+func CreateJoinToken(ctx context.Context, q store.Q, in *JoinTokenCreateInput) (*CreatedJoinToken, error) {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+		return nil, err
+	}
+	secret := ids.Secret("bcj")
+	var t JoinToken
+	err := q.GetContext(ctx, &t, `INSERT INTO join_tokens (join_token_id, pool_id, tenant_id, secret_hash, max_uses, expires_at)
+		VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6)) RETURNING `+tokenCols,
+		ids.New(ids.JoinToken), in.PoolID, in.TenantID, auth.Hash(secret), in.MaxUses, in.TTLSeconds)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &CreatedJoinToken{JoinToken: t, Secret: secret}, nil
+}
+
+// ListJoinTokens pages a pool's join tokens by id, revoked and expired ones
+// included (with their state).
+func ListJoinTokens(ctx context.Context, q store.Q, in *JoinTokenListInput) (*page.Page[JoinToken], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+		return nil, err
+	}
+	rows := []JoinToken{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+tokenCols+` FROM join_tokens
+		WHERE pool_id = $1 AND tenant_id = $2 AND join_token_id > $3 ORDER BY join_token_id LIMIT $4`,
+		in.PoolID, in.TenantID, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	items, cur := page.Trim(rows, in.Limit, func(t JoinToken) string { return page.Encode(t.JoinTokenID) })
+	return &page.Page[JoinToken]{Items: items, Cursor: cur}, nil
+}
+
+// RevokeJoinToken revokes a token; it admits nothing from then on. Revoking
+// a revoked token is INVALID_STATE.
+func RevokeJoinToken(ctx context.Context, q store.Q, in *JoinTokenRefInput) (*JoinToken, error) {
+	var t JoinToken
+	err := q.GetContext(ctx, &t, `SELECT `+tokenCols+` FROM join_tokens WHERE join_token_id = $1 AND tenant_id = $2 FOR UPDATE`,
+		in.JoinTokenID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "join token %s not found", in.JoinTokenID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if t.RevokedAt != nil {
+		return nil, errs.E(errs.InvalidState, "join token %s is already revoked", in.JoinTokenID).With("state", t.State)
+	}
+	err = q.GetContext(ctx, &t, `UPDATE join_tokens SET revoked_at = now() WHERE join_token_id = $1 RETURNING `+tokenCols, in.JoinTokenID)
+	return &t, store.Wrap(err)
+}
+
+// poolRow is what the join handlers need of a pool.
+type poolRow struct {
+	PoolID      string `db:"pool_id"`
+	TenantID    string `db:"tenant_id"`
+	State       string `db:"state"`
+	SharingMode string `db:"sharing_mode"`
+}
+
+// ownedPool reads a pool the tenant owns (NOT_FOUND otherwise: an offered
+// tenant does not manage the pool's joins). With active, an archived pool is
+// INVALID_STATE. It takes a share lock so that an archive cannot commit
+// between the check and the change.
+func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, active bool) (*poolRow, error) {
+	var p poolRow
+	err := q.GetContext(ctx, &p, `SELECT pool_id, tenant_id, state, sharing_mode FROM pools WHERE pool_id = $1 AND tenant_id = $2`+
+		forShare(active), poolID, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "pool %s not found", poolID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if active && p.State != "active" {
+		return nil, errs.E(errs.InvalidState, "pool %s is %s", poolID, p.State).With("state", p.State)
+	}
+	return &p, nil
+}
+
+func forShare(lock bool) string {
+	if lock {
+		return ` FOR SHARE`
+	}
+	return ``
+}

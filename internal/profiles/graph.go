@@ -1,0 +1,176 @@
+package profiles
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Key names one profile version.
+type Key struct {
+	TenantID       string
+	ProfileID      string
+	ProfileVersion int
+}
+
+// ByKeys loads profile versions (stored ones not deleted, and shipped ones)
+// in at most one statement, keyed by Key.
+func ByKeys(ctx context.Context, q store.Q, keys []Key) (map[Key]*Profile, error) {
+	out := make(map[Key]*Profile, len(keys))
+	var tenants, ids []string
+	var versions []int
+	for _, k := range keys {
+		if k.TenantID == authz.BuiltinTenant {
+			if p, ok := builtin(k.ProfileID, k.ProfileVersion); ok {
+				out[k] = p
+			}
+			continue
+		}
+		tenants, ids, versions = append(tenants, k.TenantID), append(ids, k.ProfileID), append(versions, k.ProfileVersion)
+	}
+	if len(tenants) == 0 {
+		return out, nil
+	}
+	var rows []Profile
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles
+		WHERE (tenant_id, profile_id, profile_version) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]))
+		  AND deleted_at IS NULL`, tenants, ids, versions)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		p := rows[i].fix()
+		out[Key{p.TenantID, p.ProfileID, p.ProfileVersion}] = p
+	}
+	return out, nil
+}
+
+// VersionsParent is the parent key of a versions connection: the owner,
+// the profile id, and whether only public versions may be read.
+func VersionsParent(owner, profileID string, publicOnly bool) string {
+	p := "all"
+	if publicOnly {
+		p = "public"
+	}
+	return owner + "\x00" + profileID + "\x00" + p
+}
+
+type versionRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Profile
+}
+
+// versionAfter is the keyset of a versions page: versions ascending.
+func versionAfter(after string) int {
+	n := 0
+	for _, c := range after {
+		if c < '0' || c > '9' || n > 10000000 {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// VersionPages returns one page of each parent's versions (ascending) in
+// one statement; shipped profiles come from code.
+func VersionPages(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[Profile], error) {
+	from := versionAfter(after)
+	var r page.Rows[Profile]
+	var stored []string
+	for _, parent := range parents {
+		parts := strings.Split(parent, "\x00")
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] != authz.BuiltinTenant {
+			stored = append(stored, parent)
+			continue
+		}
+		var all []Profile
+		for _, b := range builtins {
+			if b.ProfileID == parts[1] {
+				all = append(all, b)
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].ProfileVersion < all[j].ProfileVersion })
+		n := 0
+		for _, b := range all {
+			if b.ProfileVersion > from && n <= limit {
+				r.Parents, r.Totals, r.Items = append(r.Parents, parent), append(r.Totals, len(all)), append(r.Items, b)
+				n++
+			}
+		}
+	}
+	if len(stored) == 0 {
+		return r, nil
+	}
+	var rows []versionRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM profiles c WHERE c.tenant_id = split_part(t.parent, E'\x01', 1)
+		          AND c.profile_id = split_part(t.parent, E'\x01', 2) AND c.deleted_at IS NULL
+		          AND (split_part(t.parent, E'\x01', 3) = 'all' OR c.visibility = 'public')) AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+cols+` FROM profiles p
+			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)
+			  AND p.deleted_at IS NULL AND (split_part(t.parent, E'\x01', 3) = 'all' OR p.visibility = 'public')
+			  AND p.profile_version > $2
+			ORDER BY p.profile_version LIMIT $3
+		) x`, sep(stored), from, limit+1)
+	if err != nil {
+		return r, store.Wrap(err)
+	}
+	for _, x := range rows {
+		x.Profile.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, unsep(x.Parent)), append(r.Totals, x.Total), append(r.Items, x.Profile)
+	}
+	return r, nil
+}
+
+// CountVersions counts each parent's readable versions.
+func CountVersions(ctx context.Context, q store.Q, parents []string) (map[string]int, error) {
+	out := map[string]int{}
+	var stored []string
+	for _, parent := range parents {
+		parts := strings.Split(parent, "\x00")
+		if len(parts) == 3 && parts[0] == authz.BuiltinTenant {
+			for _, b := range builtins {
+				if b.ProfileID == parts[1] {
+					out[parent]++
+				}
+			}
+			continue
+		}
+		stored = append(stored, parent)
+	}
+	if len(stored) == 0 {
+		return out, nil
+	}
+	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles c
+			WHERE c.tenant_id = split_part(t.parent, E'\x01', 1) AND c.profile_id = split_part(t.parent, E'\x01', 2)
+			  AND c.deleted_at IS NULL AND (split_part(t.parent, E'\x01', 3) = 'all' OR c.visibility = 'public')) AS n
+		FROM unnest($1::text[]) AS t(parent)`, sep(stored))
+	for k, v := range m {
+		out[unsep(k)] = v
+	}
+	return out, err
+}
+
+// PostgreSQL text cannot hold NUL: parents travel with \x01 separators.
+func sep(parents []string) []string {
+	out := make([]string, len(parents))
+	for i, p := range parents {
+		out[i] = strings.ReplaceAll(p, "\x00", "\x01")
+	}
+	return out
+}
+
+func unsep(p string) string { return strings.ReplaceAll(p, "\x01", "\x00") }

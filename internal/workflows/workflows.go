@@ -1,0 +1,467 @@
+// Package workflows holds provisioning workflows: one run of a profile
+// version on one node. A workflow snapshots the profile document and the
+// steps it renders to when it is created, so later changes to the profile
+// never touch it, and the profile version is used (its document immutable)
+// from then on. The node reports its progress step by step with its own
+// credential; a node runs one workflow at a time.
+package workflows
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/profiles"
+	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Workflow states.
+const (
+	Pending   = "pending"
+	Running   = "running"
+	Succeeded = "succeeded"
+	Failed    = "failed"
+	Canceled  = "canceled"
+)
+
+// Step states besides pending, running, succeeded and failed.
+const Skipped = "skipped"
+
+// States are the workflow states, in the order of the list filter's enum.
+var States = []string{Pending, Running, Succeeded, Failed, Canceled}
+
+// StepStates are the states of one step.
+var StepStates = []string{Pending, Running, Succeeded, Failed, Skipped}
+
+// Step is one rendered step of a workflow (as profiles.render gives it)
+// with its progress.
+type Step struct {
+	Index      int             `json:"index"`
+	Name       string          `json:"name"`
+	Use        string          `json:"use"`
+	Phase      string          `json:"phase"`
+	With       json.RawMessage `json:"with"`
+	Status     string          `json:"status"`
+	StartedAt  *time.Time      `json:"startedAt"`
+	FinishedAt *time.Time      `json:"finishedAt"`
+	Message    *string         `json:"message"`
+}
+
+// Workflow is one run of a profile version on one node.
+type Workflow struct {
+	WorkflowID      string          `json:"workflowId" db:"workflow_id"`
+	TenantID        string          `json:"tenantId" db:"tenant_id"`
+	NodeID          string          `json:"nodeId" db:"node_id"`
+	ProfileTenantID string          `json:"profileTenantId" db:"profile_tenant_id"`
+	ProfileID       string          `json:"profileId" db:"profile_id"`
+	ProfileVersion  int             `json:"profileVersion" db:"profile_version"`
+	ProfileDocument json.RawMessage `json:"profileDocument" db:"-"`
+	Steps           []Step          `json:"steps" db:"-"`
+	State           string          `json:"state" db:"state"`
+	RowVersion      int             `json:"rowVersion" db:"row_version"`
+	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
+	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
+	FinishedAt      *time.Time      `json:"finishedAt" db:"finished_at"`
+
+	DocText   string `json:"-" db:"profile_document"`
+	StepsText string `json:"-" db:"steps"`
+}
+
+func (w *Workflow) fix() error {
+	w.ProfileDocument = json.RawMessage(w.DocText)
+	w.Steps = []Step{}
+	if err := json.Unmarshal([]byte(w.StepsText), &w.Steps); err != nil {
+		return fmt.Errorf("workflow %s: stored steps do not decode: %w", w.WorkflowID, err)
+	}
+	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
+	if w.FinishedAt != nil {
+		t := w.FinishedAt.UTC()
+		w.FinishedAt = &t
+	}
+	return nil
+}
+
+// Finished reports a state no step report or cancel can leave.
+func Finished(state string) bool { return state != Pending && state != Running }
+
+// Inputs.
+type (
+	CreateInput struct {
+		TenantID       string `json:"tenantId"`
+		NodeID         string `json:"nodeId"`
+		ProfileID      string `json:"profileId"`
+		ProfileVersion *int   `json:"profileVersion,omitempty"`
+	}
+	RefInput struct {
+		TenantID   string `json:"tenantId"`
+		WorkflowID string `json:"workflowId"`
+	}
+	ListInput struct {
+		TenantID string `json:"tenantId"`
+		NodeID   string `json:"nodeId,omitempty"`
+		State    string `json:"state,omitempty"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	CancelInput struct {
+		TenantID        string `json:"tenantId"`
+		WorkflowID      string `json:"workflowId"`
+		ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+	}
+	ReportStepInput struct {
+		NodeID     string  `json:"nodeId"`
+		WorkflowID string  `json:"workflowId"`
+		Index      int     `json:"index"`
+		Status     string  `json:"status"`
+		Message    *string `json:"message,omitempty"`
+	}
+)
+
+const cols = `workflow_id, tenant_id, node_id, profile_tenant_id, profile_id, profile_version,
+	profile_document::text AS profile_document, steps::text AS steps, state, row_version, created_at, updated_at, finished_at`
+
+// MaxMessage bounds a step report's message (characters).
+const MaxMessage = 1024
+
+func notFound(workflowID string) error {
+	return errs.E(errs.NotFound, "workflow %s not found", workflowID)
+}
+
+func nodeNotFound(nodeID string) error {
+	return errs.E(errs.NotFound, "node %s not found", nodeID).With("path", "nodeId")
+}
+
+func one(ctx context.Context, q store.Q, query string, args ...any) (*Workflow, error) {
+	var w Workflow
+	if err := q.GetContext(ctx, &w, query, args...); err != nil {
+		return nil, err
+	}
+	if err := w.fix(); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Create starts a workflow of a profile version on one of the tenant's
+// nodes: it snapshots the document and the rendered steps and marks the
+// version used, in the caller's transaction.
+func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) {
+	// The node: the tenant's own, not removed. The share lock keeps it from
+	// being cordoned or removed until this transaction ends.
+	var state string
+	err := q.GetContext(ctx, &state, `SELECT state FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR SHARE`, in.NodeID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && state == "removed") {
+		return nil, nodeNotFound(in.NodeID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if state != "ready" {
+		return nil, errs.E(errs.InvalidState, "node %s is %s; only a ready node takes workflows", in.NodeID, state).
+			With("path", "nodeId").With("state", state)
+	}
+	// The profile, locked until commit so that an update of its document
+	// cannot slip between the snapshot and the first use.
+	p, err := profiles.ForUse(ctx, q, in.TenantID, in.ProfileID, in.ProfileVersion)
+	if err != nil {
+		return nil, err
+	}
+	rendered, issues := profiles.Expand(p.Document)
+	if len(issues) > 0 {
+		return nil, errs.E(errs.InvalidInput, "profile %s version %d does not resolve: %d issues", p.ProfileID, p.ProfileVersion, len(issues)).
+			With("path", "profileId").With("issues", issues)
+	}
+	steps := make([]Step, len(rendered))
+	for i, r := range rendered {
+		with := json.RawMessage(`{}`)
+		if r.With != nil {
+			if with, err = json.Marshal(r.With); err != nil {
+				return nil, err
+			}
+		}
+		steps[i] = Step{Index: r.Index, Name: r.Name, Use: r.Use, Phase: r.Phase, With: with, Status: Pending}
+	}
+	stepsJSON, err := json.Marshal(steps)
+	if err != nil {
+		return nil, err
+	}
+	w, err := one(ctx, q, `INSERT INTO workflows (workflow_id, tenant_id, node_id, profile_tenant_id, profile_id, profile_version, profile_document, steps)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb) RETURNING `+cols,
+		ids.New(ids.Workflow), in.TenantID, in.NodeID, p.TenantID, p.ProfileID, p.ProfileVersion, string(p.Document), string(stepsJSON))
+	if store.IsUnique(err, "workflows_node_active_key") {
+		return nil, errs.E(errs.Conflict, "node %s already runs a workflow; cancel it or wait for it to finish", in.NodeID).With("path", "nodeId")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if _, err := profiles.MarkUsed(ctx, q, p); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Get returns one of the tenant's workflows.
+func Get(ctx context.Context, q store.Q, in *RefInput) (*Workflow, error) {
+	w, err := one(ctx, q, `SELECT `+cols+` FROM workflows WHERE workflow_id = $1 AND tenant_id = $2`, in.WorkflowID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.WorkflowID)
+	}
+	return w, store.Wrap(err)
+}
+
+// List pages the tenant's workflows by id (creation order), optionally of
+// one node and/or in one state.
+func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Workflow{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows
+		WHERE tenant_id = $1 AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
+		ORDER BY workflow_id LIMIT $5`, in.TenantID, in.NodeID, in.State, after, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		if err := rows[i].fix(); err != nil {
+			return nil, err
+		}
+	}
+	items, cur := page.Trim(rows, in.Limit, func(w Workflow) string { return page.Encode(w.WorkflowID) })
+	return &page.Page[Workflow]{Items: items, Cursor: cur}, nil
+}
+
+type locked struct {
+	Workflow
+	Now time.Time `db:"tx_now"`
+}
+
+// lock reads a workflow FOR UPDATE (reports and cancels of one workflow are
+// serialized) with the transaction's time, which its step times take.
+func lock(ctx context.Context, q store.Q, where string, args ...any) (*Workflow, time.Time, error) {
+	var l locked
+	err := q.GetContext(ctx, &l, `SELECT `+cols+`, now() AS tx_now FROM workflows WHERE `+where+` FOR UPDATE`, args...)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := l.Workflow.fix(); err != nil {
+		return nil, time.Time{}, err
+	}
+	return &l.Workflow, l.Now.UTC(), nil
+}
+
+// save writes a locked workflow's steps, state and finish time back.
+func save(ctx context.Context, q store.Q, w *Workflow) (*Workflow, error) {
+	stepsJSON, err := json.Marshal(w.Steps)
+	if err != nil {
+		return nil, err
+	}
+	out, err := one(ctx, q, `UPDATE workflows SET steps = $2::jsonb, state = $3, finished_at = $4,
+			row_version = row_version + 1, updated_at = now()
+		WHERE workflow_id = $1 RETURNING `+cols, w.WorkflowID, string(stepsJSON), w.State, w.FinishedAt)
+	return out, store.Wrap(err)
+}
+
+func finishedErr(w *Workflow) error {
+	return errs.E(errs.InvalidState, "workflow %s is %s", w.WorkflowID, w.State).With("state", w.State)
+}
+
+// Cancel stops a pending or running workflow: steps that had not started
+// are skipped, a running step is failed, and the node is free for another
+// workflow.
+func Cancel(ctx context.Context, q store.Q, in *CancelInput) (*Workflow, error) {
+	w, now, err := lock(ctx, q, `workflow_id = $1 AND tenant_id = $2`, in.WorkflowID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.WorkflowID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if Finished(w.State) {
+		return nil, finishedErr(w)
+	}
+	if in.ExpectedVersion != nil && *in.ExpectedVersion != w.RowVersion {
+		return nil, errs.E(errs.Conflict, "workflow %s is at rowVersion %d, not %d", in.WorkflowID, w.RowVersion, *in.ExpectedVersion).
+			With("rowVersion", w.RowVersion)
+	}
+	msg := "canceled while running"
+	for i := range w.Steps {
+		s := &w.Steps[i]
+		switch s.Status {
+		case Pending:
+			s.Status = Skipped
+		case Running:
+			s.Status, s.FinishedAt, s.Message = Failed, &now, &msg
+		}
+	}
+	w.State, w.FinishedAt = Canceled, &now
+	return save(ctx, q, w)
+}
+
+// ReportStep records a node's report on one step of its workflow. Steps
+// run in order: a step may start (or finish) only when every earlier step
+// succeeded. The first report moves the workflow to running; the last step
+// succeeding finishes it as succeeded; a failed step fails it and skips the
+// steps after it.
+func ReportStep(ctx context.Context, q store.Q, in *ReportStepInput) (*Workflow, error) {
+	w, now, err := lock(ctx, q, `workflow_id = $1 AND node_id = $2`, in.WorkflowID, in.NodeID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.WorkflowID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if Finished(w.State) {
+		return nil, finishedErr(w)
+	}
+	if in.Index >= len(w.Steps) {
+		return nil, errs.Invalid("index", "workflow %s has %d steps (index 0-%d)", w.WorkflowID, len(w.Steps), len(w.Steps)-1)
+	}
+	for i := 0; i < in.Index; i++ {
+		if p := w.Steps[i]; p.Status != Succeeded {
+			return nil, errs.E(errs.InvalidState, "step %d (%s) is %s; step %d runs only after every earlier step succeeded",
+				i, p.Name, p.Status, in.Index).With("path", "index").With("step", i).With("stepStatus", p.Status)
+		}
+	}
+	s := &w.Steps[in.Index]
+	if s.Status != Pending && s.Status != Running {
+		return nil, errs.E(errs.InvalidState, "step %d (%s) is already %s", in.Index, s.Name, s.Status).
+			With("path", "index").With("step", in.Index).With("stepStatus", s.Status)
+	}
+	if s.StartedAt == nil {
+		s.StartedAt = &now
+	}
+	s.Status, s.Message = in.Status, in.Message
+	if in.Status != Running {
+		s.FinishedAt = &now
+	}
+	w.State = Running
+	switch {
+	case in.Status == Failed:
+		for i := in.Index + 1; i < len(w.Steps); i++ {
+			w.Steps[i].Status = Skipped
+		}
+		w.State, w.FinishedAt = Failed, &now
+	case in.Status == Succeeded && in.Index == len(w.Steps)-1:
+		w.State, w.FinishedAt = Succeeded, &now
+	}
+	return save(ctx, q, w)
+}
+
+// locateNode names the node the calling node principal reports on: the
+// decision gives the node's own credential compute:workflows:report on
+// compute-node/{nodeId} and nothing on any other node.
+func locateNode(ctx context.Context, _ store.Q, in *ReportStepInput) (authz.Resource, error) {
+	r := authz.Resource{Type: authz.Node, ID: in.NodeID}
+	if p := reqctx.PrincipalFrom(ctx); p != nil {
+		r.TenantID = p.TenantID
+	}
+	return r, nil
+}
+
+// Group describes the workflows group.
+var Group = registry.Group{Name: "workflows", Summary: "A workflow runs one profile version on one of the tenant's nodes. It snapshots the profile document and the steps the profile renders to when it is created, so later updates or deletes of the profile never change it, and the profile version is `used` (its document immutable) from then on. The node reports each step's progress with its own credential; steps run in order, and a node runs one workflow at a time."}
+
+// Methods are the workflows group's registry entries.
+func Methods() []registry.Method {
+	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+		return registry.Method{Group: "workflows", Name: name, Kind: kind, Permission: perm, Resource: res,
+			Summary: summary, Notes: notes, Module: "bare-metal", Phase: "v0.2", Input: in}
+	}
+	ref := func(more ...registry.Field) []registry.Field {
+		return append([]registry.Field{registry.TenantID(), registry.ID("workflowId", ids.Workflow)}, more...)
+	}
+	nodeID := registry.ID("nodeId", ids.Node)
+	nodeFilter := nodeID
+	nodeFilter.Required, nodeFilter.Description = false, "only the workflows of this node"
+	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}
+	list := m("list", registry.Read, "compute:workflows:read", authz.Tenant,
+		"Returns a page of the tenant's workflows, ordered by id (creation order), optionally only those of one node or in one state.",
+		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
+		registry.TenantID(), nodeFilter,
+		registry.Field{Name: "state", Type: registry.String, Enum: States, Description: "only the workflows in this state"},
+		registry.Limit(50, 200), registry.Cursor())
+	list.Items = true
+	report := m("reportStep", registry.Mutation, nodes.PermReportWorkflow, authz.Node,
+		"Records the node's report on one step of its workflow and returns the workflow.",
+		[]string{"Decided as `compute:workflows:report` on `compute-node/{nodeId}`, which only the node's own credential holds: any other credential is `PERMISSION_DENIED`, as is a node credential naming another node (or a removed one).",
+			"Steps run in order: a step may start or finish only when every earlier step succeeded, and a step that succeeded or failed is final (`INVALID_STATE`). `running` again on a running step replaces its message.",
+			"The first report moves the workflow from `pending` to `running`; the last step succeeding makes it `succeeded`; a `failed` step makes it `failed` and skips the steps after it.",
+			"A step's `message` is the one of its latest report (null when that report has none).",
+			"Reporting on a finished or canceled workflow is `INVALID_STATE`; a workflow that is not this node's is `NOT_FOUND`; an `index` past the last step is `INVALID_INPUT`."},
+		nodeID, registry.ID("workflowId", ids.Workflow),
+		registry.Field{Name: "index", Type: registry.Integer, Required: true, Min: registry.Int(0), Max: registry.Int(10000),
+			Description: "the step's index in `steps`"},
+		registry.Field{Name: "status", Type: registry.String, Required: true, Enum: []string{Running, Succeeded, Failed}},
+		registry.Field{Name: "message", Type: registry.String, MaxLength: MaxMessage, Description: "what the node says about the step"})
+	report.Credential = registry.NodeCred
+	return []registry.Method{
+		registry.Def(m("create", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+			"Starts a workflow of a profile version on one of the tenant's nodes and returns it, with the profile document and the rendered steps snapshotted and every step `pending`.",
+			[]string{"The profile resolves like `profiles.get`: the tenant's own, then a public stored one, then one a module ships; the latest version when `profileVersion` is omitted. `NOT_FOUND` when none matches.",
+				"A profile that does not render is `INVALID_INPUT` with `details.path` `profileId` and the problems in `details.issues` (as `profiles.render` gives them).",
+				"The node must be one the tenant owns and not removed (`NOT_FOUND` otherwise); a cordoned node is `INVALID_STATE`. A node runs one workflow at a time: `CONFLICT` while another is pending or running on it.",
+				"From then on the profile version is `used`: its document can no longer change. The first use bumps the stored version's `rowVersion` and `updatedAt`. An update of the document that races the first use either commits first (and the workflow snapshots the new document) or is refused with `INVALID_STATE`."},
+			registry.TenantID(), nodeID, profiles.IDField(), profiles.VersionField(false)), nil, Create),
+		registry.Def(m("get", registry.Read, "compute:workflows:read", authz.Tenant,
+			"Returns one of the tenant's workflows.",
+			[]string{"`NOT_FOUND` when the tenant has no such workflow."}, ref()...), nil, Get),
+		registry.Def(list, nil, List),
+		registry.Def(m("cancel", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+			"Cancels a pending or running workflow and returns it; the node is free for another workflow.",
+			[]string{"Steps that had not started become `skipped`; a running step becomes `failed` with the message `canceled while running`.",
+				"A finished (succeeded, failed or canceled) workflow is `INVALID_STATE`.",
+				"`expectedVersion` is the workflow's rowVersion; a mismatch is `CONFLICT`.",
+				"`NOT_FOUND` when the tenant has no such workflow."},
+			ref(expected)...), nil, Cancel),
+		registry.Def(report, locateNode, ReportStep),
+	}
+}
+
+type nodeRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Workflow
+}
+
+// PagesByNode returns one page of each node's workflows, by id, in one
+// statement (the caller has decided the nodes are visible).
+func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
+	var rows []nodeRow
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key,
+		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS total_count,
+		       x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 ORDER BY w.workflow_id LIMIT $3
+		) x`, nodeIDs, after, limit+1)
+	var r page.Rows[Workflow]
+	if err != nil {
+		return r, store.Wrap(err)
+	}
+	for _, x := range rows {
+		if err := x.Workflow.fix(); err != nil {
+			return page.Rows[Workflow]{}, err
+		}
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Workflow)
+	}
+	return r, nil
+}
+
+// CountByNode counts each node's workflows.
+func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+}
