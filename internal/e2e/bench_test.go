@@ -86,3 +86,77 @@ func BenchmarkGraphQLTenantProjects(b *testing.B) {
 	}
 	b.ReportMetric(float64(statements)/float64(b.N), "statements/op")
 }
+
+// BenchmarkGraphQLFleet is the dashboard's fleet query over 50 pools of 40
+// nodes, each with a realistic 8-GPU inventory.
+func BenchmarkGraphQLFleet(b *testing.B) {
+	e := testkit.Start(b)
+	admin, _, _ := e.Tenant("acme")
+	seedFleet(b, e, admin, "acme", 50, 40)
+	var statements int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r := e.GraphQL(admin, fleetQuery, map[string]any{"t": "acme"})
+		if r.Status != 200 || r.Body["errors"] != nil {
+			b.Fatalf("%.1000s", r.Raw)
+		}
+		statements += e.Statements(r)
+	}
+	b.ReportMetric(float64(statements)/float64(b.N), "statements/op")
+}
+
+// benchNode joins one node that reported the H100 inventory twice (the
+// second time with another driver and one GPU fewer).
+func benchNode(b *testing.B) (e *testkit.Env, admin, nodeID, cred string) {
+	e = testkit.Start(b)
+	admin, _, _ = e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	nodeID, cred = e.Node(admin, "acme", pool)
+	rep := machineReport(b, 1)
+	e.Must(e.Call(cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": rep}))
+	rep["drivers"].(map[string]any)["nvidia"] = "570.124.06"
+	rep["gpus"] = rep["gpus"].([]any)[:7]
+	e.Must(e.Call(cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": rep}))
+	return e, admin, nodeID, cred
+}
+
+func BenchmarkInventoryGet(b *testing.B) {
+	e, admin, nodeID, _ := benchNode(b)
+	benchCall(b, e, admin, "inventory/get", map[string]any{"tenantId": "acme", "nodeId": nodeID})
+}
+
+func BenchmarkInventoryDiff(b *testing.B) {
+	e, admin, nodeID, _ := benchNode(b)
+	benchCall(b, e, admin, "inventory/diff", map[string]any{"tenantId": "acme", "nodeId": nodeID})
+}
+
+// BenchmarkInventoryReport alternates two reports, so every call stores a
+// snapshot (the expensive path: decode, canonicalize, hash, insert).
+func BenchmarkInventoryReport(b *testing.B) {
+	e, _, nodeID, cred := benchNode(b)
+	a, c := machineReport(b, 1), machineReport(b, 1)
+	c["drivers"].(map[string]any)["nvidia"] = "570.124.06"
+	bodies := []map[string]any{{"nodeId": nodeID, "sections": a}, {"nodeId": nodeID, "sections": c}}
+	var statements int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r := e.Call(cred, "inventory/report", bodies[i%2])
+		if r.Status != 200 || r.Body["stored"] != true {
+			b.Fatalf("%s", r.Raw)
+		}
+		statements += e.Statements(r)
+	}
+	b.ReportMetric(float64(statements)/float64(b.N), "statements/op")
+}
+
+// BenchmarkInventoryReportUnchanged is the common case: the daemon's
+// periodic report equals the latest and stores nothing.
+func BenchmarkInventoryReportUnchanged(b *testing.B) {
+	e, _, nodeID, cred := benchNode(b)
+	rep := machineReport(b, 1)
+	rep["drivers"].(map[string]any)["nvidia"] = "570.124.06"
+	rep["gpus"] = rep["gpus"].([]any)[:7]
+	benchCall(b, e, cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": rep})
+}

@@ -209,7 +209,7 @@ func (d *tokenDecoder) pathString() string {
 // value reads one value at nesting level (the body is level 0).
 func (d *tokenDecoder) value(level int) (any, error) {
 	if level > maxDepth {
-		return nil, errs.Invalid("", "the body nests deeper than %d levels", maxDepth)
+		return nil, errs.Invalid(d.pathString(), "the body nests deeper than %d levels", maxDepth)
 	}
 	tok, err := d.dec.Token()
 	if err != nil {

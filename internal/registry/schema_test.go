@@ -60,12 +60,18 @@ func TestDecodeObjectKeepsBehaviour(t *testing.T) {
 		`{} {}`:     "the body holds more than one JSON value",
 		`[{"a":1}]`: "the body must be a JSON object",
 		`"x"`:       "the body must be a JSON object",
-		`{"a":` + strings.Repeat("[", 33) + strings.Repeat("]", 33) + `}`: "the body nests deeper than 32 levels",
 	} {
 		_, err := decodeObject([]byte(raw))
 		e, ok := errs.As(err)
 		if !ok || e.Code != errs.InvalidInput || e.Message != msg || e.Details["path"] != "" {
 			t.Errorf("%.40s: %v, want %q", raw, err, msg)
 		}
+	}
+	// Too deep: the path names where the nesting went over.
+	deep := `{"a":` + strings.Repeat("[", 33) + strings.Repeat("]", 33) + `}`
+	_, err = decodeObject([]byte(deep))
+	e, ok := errs.As(err)
+	if !ok || e.Message != "the body nests deeper than 32 levels" || e.Details["path"] != "a"+strings.Repeat("[0]", 32) {
+		t.Errorf("too deep: %v %v", err, e.Details)
 	}
 }
