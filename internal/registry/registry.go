@@ -63,6 +63,9 @@ type Method struct {
 	Status     string
 	Input      []Field
 	MaxBody    int64 // request body limit; default 1 MiB
+	// Quiet says when a successful mutation writes no audit record (an
+	// inventory report that stored nothing: nodes report every minute).
+	Quiet func(out any) bool
 
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
 	decode func(m map[string]any) (any, error)
@@ -285,6 +288,9 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 		if rerr != nil {
 			return rerr
 		}
+		if m.Quiet != nil && m.Quiet(out) {
+			return nil
+		}
 		return audit.Write(ctx, tx, m.Key(), auditResource(res, out), "ok")
 	})
 	if err != nil {
@@ -303,8 +309,9 @@ func auditResource(res authz.Resource, out any) string {
 	b, _ := json.Marshal(out)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	for typ, field := range idFields {
-		if s, ok := m[field].(string); ok && typ != authz.Profile {
+	// The most specific id first, so the choice does not depend on map order.
+	for _, typ := range []string{authz.Instance, authz.Node, authz.Project, authz.Pool} {
+		if s, ok := m[idFields[typ]].(string); ok && s != "" {
 			return authz.Resource{Type: typ, TenantID: res.TenantID, ID: s}.String()
 		}
 	}

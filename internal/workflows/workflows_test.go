@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -116,43 +115,11 @@ func createProfile(t testing.TB, e *testkit.Env, token, tenantID string, doc map
 	return e.Must(e.Call(token, "profiles/create", in))
 }
 
-// fixtureNode creates a pool of the tenant (as the operator, through the
-// method surface) and a ready node in it with a node principal, and returns
-// the node's id and bearer token.
-//
-// fixture until nodes.join lands: the node, its principal and its token
-// are inserted directly through the test database handle.
-func fixtureNode(t testing.TB, e *testkit.Env, tenantID string) (nodeID, nodeToken string) {
-	t.Helper()
-	pool := e.Must(e.Call(e.Operator, "pools/create", map[string]any{"tenantId": tenantID, "name": "pool-" + strings.ToLower(ids.New("p")),
-		"site": "fra-1", "gpuModel": "H100", "sharingMode": "exclusive", "kind": "bare-metal"})).Str("poolId")
-	nodeID, principalID := ids.New(ids.Node), ids.New(ids.Principal)
-	nodeToken = ids.Secret("bcn")
-	ctx := context.Background()
-	for _, st := range []struct {
-		q    string
-		args []any
-	}{
-		{`INSERT INTO principals (principal_id, kind, tenant_id, name, node_id) VALUES ($1, 'node', $2, $3, $3)`,
-			[]any{principalID, tenantID, nodeID}},
-		{`INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, csr_fingerprint, certificate, cert_expires_at, principal_id)
-			VALUES ($1, $2, $3, $1, 'token', $1, 'fixture', now() + interval '1 year', $4)`,
-			[]any{nodeID, tenantID, pool, principalID}},
-		{`INSERT INTO tokens (token_id, principal_id, tenant_id, name, secret_hash) VALUES ($1, $2, $3, 'node', $4)`,
-			[]any{ids.New(ids.Token), principalID, tenantID, auth.Hash(nodeToken)}},
-	} {
-		if _, err := e.DB.ExecContext(ctx, st.q, st.args...); err != nil {
-			t.Fatalf("node fixture: %v", err)
-		}
-	}
-	return nodeID, nodeToken
-}
-
-func setNodeState(t testing.TB, e *testkit.Env, nodeID, state string) {
-	t.Helper()
-	if _, err := e.DB.ExecContext(context.Background(), `UPDATE nodes SET state = $2 WHERE node_id = $1`, nodeID, state); err != nil {
-		t.Fatal(err)
-	}
+// nodeCall calls a nodes method (cordon, remove, ...) on one node as the
+// tenant's admin.
+func nodeCall(e *testkit.Env, admin, method, tenantID, nodeID string) testkit.Resp {
+	e.T.Helper()
+	return e.Must(e.Call(admin, "nodes/"+method, map[string]any{"tenantId": tenantID, "nodeId": nodeID}))
 }
 
 func create(e *testkit.Env, token, tenantID, nodeID, profileID string, version int) testkit.Resp {
@@ -179,10 +146,10 @@ func docOf(t testing.TB, v any) map[string]any {
 func TestWorkflowsCreate(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, _ := e.Tenant("acme")
-	_, otherMember, _ := e.Tenant("other")
-	node, _ := fixtureNode(t, e, "acme")
-	otherNode, _ := fixtureNode(t, e, "other")
+	admin, member, _ := e.Tenant("acme")
+	otherAdmin, otherMember, _ := e.Tenant("other")
+	node, _ := e.Node(admin, "acme", e.Pool(admin, "acme", "gpu"))
+	otherNode, _ := e.Node(otherAdmin, "other", e.Pool(otherAdmin, "other", "gpu"))
 
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "one"), "")
 	createProfile(t, e, member, "acme", profileDoc("gpu", 2, "two"), "")
@@ -280,17 +247,17 @@ func TestWorkflowsCreate(t *testing.T) {
 	expect(t, create(e, member, "acme", otherNode, "gpu", 0), "NOT_FOUND", "nodeId")
 	expect(t, create(e, member, "acme", ids.New(ids.Node), "gpu", 0), "NOT_FOUND", "nodeId")
 	// A cordoned node: INVALID_STATE; a removed one: NOT_FOUND.
-	setNodeState(t, e, node, "cordoned")
+	nodeCall(e, admin, "cordon", "acme", node)
 	expect(t, create(e, member, "acme", node, "gpu", 0), "INVALID_STATE", "nodeId")
-	setNodeState(t, e, node, "removed")
+	nodeCall(e, admin, "remove", "acme", node)
 	expect(t, create(e, member, "acme", node, "gpu", 0), "NOT_FOUND", "nodeId")
 }
 
 func TestWorkflowsFirstUse(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, _ := e.Tenant("acme")
-	node, _ := fixtureNode(t, e, "acme")
+	admin, member, _ := e.Tenant("acme")
+	node, _ := e.Node(admin, "acme", e.Pool(admin, "acme", "gpu"))
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "original"), "")
 	get := func() testkit.Resp {
 		return e.Must(e.Call(member, "profiles/get", map[string]any{"tenantId": "acme", "profileId": "gpu", "profileVersion": 1}))
@@ -341,8 +308,9 @@ func TestWorkflowsReportStep(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
 	admin, member, _ := e.Tenant("acme")
-	node, nodeTok := fixtureNode(t, e, "acme")
-	node2, node2Tok := fixtureNode(t, e, "acme")
+	pool := e.Pool(admin, "acme", "gpu")
+	node, nodeTok := e.Node(admin, "acme", pool)
+	node2, node2Tok := e.Node(admin, "acme", pool)
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
 
 	wf := e.Must(create(e, member, "acme", node, "gpu", 0)).Str("workflowId")
@@ -418,17 +386,18 @@ func TestWorkflowsReportStep(t *testing.T) {
 	expect(t, report(e, nodeTok, node, wf2, 2, "running"), "INVALID_STATE", anyPath)
 	// The node is free again.
 	wf3 := e.Must(create(e, member, "acme", node, "gpu", 0)).Str("workflowId")
-	// A removed node's credential holds nothing.
-	setNodeState(t, e, node, "removed")
-	expect(t, report(e, nodeTok, node, wf3, 0, "running"), "PERMISSION_DENIED", anyPath)
+	// A removed node's credential is revoked with it: it no longer
+	// authenticates at all.
+	nodeCall(e, admin, "remove", "acme", node)
+	expect(t, report(e, nodeTok, node, wf3, 0, "running"), "UNAUTHENTICATED", anyPath)
 }
 
 func TestWorkflowsCancel(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, viewer := e.Tenant("acme")
+	admin, member, viewer := e.Tenant("acme")
 	_, otherMember, _ := e.Tenant("other")
-	node, nodeTok := fixtureNode(t, e, "acme")
+	node, nodeTok := e.Node(admin, "acme", e.Pool(admin, "acme", "gpu"))
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
 
 	wf := e.Must(create(e, member, "acme", node, "gpu", 0)).Str("workflowId")
@@ -467,11 +436,12 @@ func TestWorkflowsCancel(t *testing.T) {
 func TestWorkflowsListGetPermissions(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, viewer := e.Tenant("acme")
-	_, otherMember, otherViewer := e.Tenant("other")
-	nodeA, _ := fixtureNode(t, e, "acme")
-	nodeB, _ := fixtureNode(t, e, "acme")
-	otherNode, _ := fixtureNode(t, e, "other")
+	admin, member, viewer := e.Tenant("acme")
+	otherAdmin, otherMember, otherViewer := e.Tenant("other")
+	pool := e.Pool(admin, "acme", "gpu")
+	nodeA, _ := e.Node(admin, "acme", pool)
+	nodeB, _ := e.Node(admin, "acme", pool)
+	otherNode, _ := e.Node(otherAdmin, "other", e.Pool(otherAdmin, "other", "gpu"))
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
 	createProfile(t, e, otherMember, "other", profileDoc("gpu", 1, "x"), "")
 
@@ -538,8 +508,8 @@ func TestWorkflowsListGetPermissions(t *testing.T) {
 func TestWorkflowsInvalidInput(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, _ := e.Tenant("acme")
-	node, nodeTok := fixtureNode(t, e, "acme")
+	admin, member, _ := e.Tenant("acme")
+	node, nodeTok := e.Node(admin, "acme", e.Pool(admin, "acme", "gpu"))
 	wf := ids.New(ids.Workflow)
 	long := strings.Repeat("x", 1025)
 	for _, c := range []struct {
@@ -605,8 +575,8 @@ func post(url, token, method string, body any) (int, map[string]any, error) {
 func TestWorkflowsFirstUseRacesUpdate(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, _ := e.Tenant("acme")
-	node, _ := fixtureNode(t, e, "acme")
+	admin, member, _ := e.Tenant("acme")
+	node, _ := e.Node(admin, "acme", e.Pool(admin, "acme", "gpu"))
 	const rounds = 40
 	var updatedFirst, usedFirst int
 	for v := 1; v <= rounds; v++ {
@@ -668,10 +638,11 @@ func TestWorkflowsFirstUseRacesUpdate(t *testing.T) {
 func TestWorkflowsByNode(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	_, member, _ := e.Tenant("acme")
-	nodeA, _ := fixtureNode(t, e, "acme")
-	nodeB, _ := fixtureNode(t, e, "acme")
-	nodeC, _ := fixtureNode(t, e, "acme")
+	admin, member, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu")
+	nodeA, _ := e.Node(admin, "acme", pool)
+	nodeB, _ := e.Node(admin, "acme", pool)
+	nodeC, _ := e.Node(admin, "acme", pool)
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
 	var onA []string
 	for i := 0; i < 3; i++ {
