@@ -126,6 +126,130 @@ func (ec *executionContext) field_ComputeNode_workflows_args(ctx context.Context
 
 // region    **************************** field.gotpl *****************************
 
+func (ec *executionContext) _AllowTpmKeyPayload_key(ctx context.Context, field graphql.CollectedField, obj *model.AllowTpmKeyPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowTpmKeyPayload_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.AllowedKey) graphql.Marshaler {
+			return ec.marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐAllowedKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowTpmKeyPayload_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AllowTpmKeyPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AllowedTpmKey(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AllowedTpmKey_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_poolId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PoolID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_poolId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "String")
+}
+
+func (ec *executionContext) _AllowedTpmKey_ekHash(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_ekHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EKHash, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_ekHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "String")
+}
+
+func (ec *executionContext) _AllowedTpmKey_description(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "String")
+}
+
+func (ec *executionContext) _AllowedTpmKey_createdAt(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "Time")
+}
+
 func (ec *executionContext) _ArchivePoolPayload_pool(ctx context.Context, field graphql.CollectedField, obj *model.ArchivePoolPayload) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1096,6 +1220,144 @@ func (ec *executionContext) _Driver_version(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Driver_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Driver", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_machineId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_machineId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MachineID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_machineId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_poolId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PoolID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_poolId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_systemUuid(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_systemUuid(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SystemUUID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_systemUuid(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_serial(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_serial(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Serial, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_serial(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_mac(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_mac(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MAC, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_mac(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachine_createdAt(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachine_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachine_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Gpu_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
@@ -2802,6 +3064,61 @@ func (ec *executionContext) fieldContext_NodePayload_node(_ context.Context, fie
 	return fc, nil
 }
 
+func (ec *executionContext) _RegisterMachinePayload_machine(ctx context.Context, field graphql.CollectedField, obj *model.RegisterMachinePayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RegisterMachinePayload_machine(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Machine, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.ExpectedMachine) graphql.Marshaler {
+			return ec.marshalNExpectedMachine2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐExpectedMachine(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RegisterMachinePayload_machine(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RegisterMachinePayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExpectedMachine(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RemovedPayload_removed(ctx context.Context, field graphql.CollectedField, obj *nodes.RemovedCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RemovedPayload_removed(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Removed, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RemovedPayload_removed(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RemovedPayload", field, false, false, "Int")
+}
+
 func (ec *executionContext) _RevokeJoinTokenPayload_joinToken(ctx context.Context, field graphql.CollectedField, obj *model.RevokeJoinTokenPayload) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2892,6 +3209,76 @@ func (ec *executionContext) fieldContext_UpdatePoolPayload_pool(_ context.Contex
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
+
+func (ec *executionContext) unmarshalInputAllowTpmKeyInput(ctx context.Context, obj any) (model.AllowTpmKeyInput, error) {
+	var it model.AllowTpmKeyInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tenantId", "poolId", "ekHash", "ekPublicKey", "description"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tenantId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantID = data
+		case "poolId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("poolId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PoolID = data
+		case "ekHash":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ekHash"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EkHash = data
+		case "ekPublicKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ekPublicKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EkPublicKey = data
+		case "description":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Description = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalAllowTpmKeyInput unmarshals raw into the AllowTpmKeyInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalAllowTpmKeyInput(ctx context.Context, raw any) (model.AllowTpmKeyInput, error) {
+	var out model.AllowTpmKeyInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "AllowTpmKeyInput", raw, &out)
+	return out, err
+}
 
 func (ec *executionContext) unmarshalInputArchivePoolInput(ctx context.Context, obj any) (pools.ArchiveInput, error) {
 	var it pools.ArchiveInput
@@ -3114,6 +3501,181 @@ func (ec *executionContext) unmarshalInputDecideJoinRequestInput(ctx context.Con
 func UnmarshalDecideJoinRequestInput(ctx context.Context, raw any) (nodes.JoinRequestRefInput, error) {
 	var out nodes.JoinRequestRefInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "DecideJoinRequestInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputDisallowTpmKeyInput(ctx context.Context, obj any) (nodes.KeyRefInput, error) {
+	var it nodes.KeyRefInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tenantId", "poolId", "ekHash"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tenantId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantID = data
+		case "poolId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("poolId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PoolID = data
+		case "ekHash":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ekHash"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EKHash = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalDisallowTpmKeyInput unmarshals raw into the DisallowTpmKeyInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalDisallowTpmKeyInput(ctx context.Context, raw any) (nodes.KeyRefInput, error) {
+	var out nodes.KeyRefInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "DisallowTpmKeyInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputForgetMachineInput(ctx context.Context, obj any) (nodes.MachineRefInput, error) {
+	var it nodes.MachineRefInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tenantId", "machineId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tenantId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantID = data
+		case "machineId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("machineId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MachineID = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalForgetMachineInput unmarshals raw into the ForgetMachineInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalForgetMachineInput(ctx context.Context, raw any) (nodes.MachineRefInput, error) {
+	var out nodes.MachineRefInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ForgetMachineInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputRegisterMachineInput(ctx context.Context, obj any) (nodes.MachineRegisterInput, error) {
+	var it nodes.MachineRegisterInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tenantId", "poolId", "systemUuid", "serial", "mac"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tenantId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantID = data
+		case "poolId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("poolId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PoolID = data
+		case "systemUuid":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("systemUuid"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SystemUUID = data
+		case "serial":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("serial"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Serial = data
+		case "mac":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("mac"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MAC = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalRegisterMachineInput unmarshals raw into the RegisterMachineInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalRegisterMachineInput(ctx context.Context, raw any) (nodes.MachineRegisterInput, error) {
+	var out nodes.MachineRegisterInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "RegisterMachineInput", raw, &out)
 	return out, err
 }
 
@@ -3369,6 +3931,87 @@ func UnmarshalUpdatePoolInput(ctx context.Context, raw any) (model.UpdatePoolInp
 // endregion ************************** interface.gotpl ***************************
 
 // region    **************************** object.gotpl ****************************
+
+var allowTpmKeyPayloadImplementors = []string{"AllowTpmKeyPayload"}
+
+func (ec *executionContext) _AllowTpmKeyPayload(ctx context.Context, sel ast.SelectionSet, obj *model.AllowTpmKeyPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, allowTpmKeyPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AllowTpmKeyPayload")
+		case "key":
+			out.Values[i] = ec._AllowTpmKeyPayload_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var allowedTpmKeyImplementors = []string{"AllowedTpmKey"}
+
+func (ec *executionContext) _AllowedTpmKey(ctx context.Context, sel ast.SelectionSet, obj *nodes.AllowedKey) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, allowedTpmKeyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AllowedTpmKey")
+		case "poolId":
+			out.Values[i] = ec._AllowedTpmKey_poolId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ekHash":
+			out.Values[i] = ec._AllowedTpmKey_ekHash(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "description":
+			out.Values[i] = ec._AllowedTpmKey_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._AllowedTpmKey_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
 
 var archivePoolPayloadImplementors = []string{"ArchivePoolPayload"}
 
@@ -3761,6 +4404,64 @@ func (ec *executionContext) _Driver(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "version":
 			out.Values[i] = ec._Driver_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var expectedMachineImplementors = []string{"ExpectedMachine"}
+
+func (ec *executionContext) _ExpectedMachine(ctx context.Context, sel ast.SelectionSet, obj *nodes.ExpectedMachine) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, expectedMachineImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ExpectedMachine")
+		case "machineId":
+			out.Values[i] = ec._ExpectedMachine_machineId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "poolId":
+			out.Values[i] = ec._ExpectedMachine_poolId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "systemUuid":
+			out.Values[i] = ec._ExpectedMachine_systemUuid(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "serial":
+			out.Values[i] = ec._ExpectedMachine_serial(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "mac":
+			out.Values[i] = ec._ExpectedMachine_mac(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._ExpectedMachine_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -4529,6 +5230,72 @@ func (ec *executionContext) _NodePayload(ctx context.Context, sel ast.SelectionS
 	return out
 }
 
+var registerMachinePayloadImplementors = []string{"RegisterMachinePayload"}
+
+func (ec *executionContext) _RegisterMachinePayload(ctx context.Context, sel ast.SelectionSet, obj *model.RegisterMachinePayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, registerMachinePayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RegisterMachinePayload")
+		case "machine":
+			out.Values[i] = ec._RegisterMachinePayload_machine(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var removedPayloadImplementors = []string{"RemovedPayload"}
+
+func (ec *executionContext) _RemovedPayload(ctx context.Context, sel ast.SelectionSet, obj *nodes.RemovedCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, removedPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RemovedPayload")
+		case "removed":
+			out.Values[i] = ec._RemovedPayload_removed(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var revokeJoinTokenPayloadImplementors = []string{"RevokeJoinTokenPayload"}
 
 func (ec *executionContext) _RevokeJoinTokenPayload(ctx context.Context, sel ast.SelectionSet, obj *model.RevokeJoinTokenPayload) graphql.Marshaler {
@@ -4632,6 +5399,27 @@ func (ec *executionContext) _UpdatePoolPayload(ctx context.Context, sel ast.Sele
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) unmarshalNAllowTpmKeyInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowTpmKeyInput(ctx context.Context, v any) (model.AllowTpmKeyInput, error) {
+	res, err := ec.unmarshalInputAllowTpmKeyInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNAllowTpmKeyPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowTpmKeyPayload(ctx context.Context, sel ast.SelectionSet, v *model.AllowTpmKeyPayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AllowTpmKeyPayload!")
+		return graphql.Null
+	}
+	return ec._AllowTpmKeyPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐAllowedKey(ctx context.Context, sel ast.SelectionSet, v *nodes.AllowedKey) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AllowedTpmKey!")
+		return graphql.Null
+	}
+	return ec._AllowedTpmKey(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNArchivePoolInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐArchiveInput(ctx context.Context, v any) (pools.ArchiveInput, error) {
 	res, err := ec.unmarshalInputArchivePoolInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -4716,6 +5504,11 @@ func (ec *executionContext) marshalNDecideJoinRequestPayload2ᚖgithubᚗcomᚋb
 	return ec._DecideJoinRequestPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNDisallowTpmKeyInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐKeyRefInput(ctx context.Context, v any) (nodes.KeyRefInput, error) {
+	res, err := ec.unmarshalInputDisallowTpmKeyInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNDisk2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.Disk) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -4762,6 +5555,19 @@ func (ec *executionContext) marshalNDriver2ᚖgithubᚗcomᚋbettercomputeᚋcom
 		return graphql.Null
 	}
 	return ec._Driver(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNExpectedMachine2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐExpectedMachine(ctx context.Context, sel ast.SelectionSet, v *nodes.ExpectedMachine) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ExpectedMachine!")
+		return graphql.Null
+	}
+	return ec._ExpectedMachine(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNForgetMachineInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐMachineRefInput(ctx context.Context, v any) (nodes.MachineRefInput, error) {
+	res, err := ec.unmarshalInputForgetMachineInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNGpu2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.GPU) graphql.Marshaler {
@@ -4958,6 +5764,27 @@ func (ec *executionContext) marshalNNodePayload2ᚖgithubᚗcomᚋbettercompute�
 		return graphql.Null
 	}
 	return ec._NodePayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNRegisterMachineInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐMachineRegisterInput(ctx context.Context, v any) (nodes.MachineRegisterInput, error) {
+	res, err := ec.unmarshalInputRegisterMachineInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRegisterMachinePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRegisterMachinePayload(ctx context.Context, sel ast.SelectionSet, v *model.RegisterMachinePayload) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "RegisterMachinePayload!")
+		return graphql.Null
+	}
+	return ec._RegisterMachinePayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRemovedPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐRemovedCount(ctx context.Context, sel ast.SelectionSet, v *nodes.RemovedCount) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "RemovedPayload!")
+		return graphql.Null
+	}
+	return ec._RemovedPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNRevokeJoinTokenInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinTokenRefInput(ctx context.Context, v any) (nodes.JoinTokenRefInput, error) {

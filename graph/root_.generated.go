@@ -53,6 +53,17 @@ type ComplexityRoot struct {
 		Member func(childComplexity int) int
 	}
 
+	AllowTpmKeyPayload struct {
+		Key func(childComplexity int) int
+	}
+
+	AllowedTpmKey struct {
+		CreatedAt   func(childComplexity int) int
+		Description func(childComplexity int) int
+		EKHash      func(childComplexity int) int
+		PoolID      func(childComplexity int) int
+	}
+
 	ArchivePoolPayload struct {
 		Pool func(childComplexity int) int
 	}
@@ -140,6 +151,15 @@ type ComplexityRoot struct {
 	Driver struct {
 		Name    func(childComplexity int) int
 		Version func(childComplexity int) int
+	}
+
+	ExpectedMachine struct {
+		CreatedAt  func(childComplexity int) int
+		MAC        func(childComplexity int) int
+		MachineID  func(childComplexity int) int
+		PoolID     func(childComplexity int) int
+		Serial     func(childComplexity int) int
+		SystemUUID func(childComplexity int) int
 	}
 
 	Gpu struct {
@@ -242,6 +262,7 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		AddProjectMember    func(childComplexity int, input projects.MemberInput) int
+		AllowTpmKey         func(childComplexity int, input model.AllowTpmKeyInput) int
 		ApproveJoinRequest  func(childComplexity int, input nodes.JoinRequestRefInput) int
 		ArchivePool         func(childComplexity int, input pools.ArchiveInput) int
 		CancelWorkflow      func(childComplexity int, input workflows.CancelInput) int
@@ -256,8 +277,11 @@ type ComplexityRoot struct {
 		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
 		DenyJoinRequest     func(childComplexity int, input nodes.JoinRequestRefInput) int
+		DisallowTpmKey      func(childComplexity int, input nodes.KeyRefInput) int
+		ForgetMachine       func(childComplexity int, input nodes.MachineRefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
 		OfferPool           func(childComplexity int, input model.OfferPoolInput) int
+		RegisterMachine     func(childComplexity int, input nodes.MachineRegisterInput) int
 		RemoveNode          func(childComplexity int, input nodes.NodeChangeInput) int
 		RemoveProjectMember func(childComplexity int, input projects.MemberInput) int
 		RevokeJoinToken     func(childComplexity int, input nodes.JoinTokenRefInput) int
@@ -441,7 +465,15 @@ type ComplexityRoot struct {
 		Viewer func(childComplexity int) int
 	}
 
+	RegisterMachinePayload struct {
+		Machine func(childComplexity int) int
+	}
+
 	RemoveProjectMemberPayload struct {
+		Removed func(childComplexity int) int
+	}
+
+	RemovedPayload struct {
 		Removed func(childComplexity int) int
 	}
 
@@ -614,6 +646,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AddProjectMemberPayload.Member(childComplexity), true
+
+	case "AllowTpmKeyPayload.key":
+		if e.ComplexityRoot.AllowTpmKeyPayload.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowTpmKeyPayload.Key(childComplexity), true
+
+	case "AllowedTpmKey.createdAt":
+		if e.ComplexityRoot.AllowedTpmKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.CreatedAt(childComplexity), true
+	case "AllowedTpmKey.description":
+		if e.ComplexityRoot.AllowedTpmKey.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.Description(childComplexity), true
+	case "AllowedTpmKey.ekHash":
+		if e.ComplexityRoot.AllowedTpmKey.EKHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.EKHash(childComplexity), true
+	case "AllowedTpmKey.poolId":
+		if e.ComplexityRoot.AllowedTpmKey.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.PoolID(childComplexity), true
 
 	case "ArchivePoolPayload.pool":
 		if e.ComplexityRoot.ArchivePoolPayload.Pool == nil {
@@ -908,6 +972,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Driver.Version(childComplexity), true
+
+	case "ExpectedMachine.createdAt":
+		if e.ComplexityRoot.ExpectedMachine.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.CreatedAt(childComplexity), true
+	case "ExpectedMachine.mac":
+		if e.ComplexityRoot.ExpectedMachine.MAC == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.MAC(childComplexity), true
+	case "ExpectedMachine.machineId":
+		if e.ComplexityRoot.ExpectedMachine.MachineID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.MachineID(childComplexity), true
+	case "ExpectedMachine.poolId":
+		if e.ComplexityRoot.ExpectedMachine.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.PoolID(childComplexity), true
+	case "ExpectedMachine.serial":
+		if e.ComplexityRoot.ExpectedMachine.Serial == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.Serial(childComplexity), true
+	case "ExpectedMachine.systemUuid":
+		if e.ComplexityRoot.ExpectedMachine.SystemUUID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExpectedMachine.SystemUUID(childComplexity), true
 
 	case "Gpu.index":
 		if e.ComplexityRoot.Gpu.Index == nil {
@@ -1304,6 +1405,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AddProjectMember(childComplexity, args["input"].(projects.MemberInput)), true
+	case "Mutation.allowTpmKey":
+		if e.ComplexityRoot.Mutation.AllowTpmKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_allowTpmKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AllowTpmKey(childComplexity, args["input"].(model.AllowTpmKeyInput)), true
 	case "Mutation.approveJoinRequest":
 		if e.ComplexityRoot.Mutation.ApproveJoinRequest == nil {
 			break
@@ -1458,6 +1570,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DenyJoinRequest(childComplexity, args["input"].(nodes.JoinRequestRefInput)), true
+	case "Mutation.disallowTpmKey":
+		if e.ComplexityRoot.Mutation.DisallowTpmKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_disallowTpmKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DisallowTpmKey(childComplexity, args["input"].(nodes.KeyRefInput)), true
+	case "Mutation.forgetMachine":
+		if e.ComplexityRoot.Mutation.ForgetMachine == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_forgetMachine_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ForgetMachine(childComplexity, args["input"].(nodes.MachineRefInput)), true
 	case "Mutation.grantMember":
 		if e.ComplexityRoot.Mutation.GrantMember == nil {
 			break
@@ -1480,6 +1614,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.OfferPool(childComplexity, args["input"].(model.OfferPoolInput)), true
+	case "Mutation.registerMachine":
+		if e.ComplexityRoot.Mutation.RegisterMachine == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_registerMachine_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RegisterMachine(childComplexity, args["input"].(nodes.MachineRegisterInput)), true
 	case "Mutation.removeNode":
 		if e.ComplexityRoot.Mutation.RemoveNode == nil {
 			break
@@ -2244,12 +2389,26 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
 
+	case "RegisterMachinePayload.machine":
+		if e.ComplexityRoot.RegisterMachinePayload.Machine == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RegisterMachinePayload.Machine(childComplexity), true
+
 	case "RemoveProjectMemberPayload.removed":
 		if e.ComplexityRoot.RemoveProjectMemberPayload.Removed == nil {
 			break
 		}
 
 		return e.ComplexityRoot.RemoveProjectMemberPayload.Removed(childComplexity), true
+
+	case "RemovedPayload.removed":
+		if e.ComplexityRoot.RemovedPayload.Removed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RemovedPayload.Removed(childComplexity), true
 
 	case "RevokeJoinTokenPayload.joinToken":
 		if e.ComplexityRoot.RevokeJoinTokenPayload.JoinToken == nil {
@@ -2815,6 +2974,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("AddProjectMemberInput", ec.unmarshalInputAddProjectMemberInput),
+			graphql.NewInputUnmarshaler("AllowTpmKeyInput", ec.unmarshalInputAllowTpmKeyInput),
 			graphql.NewInputUnmarshaler("ArchivePoolInput", ec.unmarshalInputArchivePoolInput),
 			graphql.NewInputUnmarshaler("CancelWorkflowInput", ec.unmarshalInputCancelWorkflowInput),
 			graphql.NewInputUnmarshaler("ChangeNodeInput", ec.unmarshalInputChangeNodeInput),
@@ -2828,9 +2988,12 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("DecideJoinRequestInput", ec.unmarshalInputDecideJoinRequestInput),
 			graphql.NewInputUnmarshaler("DeleteProfileInput", ec.unmarshalInputDeleteProfileInput),
 			graphql.NewInputUnmarshaler("DeleteProjectInput", ec.unmarshalInputDeleteProjectInput),
+			graphql.NewInputUnmarshaler("DisallowTpmKeyInput", ec.unmarshalInputDisallowTpmKeyInput),
+			graphql.NewInputUnmarshaler("ForgetMachineInput", ec.unmarshalInputForgetMachineInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
 			graphql.NewInputUnmarshaler("OfferPoolInput", ec.unmarshalInputOfferPoolInput),
 			graphql.NewInputUnmarshaler("PoolQuotaInput", ec.unmarshalInputPoolQuotaInput),
+			graphql.NewInputUnmarshaler("RegisterMachineInput", ec.unmarshalInputRegisterMachineInput),
 			graphql.NewInputUnmarshaler("RemoveProjectMemberInput", ec.unmarshalInputRemoveProjectMemberInput),
 			graphql.NewInputUnmarshaler("RevokeJoinTokenInput", ec.unmarshalInputRevokeJoinTokenInput),
 			graphql.NewInputUnmarshaler("RevokeMemberInput", ec.unmarshalInputRevokeMemberInput),
@@ -3276,6 +3439,70 @@ extend type Mutation {
   cordonNode(input: ChangeNodeInput!): NodePayload!
   uncordonNode(input: ChangeNodeInput!): NodePayload!
   removeNode(input: ChangeNodeInput!): NodePayload!
+}
+
+"A machine the discovery attestor expects in a pool."
+type ExpectedMachine {
+  machineId: String!
+  poolId: String!
+  systemUuid: String
+  serial: String
+  mac: String
+  createdAt: Time!
+}
+
+"A TPM endorsement key on a pool's allow-list."
+type AllowedTpmKey {
+  poolId: String!
+  ekHash: String!
+  description: String!
+  createdAt: Time!
+}
+
+input RegisterMachineInput {
+  tenantId: String!
+  poolId: String!
+  systemUuid: String
+  serial: String
+  mac: String
+}
+
+type RegisterMachinePayload {
+  machine: ExpectedMachine!
+}
+
+input ForgetMachineInput {
+  tenantId: String!
+  machineId: String!
+}
+
+input AllowTpmKeyInput {
+  tenantId: String!
+  poolId: String!
+  ekHash: String
+  ekPublicKey: String
+  description: String
+}
+
+type AllowTpmKeyPayload {
+  key: AllowedTpmKey!
+}
+
+input DisallowTpmKeyInput {
+  tenantId: String!
+  poolId: String!
+  ekHash: String!
+}
+
+type RemovedPayload {
+  removed: Int!
+}
+
+extend type Mutation {
+  registerMachine(input: RegisterMachineInput!): RegisterMachinePayload!
+  forgetMachine(input: ForgetMachineInput!): RemovedPayload!
+  allowTpmKey(input: AllowTpmKeyInput!): AllowTpmKeyPayload!
+  disallowTpmKey(input: DisallowTpmKeyInput!): RemovedPayload!
 }
 `, BuiltIn: false},
 	{Name: "../schema/pools.graphqls", Input: `"A pool groups the nodes of one site under one GPU model, one sharing mode and one policy."
@@ -3733,6 +3960,28 @@ func (ec *executionContext) childFields_AddProjectMemberPayload(ctx context.Cont
 	return nil, fmt.Errorf("no field named %q was found under type AddProjectMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_AllowTpmKeyPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_AllowTpmKeyPayload_key(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AllowTpmKeyPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_AllowedTpmKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "poolId":
+		return ec.fieldContext_AllowedTpmKey_poolId(ctx, field)
+	case "ekHash":
+		return ec.fieldContext_AllowedTpmKey_ekHash(ctx, field)
+	case "description":
+		return ec.fieldContext_AllowedTpmKey_description(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_AllowedTpmKey_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AllowedTpmKey", field.Name)
+}
+
 func (ec *executionContext) childFields_ArchivePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "pool":
@@ -3909,6 +4158,24 @@ func (ec *executionContext) childFields_Driver(ctx context.Context, field graphq
 		return ec.fieldContext_Driver_version(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Driver", field.Name)
+}
+
+func (ec *executionContext) childFields_ExpectedMachine(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "machineId":
+		return ec.fieldContext_ExpectedMachine_machineId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_ExpectedMachine_poolId(ctx, field)
+	case "systemUuid":
+		return ec.fieldContext_ExpectedMachine_systemUuid(ctx, field)
+	case "serial":
+		return ec.fieldContext_ExpectedMachine_serial(ctx, field)
+	case "mac":
+		return ec.fieldContext_ExpectedMachine_mac(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ExpectedMachine_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExpectedMachine", field.Name)
 }
 
 func (ec *executionContext) childFields_Gpu(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4437,12 +4704,28 @@ func (ec *executionContext) childFields_ProjectMemberEdge(ctx context.Context, f
 	return nil, fmt.Errorf("no field named %q was found under type ProjectMemberEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_RegisterMachinePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "machine":
+		return ec.fieldContext_RegisterMachinePayload_machine(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RegisterMachinePayload", field.Name)
+}
+
 func (ec *executionContext) childFields_RemoveProjectMemberPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "removed":
 		return ec.fieldContext_RemoveProjectMemberPayload_removed(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RemoveProjectMemberPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_RemovedPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "removed":
+		return ec.fieldContext_RemovedPayload_removed(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RemovedPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_RevokeJoinTokenPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -336,3 +336,31 @@ type (
 	inventorySnapshotResolver struct{ *Resolver }
 	joinRequestResolver       struct{ *Resolver }
 )
+
+// RegisterMachine is the resolver for the registerMachine field.
+func (r *mutationResolver) RegisterMachine(ctx context.Context, input nodes.MachineRegisterInput) (*model.RegisterMachinePayload, error) {
+	m, err := call[nodes.ExpectedMachine](ctx, r.Resolver, "machines.register", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.RegisterMachinePayload{Machine: m}, nil
+}
+
+// ForgetMachine is the resolver for the forgetMachine field.
+func (r *mutationResolver) ForgetMachine(ctx context.Context, input nodes.MachineRefInput) (*nodes.RemovedCount, error) {
+	return call[nodes.RemovedCount](ctx, r.Resolver, "machines.forget", input)
+}
+
+// AllowTpmKey is the resolver for the allowTpmKey field.
+func (r *mutationResolver) AllowTpmKey(ctx context.Context, input model.AllowTpmKeyInput) (*model.AllowTpmKeyPayload, error) {
+	k, err := call[nodes.AllowedKey](ctx, r.Resolver, "tpmKeys.allow", input)
+	if err != nil {
+		return nil, err
+	}
+	return &model.AllowTpmKeyPayload{Key: k}, nil
+}
+
+// DisallowTpmKey is the resolver for the disallowTpmKey field.
+func (r *mutationResolver) DisallowTpmKey(ctx context.Context, input nodes.KeyRefInput) (*nodes.RemovedCount, error) {
+	return call[nodes.RemovedCount](ctx, r.Resolver, "tpmKeys.disallow", input)
+}

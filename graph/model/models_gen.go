@@ -17,6 +17,18 @@ type AddProjectMemberPayload struct {
 	Member *projects.Member `json:"member"`
 }
 
+type AllowTpmKeyInput struct {
+	TenantID    string  `json:"tenantId"`
+	PoolID      string  `json:"poolId"`
+	EkHash      *string `json:"ekHash,omitempty"`
+	EkPublicKey *string `json:"ekPublicKey,omitempty"`
+	Description *string `json:"description,omitempty"`
+}
+
+type AllowTpmKeyPayload struct {
+	Key *nodes.AllowedKey `json:"key"`
+}
+
 type ArchivePoolPayload struct {
 	Pool *pools.Pool `json:"pool"`
 }
@@ -199,6 +211,10 @@ type ProjectMemberEdge struct {
 }
 
 type Query struct {
+}
+
+type RegisterMachinePayload struct {
+	Machine *nodes.ExpectedMachine `json:"machine"`
 }
 
 type RevokeJoinTokenPayload struct {

@@ -313,6 +313,28 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	if d["removeNode"].(map[string]any)["node"].(map[string]any)["state"] != "removed" {
 		t.Fatalf("remove: %v", d)
 	}
+	d = mut(admin, `mutation($in: RegisterMachineInput!) { registerMachine(input: $in) { machine { machineId mac } } }`,
+		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool, "mac": "02:00:00:00:00:aa"}})
+	mach := d["registerMachine"].(map[string]any)["machine"].(map[string]any)
+	if mach["mac"] != "02:00:00:00:00:aa" {
+		t.Fatalf("registerMachine: %v", d)
+	}
+	d = mut(admin, `mutation($in: ForgetMachineInput!) { forgetMachine(input: $in) { removed } }`,
+		map[string]any{"in": map[string]any{"tenantId": "acme", "machineId": mach["machineId"]}})
+	if d["forgetMachine"].(map[string]any)["removed"].(float64) != 1 {
+		t.Fatalf("forgetMachine: %v", d)
+	}
+	_, hash, _ := pki.NewEK()
+	d = mut(admin, `mutation($in: AllowTpmKeyInput!) { allowTpmKey(input: $in) { key { ekHash description } } }`,
+		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash, "description": "rack 1"}})
+	if d["allowTpmKey"].(map[string]any)["key"].(map[string]any)["ekHash"] != hash {
+		t.Fatalf("allowTpmKey: %v", d)
+	}
+	d = mut(admin, `mutation($in: DisallowTpmKeyInput!) { disallowTpmKey(input: $in) { removed } }`,
+		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}})
+	if d["disallowTpmKey"].(map[string]any)["removed"].(float64) != 1 {
+		t.Fatalf("disallowTpmKey: %v", d)
+	}
 	d = mut(admin, `mutation($in: ArchivePoolInput!) { archivePool(input: $in) { pool { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool}})
 	if d["archivePool"].(map[string]any)["pool"].(map[string]any)["state"] != "archived" {
