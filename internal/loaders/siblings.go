@@ -73,12 +73,17 @@ type pageKind struct {
 	after  string
 }
 
+// recordPools groups pools by owner: a pool's children (nodes, join
+// requests) are the owner's view, so siblings of another owner (pools
+// offered to the caller) are not fetched along.
 func (l *Loaders) recordPools(r page.Rows[pools.Pool]) {
-	ids := make([]string, len(r.Items))
+	byOwner := map[string][]string{}
 	for i := range r.Items {
-		ids[i] = r.Items[i].PoolID
+		byOwner[r.Items[i].TenantID] = append(byOwner[r.Items[i].TenantID], r.Items[i].PoolID)
 	}
-	l.sib.add(ids, nil)
+	for _, ids := range byOwner {
+		l.sib.add(ids, nil)
+	}
 }
 
 func (l *Loaders) recordNodes(r page.Rows[nodes.Node]) {
