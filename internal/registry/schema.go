@@ -159,6 +159,11 @@ const maxDepth = 32
 // INVALID_INPUT naming the duplicated field (`document.steps[2].use`), where
 // encoding/json would silently keep the last one.
 func decodeObject(raw []byte) (map[string]any, error) {
+	// encoding/json would silently turn invalid UTF-8 into U+FFFD, and a
+	// hashed document (an inventory report) would then not be what was sent.
+	if !utf8.Valid(raw) {
+		return nil, errs.Invalid("", "the body is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	d := tokenDecoder{dec: dec}

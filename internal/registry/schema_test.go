@@ -54,12 +54,13 @@ func TestDecodeObjectKeepsBehaviour(t *testing.T) {
 		t.Fatalf("32 levels: %v", err)
 	}
 	for raw, msg := range map[string]string{
-		``:          "the body is not valid JSON: malformed JSON",
-		`{"a":`:     "the body is not valid JSON: malformed JSON",
-		`{"a":1,}`:  "the body is not valid JSON: syntax error at offset 7",
-		`{} {}`:     "the body holds more than one JSON value",
-		`[{"a":1}]`: "the body must be a JSON object",
-		`"x"`:       "the body must be a JSON object",
+		``:                 "the body is not valid JSON: malformed JSON",
+		`{"a":`:            "the body is not valid JSON: malformed JSON",
+		`{"a":1,}`:         "the body is not valid JSON: syntax error at offset 7",
+		`{} {}`:            "the body holds more than one JSON value",
+		`[{"a":1}]`:        "the body must be a JSON object",
+		`"x"`:              "the body must be a JSON object",
+		"{\"a\":\"\xff\"}": "the body is not valid UTF-8",
 	} {
 		_, err := decodeObject([]byte(raw))
 		e, ok := errs.As(err)
