@@ -20,31 +20,15 @@ import (
 // region    ************************** generated!.gotpl **************************
 
 type ComputeNodeResolver interface {
-	ID(ctx context.Context, obj *nodes.Node) (string, error)
-
-	Labels(ctx context.Context, obj *nodes.Node) (any, error)
-
 	Pool(ctx context.Context, obj *nodes.Node) (*pools.Pool, error)
 	Inventory(ctx context.Context, obj *nodes.Node) (*inventory.Snapshot, error)
 	InventoryHistory(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.InventorySnapshotConnection, error)
 	InventoryDiff(ctx context.Context, obj *nodes.Node, from *string, to *string) (*inventory.DiffResult, error)
 	Workflows(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.WorkflowConnection, error)
 }
-type GpuResolver interface {
-	MigDevices(ctx context.Context, obj *inventory.GPU) ([]*inventory.MIGDevice, error)
-}
 type InventoryChangeResolver interface {
 	Before(ctx context.Context, obj *inventory.Change) (any, error)
 	After(ctx context.Context, obj *inventory.Change) (any, error)
-}
-type InventorySnapshotResolver interface {
-	ID(ctx context.Context, obj *inventory.Snapshot) (string, error)
-
-	Gpus(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.GPU, error)
-	Disks(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.Disk, error)
-	Nics(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.NIC, error)
-	Drivers(ctx context.Context, obj *inventory.Snapshot) ([]*model.Driver, error)
-	Sections(ctx context.Context, obj *inventory.Snapshot) (any, error)
 }
 type JoinRequestResolver interface {
 	Reasons(ctx context.Context, obj *nodes.JoinRequest) (any, error)
@@ -291,7 +275,7 @@ func (ec *executionContext) _ComputeNode_id(ctx context.Context, field graphql.C
 			return ec.fieldContext_ComputeNode_id(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.ComputeNode().ID(ctx, obj)
+			return obj.GlobalID(), nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -302,7 +286,7 @@ func (ec *executionContext) _ComputeNode_id(ctx context.Context, field graphql.C
 	)
 }
 func (ec *executionContext) fieldContext_ComputeNode_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ComputeNode", field, true, true, "ID")
+	return graphql.NewScalarFieldContext("ComputeNode", field, true, false, "ID")
 }
 
 func (ec *executionContext) _ComputeNode_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
@@ -406,7 +390,7 @@ func (ec *executionContext) _ComputeNode_labels(ctx context.Context, field graph
 			return ec.fieldContext_ComputeNode_labels(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.ComputeNode().Labels(ctx, obj)
+			return obj.LabelsValue(), nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v any) graphql.Marshaler {
@@ -417,7 +401,7 @@ func (ec *executionContext) _ComputeNode_labels(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_ComputeNode_labels(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ComputeNode", field, true, true, "JSON")
+	return graphql.NewScalarFieldContext("ComputeNode", field, true, false, "JSON")
 }
 
 func (ec *executionContext) _ComputeNode_state(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
@@ -1176,7 +1160,7 @@ func (ec *executionContext) fieldContext_Disk_slot(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Disk", field, false, false, "String")
 }
 
-func (ec *executionContext) _Driver_name(ctx context.Context, field graphql.CollectedField, obj *model.Driver) (ret graphql.Marshaler) {
+func (ec *executionContext) _Driver_name(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1199,7 +1183,7 @@ func (ec *executionContext) fieldContext_Driver_name(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Driver", field, false, false, "String")
 }
 
-func (ec *executionContext) _Driver_version(ctx context.Context, field graphql.CollectedField, obj *model.Driver) (ret graphql.Marshaler) {
+func (ec *executionContext) _Driver_version(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1507,11 +1491,11 @@ func (ec *executionContext) _Gpu_migDevices(ctx context.Context, field graphql.C
 			return ec.fieldContext_Gpu_migDevices(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Gpu().MigDevices(ctx, obj)
+			return obj.MigDevices, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*inventory.MIGDevice) graphql.Marshaler {
-			return ec.marshalNMigDevice2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []inventory.MIGDevice) graphql.Marshaler {
+			return ec.marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1521,8 +1505,8 @@ func (ec *executionContext) fieldContext_Gpu_migDevices(_ context.Context, field
 	fc = &graphql.FieldContext{
 		Object:     "Gpu",
 		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
+		IsMethod:   false,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_MigDevice(ctx, field)
 		},
@@ -1709,7 +1693,7 @@ func (ec *executionContext) _InventorySnapshot_id(ctx context.Context, field gra
 			return ec.fieldContext_InventorySnapshot_id(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().ID(ctx, obj)
+			return obj.GlobalID(), nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -1720,7 +1704,7 @@ func (ec *executionContext) _InventorySnapshot_id(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_InventorySnapshot_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InventorySnapshot", field, true, true, "ID")
+	return graphql.NewScalarFieldContext("InventorySnapshot", field, true, false, "ID")
 }
 
 func (ec *executionContext) _InventorySnapshot_snapshotId(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
@@ -1847,11 +1831,11 @@ func (ec *executionContext) _InventorySnapshot_gpus(ctx context.Context, field g
 			return ec.fieldContext_InventorySnapshot_gpus(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().Gpus(ctx, obj)
+			return obj.GPUList()
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*inventory.GPU) graphql.Marshaler {
-			return ec.marshalNGpu2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []inventory.GPU) graphql.Marshaler {
+			return ec.marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1862,7 +1846,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_gpus(_ context.Contex
 		Object:     "InventorySnapshot",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: true,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Gpu(ctx, field)
 		},
@@ -1879,11 +1863,11 @@ func (ec *executionContext) _InventorySnapshot_disks(ctx context.Context, field 
 			return ec.fieldContext_InventorySnapshot_disks(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().Disks(ctx, obj)
+			return obj.DiskList()
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*inventory.Disk) graphql.Marshaler {
-			return ec.marshalNDisk2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []inventory.Disk) graphql.Marshaler {
+			return ec.marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1894,7 +1878,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_disks(_ context.Conte
 		Object:     "InventorySnapshot",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: true,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Disk(ctx, field)
 		},
@@ -1911,11 +1895,11 @@ func (ec *executionContext) _InventorySnapshot_nics(ctx context.Context, field g
 			return ec.fieldContext_InventorySnapshot_nics(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().Nics(ctx, obj)
+			return obj.NICList()
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*inventory.NIC) graphql.Marshaler {
-			return ec.marshalNNic2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []inventory.NIC) graphql.Marshaler {
+			return ec.marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1926,7 +1910,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_nics(_ context.Contex
 		Object:     "InventorySnapshot",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: true,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Nic(ctx, field)
 		},
@@ -1943,11 +1927,11 @@ func (ec *executionContext) _InventorySnapshot_drivers(ctx context.Context, fiel
 			return ec.fieldContext_InventorySnapshot_drivers(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().Drivers(ctx, obj)
+			return obj.DriverList()
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.Driver) graphql.Marshaler {
-			return ec.marshalNDriver2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDriverᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []inventory.Driver) graphql.Marshaler {
+			return ec.marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriverᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1958,7 +1942,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_drivers(_ context.Con
 		Object:     "InventorySnapshot",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: true,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Driver(ctx, field)
 		},
@@ -1975,7 +1959,7 @@ func (ec *executionContext) _InventorySnapshot_sections(ctx context.Context, fie
 			return ec.fieldContext_InventorySnapshot_sections(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.InventorySnapshot().Sections(ctx, obj)
+			return obj.SectionsValue()
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v any) graphql.Marshaler {
@@ -1986,7 +1970,7 @@ func (ec *executionContext) _InventorySnapshot_sections(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_InventorySnapshot_sections(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InventorySnapshot", field, true, true, "JSON")
+	return graphql.NewScalarFieldContext("InventorySnapshot", field, true, false, "JSON")
 }
 
 func (ec *executionContext) _InventorySnapshotConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.InventorySnapshotConnection) (ret graphql.Marshaler) {
@@ -4058,11 +4042,10 @@ func (ec *executionContext) _ComputeNode(ctx context.Context, sel ast.SelectionS
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("ComputeNode")
 		case "id":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._ComputeNode_id(ctx, field, obj)
-				})
+			out.Values[i] = ec._ComputeNode_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "nodeId":
 			out.Values[i] = ec._ComputeNode_nodeId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -4084,11 +4067,10 @@ func (ec *executionContext) _ComputeNode(ctx context.Context, sel ast.SelectionS
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "labels":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._ComputeNode_labels(ctx, field, obj)
-				})
+			out.Values[i] = ec._ComputeNode_labels(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "state":
 			out.Values[i] = ec._ComputeNode_state(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -4388,7 +4370,7 @@ func (ec *executionContext) _Disk(ctx context.Context, sel ast.SelectionSet, obj
 
 var driverImplementors = []string{"Driver"}
 
-func (ec *executionContext) _Driver(ctx context.Context, sel ast.SelectionSet, obj *model.Driver) graphql.Marshaler {
+func (ec *executionContext) _Driver(ctx context.Context, sel ast.SelectionSet, obj *inventory.Driver) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, driverImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -4496,39 +4478,38 @@ func (ec *executionContext) _Gpu(ctx context.Context, sel ast.SelectionSet, obj 
 		case "uuid":
 			out.Values[i] = ec._Gpu_uuid(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "index":
 			out.Values[i] = ec._Gpu_index(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "model":
 			out.Values[i] = ec._Gpu_model(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "memoryMiB":
 			out.Values[i] = ec._Gpu_memoryMiB(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "pciBusId":
 			out.Values[i] = ec._Gpu_pciBusId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "migMode":
 			out.Values[i] = ec._Gpu_migMode(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "migDevices":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._Gpu_migDevices(ctx, field, obj)
-				})
+			out.Values[i] = ec._Gpu_migDevices(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -4651,66 +4632,60 @@ func (ec *executionContext) _InventorySnapshot(ctx context.Context, sel ast.Sele
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("InventorySnapshot")
 		case "id":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_id(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "snapshotId":
 			out.Values[i] = ec._InventorySnapshot_snapshotId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "nodeId":
 			out.Values[i] = ec._InventorySnapshot_nodeId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "hash":
 			out.Values[i] = ec._InventorySnapshot_hash(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "collectedAt":
 			out.Values[i] = ec._InventorySnapshot_collectedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "createdAt":
 			out.Values[i] = ec._InventorySnapshot_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "gpus":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_gpus(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_gpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "disks":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_disks(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_disks(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "nics":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_nics(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_nics(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "drivers":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_drivers(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_drivers(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "sections":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._InventorySnapshot_sections(ctx, field, obj)
-				})
+			out.Values[i] = ec._InventorySnapshot_sections(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -5509,11 +5484,15 @@ func (ec *executionContext) unmarshalNDisallowTpmKeyInput2githubᚗcomᚋbetterc
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNDisk2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.Disk) graphql.Marshaler {
+func (ec *executionContext) marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx context.Context, sel ast.SelectionSet, v inventory.Disk) graphql.Marshaler {
+	return ec._Disk(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Disk) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNDisk2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
+		return ec.marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5525,19 +5504,15 @@ func (ec *executionContext) marshalNDisk2ᚕᚖgithubᚗcomᚋbettercomputeᚋco
 	return ret
 }
 
-func (ec *executionContext) marshalNDisk2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx context.Context, sel ast.SelectionSet, v *inventory.Disk) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "Disk!")
-		return graphql.Null
-	}
-	return ec._Disk(ctx, sel, v)
+func (ec *executionContext) marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx context.Context, sel ast.SelectionSet, v inventory.Driver) graphql.Marshaler {
+	return ec._Driver(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNDriver2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDriverᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Driver) graphql.Marshaler {
+func (ec *executionContext) marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriverᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Driver) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNDriver2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDriver(ctx, sel, v[i])
+		return ec.marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5547,14 +5522,6 @@ func (ec *executionContext) marshalNDriver2ᚕᚖgithubᚗcomᚋbettercomputeᚋ
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNDriver2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDriver(ctx context.Context, sel ast.SelectionSet, v *model.Driver) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "Driver!")
-		return graphql.Null
-	}
-	return ec._Driver(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNExpectedMachine2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐExpectedMachine(ctx context.Context, sel ast.SelectionSet, v *nodes.ExpectedMachine) graphql.Marshaler {
@@ -5570,11 +5537,15 @@ func (ec *executionContext) unmarshalNForgetMachineInput2githubᚗcomᚋbetterco
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNGpu2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.GPU) graphql.Marshaler {
+func (ec *executionContext) marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx context.Context, sel ast.SelectionSet, v inventory.GPU) graphql.Marshaler {
+	return ec._Gpu(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.GPU) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNGpu2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
+		return ec.marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5584,14 +5555,6 @@ func (ec *executionContext) marshalNGpu2ᚕᚖgithubᚗcomᚋbettercomputeᚋcom
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNGpu2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx context.Context, sel ast.SelectionSet, v *inventory.GPU) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "Gpu!")
-		return graphql.Null
-	}
-	return ec._Gpu(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNInventoryChange2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐChange(ctx context.Context, sel ast.SelectionSet, v inventory.Change) graphql.Marshaler {
@@ -5706,11 +5669,15 @@ func (ec *executionContext) marshalNJoinToken2ᚖgithubᚗcomᚋbettercomputeᚋ
 	return ec._JoinToken(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNMigDevice2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.MIGDevice) graphql.Marshaler {
+func (ec *executionContext) marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx context.Context, sel ast.SelectionSet, v inventory.MIGDevice) graphql.Marshaler {
+	return ec._MigDevice(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.MIGDevice) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNMigDevice2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
+		return ec.marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5722,19 +5689,15 @@ func (ec *executionContext) marshalNMigDevice2ᚕᚖgithubᚗcomᚋbettercompute
 	return ret
 }
 
-func (ec *executionContext) marshalNMigDevice2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx context.Context, sel ast.SelectionSet, v *inventory.MIGDevice) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "MigDevice!")
-		return graphql.Null
-	}
-	return ec._MigDevice(ctx, sel, v)
+func (ec *executionContext) marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx context.Context, sel ast.SelectionSet, v inventory.NIC) graphql.Marshaler {
+	return ec._Nic(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNNic2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx context.Context, sel ast.SelectionSet, v []*inventory.NIC) graphql.Marshaler {
+func (ec *executionContext) marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.NIC) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNNic2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])
+		return ec.marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5744,14 +5707,6 @@ func (ec *executionContext) marshalNNic2ᚕᚖgithubᚗcomᚋbettercomputeᚋcom
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNNic2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx context.Context, sel ast.SelectionSet, v *inventory.NIC) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "Nic!")
-		return graphql.Null
-	}
-	return ec._Nic(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNNodeHardware2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐHardware(ctx context.Context, sel ast.SelectionSet, v nodes.Hardware) graphql.Marshaler {

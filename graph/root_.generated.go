@@ -29,9 +29,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	ComputeNode() ComputeNodeResolver
-	Gpu() GpuResolver
 	InventoryChange() InventoryChangeResolver
-	InventorySnapshot() InventorySnapshotResolver
 	JoinRequest() JoinRequestResolver
 	Mutation() MutationResolver
 	Pool() PoolResolver
@@ -72,13 +70,13 @@ type ComplexityRoot struct {
 		Attestor         func(childComplexity int) int
 		CertExpiresAt    func(childComplexity int) int
 		CreatedAt        func(childComplexity int) int
+		GlobalID         func(childComplexity int) int
 		Hardware         func(childComplexity int) int
-		ID               func(childComplexity int) int
 		Inventory        func(childComplexity int) int
 		InventoryDiff    func(childComplexity int, from *string, to *string) int
 		InventoryHistory func(childComplexity int, first *int, after *string) int
 		JoinRequestID    func(childComplexity int) int
-		Labels           func(childComplexity int) int
+		LabelsValue      func(childComplexity int) int
 		Name             func(childComplexity int) int
 		NodeID           func(childComplexity int) int
 		Pool             func(childComplexity int) int
@@ -190,16 +188,17 @@ type ComplexityRoot struct {
 	}
 
 	InventorySnapshot struct {
-		CollectedAt func(childComplexity int) int
-		CreatedAt   func(childComplexity int) int
-		Disks       func(childComplexity int) int
-		Drivers     func(childComplexity int) int
-		Gpus        func(childComplexity int) int
-		Hash        func(childComplexity int) int
-		ID          func(childComplexity int) int
-		Nics        func(childComplexity int) int
-		NodeID      func(childComplexity int) int
-		Sections    func(childComplexity int) int
+		CollectedAt   func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		DiskList      func(childComplexity int) int
+		DriverList    func(childComplexity int) int
+		GPUList       func(childComplexity int) int
+		GlobalID      func(childComplexity int) int
+		Hash          func(childComplexity int) int
+		ID            func(childComplexity int) int
+		NICList       func(childComplexity int) int
+		NodeID        func(childComplexity int) int
+		SectionsValue func(childComplexity int) int
 	}
 
 	InventorySnapshotConnection struct {
@@ -704,18 +703,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ComputeNode.CreatedAt(childComplexity), true
+	case "ComputeNode.id":
+		if e.ComplexityRoot.ComputeNode.GlobalID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ComputeNode.GlobalID(childComplexity), true
 	case "ComputeNode.hardware":
 		if e.ComplexityRoot.ComputeNode.Hardware == nil {
 			break
 		}
 
 		return e.ComplexityRoot.ComputeNode.Hardware(childComplexity), true
-	case "ComputeNode.id":
-		if e.ComplexityRoot.ComputeNode.ID == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ComputeNode.ID(childComplexity), true
 	case "ComputeNode.inventory":
 		if e.ComplexityRoot.ComputeNode.Inventory == nil {
 			break
@@ -751,11 +750,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ComputeNode.JoinRequestID(childComplexity), true
 	case "ComputeNode.labels":
-		if e.ComplexityRoot.ComputeNode.Labels == nil {
+		if e.ComplexityRoot.ComputeNode.LabelsValue == nil {
 			break
 		}
 
-		return e.ComplexityRoot.ComputeNode.Labels(childComplexity), true
+		return e.ComplexityRoot.ComputeNode.LabelsValue(childComplexity), true
 	case "ComputeNode.name":
 		if e.ComplexityRoot.ComputeNode.Name == nil {
 			break
@@ -1117,41 +1116,47 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.InventorySnapshot.CreatedAt(childComplexity), true
 	case "InventorySnapshot.disks":
-		if e.ComplexityRoot.InventorySnapshot.Disks == nil {
+		if e.ComplexityRoot.InventorySnapshot.DiskList == nil {
 			break
 		}
 
-		return e.ComplexityRoot.InventorySnapshot.Disks(childComplexity), true
+		return e.ComplexityRoot.InventorySnapshot.DiskList(childComplexity), true
 	case "InventorySnapshot.drivers":
-		if e.ComplexityRoot.InventorySnapshot.Drivers == nil {
+		if e.ComplexityRoot.InventorySnapshot.DriverList == nil {
 			break
 		}
 
-		return e.ComplexityRoot.InventorySnapshot.Drivers(childComplexity), true
+		return e.ComplexityRoot.InventorySnapshot.DriverList(childComplexity), true
 	case "InventorySnapshot.gpus":
-		if e.ComplexityRoot.InventorySnapshot.Gpus == nil {
+		if e.ComplexityRoot.InventorySnapshot.GPUList == nil {
 			break
 		}
 
-		return e.ComplexityRoot.InventorySnapshot.Gpus(childComplexity), true
+		return e.ComplexityRoot.InventorySnapshot.GPUList(childComplexity), true
+	case "InventorySnapshot.id":
+		if e.ComplexityRoot.InventorySnapshot.GlobalID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InventorySnapshot.GlobalID(childComplexity), true
 	case "InventorySnapshot.hash":
 		if e.ComplexityRoot.InventorySnapshot.Hash == nil {
 			break
 		}
 
 		return e.ComplexityRoot.InventorySnapshot.Hash(childComplexity), true
-	case "InventorySnapshot.id", "InventorySnapshot.snapshotId":
+	case "InventorySnapshot.snapshotId":
 		if e.ComplexityRoot.InventorySnapshot.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.InventorySnapshot.ID(childComplexity), true
 	case "InventorySnapshot.nics":
-		if e.ComplexityRoot.InventorySnapshot.Nics == nil {
+		if e.ComplexityRoot.InventorySnapshot.NICList == nil {
 			break
 		}
 
-		return e.ComplexityRoot.InventorySnapshot.Nics(childComplexity), true
+		return e.ComplexityRoot.InventorySnapshot.NICList(childComplexity), true
 	case "InventorySnapshot.nodeId":
 		if e.ComplexityRoot.InventorySnapshot.NodeID == nil {
 			break
@@ -1159,11 +1164,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.InventorySnapshot.NodeID(childComplexity), true
 	case "InventorySnapshot.sections":
-		if e.ComplexityRoot.InventorySnapshot.Sections == nil {
+		if e.ComplexityRoot.InventorySnapshot.SectionsValue == nil {
 			break
 		}
 
-		return e.ComplexityRoot.InventorySnapshot.Sections(childComplexity), true
+		return e.ComplexityRoot.InventorySnapshot.SectionsValue(childComplexity), true
 
 	case "InventorySnapshotConnection.edges":
 		if e.ComplexityRoot.InventorySnapshotConnection.Edges == nil {

@@ -7,7 +7,6 @@ package resolvers
 
 import (
 	"context"
-	"sort"
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
@@ -17,23 +16,8 @@ import (
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
-	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/tenants"
 )
-
-// ID is the resolver for the id field.
-func (r *computeNodeResolver) ID(ctx context.Context, obj *nodes.Node) (string, error) {
-	return relay.ID("ComputeNode", obj.NodeID), nil
-}
-
-// Labels is the resolver for the labels field.
-func (r *computeNodeResolver) Labels(ctx context.Context, obj *nodes.Node) (any, error) {
-	out := make(map[string]any, len(obj.Labels))
-	for k, v := range obj.Labels {
-		out[k] = v
-	}
-	return out, nil
-}
 
 // Pool is the resolver for the pool field.
 func (r *computeNodeResolver) Pool(ctx context.Context, obj *nodes.Node) (*pools.Pool, error) {
@@ -97,15 +81,6 @@ func (r *computeNodeResolver) InventoryDiff(ctx context.Context, obj *nodes.Node
 	return pair.Compare()
 }
 
-// MigDevices is the resolver for the migDevices field.
-func (r *gpuResolver) MigDevices(ctx context.Context, obj *inventory.GPU) ([]*inventory.MIGDevice, error) {
-	out := make([]*inventory.MIGDevice, len(obj.MigDevices))
-	for i := range obj.MigDevices {
-		out[i] = &obj.MigDevices[i]
-	}
-	return out, nil
-}
-
 // Before is the resolver for the before field.
 func (r *inventoryChangeResolver) Before(ctx context.Context, obj *inventory.Change) (any, error) {
 	return plain(obj.Before)
@@ -114,69 +89,6 @@ func (r *inventoryChangeResolver) Before(ctx context.Context, obj *inventory.Cha
 // After is the resolver for the after field.
 func (r *inventoryChangeResolver) After(ctx context.Context, obj *inventory.Change) (any, error) {
 	return plain(obj.After)
-}
-
-// ID is the resolver for the id field.
-func (r *inventorySnapshotResolver) ID(ctx context.Context, obj *inventory.Snapshot) (string, error) {
-	return relay.ID("InventorySnapshot", obj.ID), nil
-}
-
-// Gpus is the resolver for the gpus field.
-func (r *inventorySnapshotResolver) Gpus(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.GPU, error) {
-	s, err := obj.Typed()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*inventory.GPU, len(s.GPUs))
-	for i := range s.GPUs {
-		out[i] = &s.GPUs[i]
-	}
-	return out, nil
-}
-
-// Disks is the resolver for the disks field.
-func (r *inventorySnapshotResolver) Disks(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.Disk, error) {
-	s, err := obj.Typed()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*inventory.Disk, len(s.Disks))
-	for i := range s.Disks {
-		out[i] = &s.Disks[i]
-	}
-	return out, nil
-}
-
-// Nics is the resolver for the nics field.
-func (r *inventorySnapshotResolver) Nics(ctx context.Context, obj *inventory.Snapshot) ([]*inventory.NIC, error) {
-	s, err := obj.Typed()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*inventory.NIC, len(s.NICs))
-	for i := range s.NICs {
-		out[i] = &s.NICs[i]
-	}
-	return out, nil
-}
-
-// Drivers is the resolver for the drivers field: by name.
-func (r *inventorySnapshotResolver) Drivers(ctx context.Context, obj *inventory.Snapshot) ([]*model.Driver, error) {
-	s, err := obj.Typed()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*model.Driver, 0, len(s.Drivers))
-	for name, v := range s.Drivers {
-		out = append(out, &model.Driver{Name: name, Version: v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// Sections is the resolver for the sections field.
-func (r *inventorySnapshotResolver) Sections(ctx context.Context, obj *inventory.Snapshot) (any, error) {
-	return rawJSON(obj.Sections)
 }
 
 // Reasons is the resolver for the reasons field.
@@ -313,28 +225,18 @@ func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, n
 // ComputeNode returns graph.ComputeNodeResolver implementation.
 func (r *Resolver) ComputeNode() graph.ComputeNodeResolver { return &computeNodeResolver{r} }
 
-// Gpu returns graph.GpuResolver implementation.
-func (r *Resolver) Gpu() graph.GpuResolver { return &gpuResolver{r} }
-
 // InventoryChange returns graph.InventoryChangeResolver implementation.
 func (r *Resolver) InventoryChange() graph.InventoryChangeResolver {
 	return &inventoryChangeResolver{r}
-}
-
-// InventorySnapshot returns graph.InventorySnapshotResolver implementation.
-func (r *Resolver) InventorySnapshot() graph.InventorySnapshotResolver {
-	return &inventorySnapshotResolver{r}
 }
 
 // JoinRequest returns graph.JoinRequestResolver implementation.
 func (r *Resolver) JoinRequest() graph.JoinRequestResolver { return &joinRequestResolver{r} }
 
 type (
-	computeNodeResolver       struct{ *Resolver }
-	gpuResolver               struct{ *Resolver }
-	inventoryChangeResolver   struct{ *Resolver }
-	inventorySnapshotResolver struct{ *Resolver }
-	joinRequestResolver       struct{ *Resolver }
+	computeNodeResolver     struct{ *Resolver }
+	inventoryChangeResolver struct{ *Resolver }
+	joinRequestResolver     struct{ *Resolver }
 )
 
 // RegisterMachine is the resolver for the registerMachine field.

@@ -95,11 +95,6 @@ type DeleteProfileInput struct {
 	ProfileVersion *int   `json:"profileVersion,omitempty"`
 }
 
-type Driver struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
-
 type GrantMemberPayload struct {
 	Binding *iam.Binding `json:"binding"`
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -348,4 +349,16 @@ func sortedKeys[V any](m map[string]V) []string {
 		}
 	}
 	return keys
+}
+
+// GlobalID is the node's Relay id (the graph binds it directly).
+func (n *Node) GlobalID() string { return relay.ID("ComputeNode", n.NodeID) }
+
+// LabelsValue is the labels as a JSON value for the graph.
+func (n *Node) LabelsValue() any {
+	out := make(map[string]any, len(n.Labels))
+	for k, v := range n.Labels {
+		out[k] = v
+	}
+	return out
 }
