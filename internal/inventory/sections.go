@@ -908,26 +908,7 @@ func (p *parser) os(v *OS) error {
 	}
 }
 
-func (p *parser) gpus() ([]GPU, error) {
-	var st arrState
-	if err := p.openArray(&st, MaxGPUs); err != nil {
-		return nil, err
-	}
-	out := []GPU{}
-	for {
-		i, ok, err := p.elem(&st)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		out = append(out, GPU{})
-		if err := p.gpu(i, &out[i]); err != nil {
-			return nil, err
-		}
-	}
-}
+func (p *parser) gpus() ([]GPU, error) { return array(p, MaxGPUs, p.gpu) }
 
 func (p *parser) gpu(i int, g *GPU) error {
 	var st objState
@@ -947,15 +928,8 @@ func (p *parser) gpu(i int, g *GPU) error {
 		case "uuid":
 			g.UUID, err = p.ident(maxIDLen, isUUIDChar, uuidPattern)
 			if err == nil {
-				if j, dup := p.gpuUUIDs[g.UUID]; dup {
-					err = p.fail("duplicates sections.gpus[%d].uuid %q", j, g.UUID)
-				} else {
-					if p.gpuUUIDs == nil {
-						p.gpuUUIDs = make(map[string]int, 8)
-					}
-					p.gpuUUIDs[g.UUID] = i
-					hasUUID = true
-				}
+				err = p.unique(&p.gpuUUIDs, g.UUID, "gpus", "uuid", g.UUID, i)
+				hasUUID = err == nil
 			}
 		case "index":
 			g.Index, err = p.intField(maxIndex)
@@ -987,11 +961,16 @@ func (p *parser) gpu(i int, g *GPU) error {
 }
 
 func (p *parser) migDevices(gpu int) ([]MIGDevice, error) {
+	return array(p, MaxMIGDevices, func(i int, m *MIGDevice) error { return p.migDevice(gpu, i, m) })
+}
+
+// array parses a JSON array of at most max objects, each with one.
+func array[T any](p *parser, max int, one func(i int, v *T) error) ([]T, error) {
 	var st arrState
-	if err := p.openArray(&st, MaxMIGDevices); err != nil {
+	if err := p.openArray(&st, max); err != nil {
 		return nil, err
 	}
-	out := []MIGDevice{}
+	out := []T{}
 	for {
 		i, ok, err := p.elem(&st)
 		if err != nil {
@@ -1000,11 +979,24 @@ func (p *parser) migDevices(gpu int) ([]MIGDevice, error) {
 		if !ok {
 			return out, nil
 		}
-		out = append(out, MIGDevice{})
-		if err := p.migDevice(gpu, i, &out[i]); err != nil {
+		out = append(out, *new(T))
+		if err := one(i, &out[i]); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// unique records that item i of list holds id, or fails naming the earlier
+// item holding it.
+func (p *parser) unique(seen *map[string]int, id, list, field, shown string, i int) error {
+	if j, dup := (*seen)[id]; dup {
+		return p.fail("duplicates sections.%s[%d].%s %q", list, j, field, shown)
+	}
+	if *seen == nil {
+		*seen = make(map[string]int, 8)
+	}
+	(*seen)[id] = i
+	return nil
 }
 
 func (p *parser) migDevice(gpu, i int, m *MIGDevice) error {
@@ -1059,26 +1051,7 @@ func (p *parser) migDevice(gpu, i int, m *MIGDevice) error {
 	return nil
 }
 
-func (p *parser) disks() ([]Disk, error) {
-	var st arrState
-	if err := p.openArray(&st, MaxDisks); err != nil {
-		return nil, err
-	}
-	out := []Disk{}
-	for {
-		i, ok, err := p.elem(&st)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		out = append(out, Disk{})
-		if err := p.disk(i, &out[i]); err != nil {
-			return nil, err
-		}
-	}
-}
+func (p *parser) disks() ([]Disk, error) { return array(p, MaxDisks, p.disk) }
 
 func (p *parser) disk(i int, d *Disk) error {
 	var st objState
@@ -1098,15 +1071,8 @@ func (p *parser) disk(i int, d *Disk) error {
 		case "wwn":
 			d.WWN, err = p.ident(maxIDLen, isWWNChar, wwnPattern)
 			if err == nil {
-				if j, dup := p.wwns[d.WWN]; dup {
-					err = p.fail("duplicates sections.disks[%d].wwn %q", j, d.WWN)
-				} else {
-					if p.wwns == nil {
-						p.wwns = make(map[string]int, 8)
-					}
-					p.wwns[d.WWN] = i
-					hasWWN = true
-				}
+				err = p.unique(&p.wwns, d.WWN, "disks", "wwn", d.WWN, i)
+				hasWWN = err == nil
 			}
 		case "serial":
 			d.Serial, err = p.str(MaxString)
@@ -1117,14 +1083,7 @@ func (p *parser) disk(i int, d *Disk) error {
 		case "slot":
 			d.Slot, err = p.str(MaxString)
 			if err == nil && d.Slot != "" {
-				if j, dup := p.slots[d.Slot]; dup {
-					err = p.fail("duplicates sections.disks[%d].slot %q", j, d.Slot)
-				} else {
-					if p.slots == nil {
-						p.slots = make(map[string]int, 8)
-					}
-					p.slots[d.Slot] = i
-				}
+				err = p.unique(&p.slots, d.Slot, "disks", "slot", d.Slot, i)
 			}
 		default:
 			err = p.unknown("field")
@@ -1140,26 +1099,7 @@ func (p *parser) disk(i int, d *Disk) error {
 	return nil
 }
 
-func (p *parser) nics() ([]NIC, error) {
-	var st arrState
-	if err := p.openArray(&st, MaxNICs); err != nil {
-		return nil, err
-	}
-	out := []NIC{}
-	for {
-		i, ok, err := p.elem(&st)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return out, nil
-		}
-		out = append(out, NIC{})
-		if err := p.nic(i, &out[i]); err != nil {
-			return nil, err
-		}
-	}
-}
+func (p *parser) nics() ([]NIC, error) { return array(p, MaxNICs, p.nic) }
 
 func (p *parser) nic(i int, n *NIC) error {
 	var st objState
@@ -1182,16 +1122,8 @@ func (p *parser) nic(i int, n *NIC) error {
 				err = p.fail("must match %s", macPattern)
 			}
 			if err == nil {
-				id := strings.ToLower(n.MAC)
-				if j, dup := p.macs[id]; dup {
-					err = p.fail("duplicates sections.nics[%d].mac %q", j, n.MAC)
-				} else {
-					if p.macs == nil {
-						p.macs = make(map[string]int, 4)
-					}
-					p.macs[id] = i
-					hasMAC = true
-				}
+				err = p.unique(&p.macs, strings.ToLower(n.MAC), "nics", "mac", n.MAC, i)
+				hasMAC = err == nil
 			}
 		case "name":
 			n.Name, err = p.str(MaxString)
