@@ -7,7 +7,6 @@ package resolvers
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/authz"
@@ -81,7 +80,7 @@ func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *
 		return nil, nil, 0, err
 	}
 	// Ask for this page of every sibling at once: a level is one batch.
-	loaders.PrefetchPages(ctx, loaders.From(ctx), fmt.Sprintf("%p", l), l, parent, n, k)
+	loaders.PrefetchPages(ctx, loaders.From(ctx), l, parent, n, k)
 	c, err := l.Load(ctx, loaders.PageKey{Parent: parent, First: n, After: k})()
 	if err != nil {
 		return nil, nil, 0, err

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"regexp"
 	"sort"
@@ -32,20 +31,6 @@ var (
 
 // invReportLimit is the seed's body limit of inventory.report (256 KiB).
 const invReportLimit = 256 << 10
-
-// invFixture returns a fresh copy of the realistic 8-GPU report.
-func invFixture(t testing.TB) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile("../inventory/testdata/h100-node.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // invNorm round-trips v through JSON so it compares with decoded bodies.
 func invNorm(t testing.TB, v any) any {
@@ -262,7 +247,7 @@ func TestInventoryReportStoresAndDeduplicates(t *testing.T) {
 	// Nothing before the first report.
 	expect(t, e.Call(viewer, "inventory/get", invNode("acme", nodeID)), "NOT_FOUND", anyPath)
 
-	base := invFixture(t)
+	base := h100(t)
 	before := time.Now().UTC().Add(-time.Minute)
 	r := invReport(t, e, cred, nodeID, base)
 	expect(t, r, "", "")
@@ -321,7 +306,7 @@ func TestInventoryReportStoresAndDeduplicates(t *testing.T) {
 	}
 
 	// A changed report stores a new snapshot, whose id sorts after.
-	changed := invFixture(t)
+	changed := h100(t)
 	changed["drivers"].(map[string]any)["nvidia"] = "550.127.05"
 	second := invStore(t, e, cred, nodeID, changed)
 	if second["id"] == first["id"] || str(second["id"]) <= str(first["id"]) || second["hash"] == first["hash"] || second["hash"] != invHash(t, changed) {
@@ -360,7 +345,7 @@ func TestInventoryReportStoresAndDeduplicates(t *testing.T) {
 	}
 
 	// get returns the latest, to every role of the owning tenant.
-	latest := e.Must(e.Call(cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": invFixture(t)}))
+	latest := e.Must(e.Call(cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": h100(t)}))
 	latestSnap := invSnap(t, latest.Body["snapshot"], nodeID)
 	for _, tok := range []string{admin, member, viewer, e.Operator} {
 		g := e.Call(tok, "inventory/get", invNode("acme", nodeID))
@@ -371,14 +356,14 @@ func TestInventoryReportStoresAndDeduplicates(t *testing.T) {
 				t.Fatalf("get %s: %v, want %v", k, s[k], latestSnap[k])
 			}
 		}
-		if !reflect.DeepEqual(s["sections"], invNorm(t, invFixture(t))) {
+		if !reflect.DeepEqual(s["sections"], invNorm(t, h100(t))) {
 			t.Fatalf("get sections: %v", s["sections"])
 		}
 	}
 
 	// Concurrent reports of one node are ordered: equal ones store one
 	// snapshot, and every stored one is in the history once.
-	conc := invFixture(t)
+	conc := h100(t)
 	conc["os"].(map[string]any)["version"] = "24.04.1 LTS"
 	count = invSnapshotCount(t, e, nodeID)
 	var wg sync.WaitGroup
@@ -437,9 +422,9 @@ func TestInventoryReportRefusals(t *testing.T) {
 	pad := func(n int) string { return head + strings.Repeat(" ", n-len(head)-len(tail)) + tail }
 	expect(t, e.Call(cred, "inventory/report", pad(invReportLimit)), "", "")
 	expect(t, e.Call(cred, "inventory/report", pad(invReportLimit+1)), "PAYLOAD_TOO_LARGE", anyPath)
-	big := invFixture(t)
+	big := h100(t)
 	gpus := invGPUs(big)
-	for i := 0; i < 64-len(invGPUs(invFixture(t))); i++ {
+	for i := 0; i < 64-len(invGPUs(h100(t))); i++ {
 		gpus = append(gpus, map[string]any{"uuid": fmt.Sprintf("GPU-%04d-%s", i, strings.Repeat("a", 100)), "model": strings.Repeat("m", 256)})
 	}
 	big["gpus"] = gpus
@@ -519,7 +504,7 @@ func TestInventoryReportRefusals(t *testing.T) {
 	}
 
 	// Credentials: only the node's own.
-	good := map[string]any{"nodeId": otherID, "sections": invFixture(t)}
+	good := map[string]any{"nodeId": otherID, "sections": h100(t)}
 	for _, tok := range []string{admin, member, viewer, e.Operator} {
 		expect(t, e.Call(tok, "inventory/report", good), "PERMISSION_DENIED", anyPath)
 	}
@@ -564,11 +549,11 @@ func TestInventoryGet(t *testing.T) {
 	gPool := e.Pool(gAdmin, "globex", "gpu-g")
 	gNode, gCred := e.Node(gAdmin, "globex", gPool)
 
-	snap := invStore(t, e, cred, nodeID, invFixture(t))
-	changed := invFixture(t)
+	snap := invStore(t, e, cred, nodeID, h100(t))
+	changed := h100(t)
 	changed["os"].(map[string]any)["kernel"] = "6.8.0-45-generic"
 	latest := invStore(t, e, cred, nodeID, changed)
-	invStore(t, e, gCred, gNode, invFixture(t))
+	invStore(t, e, gCred, gNode, h100(t))
 
 	for _, tok := range []string{admin, member, viewer} {
 		r := e.Call(tok, "inventory/get", invNode("acme", nodeID))
@@ -635,7 +620,7 @@ func TestInventoryHistory(t *testing.T) {
 	// 25 changed snapshots (an equal report in between adds none).
 	var ids []string
 	for i := 0; i < 25; i++ {
-		s := invFixture(t)
+		s := h100(t)
 		s["firmware"].(map[string]any)["bmc"] = fmt.Sprintf("7.00.%02d.00", i)
 		at := time.Date(2024, 5, 1, 12, i, 0, 0, time.UTC).Format(time.RFC3339)
 		ids = append(ids, str(invStore(t, e, cred, nodeID, s, at)["id"]))
@@ -771,7 +756,7 @@ func TestInventoryDiffSelection(t *testing.T) {
 	expect(t, e.Call(viewer, "inventory/diff", invNode("acme", emptyID)), "NOT_FOUND", anyPath)
 	expect(t, e.Call(viewer, "inventory/diff", invDiffBody("acme", emptyID, strings.Repeat("a", 64), "")), "NOT_FOUND", anyPath)
 
-	base := invFixture(t)
+	base := h100(t)
 	s1 := invStore(t, e, cred, nodeID, base)
 	id1, h1 := str(s1["id"]), str(s1["hash"])
 
@@ -784,11 +769,11 @@ func TestInventoryDiffSelection(t *testing.T) {
 	invDiff(t, e, viewer, "acme", nodeID, "", id1, "", id1)
 	invDiff(t, e, viewer, "acme", nodeID, "", h1, "", id1)
 
-	v2 := invFixture(t)
+	v2 := h100(t)
 	v2["drivers"].(map[string]any)["nvidia"] = "550.127.05"
 	s2 := invStore(t, e, cred, nodeID, v2)
 	id2, h2 := str(s2["id"]), str(s2["hash"])
-	v3 := invFixture(t)
+	v3 := h100(t)
 	v3["drivers"].(map[string]any)["nvidia"] = "550.127.05"
 	gone := invGPUs(v3)[7]
 	v3["gpus"] = invGPUs(v3)[:7]
@@ -832,7 +817,7 @@ func TestInventoryDiffSelection(t *testing.T) {
 	// The other node of the tenant has its own snapshots.
 	o1 := invStore(t, e, otherCred, otherID, v2)
 	o2 := invStore(t, e, otherCred, otherID, v3)
-	oh := invFixture(t)
+	oh := h100(t)
 	oh["os"].(map[string]any)["name"] = "Debian"
 	o3 := invStore(t, e, otherCred, otherID, oh)
 
@@ -914,7 +899,7 @@ func TestInventoryDiffChangeTypes(t *testing.T) {
 	pool := e.Pool(admin, "acme", "gpu-a")
 	nodeID, cred := e.Node(admin, "acme", pool)
 
-	prev := str(invStore(t, e, cred, nodeID, invFixture(t))["id"])
+	prev := str(invStore(t, e, cred, nodeID, h100(t))["id"])
 	// step stores sections and returns the diff from the previous snapshot.
 	step := func(s map[string]any) []invChange {
 		t.Helper()
@@ -927,7 +912,7 @@ func TestInventoryDiffChangeTypes(t *testing.T) {
 	diskOf := func(s map[string]any, i int) map[string]any { return invDisks(s)[i].(map[string]any) }
 
 	// Remove a GPU: gpu.missing, before the GPU, after null.
-	s := invFixture(t)
+	s := h100(t)
 	g3 := gpuOf(s, 3)
 	s["gpus"] = append(append([]any{}, invGPUs(s)[:3]...), invGPUs(s)[4:]...)
 	invWantChanges(t, step(s), invChange{Type: "gpu.missing", DeviceID: str(g3["uuid"]), Before: g3, After: nil})
@@ -935,7 +920,7 @@ func TestInventoryDiffChangeTypes(t *testing.T) {
 	s["gpus"] = append(invGPUs(s), g3)
 	invWantChanges(t, step(s), invChange{Type: "gpu.added", DeviceID: str(g3["uuid"]), Before: nil, After: g3})
 	// Reordering GPUs, a NIC speed, firmware and the OS are no diff types.
-	s = invFixture(t)
+	s = h100(t)
 	gs := invGPUs(s)
 	gs[0], gs[1] = gs[1], gs[0]
 	s["nics"].([]any)[0].(map[string]any)["speedMbps"] = 200000
@@ -944,7 +929,7 @@ func TestInventoryDiffChangeTypes(t *testing.T) {
 	invWantChanges(t, step(s))
 
 	// Swap the disk in a slot (new WWN): disk.replaced, deviceId the new WWN.
-	s = invFixture(t)
+	s = h100(t)
 	oldDisk := diskOf(s, 2)
 	newDisk := map[string]any{"wwn": "eui.36344730526015990025384500000001", "serial": "S6CSNA0W409999", "model": "SAMSUNG MZWLR3T8HCLS-00A07", "sizeBytes": 3840755982336, "slot": "nvme2"}
 	invDisks(s)[2] = newDisk
@@ -1007,9 +992,9 @@ func TestInventoryDiffChangeTypes(t *testing.T) {
 
 	// Many changes at once, from the fixture: the exact list, ordered by
 	// type (missing, added, replaced, driver, mig), then device id.
-	base := invFixture(t)
+	base := h100(t)
 	baseID := str(invStore(t, e, cred, nodeID, base)["id"])
-	m := invFixture(t)
+	m := h100(t)
 	mg := invGPUs(m)
 	gMissing1, gMissing2 := mg[1].(map[string]any), mg[6].(map[string]any)
 	gNew1 := map[string]any{"uuid": "GPU-ffffffff-0000-4000-8000-000000000001", "index": 1, "model": "NVIDIA H100 80GB HBM3", "memoryMiB": 81559, "pciBusId": "00000000:2A:00.0", "migMode": "disabled"}
@@ -1107,11 +1092,11 @@ func TestInventoryCrossTenantIsolation(t *testing.T) {
 	gPool := e.Pool(gAdmin, "globex", "gpu-g")
 	gNode, gCred := e.Node(gAdmin, "globex", gPool)
 
-	s1 := invStore(t, e, cred, nodeID, invFixture(t))
-	v2 := invFixture(t)
+	s1 := invStore(t, e, cred, nodeID, h100(t))
+	v2 := h100(t)
 	v2["drivers"].(map[string]any)["nvidia"] = "560.35.03"
 	s2 := invStore(t, e, cred, nodeID, v2)
-	g1 := invStore(t, e, gCred, gNode, invFixture(t))
+	g1 := invStore(t, e, gCred, gNode, h100(t))
 
 	// The pool is offered to globex: offered tenants still do not see nodes.
 	e.Must(e.Call(admin, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "globex", "quota": map[string]any{"gpus": 8, "instances": 1}}))
@@ -1170,7 +1155,7 @@ func TestInventoryCrossTenantIsolation(t *testing.T) {
 		t.Fatalf("globex history: %s", r.Raw)
 	}
 	// Node credentials stay on their own node.
-	expect(t, e.Call(gCred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": invFixture(t)}), "PERMISSION_DENIED", anyPath)
+	expect(t, e.Call(gCred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": h100(t)}), "PERMISSION_DENIED", anyPath)
 	expect(t, e.Call(gCred, "inventory/get", invNode("acme", nodeID)), "PERMISSION_DENIED", anyPath)
 	expect(t, e.Call(gCred, "inventory/get", invNode("globex", gNode)), "PERMISSION_DENIED", anyPath)
 	if n := invSnapshotCount(t, e, nodeID); n != 2 {

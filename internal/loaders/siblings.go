@@ -68,7 +68,7 @@ func (s *siblings) once(parent string, kind any, fetch func(g *group)) {
 
 // pageKind names a page loader and the arguments its siblings share.
 type pageKind struct {
-	loader string
+	loader any
 	first  int
 	after  string
 }
@@ -100,8 +100,8 @@ func (l *Loaders) recordNodes(r page.Rows[nodes.Node]) {
 
 // PrefetchPages asks a page loader for the same page of every sibling of
 // parent, once per loader and arguments.
-func PrefetchPages[T any](ctx context.Context, l *Loaders, name string, ld pageLoader[T], parent string, first int, after string) {
-	l.sib.once(parent, pageKind{name, first, after}, func(g *group) {
+func PrefetchPages[T any](ctx context.Context, l *Loaders, ld pageLoader[T], parent string, first int, after string) {
+	l.sib.once(parent, pageKind{ld, first, after}, func(g *group) {
 		keys := make([]PageKey, len(g.ids))
 		for i, id := range g.ids {
 			keys[i] = PageKey{Parent: id, First: first, After: after}
