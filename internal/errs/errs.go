@@ -39,6 +39,12 @@ var statuses = map[Code]int{
 	Internal:         http.StatusInternalServerError,
 }
 
+// Known reports a contract code.
+func Known(c Code) bool {
+	_, ok := statuses[c]
+	return ok
+}
+
 // HTTPStatus returns the status for a code.
 func (c Code) HTTPStatus() int {
 	if s, ok := statuses[c]; ok {
