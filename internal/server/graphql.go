@@ -177,4 +177,3 @@ func (m *opMetrics) InterceptResponse(ctx context.Context, next graphql.Response
 	}
 	return resp
 }
-

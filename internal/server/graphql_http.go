@@ -282,4 +282,3 @@ func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.R
 	b.WriteByte('}')
 	_, _ = w.Write(b.Bytes())
 }
-
