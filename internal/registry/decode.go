@@ -59,7 +59,6 @@ func (v *value) get(key string) *value {
 // maxDepth bounds the nesting of any request body.
 const maxDepth = 32
 
-
 // decode parses and validates a body against a method's fields. A null
 // body is an empty object.
 func decode(raw []byte, fields []Field) (*value, error) {
