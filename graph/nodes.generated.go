@@ -2414,6 +2414,29 @@ func (ec *executionContext) fieldContext_JoinRequest_decidedAt(_ context.Context
 	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "Time")
 }
 
+func (ec *executionContext) _JoinRequest_denyReason(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinRequest_denyReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DenyReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JoinRequest_denyReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "String")
+}
+
 func (ec *executionContext) _JoinRequest_expiresAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3485,6 +3508,62 @@ func (ec *executionContext) unmarshalInputDecideJoinRequestInput(ctx context.Con
 func UnmarshalDecideJoinRequestInput(ctx context.Context, raw any) (nodes.JoinRequestRefInput, error) {
 	var out nodes.JoinRequestRefInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "DecideJoinRequestInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputDenyJoinRequestInput(ctx context.Context, obj any) (nodes.DenyInput, error) {
+	var it nodes.DenyInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tenantId", "joinRequestId", "reason"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tenantId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tenantId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TenantID = data
+		case "joinRequestId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("joinRequestId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.JoinRequestID = data
+		case "reason":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("reason"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Reason = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalDenyJoinRequestInput unmarshals raw into the DenyJoinRequestInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalDenyJoinRequestInput(ctx context.Context, raw any) (nodes.DenyInput, error) {
+	var out nodes.DenyInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "DenyJoinRequestInput", raw, &out)
 	return out, err
 }
 
@@ -4862,6 +4941,11 @@ func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "denyReason":
+			out.Values[i] = ec._JoinRequest_denyReason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "expiresAt":
 			out.Values[i] = ec._JoinRequest_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -5477,6 +5561,11 @@ func (ec *executionContext) marshalNDecideJoinRequestPayload2ᚖgithubᚗcomᚋb
 		return graphql.Null
 	}
 	return ec._DecideJoinRequestPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNDenyJoinRequestInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐDenyInput(ctx context.Context, v any) (nodes.DenyInput, error) {
+	res, err := ec.unmarshalInputDenyJoinRequestInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNDisallowTpmKeyInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐKeyRefInput(ctx context.Context, v any) (nodes.KeyRefInput, error) {

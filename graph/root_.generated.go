@@ -218,6 +218,7 @@ type ComplexityRoot struct {
 		CreatedAt      func(childComplexity int) int
 		DecidedAt      func(childComplexity int) int
 		DecidedBy      func(childComplexity int) int
+		DenyReason     func(childComplexity int) int
 		EKHash         func(childComplexity int) int
 		ExpiresAt      func(childComplexity int) int
 		Hardware       func(childComplexity int) int
@@ -275,7 +276,7 @@ type ComplexityRoot struct {
 		CreateWorkflow      func(childComplexity int, input workflows.CreateInput) int
 		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
-		DenyJoinRequest     func(childComplexity int, input nodes.JoinRequestRefInput) int
+		DenyJoinRequest     func(childComplexity int, input nodes.DenyInput) int
 		DisallowTpmKey      func(childComplexity int, input nodes.KeyRefInput) int
 		ForgetMachine       func(childComplexity int, input nodes.MachineRefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
@@ -1232,6 +1233,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JoinRequest.DecidedBy(childComplexity), true
+	case "JoinRequest.denyReason":
+		if e.ComplexityRoot.JoinRequest.DenyReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.DenyReason(childComplexity), true
 	case "JoinRequest.ekHash":
 		if e.ComplexityRoot.JoinRequest.EKHash == nil {
 			break
@@ -1574,7 +1581,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.DenyJoinRequest(childComplexity, args["input"].(nodes.JoinRequestRefInput)), true
+		return e.ComplexityRoot.Mutation.DenyJoinRequest(childComplexity, args["input"].(nodes.DenyInput)), true
 	case "Mutation.disallowTpmKey":
 		if e.ComplexityRoot.Mutation.DisallowTpmKey == nil {
 			break
@@ -2993,6 +3000,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("DecideJoinRequestInput", ec.unmarshalInputDecideJoinRequestInput),
 			graphql.NewInputUnmarshaler("DeleteProfileInput", ec.unmarshalInputDeleteProfileInput),
 			graphql.NewInputUnmarshaler("DeleteProjectInput", ec.unmarshalInputDeleteProjectInput),
+			graphql.NewInputUnmarshaler("DenyJoinRequestInput", ec.unmarshalInputDenyJoinRequestInput),
 			graphql.NewInputUnmarshaler("DisallowTpmKeyInput", ec.unmarshalInputDisallowTpmKeyInput),
 			graphql.NewInputUnmarshaler("ForgetMachineInput", ec.unmarshalInputForgetMachineInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
@@ -3323,6 +3331,8 @@ type JoinRequest {
   nodeId: String
   decidedBy: String
   decidedAt: Time
+  "Why the request was denied, when the denial said."
+  denyReason: String
   expiresAt: Time!
   createdAt: Time!
   updatedAt: Time!
@@ -3410,6 +3420,13 @@ input DecideJoinRequestInput {
   joinRequestId: String!
 }
 
+input DenyJoinRequestInput {
+  tenantId: String!
+  joinRequestId: String!
+  "Why the request is denied; kept on the request and in the audit record."
+  reason: String
+}
+
 type DecideJoinRequestPayload {
   joinRequest: JoinRequest!
 }
@@ -3439,7 +3456,7 @@ extend type Mutation {
   createJoinToken(input: CreateJoinTokenInput!): CreateJoinTokenPayload!
   revokeJoinToken(input: RevokeJoinTokenInput!): RevokeJoinTokenPayload!
   approveJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
-  denyJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
+  denyJoinRequest(input: DenyJoinRequestInput!): DecideJoinRequestPayload!
   updateNode(input: UpdateNodeInput!): NodePayload!
   cordonNode(input: ChangeNodeInput!): NodePayload!
   uncordonNode(input: ChangeNodeInput!): NodePayload!
@@ -4315,6 +4332,8 @@ func (ec *executionContext) childFields_JoinRequest(ctx context.Context, field g
 		return ec.fieldContext_JoinRequest_decidedBy(ctx, field)
 	case "decidedAt":
 		return ec.fieldContext_JoinRequest_decidedAt(ctx, field)
+	case "denyReason":
+		return ec.fieldContext_JoinRequest_denyReason(ctx, field)
 	case "expiresAt":
 		return ec.fieldContext_JoinRequest_expiresAt(ctx, field)
 	case "createdAt":

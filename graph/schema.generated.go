@@ -45,7 +45,7 @@ type MutationResolver interface {
 	CreateJoinToken(ctx context.Context, input model.CreateJoinTokenInput) (*nodes.CreatedJoinToken, error)
 	RevokeJoinToken(ctx context.Context, input nodes.JoinTokenRefInput) (*model.RevokeJoinTokenPayload, error)
 	ApproveJoinRequest(ctx context.Context, input nodes.JoinRequestRefInput) (*model.DecideJoinRequestPayload, error)
-	DenyJoinRequest(ctx context.Context, input nodes.JoinRequestRefInput) (*model.DecideJoinRequestPayload, error)
+	DenyJoinRequest(ctx context.Context, input nodes.DenyInput) (*model.DecideJoinRequestPayload, error)
 	UpdateNode(ctx context.Context, input model.UpdateNodeInput) (*model.NodePayload, error)
 	CordonNode(ctx context.Context, input nodes.NodeChangeInput) (*model.NodePayload, error)
 	UncordonNode(ctx context.Context, input nodes.NodeChangeInput) (*model.NodePayload, error)
@@ -286,8 +286,8 @@ func (ec *executionContext) field_Mutation_denyJoinRequest_args(ctx context.Cont
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
-		func(ctx context.Context, v any) (nodes.JoinRequestRefInput, error) {
-			return ec.unmarshalNDecideJoinRequestInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinRequestRefInput(ctx, v)
+		func(ctx context.Context, v any) (nodes.DenyInput, error) {
+			return ec.unmarshalNDenyJoinRequestInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐDenyInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1280,7 +1280,7 @@ func (ec *executionContext) _Mutation_denyJoinRequest(ctx context.Context, field
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().DenyJoinRequest(ctx, fc.Args["input"].(nodes.JoinRequestRefInput))
+			return ec.Resolvers.Mutation().DenyJoinRequest(ctx, fc.Args["input"].(nodes.DenyInput))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.DecideJoinRequestPayload) graphql.Marshaler {

@@ -148,7 +148,7 @@ func (r *mutationResolver) ApproveJoinRequest(ctx context.Context, input nodes.J
 }
 
 // DenyJoinRequest is the resolver for the denyJoinRequest field.
-func (r *mutationResolver) DenyJoinRequest(ctx context.Context, input nodes.JoinRequestRefInput) (*model.DecideJoinRequestPayload, error) {
+func (r *mutationResolver) DenyJoinRequest(ctx context.Context, input nodes.DenyInput) (*model.DecideJoinRequestPayload, error) {
 	j, err := call[nodes.JoinRequest](ctx, r.Resolver, "joinRequests.deny", input)
 	if err != nil {
 		return nil, err

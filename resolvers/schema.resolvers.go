@@ -196,6 +196,19 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 			return nil, nil
 		}
 		return n, nil
+	case "InventorySnapshot":
+		snap, err := l.Snapshot.Load(ctx, key[0])()
+		if err != nil || snap == nil {
+			return nil, err
+		}
+		n, err := l.Node.Load(ctx, snap.NodeID)()
+		if err != nil || n == nil {
+			return nil, err
+		}
+		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
+			return nil, nil
+		}
+		return snap, nil
 	}
 	return nil, nil
 }

@@ -101,6 +101,11 @@ type Visibility struct {
 	// Direct are permissions the principal holds on the resource itself,
 	// whatever its role (a project owner, a node's own credential).
 	Direct []string
+	// Hidden says for which permissions the resource is, to this caller, as
+	// if it did not exist (NOT_FOUND): a pool offered to the tenant can be
+	// read, but only its owner may manage it, and a manage call by anyone
+	// else must not learn more than a call on a pool that does not exist.
+	Hidden func(perm string) bool
 }
 
 // Resolver resolves a resource type's relationships in the database.
@@ -206,7 +211,7 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r 
 	if role == "" && len(v.Direct) == 0 {
 		return denied(perm, Resource{Type: Tenant, TenantID: r.TenantID})
 	}
-	if !v.Exists {
+	if !v.Exists || v.Hidden != nil && v.Hidden(perm) {
 		if r.Label != "" {
 			return errs.E(errs.NotFound, "%s not found", r.Label)
 		}

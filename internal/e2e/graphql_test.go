@@ -110,12 +110,15 @@ func TestGraphQLNodeAndViewer(t *testing.T) {
 	e := testkit.Start(t)
 	acme := newTenant(t, e, "acme")
 	evil := newTenant(t, e, "evil")
-	third := newTenant(t, e, "third")
 	d := gqlOK(t, e.GraphQL(acme.Member.Token, gqlCreateProject, map[string]any{"in": map[string]any{"tenantId": "acme", "name": "web"}}))
 	p := obj(t, d, "createProject", "project")
 	gid, pid := str(p["id"]), str(p["projectId"])
-	// third's viewer becomes a member of the project: it reads the project, not the tenant
-	must(t, e.Call(acme.Admin.Token, "projects/addMember", map[string]any{"tenantId": "acme", "projectId": pid, "principalId": third.Viewer.PrincipalID}))
+	// An acme principal without a tenant role becomes a member of the
+	// project: it reads the project, not the tenant. (Another tenant's
+	// principal is NOT_FOUND to acme.)
+	pm := newToken(t, e, acme.Admin.Token, "acme", "pm", "viewer")
+	must(t, e.Call(acme.Admin.Token, "members/revoke", map[string]any{"tenantId": "acme", "principalId": pm.PrincipalID}))
+	must(t, e.Call(acme.Admin.Token, "projects/addMember", map[string]any{"tenantId": "acme", "projectId": pid, "principalId": pm.PrincipalID}))
 
 	nodeQ := `query($id: ID!) { node(id: $id) { id ... on Project { projectId tenantId name } } }`
 	tenantGID := base64.RawURLEncoding.EncodeToString([]byte("Tenant:acme"))
@@ -127,7 +130,7 @@ func TestGraphQLNodeAndViewer(t *testing.T) {
 		{"admin", acme.Admin.Token, gid, true},
 		{"member (creator)", acme.Member.Token, gid, true},
 		{"viewer", acme.Viewer.Token, gid, true},
-		{"project member of another tenant", third.Viewer.Token, gid, true},
+		{"project member without a tenant role", pm.Token, gid, true},
 		{"other tenant's admin", evil.Admin.Token, gid, false},
 		{"other tenant's viewer", evil.Viewer.Token, gid, false},
 		{"missing project", acme.Admin.Token, base64.RawURLEncoding.EncodeToString([]byte("Project:" + missingPrj26)), false},
@@ -170,7 +173,9 @@ func TestGraphQLNodeAndViewer(t *testing.T) {
 		{"evil admin", evil.Admin.Token, "service", []string{"evil"}},
 	}
 	// one principal holding roles on two tenants sees both
-	must(t, e.Call(evil.Admin.Token, "members/grant", map[string]any{"tenantId": "evil", "principalId": third.Admin.PrincipalID, "role": "viewer"}))
+	// (the operator grants it: to evil's admin, third's principal is NOT_FOUND)
+	third := newTenant(t, e, "third")
+	must(t, e.Call(e.Operator, "members/grant", map[string]any{"tenantId": "evil", "principalId": third.Admin.PrincipalID, "role": "viewer"}))
 	vcases = append(vcases, struct {
 		name, caller, kind string
 		tenants            []string
@@ -200,7 +205,7 @@ func TestGraphQLNodeAndViewer(t *testing.T) {
 	}
 	// nested reads keep the decision: a project member with no tenant role
 	// reads the project's members through node, not the tenant's projects
-	d = gqlOK(t, e.GraphQL(third.Viewer.Token, `query($id: ID!) { node(id: $id) { ... on Project { members { totalCount } } } }`, map[string]any{"id": gid}))
+	d = gqlOK(t, e.GraphQL(pm.Token, `query($id: ID!) { node(id: $id) { ... on Project { members { totalCount } } } }`, map[string]any{"id": gid}))
 	if obj(t, d, "node", "members")["totalCount"] != float64(2) {
 		t.Fatalf("project members via node: %v", d)
 	}

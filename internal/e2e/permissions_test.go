@@ -19,8 +19,10 @@ const (
 
 // world is the cast of the permission matrix: the victim tenant acme with an
 // admin, member and viewer; owner, a member of acme who creates acme's
-// projects; projectMember, a principal of tenant third (no role on acme)
-// related to acme's projects as member; and evil, another tenant.
+// projects; projectMember, a service principal of acme whose tenant role
+// was revoked, related to acme's projects as member; and evil, another
+// tenant. (A principal of another tenant cannot be related to acme's
+// projects: it is NOT_FOUND to acme.)
 type world struct {
 	e                    *testkit.Env
 	acme, evil, third    tenant
@@ -31,7 +33,8 @@ func newWorld(t testing.TB, e *testkit.Env) *world {
 	t.Helper()
 	w := &world{e: e, acme: newTenant(t, e, "acme"), evil: newTenant(t, e, "evil"), third: newTenant(t, e, "third")}
 	w.owner = newToken(t, e, w.acme.Admin.Token, "acme", "owner", "member")
-	w.projectMember = w.third.Viewer
+	w.projectMember = newToken(t, e, w.acme.Admin.Token, "acme", "project-member", "viewer")
+	must(t, e.Call(w.acme.Admin.Token, "members/revoke", map[string]any{"tenantId": "acme", "principalId": w.projectMember.PrincipalID}))
 	return w
 }
 
@@ -176,7 +179,7 @@ func permCases() []permCase {
 					return
 				}
 				want := map[string]string{"operator": "acme,evil,third", "admin": "acme", "member": "acme", "viewer": "acme",
-					"owner": "acme", "projectMember": "third", "otherAdmin": "evil"}[caller]
+					"owner": "acme", "projectMember": "", "otherAdmin": "evil"}[caller]
 				var got []string
 				for _, it := range items(t, r) {
 					got = append(got, str(it["tenantId"]))

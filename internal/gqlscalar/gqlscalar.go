@@ -3,10 +3,11 @@
 package gqlscalar
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/bettercompute/computed/internal/errs"
 )
 
 // MarshalString writes a String.
@@ -18,10 +19,10 @@ func MarshalString(s string) graphql.Marshaler { return graphql.MarshalString(s)
 func UnmarshalString(v any) (string, error) {
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%T is not a String", v)
+		return "", errs.E(errs.InvalidInput, "must be a string")
 	}
 	if strings.ContainsRune(s, 0) {
-		return "", fmt.Errorf("a String must not contain NUL characters")
+		return "", errs.E(errs.InvalidInput, "must not contain NUL characters")
 	}
 	return s, nil
 }

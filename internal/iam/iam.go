@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -137,22 +138,34 @@ type Revoked struct {
 const bindingSelect = `SELECT b.tenant_id, b.principal_id, p.kind, p.name, b.role, b.created_at
 	FROM role_bindings b JOIN principals p ON p.principal_id = b.principal_id`
 
+// VisiblePrincipal finds a user or service principal that the tenant may
+// name: one whose home is the tenant, or one already bound to it. Any other
+// principal (another tenant's, a node, the operator) is NOT_FOUND, and
+// nothing of it is returned. The operator, platform-wide, may name any user
+// or service principal (to give one principal roles on several tenants).
+func VisiblePrincipal(ctx context.Context, q store.Q, tenantID, principalID string) error {
+	var ok bool
+	err := q.GetContext(ctx, &ok, `SELECT true FROM principals p
+		WHERE p.principal_id = $1 AND p.kind IN ('user', 'service')
+		  AND ($3 OR p.tenant_id = $2 OR EXISTS (SELECT 1 FROM role_bindings b WHERE b.principal_id = p.principal_id AND b.tenant_id = $2))`,
+		principalID, tenantID, reqctx.PrincipalFrom(ctx).IsOperator())
+	if errors.Is(err, sql.ErrNoRows) {
+		return errs.E(errs.NotFound, "principal %s not found", principalID)
+	}
+	return store.Wrap(err)
+}
+
 // Grant gives a principal a role on the tenant, replacing any role it held.
 func Grant(ctx context.Context, q store.Q, in *GrantInput) (*Binding, error) {
-	var kind string
-	err := q.GetContext(ctx, &kind, `SELECT kind FROM principals WHERE principal_id = $1`, in.PrincipalID)
-	if errors.Is(err, sql.ErrNoRows) || kind == "node" || kind == "operator" {
-		return nil, errs.E(errs.NotFound, "principal %s not found", in.PrincipalID)
-	}
-	if err != nil {
-		return nil, store.Wrap(err)
+	if err := VisiblePrincipal(ctx, q, in.TenantID, in.PrincipalID); err != nil {
+		return nil, err
 	}
 	if _, err := q.ExecContext(ctx, `INSERT INTO role_bindings (tenant_id, principal_id, role) VALUES ($1, $2, $3)
 		ON CONFLICT (tenant_id, principal_id) DO UPDATE SET role = EXCLUDED.role`, in.TenantID, in.PrincipalID, in.Role); err != nil {
 		return nil, store.Wrap(err)
 	}
 	var b Binding
-	err = q.GetContext(ctx, &b, bindingSelect+` WHERE b.tenant_id = $1 AND b.principal_id = $2`, in.TenantID, in.PrincipalID)
+	err := q.GetContext(ctx, &b, bindingSelect+` WHERE b.tenant_id = $1 AND b.principal_id = $2`, in.TenantID, in.PrincipalID)
 	return &b, store.Wrap(err)
 }
 

@@ -98,6 +98,7 @@ type JoinRequest struct {
 	NodeID         *string         `json:"nodeId" db:"node_id"`
 	DecidedBy      *string         `json:"decidedBy" db:"decided_by"`
 	DecidedAt      *time.Time      `json:"decidedAt" db:"decided_at"`
+	DenyReason     *string         `json:"denyReason" db:"deny_reason"`
 	ExpiresAt      time.Time       `json:"expiresAt" db:"expires_at"`
 	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
 	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
@@ -115,12 +116,17 @@ func (r *JoinRequest) fix() *JoinRequest {
 const reqState = `CASE WHEN state IN ('pending', 'approved') AND expires_at <= now() THEN 'expired' ELSE state END AS req_state`
 
 const reqCols = `join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons::text AS reasons, csr_fingerprint,
-	hardware::text AS hardware, ek_hash, node_id, decided_by, decided_at, expires_at, created_at, updated_at, ` + reqState
+	hardware::text AS hardware, ek_hash, node_id, decided_by, decided_at, deny_reason, expires_at, created_at, updated_at, ` + reqState
 
 type (
 	JoinRequestRefInput struct {
 		TenantID      string `json:"tenantId"`
 		JoinRequestID string `json:"joinRequestId"`
+	}
+	DenyInput struct {
+		TenantID      string  `json:"tenantId"`
+		JoinRequestID string  `json:"joinRequestId"`
+		Reason        *string `json:"reason,omitempty"`
 	}
 	JoinRequestListInput struct {
 		TenantID string  `json:"tenantId"`
@@ -442,7 +448,7 @@ func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) 
 }
 
 // decide moves a request from one of the from states to the new state.
-func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, to string, from ...string) (*JoinRequest, error) {
+func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, reason *string, to string, from ...string) (*JoinRequest, error) {
 	var r JoinRequest
 	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2 FOR UPDATE`,
 		in.JoinRequestID, in.TenantID)
@@ -468,8 +474,9 @@ func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, to string, 
 		by = p.ID
 	}
 	err = q.GetContext(ctx, &r, `UPDATE join_requests SET state = $2, decided_by = $3, decided_at = now(), updated_at = now(),
-			expires_at = CASE WHEN $4::int > 0 THEN now() + make_interval(secs => $4::int) ELSE expires_at END
-		WHERE join_request_id = $1 RETURNING `+reqCols, in.JoinRequestID, to, by, ttl)
+			expires_at = CASE WHEN $4::int > 0 THEN now() + make_interval(secs => $4::int) ELSE expires_at END,
+			deny_reason = $5
+		WHERE join_request_id = $1 RETURNING `+reqCols, in.JoinRequestID, to, by, ttl, reason)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -478,10 +485,11 @@ func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, to string, 
 
 // ApproveJoinRequest lets the machine's next join with the same CSR in.
 func ApproveJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
-	return decide(ctx, q, in, Approved, Pending)
+	return decide(ctx, q, in, nil, Approved, Pending)
 }
 
 // DenyJoinRequest refuses a pending or approved (not yet consumed) request.
-func DenyJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
-	return decide(ctx, q, in, Denied, Pending, Approved)
+// The reason, if given, is kept on the request and in the audit row.
+func DenyJoinRequest(ctx context.Context, q store.Q, in *DenyInput) (*JoinRequest, error) {
+	return decide(ctx, q, &JoinRequestRefInput{TenantID: in.TenantID, JoinRequestID: in.JoinRequestID}, in.Reason, Denied, Pending, Approved)
 }

@@ -78,6 +78,16 @@ func Methods(db *store.DB) []registry.Method {
 	joinTokenID := func(in any) (string, string) { x := in.(*JoinTokenRefInput); return x.TenantID, x.JoinTokenID }
 	machineID := func(in any) (string, string) { x := in.(*MachineRefInput); return x.TenantID, x.MachineID }
 	joinReqID := func(in any) (string, string) { x := in.(*JoinRequestRefInput); return x.TenantID, x.JoinRequestID }
+	denyID := func(in any) (string, string) { x := in.(*DenyInput); return x.TenantID, x.JoinRequestID }
+	denyM := m("joinRequests", "deny", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
+		"Denies a pending or approved join request: it admits nothing.",
+		[]string{"A consumed, denied or expired request is `INVALID_STATE`.",
+			"`reason` (optional) is kept on the request (`denyReason`) and in the audit record.", ownerOnly},
+		registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest),
+		registry.Field{Name: "reason", Type: registry.String, MaxLength: 500, Pattern: `^\S(?:[\s\S]*\S)?$`,
+			Description: "why the request is denied (1-500 characters)"})
+	denyM.AuditFields = []string{"reason"}
+	deny := registry.Def(denyM, typed[DenyInput](locateBy("join_requests", "join_request_id", "join request", denyID)), DenyJoinRequest)
 
 	nodeList := m("nodes", "list", registry.Read, "compute:nodes:read", authz.Tenant,
 		"Returns a page of the tenant's nodes ordered by id, filtered by pool, state and labels.",
@@ -191,10 +201,6 @@ func Methods(db *store.DB) []registry.Method {
 			[]string{"A request that is not `pending` is `INVALID_STATE`.", ownerOnly},
 			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
 			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), ApproveJoinRequest),
-		registry.Def(m("joinRequests", "deny", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
-			"Denies a pending or approved join request: it admits nothing.",
-			[]string{"A consumed, denied or expired request is `INVALID_STATE`.", ownerOnly},
-			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
-			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), DenyJoinRequest),
+		deny,
 	}
 }

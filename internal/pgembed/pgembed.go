@@ -154,7 +154,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.clearStaleLock()
+	if err := s.clearStaleLock(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.start(ctx, bin); err != nil {
 		return nil, err
 	}
@@ -218,18 +220,46 @@ func (s *Server) initdb(ctx context.Context, bin string) error {
 	return nil
 }
 
-// clearStaleLock removes a postmaster.pid (and socket lock) left by a server
-// that no longer runs, e.g. after a crash or a reboot that reused its PID.
-func (s *Server) clearStaleLock() {
+// oldServerWait bounds the wait for a previous server of the same data
+// directory to finish its shutdown checkpoint.
+const oldServerWait = 60 * time.Second
+
+// clearStaleLock deals with a postmaster.pid left behind. A server that no
+// longer runs (a crash, a reboot that reused its PID) leaves a stale file,
+// which is removed. A server still running whose parent died (kill -9 of
+// the previous computed: the database got SIGINT and is writing its
+// shutdown checkpoint) is waited for, and told to stop if it was not; a
+// server whose parent lives belongs to another running instance, which is
+// an error.
+func (s *Server) clearStaleLock(ctx context.Context) error {
 	pidFile := filepath.Join(s.opts.Dir, "postmaster.pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		return
+		return nil
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, _ := strconv.Atoi(strings.TrimSpace(first))
 	if pid > 0 && isPostgres(pid) {
-		return // a live server holds it; postgres will report the conflict
+		if ppid := parentOf(pid); ppid > 1 && ppid != os.Getpid() && isAlive(ppid) && !orphanedTo(ppid) {
+			return fmt.Errorf("the data directory %s is in use by a running database (pid %d)", s.opts.Dir, pid)
+		}
+		s.opts.Logger.Warn("waiting for the previous database server to stop", "pid", pid)
+		_ = syscall.Kill(pid, syscall.SIGINT) // fast shutdown; a no-op if it is already stopping
+		deadline := time.Now().Add(oldServerWait)
+		for isPostgres(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the previous database server (pid %d) did not stop within %s", pid, oldServerWait)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		// It removed its own postmaster.pid on a clean shutdown.
+		if _, err := os.Stat(pidFile); err != nil {
+			return nil
+		}
 	}
 	s.opts.Logger.Warn("removing stale postmaster.pid", "pid", pid)
 	_ = os.Remove(pidFile)
@@ -237,6 +267,39 @@ func (s *Server) clearStaleLock() {
 	for _, l := range locks {
 		_ = os.Remove(l)
 	}
+	return nil
+}
+
+// parentOf reads a process's parent pid from /proc (0 when unknown).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+func isAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// orphanedTo says the process is a subreaper that adopted the orphan (a
+// container's init or systemd --user), not a computed that runs it.
+func orphanedTo(ppid int) bool {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+	cmd := string(b)
+	return !strings.Contains(cmd, "computed") && !strings.Contains(cmd, ".test")
 }
 
 func isPostgres(pid int) bool {

@@ -137,22 +137,11 @@ const DefaultProvider = "sim"
 
 func init() { authz.Register(authz.Pool, resolve) }
 
-// offeredScope is what an offered-to tenant's role grants on a pool: reads,
-// and the pool-scoped manage permissions so that the handlers (which only
-// touch pools the named tenant owns) answer NOT_FOUND rather than
-// PERMISSION_DENIED: only the owner may change a pool, and existence does
-// not leak.
-func offeredScope(perm string) bool {
-	switch perm {
-	case "compute:pools:manage", "compute:joinTokens:manage", "compute:joinRequests:approve", "compute:nodes:manage":
-		return true
-	}
-	return authz.ReadsOnly(perm)
-}
-
 // resolve is the relationship resolver of compute-pool: the owner tenant
 // holds everything its role allows; a tenant the pool is offered to holds
-// reads (see offeredScope); anyone else does not see the pool.
+// reads and sees nothing else (every other permission is NOT_FOUND, so an
+// owner-only call by an offered tenant is refused before any rule of the
+// call is applied); anyone else does not see the pool.
 func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
 	var owner string
 	err := q.GetContext(ctx, &owner, `SELECT CASE WHEN p.tenant_id = $2 THEN 'owner' ELSE 'offered' END FROM pools p
@@ -167,7 +156,7 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 	if owner == "owner" {
 		return authz.Visibility{Exists: true}, nil
 	}
-	return authz.Visibility{Exists: true, Scope: offeredScope}, nil
+	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm string) bool { return !authz.ReadsOnly(perm) }}, nil
 }
 
 func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
@@ -371,14 +360,16 @@ const offerCols = `pool_id, to_tenant_id, quota_gpus, quota_instances, created_a
 // MakeOffer offers an active pool to another tenant with a quota; offering
 // it again changes the quota.
 func MakeOffer(ctx context.Context, q store.Q, in *OfferInput) (*Offer, error) {
+	// Only the owner gets past this (anyone else: NOT_FOUND); then the
+	// owner's rules.
+	if _, err := active(ctx, q, in.TenantID, in.PoolID, nil); err != nil {
+		return nil, err
+	}
 	if in.ToTenantID == in.TenantID {
 		return nil, errs.Invalid("toTenantId", "a pool cannot be offered to its owner")
 	}
 	if in.ToTenantID == authz.BuiltinTenant {
 		return nil, errs.Invalid("toTenantId", "the builtin tenant is reserved")
-	}
-	if _, err := active(ctx, q, in.TenantID, in.PoolID, nil); err != nil {
-		return nil, err
 	}
 	var o offerRow
 	err := q.GetContext(ctx, &o, `INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
@@ -208,16 +209,11 @@ func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
 
 // AddMember relates a principal to the project (member unless owner is asked).
 func AddMember(ctx context.Context, q store.Q, in *MemberInput) (*Member, error) {
-	var kind string
-	err := q.GetContext(ctx, &kind, `SELECT kind FROM principals WHERE principal_id = $1`, in.PrincipalID)
-	if errors.Is(err, sql.ErrNoRows) || kind == "node" {
-		return nil, errs.E(errs.NotFound, "principal %s not found", in.PrincipalID)
-	}
-	if err != nil {
-		return nil, store.Wrap(err)
+	if err := iam.VisiblePrincipal(ctx, q, in.TenantID, in.PrincipalID); err != nil {
+		return nil, err
 	}
 	var m Member
-	err = q.GetContext(ctx, &m, `INSERT INTO project_relations (project_id, principal_id, relation) VALUES ($1, $2, $3)
+	err := q.GetContext(ctx, &m, `INSERT INTO project_relations (project_id, principal_id, relation) VALUES ($1, $2, $3)
 		ON CONFLICT (project_id, principal_id) DO UPDATE SET relation = EXCLUDED.relation
 		RETURNING project_id, principal_id, relation, created_at`, in.ProjectID, in.PrincipalID, in.Relation)
 	return &m, store.Wrap(err)

@@ -64,6 +64,9 @@ type Method struct {
 	Status     string
 	Input      []Field
 	MaxBody    int64 // request body limit; default 1 MiB
+	// AuditFields are input fields kept in the audit record's detail (a
+	// denial's reason).
+	AuditFields []string
 	// Quiet says when a successful mutation writes no audit record (an
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
@@ -286,13 +289,35 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 		if m.Quiet != nil && m.Quiet(out) {
 			return nil
 		}
-		return audit.Write(ctx, tx, m.Key(), auditResource(res, out), "ok")
+		return audit.Write(ctx, tx, m.Key(), auditResource(res, out), "ok", auditDetail(m, v))
 	})
 	if err != nil {
 		r.auditFailure(ctx, m, res, err)
 		return nil, store.Wrap(err)
 	}
 	return out, nil
+}
+
+// auditDetail is the JSON object of the method's AuditFields as sent.
+func auditDetail(m *Method, v *value) []byte {
+	var b []byte
+	for _, f := range m.AuditFields {
+		x := v.get(f)
+		if x == nil || x.kind == kNull {
+			continue
+		}
+		k, _ := json.Marshal(f)
+		if b == nil {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, k...), ':'), x.raw...)
+	}
+	if b != nil {
+		b = append(b, '}')
+	}
+	return b
 }
 
 // auditResource names the resource of a mutation; for creates, whose id is
@@ -317,7 +342,7 @@ func (r *Registry) auditFailure(ctx context.Context, m *Method, res authz.Resour
 	if store.Unreachable(err) {
 		return
 	}
-	if aerr := audit.Write(context.WithoutCancel(ctx), r.db, m.Key(), res.String(), string(errs.CodeOf(err))); aerr != nil {
+	if aerr := audit.Write(context.WithoutCancel(ctx), r.db, m.Key(), res.String(), string(errs.CodeOf(err)), nil); aerr != nil {
 		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "err", aerr)
 	}
 }

@@ -80,6 +80,9 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 	if e.Code == errs.InvalidInput && e.Details["path"] == nil {
 		if p := pathString(ge.Path); p != "" {
 			e = e.With("path", p)
+			if strings.HasPrefix(e.Message, "must ") {
+				e.Message = p + " " + e.Message // a scalar's refusal: name the field
+			}
 		}
 	}
 	out.Message = e.Message
