@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO    ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: run build test deps browser generate check-generated lint bench fuzz audit-deps ci clean
+.PHONY: run build test deps browser generate examples check-generated lint bench fuzz audit-deps ci clean
 
 # The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
 deps:
@@ -39,6 +39,14 @@ test: deps browser audit-deps
 
 generate:
 	$(GO) tool gqlgen generate
+	$(GO) run ./internal/docgen/cmd
+
+# Records one request and answer per method from a run of the e2e and
+# workflow tests into docs/api/examples.json (the method pages show them),
+# then regenerates the docs. Run it after changing a method's input or output.
+examples: deps audit-deps
+	rm -f docs/api/examples.json
+	COMPUTE_RECORD_EXAMPLES=$(CURDIR)/docs/api/examples.json $(GO) test -count=1 ./internal/e2e/ ./internal/workflows/
 	$(GO) run ./internal/docgen/cmd
 
 # Fails when generated code or documents differ from what is committed.

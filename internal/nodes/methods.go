@@ -28,6 +28,19 @@ var (
 	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](/docs/guides/nodes/joining)."}
 )
 
+// Closed sets of nodes and joins, named for the OpenAPI document and the
+// GraphQL enums.
+var (
+	StateEnum      = registry.DefineEnum("NodeState", "ready nodes take work; cordoned ones take no new work; removed ones have lost their credential", Ready, Cordoned, Removed)
+	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or an allowed TPM endorsement key", "token", "discovery", "tpm")
+	JoinStatusEnum = registry.DefineEnum("JoinStatus", "admitted with a node, or deferred into a join request", "admitted", Pending)
+	ReqStateEnum   = registry.DefineEnum("JoinRequestState", "a pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours)", Pending, Approved, Consumed, Denied, Expired)
+	ReasonEnum     = registry.DefineEnum("JoinReasonCode", "why a join was deferred", ReasonPlaceholder, ReasonUnknown, ReasonEKNotAllowed)
+	TokenStateEnum = registry.DefineEnum("JoinTokenState", "only an active join token admits", "active", "exhausted", "expired", "revoked")
+	HardwareSchema = registry.DefineSchemaOf[Hardware]("NodeHardware")
+	ReasonsSchema  = registry.DefineSchemaOf[[]Reason]("JoinReasons")
+)
+
 // locateBy names the pool a row of table belongs to, for methods that take
 // the row's id rather than the pool's: the decision is on the pool.
 func locateBy(table, idCol, label string, id func(in any) (string, string)) func(ctx context.Context, q store.Q, in any) (authz.Resource, error) {
@@ -73,8 +86,8 @@ func Methods(db *store.DB) []registry.Method {
 	ownerOnly := "Only the pool's owner may call it; a pool the tenant does not own is `NOT_FOUND`."
 	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true,
 		Description: "label keys (prefix/name) to values, at most 64"}
-	nodeState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Ready, Cordoned, Removed}}
-	reqState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Pending, Approved, Consumed, Denied, Expired}}
+	nodeState := registry.EnumField("state", StateEnum, false)
+	reqState := registry.EnumField("state", ReqStateEnum, false)
 
 	joinTokenID := func(in any) (string, string) { x := in.(*JoinTokenRefInput); return x.TenantID, x.JoinTokenID }
 	machineID := func(in any) (string, string) { x := in.(*MachineRefInput); return x.TenantID, x.MachineID }
@@ -104,7 +117,7 @@ func Methods(db *store.DB) []registry.Method {
 			func() registry.Field { f := serial; f.Required = true; return f }(),
 			{Name: "macs", Type: registry.Array, MaxItems: 64, Items: &mac},
 		}},
-		registry.Field{Name: "attestor", Type: registry.String, Required: true, Enum: []string{"token", "discovery", "tpm"}},
+		registry.EnumField("attestor", AttestorEnum, true),
 		registry.Field{Name: "evidence", Type: registry.Object, Fields: []registry.Field{
 			{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192, Description: "the TPM endorsement public key, PEM (tpm attestor)"},
 		}},

@@ -181,7 +181,7 @@ func init() {
 // Issue is one problem validate finds in a profile.
 type Issue struct {
 	Path    string `json:"path"`
-	Code    string `json:"code"`
+	Code    string `json:"code" schema:"ProfileIssueCode"`
 	Message string `json:"message"`
 }
 
@@ -200,8 +200,8 @@ type Rendered struct {
 	Index int            `json:"index"`
 	Name  string         `json:"name"`
 	Use   string         `json:"use"`
-	Phase string         `json:"phase"`
-	With  map[string]any `json:"with"`
+	Phase string         `json:"phase" schema:"StepPhase"`
+	With  map[string]any `json:"with" schema:"StepParameters"`
 }
 
 // Expand resolves a stored document against the step registry: the steps a

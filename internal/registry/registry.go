@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -67,6 +69,7 @@ type Method struct {
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
 
+	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
 	decode func(m map[string]any) (any, error)
 	run    func(ctx context.Context, q store.Q, in any) (any, error)
@@ -110,6 +113,7 @@ func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *
 	if m.Credential == "" {
 		m.Credential = Bearer
 	}
+	m.output = reflect.TypeFor[Out]()
 	m.decode = func(obj map[string]any) (any, error) {
 		b, err := json.Marshal(obj)
 		if err != nil {
@@ -168,6 +172,9 @@ type Registry struct {
 	db      *store.DB
 	log     *slog.Logger
 	metrics *metrics
+
+	schemaOnce sync.Once
+	schemas    *schemaSet // output schemas, rendered on first use (output.go)
 }
 
 // New builds a registry; db may be nil for rendering documents only.
