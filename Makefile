@@ -51,8 +51,8 @@ examples: deps audit-deps
 
 # Fails when generated code or documents differ from what is committed.
 check-generated: generate
-	@git diff --exit-code -- graph resolvers docs/api || (echo "generated files are stale: run make generate and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- graph resolvers docs/api)" || (git status --porcelain -- graph resolvers docs/api; echo "untracked generated files" && exit 1)
+	@git diff --exit-code -- graph resolvers docs/api schema.graphql || (echo "generated files are stale: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- graph resolvers docs/api schema.graphql)" || (git status --porcelain -- graph resolvers docs/api schema.graphql; echo "untracked generated files" && exit 1)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt would change these files" && exit 1)

@@ -1,18 +1,23 @@
 // Package docgen renders the registry's documents: docs/api/<group>.md in
 // the shape of the seed pages (with the output fields, errors and an example
 // recorded from the e2e suite), docs/api/README.md (the method index),
-// docs/api/errors.md, docs/api/schemas.md and docs/api/openapi.json.
+// docs/api/errors.md, docs/api/schemas.md, docs/api/openapi.json, and the
+// printed GraphQL schema (schema.graphql at the repository root).
 // `make generate` writes them; a test fails when the committed files are
 // stale.
 package docgen
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/vektah/gqlparser/v2/formatter"
+
+	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/registry"
 )
@@ -65,5 +70,24 @@ func Files(root string) (map[string][]byte, error) {
 	out["docs/api/schemas.md"] = []byte(reg.SchemasMarkdown())
 	b, _ := json.MarshalIndent(reg.OpenAPI("0.2.0"), "", "  ")
 	out["docs/api/openapi.json"] = append(b, '\n')
+	out["schema.graphql"] = SDL()
 	return out, nil
+}
+
+// SDL prints the whole GraphQL schema the server executes (the schema/
+// files as gqlgen parsed them, without the built-in types): the artefact
+// client code generators read without a running server.
+func SDL() []byte {
+	var b bytes.Buffer
+	b.WriteString("# The GraphQL schema of the Better Compute API, printed from schema/*.graphqls\n# by `make generate` (internal/docgen); do not edit. Served at POST /graphql.\n\n")
+	var sdl bytes.Buffer
+	formatter.NewFormatter(&sdl, formatter.WithIndent("  ")).FormatSchema(graph.NewExecutableSchema(graph.Config{}).Schema())
+	// A blank line after each definition, for people reading it.
+	for _, line := range strings.SplitAfter(sdl.String(), "\n") {
+		b.WriteString(line)
+		if line == "}\n" || strings.HasPrefix(line, "scalar ") {
+			b.WriteString("\n")
+		}
+	}
+	return append(bytes.TrimRight(b.Bytes(), "\n"), '\n')
 }

@@ -8,8 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/apicheck"
 	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/registry"
 )
 
 const root = "../.."
@@ -64,5 +68,42 @@ func TestExamplesCoverEveryMethod(t *testing.T) {
 		if _, ok := reg.Lookup(g, name); !ok {
 			t.Errorf("example %s names no method (run make examples)", k)
 		}
+	}
+}
+
+// TestGraphQLEnumsAreTheRegistrys: every enum of the graph is a closed set
+// the registry names (the OpenAPI document's enum of the same name), with
+// the same values spelled the GraphQL way, so the two surfaces cannot
+// disagree on a set.
+func TestGraphQLEnumsAreTheRegistrys(t *testing.T) {
+	app.Registry(nil, nil, nil) // the packages define their enums
+	spell := strings.NewReplacer("-", "_", ".", "_")
+	n := 0
+	for name, def := range graph.NewExecutableSchema(graph.Config{}).Schema().Types {
+		if def.Kind != ast.Enum || def.BuiltIn || strings.HasPrefix(name, "__") {
+			continue
+		}
+		n++
+		var want []string
+		func() {
+			defer func() {
+				if recover() != nil {
+					t.Errorf("GraphQL enum %s is no enum of the registry (registry.DefineEnum)", name)
+				}
+			}()
+			for _, v := range registry.Enum(name) {
+				want = append(want, spell.Replace(strings.ToUpper(v)))
+			}
+		}()
+		var got []string
+		for _, v := range def.EnumValues {
+			got = append(got, v.Name)
+		}
+		if want != nil && strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("GraphQL enum %s is %v, the registry's is %v", name, got, want)
+		}
+	}
+	if n < 7 {
+		t.Errorf("only %d enums in the graph", n)
 	}
 }

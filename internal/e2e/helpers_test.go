@@ -225,3 +225,9 @@ func newProject(t testing.TB, e *testkit.Env, caller, tenantID, name string) str
 	}
 	return id
 }
+
+// gqlEnum is the graph's spelling of a method surface value of a closed set
+// (time-sliced: TIME_SLICED, gpu.missing: GPU_MISSING).
+func gqlEnum(s string) string {
+	return strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(s))
+}

@@ -28,15 +28,27 @@ var (
 	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](/docs/guides/nodes/joining)."}
 )
 
+// Attestors and join token states.
+const (
+	AttestorToken     = "token"
+	AttestorDiscovery = "discovery"
+	AttestorTPM       = "tpm"
+
+	TokenActive    = "active"
+	TokenExhausted = "exhausted"
+	TokenExpired   = "expired"
+	TokenRevoked   = "revoked"
+)
+
 // Closed sets of nodes and joins, named for the OpenAPI document and the
 // GraphQL enums.
 var (
 	StateEnum      = registry.DefineEnum("NodeState", "ready nodes take work; cordoned ones take no new work; removed ones have lost their credential", Ready, Cordoned, Removed)
-	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or an allowed TPM endorsement key", "token", "discovery", "tpm")
+	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or an allowed TPM endorsement key", AttestorToken, AttestorDiscovery, AttestorTPM)
 	JoinStatusEnum = registry.DefineEnum("JoinStatus", "admitted with a node, or deferred into a join request", "admitted", Pending)
 	ReqStateEnum   = registry.DefineEnum("JoinRequestState", "a pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours)", Pending, Approved, Consumed, Denied, Expired)
 	ReasonEnum     = registry.DefineEnum("JoinReasonCode", "why a join was deferred", ReasonPlaceholder, ReasonUnknown, ReasonEKNotAllowed)
-	TokenStateEnum = registry.DefineEnum("JoinTokenState", "only an active join token admits", "active", "exhausted", "expired", "revoked")
+	TokenStateEnum = registry.DefineEnum("JoinTokenState", "only an active join token admits", TokenActive, TokenExhausted, TokenExpired, TokenRevoked)
 	HardwareSchema = registry.DefineSchemaOf[Hardware]("NodeHardware")
 	ReasonsSchema  = registry.DefineSchemaOf[[]Reason]("JoinReasons")
 )

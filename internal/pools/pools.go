@@ -22,11 +22,22 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Sharing modes and kinds of pools.
+const (
+	Exclusive  = "exclusive"
+	MIG        = "mig"
+	TimeSliced = "time-sliced"
+
+	BareMetal   = "bare-metal"
+	VPSHosted   = "vps-hosted"
+	VPSProvider = "vps-provider"
+)
+
 // Closed sets and documents of pools, named for the OpenAPI document and
 // the GraphQL enums.
 var (
-	SharingModeEnum = registry.DefineEnum("PoolSharingMode", "how the pool's GPUs are shared between instances", "exclusive", "mig", "time-sliced")
-	KindEnum        = registry.DefineEnum("PoolKind", "where the pool's capacity comes from", "bare-metal", "vps-hosted", "vps-provider")
+	SharingModeEnum = registry.DefineEnum("PoolSharingMode", "how the pool's GPUs are shared between instances", Exclusive, MIG, TimeSliced)
+	KindEnum        = registry.DefineEnum("PoolKind", "where the pool's capacity comes from", BareMetal, VPSHosted, VPSProvider)
 	StateEnum       = registry.DefineEnum("PoolState", "an archived pool takes no new offers, joins or changes", Active, Archived)
 	PolicySchema    = registry.DefineSchema("PoolPolicy", `{"type": "object", "description": "the pool's free-form policy object ({} when none was given); strings hold no NUL characters"}`)
 )

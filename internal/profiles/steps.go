@@ -11,7 +11,15 @@ import (
 )
 
 // Phases in the order a workflow runs them.
-var Phases = []string{"prepare", "install", "configure", "finalize"}
+const (
+	PhasePrepare   = "prepare"
+	PhaseInstall   = "install"
+	PhaseConfigure = "configure"
+	PhaseFinalize  = "finalize"
+)
+
+// Phases in the order a workflow runs them.
+var Phases = []string{PhasePrepare, PhaseInstall, PhaseConfigure, PhaseFinalize}
 
 func phaseRank(p string) int {
 	for i, x := range Phases {
