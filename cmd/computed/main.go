@@ -59,6 +59,10 @@ type Main struct {
 	Bootstrap string
 	RateLimit float64
 	Origins   []string
+	// Timeouts and the pool.
+	RequestTimeout   time.Duration
+	StatementTimeout time.Duration
+	DBMaxConns       int
 
 	pg *pgembed.Server
 	db *store.DB
@@ -86,6 +90,12 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.DataDir, "data-dir", env("COMPUTE_DATA_DIR", ".data"), "embedded database and files (COMPUTE_DATA_DIR)")
 	rl, _ := strconv.ParseFloat(env("COMPUTE_RATE_LIMIT", "100"), 64)
 	fs.Float64Var(&m.RateLimit, "rate-limit", rl, "requests per second per credential, 0 disables (COMPUTE_RATE_LIMIT)")
+	reqTimeout, _ := time.ParseDuration(env("COMPUTE_REQUEST_TIMEOUT", "15s"))
+	fs.DurationVar(&m.RequestTimeout, "request-timeout", reqTimeout, "deadline of every request and socket operation (COMPUTE_REQUEST_TIMEOUT)")
+	stmtTimeout, _ := time.ParseDuration(env("COMPUTE_STATEMENT_TIMEOUT", "10s"))
+	fs.DurationVar(&m.StatementTimeout, "statement-timeout", stmtTimeout, "PostgreSQL statement_timeout of the pool (COMPUTE_STATEMENT_TIMEOUT)")
+	maxConns, _ := strconv.Atoi(env("COMPUTE_DB_MAX_CONNS", "20"))
+	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "database connections per replica (COMPUTE_DB_MAX_CONNS)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -115,14 +125,21 @@ func (m *Main) Run(ctx context.Context) error {
 		m.URL = pg.URL()
 		m.Log.Info("embedded database started", "dir", filepath.Join(m.DataDir, "pg"), "duration", time.Since(start))
 	}
-	database, err := store.Open(ctx, m.URL)
+	// Migrations run on their own connection without a statement timeout.
+	mdb, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: 1, StatementTimeout: -1})
+	if err != nil {
+		return err
+	}
+	err = db.Migrate(ctx, mdb.DB.DB, m.Log)
+	mdb.Close()
+	if err != nil {
+		return err
+	}
+	database, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: m.DBMaxConns, StatementTimeout: m.StatementTimeout})
 	if err != nil {
 		return err
 	}
 	m.db = database
-	if err := db.Migrate(ctx, database.DB.DB, m.Log); err != nil {
-		return err
-	}
 	if m.Command == "migrate" {
 		m.Log.Info("migrations applied")
 		return nil
@@ -144,8 +161,8 @@ func (m *Main) Run(ctx context.Context) error {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg := app.Registry(database, m.Log, metrics)
-	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2)},
-		database, reg, metrics, m.Log)
+	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
+		RequestTimeout: m.RequestTimeout}, database, reg, metrics, m.Log)
 	hs := &http.Server{
 		Addr:              m.Addr,
 		Handler:           srv.Handler(),
@@ -156,6 +173,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
 	}
+	hs.RegisterOnShutdown(srv.Shutdown)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)

@@ -35,7 +35,8 @@ func TestGraphQLLimits(t *testing.T) {
 
 	heavy := `{ viewer { tenants(first: 200) { edges { node { projects(first: 200) { edges { node { name } } } } } } } }`
 	r = e.GraphQL(admin, heavy, nil)
-	if code, msg := gqlErrorCode(r); code != "COMPLEXITY_LIMIT_EXCEEDED" || !strings.Contains(msg, "complexity") {
+	if code, msg := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(msg, "complexity") ||
+		!strings.Contains(string(r.Raw), `"reason":"complexity"`) || !strings.Contains(string(r.Raw), `"limit":50000`) {
 		t.Fatalf("complex query: %d %s", r.Status, r.Raw)
 	}
 

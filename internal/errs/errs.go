@@ -68,7 +68,7 @@ func Table() []Info {
 			"Send less: split the request. Retrying the same body fails again."},
 		{RateLimited, 0, "the caller's credential is over its request budget (per replica)",
 			"Wait the number of seconds the `Retry-After` header gives, then retry; spread requests out."},
-		{Unavailable, 0, "the database is unreachable",
+		{Unavailable, 0, "the database is unreachable or busy (a statement or lock timeout, no free connection), or the request ran past its deadline",
 			"Retry with exponential backoff and jitter (for example 0.2 s doubling to 30 s). Reads are safe to retry; a mutation may have been applied, so read before repeating a create."},
 		{Internal, 0, "a bug; the message says nothing of internals and `details.requestId` names the server's log line",
 			"Retry once at most, then report `details.requestId` (it is also the response's `X-Request-Id`)."},
@@ -77,6 +77,12 @@ func Table() []Info {
 		rows[i].Status = statuses[rows[i].Code]
 	}
 	return rows
+}
+
+// Known reports a contract code.
+func Known(c Code) bool {
+	_, ok := statuses[c]
+	return ok
 }
 
 // HTTPStatus returns the status for a code.

@@ -14,8 +14,6 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/registry"
-	"github.com/bettercompute/computed/internal/reqctx"
-	"github.com/bettercompute/computed/internal/store"
 )
 
 // DefaultMaxBody is the request body limit of every method unless the
@@ -30,8 +28,18 @@ type Handler struct {
 
 // Mount adds the routes to r.
 func (h *Handler) Mount(r chi.Router) {
-	r.Get("/api/compute", h.index)
+	r.HandleFunc("/api/compute", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.notAllowed(w, r, http.MethodGet, "use GET for the method index")
+			return
+		}
+		h.index(w, r)
+	})
 	r.HandleFunc("/api/compute/{group}/{method}", h.call)
+	// Anything else under the method surface answers in its error shape.
+	r.HandleFunc("/api/compute/*", func(w http.ResponseWriter, r *http.Request) {
+		h.WriteError(w, r, errs.E(errs.NotFound, "no method at %s; methods are /api/compute/{group}/{method}", r.URL.Path))
+	})
 	r.Get("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, h.Registry.OpenAPI("0.2.0"))
 	})
@@ -48,8 +56,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		WriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": errs.E("METHOD_NOT_ALLOWED", "use POST for %s", m.Path())})
+		h.notAllowed(w, r, http.MethodPost, "use POST for "+m.Path())
 		return
 	}
 	limit := m.MaxBody
@@ -68,31 +75,22 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.Registry.Dispatch(r.Context(), m, body)
 	if err != nil {
-		h.WriteError(w, r, err)
+		h.WriteError(w, r, err, "method", m.Key())
 		return
 	}
 	WriteJSON(w, http.StatusOK, out)
 }
 
-// Public turns any error into the client-visible error: domain errors pass,
-// an unreachable database is UNAVAILABLE, anything else INTERNAL naming the
-// request id (and logged).
-func Public(log *slog.Logger, r *http.Request, err error) *errs.Error {
-	id := reqctx.RequestID(r.Context())
-	if store.Unreachable(err) {
-		log.WarnContext(r.Context(), "database unavailable", "err", err)
-		return errs.E(errs.Unavailable, "the database is unavailable; retry")
-	}
-	e := errs.Public(err, id)
-	if e.Code == errs.Internal {
-		log.ErrorContext(r.Context(), "internal error", "err", err)
-	}
-	return e
+// notAllowed is the 405 answer, in the method surface's error shape.
+func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg string) {
+	w.Header().Set("Allow", allow)
+	WriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": errs.E("METHOD_NOT_ALLOWED", "%s", msg)})
 }
 
 // WriteError writes the contract's error body with its status.
-func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	e := Public(h.Log, r, err)
+// kv names the method for the log line of an internal error.
+func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error, kv ...any) {
+	e := PublicError(r.Context(), h.Log, err, kv...)
 	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}

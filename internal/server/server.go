@@ -32,11 +32,39 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// Config is the server's tunables.
+// Config is the server's tunables; zero values take the defaults.
 type Config struct {
 	AllowedOrigins []string // WebSocket origins besides the request's own host
 	RatePerSecond  float64  // per credential; 0 disables
 	RateBurst      int
+	// RequestTimeout bounds every request and every operation on a socket
+	// (default 15 s); past it the answer is UNAVAILABLE.
+	RequestTimeout time.Duration
+	// AuthRecheck is how often the credentials of open sockets are checked
+	// again (default 2 s).
+	AuthRecheck time.Duration
+	// AuthFailures bounds failed authentications per client address, per
+	// second (default 2, burst 20), whatever the rate limit.
+	AuthFailures float64
+	WS           WSTimings
+}
+
+func (c *Config) defaults() {
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 15 * time.Second
+	}
+	if c.AuthRecheck <= 0 {
+		c.AuthRecheck = 2 * time.Second
+	}
+	if c.AuthFailures <= 0 {
+		c.AuthFailures = 2
+	}
+	if c.WS.InitTimeout <= 0 {
+		c.WS.InitTimeout = 10 * time.Second
+	}
+	if c.WS.PingInterval == 0 {
+		c.WS.PingInterval = 15 * time.Second
+	}
 }
 
 // Server is the HTTP handler of the product.
@@ -47,16 +75,20 @@ type Server struct {
 	Log      *slog.Logger
 	Metrics  *prometheus.Registry
 
-	rest    *rest.Handler
-	gqlHist *prometheus.HistogramVec
-	httpReq *prometheus.CounterVec
-	limiter *limiter
+	rest     *rest.Handler
+	gqlHist  *prometheus.HistogramVec
+	httpReq  *prometheus.CounterVec
+	limiter  *limiter
+	authFail *limiter
+	sessions sessions
 }
 
 // New builds the server; the registry must have been built with the same
 // metrics registry.
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
+	cfg.defaults()
 	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics}
+	s.sessions.s = s
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
@@ -69,15 +101,23 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sql_statements_total", Help: "SQL statements sent."},
 			func() float64 { return float64(store.TotalStatements()) }))
 	if cfg.RatePerSecond > 0 {
-		s.limiter = &limiter{rate: rate.Limit(cfg.RatePerSecond), burst: cfg.RateBurst, m: map[string]*entry{}}
+		s.limiter = newLimiter(cfg.RatePerSecond, cfg.RateBurst)
 	}
+	s.authFail = newLimiter(cfg.AuthFailures, 20)
 	return s
+}
+
+// Shutdown closes the long-lived connections with a code that tells
+// clients to reconnect (to another replica); http.Server.Shutdown does not
+// see hijacked connections.
+func (s *Server) Shutdown() {
+	s.sessions.closeAll(closeServiceReboot, "the server is restarting; reconnect")
 }
 
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.recoverer, s.logRequests)
+	r.Use(s.requestID, s.recoverer, s.logRequests, s.deadline)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -118,13 +158,30 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
 		if !requestIDPattern.MatchString(id) {
-			b := make([]byte, 12)
-			_, _ = rand.Read(b)
-			id = "req_" + hex.EncodeToString(b)
+			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(reqctx.WithRequestID(r.Context(), id)))
 	})
+}
+
+// deadline bounds a request's time (sockets bound each operation instead).
+func (s *Server) deadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" || r.Header.Get("Accept") == "text/event-stream" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.Config.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func newRequestID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "req_" + hex.EncodeToString(b)
 }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
@@ -190,12 +247,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tok, ok := auth.FromHeader(h)
-		if !ok {
-			s.rest.WriteError(w, r, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\""))
-			return
-		}
-		p, err := auth.Authenticate(r.Context(), s.DB, tok)
+		p, err := s.bearer(r)
 		if err != nil {
 			s.rest.WriteError(w, r, err)
 			return
@@ -223,27 +275,45 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		fail := func(e *errs.Error) {
-			w.Header().Set("Content-Type", "application/graphql-response+json")
-			rest.WriteJSONRaw(w, e.Code.HTTPStatus(), map[string]any{"errors": []any{map[string]any{
-				"message": e.Message, "extensions": map[string]any{"code": e.Code, "details": e.Details}}}})
-		}
-		tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
-		if !ok {
-			fail(errs.E(errs.Unauthenticated, "a bearer token is required"))
-			return
-		}
-		p, err := auth.Authenticate(r.Context(), s.DB, tok)
+		p, err := s.bearer(r)
 		if err != nil {
-			fail(rest.Public(s.Log, r, err))
+			e := rest.PublicError(r.Context(), s.Log, err)
+			if e.Code == errs.RateLimited {
+				w.Header().Set("Retry-After", "1")
+			}
+			writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 			return
 		}
-		if s.limited(w, r, p.TokenID) {
-			return
-		}
+		// Operations are charged to the budget one by one (charge), so
+		// that sockets and batched mutations count.
 		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
 	})
 }
+
+// bearer authenticates the request's bearer token. Failed authentications
+// are counted per client address: past the budget, the address is refused
+// before the database is asked, so guessing tokens is bounded.
+func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
+	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
+	if !ok {
+		return nil, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\"")
+	}
+	ip := clientIP(r)
+	if s.authFailLimited(ip) {
+		return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+	}
+	p, err := auth.Authenticate(r.Context(), s.DB, tok)
+	if errs.CodeOf(err) == errs.Unauthenticated {
+		s.authFailed(ip)
+	}
+	return p, err
+}
+
+// authFailLimited says the address has no failed authentications left.
+func (s *Server) authFailLimited(ip string) bool { return !s.authFail.has(ip) }
+
+// authFailed spends one of the address's failed authentications.
+func (s *Server) authFailed(ip string) { s.authFail.allow(ip, 1) }
 
 // limitGraphQLBody answers 413 PAYLOAD_TOO_LARGE for a body over limit
 // (gqlgen would report a read error as a GraphQL error with status 200).
@@ -257,9 +327,7 @@ func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
 				if !errors.As(err, &mbe) {
 					e = errs.E(errs.InvalidInput, "could not read the body")
 				}
-				w.Header().Set("Content-Type", "application/json")
-				rest.WriteJSONRaw(w, e.Code.HTTPStatus(), map[string]any{"errors": []any{map[string]any{
-					"message": e.Message, "extensions": map[string]any{"code": e.Code, "details": e.Details}}}})
+				writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))
@@ -294,7 +362,23 @@ type limiter struct {
 	swept time.Time
 }
 
-func (l *limiter) allow(key string) (bool, time.Duration) {
+func newLimiter(perSecond float64, burst int) *limiter {
+	if burst < 1 {
+		burst = 1
+	}
+	return &limiter{rate: rate.Limit(perSecond), burst: burst, m: map[string]*entry{}}
+}
+
+// has says key has at least one token left, without spending it.
+func (l *limiter) has(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.m[key]
+	return e == nil || e.l.Tokens() >= 1
+}
+
+// allow spends n tokens of key's bucket, or says how long until it could.
+func (l *limiter) allow(key string, n int) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
@@ -312,7 +396,10 @@ func (l *limiter) allow(key string) (bool, time.Duration) {
 		l.m[key] = e
 	}
 	e.seen = now
-	res := e.l.ReserveN(now, 1)
+	res := e.l.ReserveN(now, n)
+	if !res.OK() {
+		return false, time.Minute
+	}
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
 		return false, d
@@ -324,7 +411,7 @@ func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) boo
 	if s.limiter == nil {
 		return false
 	}
-	ok, d := s.limiter.allow(key)
+	ok, d := s.limiter.allow(key, 1)
 	if ok {
 		return false
 	}

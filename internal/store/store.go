@@ -37,16 +37,48 @@ type DB struct {
 	URL string
 }
 
-// Open connects with the pgx driver and a tracer that counts statements.
-func Open(ctx context.Context, url string) (*DB, error) {
+// Options bound the pool and the time a statement may take.
+type Options struct {
+	// MaxConns is the pool size (default 20); every connection is kept
+	// open while idle, so a busy replica does not reconnect continuously.
+	MaxConns int
+	// StatementTimeout is PostgreSQL's statement_timeout for the pool's
+	// sessions (default 10 s; negative: none, for migrations).
+	StatementTimeout time.Duration
+	// ConnectTimeout bounds opening a connection (default 5 s).
+	ConnectTimeout time.Duration
+}
+
+// Open connects with the default options.
+func Open(ctx context.Context, url string) (*DB, error) { return OpenWith(ctx, url, Options{}) }
+
+// OpenWith connects with the pgx driver and a tracer that counts
+// statements. Settings the URL names itself (connect_timeout,
+// statement_timeout in options) win over opts.
+func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 20
+	}
+	if opts.StatementTimeout == 0 {
+		opts.StatementTimeout = 10 * time.Second
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 5 * time.Second
+	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.Tracer = counter{}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = opts.ConnectTimeout
+	}
+	if _, set := cfg.RuntimeParams["statement_timeout"]; !set && opts.StatementTimeout > 0 {
+		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
+	}
 	sqldb := stdlib.OpenDB(*cfg)
-	sqldb.SetMaxOpenConns(20)
-	sqldb.SetMaxIdleConns(10)
+	sqldb.SetMaxOpenConns(opts.MaxConns)
+	sqldb.SetMaxIdleConns(opts.MaxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
 	db := sqlx.NewDb(sqldb, "pgx")
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -193,6 +225,44 @@ func Unreachable(err error) bool {
 }
 
 var driverBadConn = driver.ErrBadConn
+
+// Classify is the one mapping of database and context errors to contract
+// codes, for every surface: domain errors pass; an unreachable database, an
+// expired deadline or statement timeout is UNAVAILABLE; a constraint the
+// caller's input broke is NOT_FOUND (a foreign key: something it names does
+// not exist), CONFLICT (unique) or INVALID_INPUT (check, range, encoding).
+// Anything else is nil: a bug, which the edge answers INTERNAL.
+func Classify(err error) *errs.Error {
+	if err == nil {
+		return nil
+	}
+	if e, ok := errs.As(err); ok {
+		return e
+	}
+	if errors.Is(err, context.Canceled) {
+		return errs.E(errs.Unavailable, "the request was cancelled").With("reason", "cancelled")
+	}
+	if Unreachable(err) || errors.Is(err, context.DeadlineExceeded) {
+		return errs.E(errs.Unavailable, "the database is unavailable; retry")
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	switch pe.Code {
+	case "57014", "55P03", "53300", "53400", "40001", "40P01":
+		// statement timeout or cancel, lock timeout, too many connections,
+		// and retries that ran out
+		return errs.E(errs.Unavailable, "the database is busy; retry")
+	case "23503":
+		return errs.E(errs.NotFound, "a resource the request names does not exist")
+	case "23505":
+		return errs.E(errs.Conflict, "it already exists")
+	case "23514", "23502", "22001", "22003", "22P02", "22021", "22007", "22008", "2201B":
+		return errs.E(errs.InvalidInput, "the request breaks a constraint of the data")
+	}
+	return nil
+}
 
 // CountBy runs a "SELECT <key> AS k, count(*) AS n ... GROUP BY" query over
 // keys and returns the counts by key (absent keys count 0).

@@ -1,0 +1,284 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/bettercompute/computed/internal/errs"
+)
+
+// GraphQL over HTTP (the GraphQL-over-HTTP spec): POST with an
+// application/json body, GET for queries. The request is decoded here, not
+// by gqlgen's transports, whose errors name Go types and echo the body.
+
+const (
+	mediaJSON         = "application/json"
+	mediaGraphQLJSON  = "application/graphql-response+json"
+	allowGraphQLVerbs = "GET, POST"
+)
+
+// allowMethods answers 405 for verbs GraphQL over HTTP does not use, before
+// gqlgen looks for a transport.
+func allowMethods(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Header.Get("Upgrade") != "", r.Method == http.MethodGet, r.Method == http.MethodPost:
+			next.ServeHTTP(w, r)
+		case r.Method == http.MethodOptions:
+			w.Header().Set("Allow", allowGraphQLVerbs+", OPTIONS")
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Allow", allowGraphQLVerbs)
+			writeRequestError(w, mediaJSON, http.StatusMethodNotAllowed,
+				errs.E("METHOD_NOT_ALLOWED", "GraphQL over HTTP takes GET (queries) and POST"))
+		}
+	})
+}
+
+// httpTransport serves GET and POST.
+type httpTransport struct{}
+
+var _ graphql.Transport = httpTransport{}
+
+func (httpTransport) Supports(r *http.Request) bool {
+	return r.Header.Get("Upgrade") == "" && (r.Method == http.MethodGet || r.Method == http.MethodPost)
+}
+
+func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ctx := r.Context()
+	ct := responseType(r)
+	start := graphql.Now()
+	var params *graphql.RawParams
+	var perr *errs.Error
+	if r.Method == http.MethodGet {
+		params, perr = paramsFromQuery(r.URL.RawQuery)
+	} else {
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || mt != mediaJSON {
+			writeRequestError(w, ct, http.StatusUnsupportedMediaType,
+				errs.E("UNSUPPORTED_MEDIA_TYPE", "send the request as %s", mediaJSON))
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeRequestError(w, ct, http.StatusBadRequest, errs.E(errs.InvalidInput, "could not read the body"))
+			return
+		}
+		params, perr = DecodeParams(body)
+	}
+	if perr != nil {
+		writeRequestError(w, ct, http.StatusBadRequest, perr)
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+
+	oc, list := exec.CreateOperationContext(ctx, params)
+	if list != nil {
+		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
+		writeResponse(w, ct, requestErrorStatus(ct, resp.Errors), resp)
+		return
+	}
+	switch oc.Operation.Operation {
+	case ast.Mutation:
+		if r.Method == http.MethodGet {
+			w.Header().Set("Allow", http.MethodPost)
+			writeRequestError(w, ct, http.StatusMethodNotAllowed,
+				errs.E("METHOD_NOT_ALLOWED", "mutations take POST; GET is for queries"))
+			return
+		}
+	case ast.Subscription:
+		writeRequestError(w, ct, http.StatusBadRequest, errs.E(errs.InvalidInput,
+			"subscriptions run over WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events at /graphql/stream"))
+		return
+	}
+	responses, rctx := exec.DispatchOperation(ctx, oc)
+	writeResponse(w, ct, http.StatusOK, responses(rctx))
+}
+
+// DecodeParams decodes a POST body: one JSON object with query (a string),
+// and optional operationName (a string), variables and extensions
+// (objects). Nothing may follow the object. Errors name the offending key,
+// never a Go type, and never echo the body.
+func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
+	if !utf8.Valid(body) {
+		return nil, errs.Invalid("", "the body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var raw map[string]json.RawMessage
+	if err := dec.Decode(&raw); err != nil || raw == nil {
+		return nil, errs.Invalid("", "the body must be a JSON object with a query")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errs.Invalid("", "the body holds more than one JSON value")
+	}
+	p := &graphql.RawParams{}
+	q, ok := raw["query"]
+	if !ok || isNull(q) {
+		return nil, errs.Invalid("query", "query is required")
+	}
+	if json.Unmarshal(q, &p.Query) != nil {
+		return nil, errs.Invalid("query", "query must be a string")
+	}
+	if v, ok := raw["operationName"]; ok && !isNull(v) {
+		if json.Unmarshal(v, &p.OperationName) != nil {
+			return nil, errs.Invalid("operationName", "operationName must be a string")
+		}
+	}
+	var err *errs.Error
+	if p.Variables, err = object(raw, "variables"); err != nil {
+		return nil, err
+	}
+	if p.Extensions, err = object(raw, "extensions"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }
+
+func object(raw map[string]json.RawMessage, key string) (map[string]any, *errs.Error) {
+	v, ok := raw[key]
+	if !ok || isNull(v) {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	var m map[string]any
+	if dec.Decode(&m) != nil || m == nil {
+		return nil, errs.Invalid(key, "%s must be an object", key)
+	}
+	return m, nil
+}
+
+// paramsFromQuery reads a GET request's parameters.
+func paramsFromQuery(rawQuery string) (*graphql.RawParams, *errs.Error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, errs.Invalid("", "the query string does not parse")
+	}
+	p := &graphql.RawParams{Query: q.Get("query"), OperationName: q.Get("operationName")}
+	if p.Query == "" {
+		return nil, errs.Invalid("query", "query is required")
+	}
+	for _, key := range []string{"variables", "extensions"} {
+		s := q.Get(key)
+		if s == "" {
+			continue
+		}
+		m, e := object(map[string]json.RawMessage{key: json.RawMessage(s)}, key)
+		if e != nil {
+			return nil, e
+		}
+		if key == "variables" {
+			p.Variables = m
+		} else {
+			p.Extensions = m
+		}
+	}
+	return p, nil
+}
+
+// responseType negotiates the response media type as the spec says:
+// application/graphql-response+json unless the client asks for
+// application/json (or accepts anything, for legacy clients).
+func responseType(r *http.Request) string {
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return mediaJSON
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "*/*", "application/*", mediaJSON:
+			return mediaJSON
+		case mediaGraphQLJSON:
+			return mediaGraphQLJSON
+		}
+	}
+	return mediaGraphQLJSON
+}
+
+// requestErrorStatus is the status of a request that did not execute: 429
+// when over the budget; otherwise 400 under application/graphql-response+json
+// and 200 under application/json, as the spec says.
+func requestErrorStatus(ct string, list gqlerror.List) int {
+	for _, e := range list {
+		if code, _ := e.Extensions["code"].(string); code != "" && code != string(errs.InvalidInput) && errs.Known(errs.Code(code)) {
+			return errs.Code(code).HTTPStatus()
+		}
+	}
+	if ct == mediaGraphQLJSON {
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// writeRequestError answers a request that did not reach the executor, in
+// the GraphQL error shape.
+func writeRequestError(w http.ResponseWriter, ct string, status int, e *errs.Error) {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	ge := &gqlerror.Error{Message: e.Message, Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}
+	writeResponse(w, ct, status, &graphql.Response{Errors: gqlerror.List{ge}})
+}
+
+// writeResponse writes a response without re-encoding its data: gqlgen has
+// marshalled it already, and json.Marshal would scan and copy it again.
+func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.Response) {
+	if status == http.StatusTooManyRequests {
+		for _, e := range resp.Errors {
+			if d, ok := e.Extensions["details"].(map[string]any); ok {
+				if s, ok := d["retryAfterSeconds"].(int); ok {
+					w.Header().Set("Retry-After", strconv.Itoa(s))
+				}
+			}
+		}
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(status)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	sep := ""
+	if len(resp.Errors) > 0 {
+		eb, _ := json.Marshal(resp.Errors)
+		b.WriteString(`"errors":`)
+		b.Write(eb)
+		sep = ","
+	}
+	// A request error carries no data entry; an executed operation does
+	// (null when its root failed).
+	if resp.Data != nil || len(resp.Errors) == 0 {
+		b.WriteString(sep + `"data":`)
+		if resp.Data == nil {
+			b.WriteString("null")
+		} else {
+			b.Write(resp.Data)
+		}
+		sep = ","
+	}
+	if len(resp.Extensions) > 0 {
+		xb, _ := json.Marshal(resp.Extensions)
+		b.WriteString(sep + `"extensions":`)
+		b.Write(xb)
+	}
+	b.WriteByte('}')
+	_, _ = w.Write(b.Bytes())
+}

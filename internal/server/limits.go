@@ -1,0 +1,420 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+	"github.com/vektah/gqlparser/v2/parser"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/reqctx"
+)
+
+// Limits of the graph. Every request is bounded before gqlgen validates it,
+// because validation (overlapping fields) is quadratic in the fields of a
+// selection set and fragment spreads multiply: a 64 KB document of repeated
+// fields or 22 levels of doubling fragments used to take seconds to minutes.
+const (
+	// MaxTokens bounds parsing: no legitimate dashboard query comes near it
+	// (graphql-js's introspection query is about 300 tokens).
+	MaxTokens = 15000
+	// MaxFields bounds the fields of an operation with every fragment spread
+	// expanded (counted once per spread, each fragment walked once).
+	MaxFields = 3000
+	// MaxSameName bounds the fields of one selection set that answer under
+	// the same response name (validation compares those pairwise).
+	MaxSameName = 64
+	// MaxDepth bounds the nesting of data fields.
+	MaxDepth = 12
+	// MaxIntrospectionDepth is introspection's own bound: the standard
+	// introspection query (GraphiQL, Apollo, codegen) nests type references
+	// about 15 levels deep, on a finite schema.
+	MaxIntrospectionDepth = 24
+	// MaxIntrospectionRoots bounds __schema and __type fields per operation,
+	// whose answers are large.
+	MaxIntrospectionRoots = 4
+	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
+	// with their latest inventory, about 25000) with headroom.
+	MaxComplexity = 50000
+	// defaultFirst is the page size of a connection asked without first.
+	defaultFirst = 50
+)
+
+// refusal is an INVALID_INPUT refusal of a whole operation, with
+// details.reason naming the bound and the figures a client needs.
+func refusal(reason, msg string, details map[string]any) *gqlerror.Error {
+	e := gqlerror.Errorf("%s", msg)
+	d := map[string]any{"reason": reason}
+	for k, v := range details {
+		d[k] = v
+	}
+	e.Extensions = map[string]any{"code": string(errs.InvalidInput), "details": d}
+	return e
+}
+
+// bounds refuses documents that would be expensive to validate, before
+// gqlgen parses and validates them. Documents that passed are remembered,
+// so a dashboard's repeated query is checked once.
+type bounds struct {
+	passed *lru.Cache[string, struct{}]
+}
+
+func newBounds() *bounds {
+	c, _ := lru.New[string, struct{}](1000)
+	return &bounds{passed: c}
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationParameterMutator
+} = (*bounds)(nil)
+
+func (*bounds) ExtensionName() string                   { return "Bounds" }
+func (*bounds) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (b *bounds) MutateOperationParameters(ctx context.Context, params *graphql.RawParams) *gqlerror.Error {
+	if _, ok := b.passed.Get(params.Query); ok {
+		return nil
+	}
+	if err := checkDocument(params.Query); err != nil {
+		return err
+	}
+	b.passed.Add(params.Query, struct{}{})
+	return nil
+}
+
+// checkDocument parses q with a token limit and walks it once per fragment:
+// expanded field count, same-name fields per selection set, depth of data
+// fields and of introspection.
+func checkDocument(q string) *gqlerror.Error {
+	doc, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: q}, MaxTokens)
+	if err != nil {
+		if ge, ok := err.(*gqlerror.Error); ok {
+			if strings.Contains(ge.Message, "token limit") {
+				return refusal("tokens", ge.Message, map[string]any{"limit": MaxTokens})
+			}
+			errcode.Set(ge, errcode.ParseFailed)
+			return ge
+		}
+		return gqlerror.Errorf("the document does not parse")
+	}
+	w := &docWalker{frags: map[string]*ast.FragmentDefinition{}, memo: map[string]*shape{}}
+	for _, f := range doc.Fragments {
+		w.frags[f.Name] = f
+	}
+	for _, op := range doc.Operations {
+		s := w.set(op.SelectionSet, false)
+		if w.err != nil {
+			return w.err
+		}
+		if s.fields > MaxFields {
+			return refusal("fields", "the operation selects "+itoa(s.fields)+" fields with its fragments expanded, more than the limit of "+itoa(MaxFields),
+				map[string]any{"fields": s.fields, "limit": MaxFields})
+		}
+		if s.depth > MaxDepth {
+			return refusal("depth", "operation is nested "+itoa(s.depth)+" levels deep, more than the limit of "+itoa(MaxDepth),
+				map[string]any{"depth": s.depth, "limit": MaxDepth})
+		}
+		if s.introDepth > MaxIntrospectionDepth {
+			return refusal("depth", "introspection is nested "+itoa(s.introDepth)+" levels deep, more than the limit of "+itoa(MaxIntrospectionDepth),
+				map[string]any{"depth": s.introDepth, "limit": MaxIntrospectionDepth})
+		}
+		if s.introRoots > MaxIntrospectionRoots {
+			return refusal("introspection", "the operation asks for __schema or __type "+itoa(s.introRoots)+" times, more than the limit of "+itoa(MaxIntrospectionRoots),
+				map[string]any{"count": s.introRoots, "limit": MaxIntrospectionRoots})
+		}
+	}
+	return nil
+}
+
+// shape is what the walk learns of a selection set.
+type shape struct {
+	fields     int // fields, fragments expanded (saturating)
+	depth      int // deepest data field
+	introDepth int // deepest field under __schema/__type
+	introRoots int // __schema and __type fields
+}
+
+type docWalker struct {
+	frags map[string]*ast.FragmentDefinition
+	memo  map[string]*shape // fragment name -> its shape (nil while walking: a cycle)
+	err   *gqlerror.Error
+}
+
+const saturate = 1 << 30
+
+func addSat(a, b int) int {
+	if a+b > saturate {
+		return saturate
+	}
+	return a + b
+}
+
+// set walks a selection set; intro says it is under an introspection root.
+func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
+	var out shape
+	names := map[string]int{}
+	var walk func(sel ast.SelectionSet)
+	merge := func(s shape) {
+		out.fields = addSat(out.fields, s.fields)
+		out.introRoots = addSat(out.introRoots, s.introRoots)
+		out.depth = max(out.depth, s.depth)
+		out.introDepth = max(out.introDepth, s.introDepth)
+	}
+	walk = func(sel ast.SelectionSet) {
+		for _, s := range sel {
+			if w.err != nil {
+				return
+			}
+			switch s := s.(type) {
+			case *ast.Field:
+				name := s.Alias
+				if name == "" {
+					name = s.Name
+				}
+				names[name]++
+				if names[name] > MaxSameName {
+					w.err = refusal("fields", "the selection answers "+itoa(names[name])+" times under the name "+quote(name)+", more than the limit of "+itoa(MaxSameName),
+						map[string]any{"name": name, "limit": MaxSameName})
+					return
+				}
+				isIntro := s.Name == "__schema" || s.Name == "__type"
+				child := w.set(s.SelectionSet, intro || isIntro)
+				var f shape
+				f.fields = addSat(1, child.fields)
+				f.introRoots = child.introRoots
+				switch {
+				case isIntro && !intro:
+					f.introRoots = addSat(f.introRoots, 1)
+					f.introDepth = 1 + child.introDepth
+				case intro:
+					f.introDepth = 1 + child.introDepth
+				default:
+					f.depth = 1 + child.depth
+					f.introDepth = child.introDepth
+				}
+				merge(f)
+			case *ast.InlineFragment:
+				walk(s.SelectionSet)
+			case *ast.FragmentSpread:
+				f, ok := w.fragment(s.Name, intro)
+				if ok {
+					// Names inside the fragment merge into this set too.
+					merge(f)
+				}
+			}
+		}
+	}
+	walk(sel)
+	return out
+}
+
+// fragment returns a fragment's shape, walking it once. Fragments spread
+// under introspection are walked apart (their depth counts differently).
+func (w *docWalker) fragment(name string, intro bool) (shape, bool) {
+	key := name
+	if intro {
+		key = "\x00" + name
+	}
+	if s, seen := w.memo[key]; seen {
+		if s == nil {
+			w.err = gqlerror.Errorf("fragment %s spreads itself", name)
+			errcode.Set(w.err, errcode.ValidationFailed)
+			return shape{}, false
+		}
+		return *s, true
+	}
+	def := w.frags[name]
+	if def == nil {
+		return shape{}, false // validation reports unknown fragments
+	}
+	w.memo[key] = nil
+	s := w.set(def.SelectionSet, intro)
+	w.memo[key] = &s
+	return s, true
+}
+
+// --- complexity -------------------------------------------------------------
+
+// cost computes an operation's cost by one rule: a field costs 1 plus its
+// children; a field returning a connection (a type named ...Connection)
+// costs 1 plus its page size (first, default 50) times its children. No
+// connection can be added without a cost. Each fragment is costed once.
+type cost struct {
+	es graphql.ExecutableSchema
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = (*cost)(nil)
+
+func (*cost) ExtensionName() string { return "Cost" }
+func (c *cost) Validate(es graphql.ExecutableSchema) error {
+	c.es = es
+	return nil
+}
+
+func (c *cost) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	if oc.Operation == nil {
+		return nil
+	}
+	n := OperationCost(c.es.Schema(), oc.Operation, oc.Variables)
+	if n > MaxComplexity {
+		return refusal("complexity", "operation has complexity "+itoa(n)+", which exceeds the limit of "+itoa(MaxComplexity),
+			map[string]any{"cost": n, "limit": MaxComplexity})
+	}
+	return nil
+}
+
+// OperationCost is the cost of a validated operation.
+func OperationCost(schema *ast.Schema, op *ast.OperationDefinition, vars map[string]any) int {
+	cw := &costWalker{schema: schema, vars: vars, memo: map[string]int{}}
+	return cw.set(op.SelectionSet)
+}
+
+// IsConnection says whether a field returns a connection.
+func IsConnection(f *ast.FieldDefinition) bool {
+	return f != nil && f.Type != nil && f.Type.Elem == nil && strings.HasSuffix(f.Type.NamedType, "Connection")
+}
+
+type costWalker struct {
+	schema *ast.Schema
+	vars   map[string]any
+	memo   map[string]int
+}
+
+func (cw *costWalker) set(sel ast.SelectionSet) int {
+	total := 0
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			if s.Name == "__schema" || s.Name == "__type" {
+				total = addSat(total, 1) // bounded by its own rule
+				continue
+			}
+			child := cw.set(s.SelectionSet)
+			c := addSat(1, child)
+			if IsConnection(s.Definition) {
+				c = addSat(1, mulSat(pageSize(s.ArgumentMap(cw.vars)), child))
+			}
+			total = addSat(total, c)
+		case *ast.InlineFragment:
+			total = addSat(total, cw.set(s.SelectionSet))
+		case *ast.FragmentSpread:
+			n, ok := cw.memo[s.Name]
+			if !ok && s.Definition != nil {
+				cw.memo[s.Name] = 0 // validation refused cycles already
+				n = cw.set(s.Definition.SelectionSet)
+				cw.memo[s.Name] = n
+			}
+			total = addSat(total, n)
+		}
+	}
+	return total
+}
+
+// pageSize is a connection's requested page size, as its resolver will see
+// it (an out-of-range first is refused by the resolver; count the bound).
+func pageSize(args map[string]any) int {
+	v, ok := args["first"]
+	if !ok || v == nil {
+		return defaultFirst
+	}
+	var n int64
+	switch x := v.(type) {
+	case int:
+		n = int64(x)
+	case int32:
+		n = int64(x)
+	case int64:
+		n = x
+	default:
+		return page.MaxLimit
+	}
+	if n < 1 {
+		return 1
+	}
+	if n > page.MaxLimit {
+		return page.MaxLimit
+	}
+	return int(n)
+}
+
+func mulSat(a, b int) int {
+	if a != 0 && b > saturate/a {
+		return saturate
+	}
+	return a * b
+}
+
+// --- small helpers ----------------------------------------------------------
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func quote(s string) string { return strconv.Quote(s) }
+
+// --- the request budget -----------------------------------------------------
+
+// charge spends an operation's cost from the caller's rate budget: one per
+// query or subscription, one per root field of a mutation (300 aliased
+// mutations in one request are 300 calls). Every transport's operations
+// pass here, sockets included.
+type charge struct{ s *Server }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = (*charge)(nil)
+
+func (*charge) ExtensionName() string                   { return "Charge" }
+func (*charge) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	l := c.s.limiter
+	p := reqctx.PrincipalFrom(ctx)
+	if l == nil || oc.Operation == nil || p == nil {
+		return nil
+	}
+	n := 1
+	if oc.Operation.Operation == ast.Mutation {
+		n = rootFields(oc.Operation.SelectionSet)
+	}
+	if n > l.burst {
+		return refusal("batch", "the operation holds "+itoa(n)+" mutations, more than the limit of "+itoa(l.burst)+" per request",
+			map[string]any{"count": n, "limit": l.burst})
+	}
+	ok, d := l.allow(p.TokenID, n)
+	if ok {
+		return nil
+	}
+	secs := int(d.Seconds()) + 1
+	e := gqlerror.Errorf("over the request budget; retry in %d s", secs)
+	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs}}
+	return e
+}
+
+// rootFields counts the fields of a selection set, fragments included.
+func rootFields(sel ast.SelectionSet) int {
+	n := 0
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			n++
+		case *ast.InlineFragment:
+			n += rootFields(s.SelectionSet)
+		case *ast.FragmentSpread:
+			if s.Definition != nil {
+				n += rootFields(s.Definition.SelectionSet)
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bettercompute/computed/internal/reqctx"
+)
+
+// sessions are the long-lived connections (WebSockets, event streams) of
+// this replica. A sweep checks all their credentials in one statement every
+// Config.AuthRecheck: a revoked token's connections are closed, and a
+// principal whose role bindings changed has its sessions told, so that
+// running subscriptions decide again. Operations authenticate on their own
+// as well; the sweep covers what runs between them.
+type sessions struct {
+	s       *Server
+	mu      sync.Mutex
+	m       map[*session]struct{}
+	running bool
+}
+
+type session struct {
+	tokenID string
+	close   func(code websocket.StatusCode, reason string)
+
+	mu      sync.Mutex
+	roles   string
+	known   bool
+	changed chan struct{}
+}
+
+// Changed is closed when the principal's role bindings change (and at the
+// first sweep after the session began).
+func (x *session) Changed() <-chan struct{} {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.changed
+}
+
+func (x *session) observe(roles string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.known && roles == x.roles {
+		return
+	}
+	x.roles, x.known = roles, true
+	close(x.changed)
+	x.changed = make(chan struct{})
+}
+
+// refresh records what the latest operation's authentication saw.
+func (x *session) refresh(*reqctx.Principal) {}
+
+func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, string)) *session {
+	x := &session{tokenID: p.TokenID, close: closeFn, changed: make(chan struct{})}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m == nil {
+		ss.m = map[*session]struct{}{}
+	}
+	ss.m[x] = struct{}{}
+	if !ss.running {
+		ss.running = true
+		go ss.sweep()
+	}
+	return x
+}
+
+func (ss *sessions) remove(x *session) {
+	if x == nil {
+		return
+	}
+	ss.mu.Lock()
+	delete(ss.m, x)
+	ss.mu.Unlock()
+}
+
+// count is the number of open sessions.
+func (ss *sessions) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.m)
+}
+
+// closeAll closes every session (graceful shutdown: clients reconnect to
+// another replica).
+func (ss *sessions) closeAll(code websocket.StatusCode, reason string) {
+	ss.mu.Lock()
+	list := make([]*session, 0, len(ss.m))
+	for x := range ss.m {
+		list = append(list, x)
+	}
+	ss.mu.Unlock()
+	for _, x := range list {
+		x.close(code, reason)
+	}
+}
+
+// sweep runs while sessions exist.
+func (ss *sessions) sweep() {
+	every := ss.s.Config.AuthRecheck
+	for {
+		time.Sleep(every)
+		ss.mu.Lock()
+		if len(ss.m) == 0 {
+			ss.running = false
+			ss.mu.Unlock()
+			return
+		}
+		byToken := map[string][]*session{}
+		for x := range ss.m {
+			byToken[x.tokenID] = append(byToken[x.tokenID], x)
+		}
+		ss.mu.Unlock()
+		ids := make([]string, 0, len(byToken))
+		for id := range byToken {
+			ids = append(ids, id)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every+5*time.Second)
+		var rows []struct {
+			TokenID string `db:"token_id"`
+			Roles   string `db:"roles"`
+		}
+		err := ss.s.DB.SelectContext(ctx, &rows, `
+			SELECT t.token_id,
+			       coalesce((SELECT string_agg(b.tenant_id || '=' || b.role, ',' ORDER BY b.tenant_id)
+			                 FROM role_bindings b WHERE b.principal_id = t.principal_id), '') AS roles
+			FROM tokens t WHERE t.token_id = ANY($1) AND t.revoked_at IS NULL`, ids)
+		cancel()
+		if err != nil {
+			ss.s.Log.Warn("session sweep failed", "err", err)
+			continue
+		}
+		live := make(map[string]string, len(rows))
+		for _, r := range rows {
+			live[r.TokenID] = r.Roles
+		}
+		for id, list := range byToken {
+			roles, ok := live[id]
+			for _, x := range list {
+				if !ok {
+					x.close(closeForbidden, "Forbidden: the bearer token was revoked")
+					continue
+				}
+				x.observe(roles)
+			}
+		}
+	}
+}

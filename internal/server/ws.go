@@ -1,0 +1,374 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/coder/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/rest"
+)
+
+// The graphql-transport-ws protocol
+// (https://github.com/enisdenjo/graphql-ws/blob/master/PROTOCOL.md), served
+// here rather than by gqlgen's transport, which closes every protocol
+// violation with 1002 or 1000, authenticates once for the life of the
+// socket, and blocks a connection on a slow writer.
+const (
+	wsProtocol = "graphql-transport-ws"
+
+	closeBadRequest    = 4400 // an invalid message
+	closeUnauthorized  = 4401 // subscribe before connection_ack
+	closeForbidden     = 4403 // connection_init refused; the credential was revoked
+	closeInitTimeout   = 4408 // no connection_init in time
+	closeDuplicateID   = 4409 // an operation id already in use
+	closeTooManyInits  = 4429 // a second connection_init
+	closeInternal      = 4500
+	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
+	closeSlowConsumer  = 1013 // try again later: the client does not read
+
+	wsOutQueue     = 256
+	wsWriteTimeout = 10 * time.Second
+)
+
+// WSTimings are the protocol's timers.
+type WSTimings struct {
+	InitTimeout  time.Duration // connection_init must arrive within it
+	PingInterval time.Duration // the server pings an idle client
+}
+
+func (s *Server) websocket() graphql.Transport { return wsTransport{s: s} }
+
+type wsTransport struct{ s *Server }
+
+func (wsTransport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
+
+func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{wsProtocol},
+		OriginPatterns: t.s.Config.AllowedOrigins,
+	})
+	if err != nil {
+		return // Accept has answered the request
+	}
+	if c.Subprotocol() != wsProtocol {
+		_ = c.Close(4406, "Subprotocol not acceptable: use "+wsProtocol)
+		return
+	}
+	c.SetReadLimit(rest.DefaultMaxBody)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	conn := &wsConn{
+		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
+		out: make(chan []byte, wsOutQueue), ops: map[string]context.CancelFunc{},
+		ip: clientIP(r), headers: r.Header,
+	}
+	conn.serve()
+}
+
+// wsMessage is one protocol message.
+type wsMessage struct {
+	ID      string          `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+type wsConn struct {
+	s       *Server
+	c       *websocket.Conn
+	exec    graphql.GraphExecutor
+	ctx     context.Context
+	cancel  context.CancelFunc
+	out     chan []byte
+	ip      string
+	headers http.Header
+
+	mu       sync.Mutex
+	ops      map[string]context.CancelFunc
+	initSeen bool
+	acked    bool
+	secret   string // the bearer token, to authenticate each operation again
+	session  *session
+	closed   bool
+}
+
+func (c *wsConn) serve() {
+	defer c.cancel()
+	go c.writer()
+	timings := c.s.Config.WS
+	init := time.AfterFunc(timings.InitTimeout, func() {
+		c.mu.Lock()
+		acked := c.acked
+		c.mu.Unlock()
+		if !acked {
+			c.close(closeInitTimeout, "Connection initialisation timeout")
+		}
+	})
+	defer init.Stop()
+	if timings.PingInterval > 0 {
+		go c.pinger(timings.PingInterval)
+	}
+	for {
+		// Never a cancellable context: coder/websocket drops the connection
+		// without a close frame when a read's context ends.
+		typ, data, err := c.c.Read(context.Background())
+		if err != nil {
+			c.close(websocket.StatusNormalClosure, "")
+			return
+		}
+		if typ != websocket.MessageText {
+			c.close(closeBadRequest, "Invalid message received: messages are JSON text")
+			return
+		}
+		if !c.handle(data) {
+			return
+		}
+	}
+}
+
+// handle processes one message; false ends the connection.
+func (c *wsConn) handle(data []byte) bool {
+	var m wsMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil || m.Type == "" || dec.More() {
+		c.close(closeBadRequest, "Invalid message received")
+		return false
+	}
+	switch m.Type {
+	case "connection_init":
+		return c.init(m.Payload)
+	case "ping":
+		c.send(wsMessage{Type: "pong", Payload: m.Payload})
+	case "pong":
+	case "subscribe":
+		return c.subscribe(m)
+	case "complete":
+		c.mu.Lock()
+		stop := c.ops[m.ID]
+		c.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	default:
+		c.close(closeBadRequest, "Invalid message received: unknown type "+truncate(m.Type, 32))
+		return false
+	}
+	return true
+}
+
+func (c *wsConn) init(payload json.RawMessage) bool {
+	c.mu.Lock()
+	if c.initSeen {
+		c.mu.Unlock()
+		c.close(closeTooManyInits, "Too many initialisation requests")
+		return false
+	}
+	c.initSeen = true
+	c.mu.Unlock()
+	var p map[string]any
+	if len(payload) > 0 && !isNull(payload) {
+		if json.Unmarshal(payload, &p) != nil {
+			c.close(closeBadRequest, "Invalid message received: connection_init payload must be an object")
+			return false
+		}
+	}
+	h, _ := p["Authorization"].(string)
+	if h == "" {
+		h, _ = p["authorization"].(string)
+	}
+	tok, ok := auth.FromHeader(h)
+	if !ok {
+		c.close(closeForbidden, "Forbidden: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
+		return false
+	}
+	if c.s.authFailLimited(c.ip) {
+		c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
+		return false
+	}
+	pr, err := auth.Authenticate(c.ctx, c.s.DB, tok)
+	if err != nil {
+		if errs.CodeOf(err) == errs.Unauthenticated {
+			c.s.authFailed(c.ip)
+			c.close(closeForbidden, "Forbidden: unknown or revoked bearer token")
+		} else {
+			c.close(closeInternal, "the database is unavailable; retry")
+		}
+		return false
+	}
+	c.mu.Lock()
+	c.secret, c.acked = tok, true
+	c.mu.Unlock()
+	c.session = c.s.sessions.add(pr, c.close)
+	c.send(wsMessage{Type: "connection_ack"})
+	return true
+}
+
+func (c *wsConn) subscribe(m wsMessage) bool {
+	c.mu.Lock()
+	acked := c.acked
+	c.mu.Unlock()
+	if !acked {
+		c.close(closeUnauthorized, "Unauthorized")
+		return false
+	}
+	if m.ID == "" || len(m.ID) > 128 {
+		c.close(closeBadRequest, "Invalid message received: subscribe needs an id")
+		return false
+	}
+	params, perr := DecodeParams(m.Payload)
+	if perr != nil {
+		c.close(closeBadRequest, "Invalid message received: "+perr.Message)
+		return false
+	}
+	c.mu.Lock()
+	if _, dup := c.ops[m.ID]; dup {
+		c.mu.Unlock()
+		c.close(closeDuplicateID, "Subscriber for "+truncate(m.ID, 64)+" already exists")
+		return false
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	c.ops[m.ID] = stop
+	c.mu.Unlock()
+	go c.run(ctx, stop, m.ID, params)
+	return true
+}
+
+// run executes one operation. The credential is authenticated again, so a
+// revoked token or a removed role takes effect on the next operation.
+func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, params *graphql.RawParams) {
+	completed := false
+	defer func() {
+		c.mu.Lock()
+		delete(c.ops, id)
+		c.mu.Unlock()
+		stop()
+		if !completed && c.ctx.Err() == nil {
+			c.send(wsMessage{ID: id, Type: "complete"})
+		}
+	}()
+	ctx = reqctx.WithRequestID(ctx, newRequestID())
+	fail := func(e *errs.Error) {
+		b, _ := json.Marshal(gqlerror.List{{Message: e.Message, Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}})
+		c.send(wsMessage{ID: id, Type: "error", Payload: b})
+		completed = true
+	}
+	p, err := auth.Authenticate(ctx, c.s.DB, c.secret)
+	if err != nil {
+		if errs.CodeOf(err) == errs.Unauthenticated {
+			c.close(closeForbidden, "Forbidden: the bearer token was revoked")
+			return
+		}
+		fail(rest.PublicError(ctx, c.s.Log, err))
+		return
+	}
+	c.session.refresh(p)
+	ctx = reqctx.WithPrincipal(ctx, p)
+	params.Headers = c.headers
+	oc, list := c.exec.CreateOperationContext(ctx, params)
+	if list != nil {
+		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
+		b, _ := json.Marshal(resp.Errors)
+		c.send(wsMessage{ID: id, Type: "error", Payload: b})
+		completed = true
+		return
+	}
+	if oc.Operation.Operation != ast.Subscription {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.s.Config.RequestTimeout)
+		defer cancel()
+	}
+	responses, rctx := c.exec.DispatchOperation(ctx, oc)
+	for {
+		resp := responses(rctx)
+		if resp == nil || !c.sendResponse(id, resp) {
+			return
+		}
+		if oc.Operation.Operation != ast.Subscription {
+			return
+		}
+	}
+}
+
+func (c *wsConn) sendResponse(id string, resp *graphql.Response) bool {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return false
+	}
+	return c.send(wsMessage{ID: id, Type: "next", Payload: b})
+}
+
+// send queues a message; false when the connection is closing.
+func (c *wsConn) send(m wsMessage) bool {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return false
+	}
+	select {
+	case c.out <- b:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+func (c *wsConn) writer() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case b := <-c.out:
+			ctx, cancel := context.WithTimeout(context.Background(), wsWriteTimeout)
+			err := c.c.Write(ctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				c.close(closeSlowConsumer, "the client does not read; reconnect")
+				return
+			}
+		}
+	}
+}
+
+func (c *wsConn) pinger(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.send(wsMessage{Type: "ping"})
+		}
+	}
+}
+
+// close ends the connection once with a close code and reason.
+func (c *wsConn) close(code websocket.StatusCode, reason string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.s.sessions.remove(c.session)
+	c.cancel()
+	// Close waits for the peer's close frame for a while; do not hold up
+	// the caller (a session sweep, a shutdown) on it.
+	go func() { _ = c.c.Close(code, truncate(reason, 120)) }()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
