@@ -29,7 +29,7 @@ func TestPoolsGraphQL(t *testing.T) {
 	r := e.GraphQL(admin, create, map[string]any{"in": map[string]any{"tenantId": "acme", "name": "x", "site": "fra1", "gpuModel": "H100", "sharingMode": "shared", "kind": "BARE_METAL"}})
 	// sharingMode is an enum: GraphQL validation refuses other values
 	// before the method runs.
-	if code, _ := gqlErrorCode(r); code != "GRAPHQL_VALIDATION_FAILED" || !strings.Contains(string(r.Raw), `"path":["variable","in","sharingMode"]`) {
+	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"variable.in.sharingMode"`) {
 		t.Fatalf("bad sharingMode: %s", r.Raw)
 	}
 	offer := `mutation($in: OfferPoolInput!) { offerPool(input: $in) { offer { poolId toTenantId quota { gpus instances } } } }`

@@ -424,7 +424,7 @@ func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]i
 // --- registry ------------------------------------------------------------------
 
 // Group describes the inventory group.
-var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](/docs/guides/nodes/inventory-and-health)."}
+var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](../guides/nodes/inventory-and-health.md)."}
 
 var refPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
 

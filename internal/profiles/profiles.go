@@ -337,7 +337,7 @@ func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
 }
 
 // Group describes the profiles group.
-var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](/docs/guides/bare-metal/profiles-and-images)."}
+var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](../guides/bare-metal/profiles-and-images.md)."}
 
 // Methods are the profiles group's registry entries.
 func Methods() []registry.Method {
