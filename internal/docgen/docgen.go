@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/formatter"
 
 	"github.com/bettercompute/computed/graph"
@@ -81,13 +82,34 @@ func SDL() []byte {
 	var b bytes.Buffer
 	b.WriteString("# The GraphQL schema of the Better Compute API, printed from schema/*.graphqls\n# by `make generate` (internal/docgen); do not edit. Served at POST /graphql.\n\n")
 	var sdl bytes.Buffer
-	formatter.NewFormatter(&sdl, formatter.WithIndent("  ")).FormatSchema(graph.NewExecutableSchema(graph.Config{}).Schema())
+	formatter.NewFormatter(&sdl, formatter.WithIndent("  ")).FormatSchema(served(graph.NewExecutableSchema(graph.Config{}).Schema()))
 	// A blank line after each definition, for people reading it.
 	for _, line := range strings.SplitAfter(sdl.String(), "\n") {
 		b.WriteString(line)
-		if line == "}\n" || strings.HasPrefix(line, "scalar ") {
+		if line == "}\n" || strings.HasPrefix(line, "scalar ") || strings.HasPrefix(line, ") on ") {
 			b.WriteString("\n")
 		}
 	}
 	return append(bytes.TrimRight(b.Bytes(), "\n"), '\n')
+}
+
+// specified are the directives every GraphQL schema has (the spec's); the
+// formatter leaves out every built-in directive, but the server also
+// serves @defer (gqlgen's prelude), so the printed schema declares it.
+var specified = map[string]bool{"skip": true, "include": true, "deprecated": true, "specifiedBy": true, "oneOf": true}
+
+func served(s *ast.Schema) *ast.Schema {
+	c := *s
+	c.Directives = make(map[string]*ast.DirectiveDefinition, len(s.Directives))
+	for name, d := range s.Directives {
+		if d.Position != nil && d.Position.Src != nil && d.Position.Src.BuiltIn && !specified[name] {
+			dd, pos, src := *d, *d.Position, *d.Position.Src
+			src.BuiltIn = false
+			pos.Src = &src
+			dd.Position = &pos
+			d = &dd
+		}
+		c.Directives[name] = d
+	}
+	return &c
 }

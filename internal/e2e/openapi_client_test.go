@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -78,5 +80,90 @@ func TestTypedClientSession(t *testing.T) {
 	}
 	if got.Invalid.Status != 400 || got.Invalid.Code != "INVALID_INPUT" || got.Invalid.Path != "name" {
 		t.Errorf("invalid name: %+v", got.Invalid)
+	}
+}
+
+// TestSchemaArtefactMatchesIntrospection: schema.graphql, built by
+// graphql-js, prints exactly as the schema the server gives the standard
+// introspection query, so client generators reading the file see what the
+// server serves.
+func TestSchemaArtefactMatchesIntrospection(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	e := testkit.Start(t)
+	sdl, _ := filepath.Abs(filepath.Join("..", "..", "schema.graphql"))
+	out, err := node(t, dir, "sdl.mjs", e.Server.URL+"/graphql", e.Operator, sdl)
+	if err != nil {
+		t.Fatalf("sdl.mjs: %v\n%s", err, out)
+	}
+	var got struct {
+		Equal bool
+		Lines int
+		Diff  string
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil || !got.Equal || got.Lines < 500 {
+		t.Fatalf("schema.graphql and the served schema differ (run make generate): %s", out)
+	}
+}
+
+// TestMethodIndexSchemas: each entry of GET /api/compute carries input and
+// output schemas that stand alone ($defs, no refs out of the entry) and a
+// real answer validates against its output schema.
+func TestMethodIndexSchemas(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	res, err := http.Get(e.Server.URL + "/api/compute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var idx struct {
+		Methods []struct {
+			Group, Method             string
+			InputSchema, OutputSchema json.RawMessage
+			Errors                    []string
+		}
+	}
+	if err := json.Unmarshal(raw, &idx); err != nil || len(idx.Methods) < 50 {
+		t.Fatalf("index: %v %.300s", err, raw)
+	}
+	answers := map[string][]byte{
+		"tenants.create": e.Must(e.Call(e.Operator, "tenants/create", map[string]any{"tenantId": "acme", "name": "Acme"})).Raw,
+		"profiles.list":  e.Must(e.Call(e.Operator, "profiles/list", map[string]any{"tenantId": "acme", "limit": 2})).Raw,
+	}
+	for _, m := range idx.Methods {
+		key := m.Group + "." + m.Method
+		for what, s := range map[string]json.RawMessage{"input": m.InputSchema, "output": m.OutputSchema} {
+			if strings.Contains(string(s), `"#/components/`) {
+				t.Errorf("%s: the %s schema refers out of the index: %.200s", key, what, s)
+			}
+			c := jsonschema.NewCompiler()
+			doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(s)))
+			if err == nil {
+				err = c.AddResource("https://computed.invalid/"+key+"/"+what, doc)
+			}
+			var sch *jsonschema.Schema
+			if err == nil {
+				sch, err = c.Compile("https://computed.invalid/" + key + "/" + what)
+			}
+			if err != nil {
+				t.Errorf("%s: the %s schema does not compile: %v", key, what, err)
+				continue
+			}
+			if a, ok := answers[key]; ok && what == "output" {
+				v, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(a)))
+				if err := sch.Validate(v); err != nil {
+					t.Errorf("%s: a real answer does not fit the index's output schema: %v", key, err)
+				}
+				delete(answers, key)
+			}
+		}
+		if len(m.Errors) < 5 {
+			t.Errorf("%s lists errors %v", key, m.Errors)
+		}
+	}
+	if len(answers) > 0 {
+		t.Errorf("not in the index: %v", answers)
 	}
 }
