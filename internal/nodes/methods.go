@@ -87,8 +87,7 @@ func Methods(db *store.DB) []registry.Method {
 		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
 	}
 	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
-	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1),
-		Description: "the node's rowVersion; a mismatch is CONFLICT"}
+	expected := registry.ExpectedVersion()
 	mac := registry.Field{Name: "mac", Type: registry.String, Pattern: `^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$`,
 		Description: "a MAC address, aa:bb:cc:dd:ee:ff"}
 	uuid := registry.Field{Name: "systemUuid", Type: registry.String, Pattern: `^[0-9A-Fa-f]{8}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{4}-?[0-9A-Fa-f]{12}$`,

@@ -449,7 +449,7 @@ func Methods() []registry.Method {
 	}
 	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema,
 		Description: "free-form policy object; {} when omitted"}
-	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}
+	expected := registry.ExpectedVersion()
 	toTenant := registry.TenantID()
 	toTenant.Name, toTenant.Description = "toTenantId", "the tenant the pool is offered to"
 	count := func(name string) registry.Field {

@@ -384,7 +384,7 @@ func Methods() []registry.Method {
 				"`NOT_FOUND` when the tenant has no such version."},
 			registry.TenantID(), profileID(), version(true),
 			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
-			registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}), nil, Update),
+			registry.ExpectedVersion()), nil, Update),
 		registry.Def(m("delete", registry.Mutation, "compute:profiles:manage", authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
 			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have."},

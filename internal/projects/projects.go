@@ -283,7 +283,7 @@ func Methods() []registry.Method {
 				"`expectedVersion` is the project's rowVersion; a mismatch is `CONFLICT`.",
 				"Project owners and tenant admins may update."},
 			append(append([]registry.Field{}, ref...), registry.Name(false), desc,
-				registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)})...), nil, Update),
+				registry.ExpectedVersion())...), nil, Update),
 		registry.Def(m("delete", registry.Mutation, "compute:projects:manage", authz.Project,
 			"Deletes a project and its relationships and returns the number deleted.", nil, ref...), nil, Delete),
 		registry.Def(m("addMember", registry.Mutation, "compute:projects:manage", authz.Project,

@@ -30,15 +30,12 @@ func FuzzDecodeInput(f *testing.F) {
 		`{}`, `{"tenantId":"acme","profileId":"gpu-base"}`, `{"tenantId":"a","profileId":"b","profileVersion":1.0}`,
 		`{"tenantId":"a","profileId":"b","limit":"5"}`, `[1,2]`, `null`, `{"x":1}`, `{"tenantId":"a","profileId":"b","size":{"gpus":-1}}`,
 		`{"tenantId":"a","profileId":"b","tags":["a","b","c","d","e"]}`, `{"tenantId":"a","profileId":"b","profileVersion":1e400}`,
-		`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`, `{"tenantId":"a"} {}`,
+		`{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`, `{"tenantId":"a"} {}`, `{"tenantId":"A"}}`, `{"tenantId":"A"}]`, `{"a":"\u0000"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		m, err := decodeObject(raw)
-		if err == nil {
-			err = validateObject("", fuzzFields, m)
-		}
+		_, err := decode(raw, fuzzFields)
 		if err != nil && errs.CodeOf(err) != errs.InvalidInput {
 			t.Fatalf("rejection with code %s: %v", errs.CodeOf(err), err)
 		}

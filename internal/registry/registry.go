@@ -71,7 +71,7 @@ type Method struct {
 
 	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
-	decode func(m map[string]any) (any, error)
+	decode func(v *value) (any, error)
 	run    func(ctx context.Context, q store.Q, in any) (any, error)
 }
 
@@ -114,23 +114,15 @@ func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *
 		m.Credential = Bearer
 	}
 	m.output = reflect.TypeFor[Out]()
-	m.decode = func(obj map[string]any) (any, error) {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return nil, err
-		}
+	m.decode = func(v *value) (any, error) {
 		in := new(In)
-		if err := json.Unmarshal(b, in); err != nil {
-			return nil, errs.Invalid("", "input does not fit the method: %v", err)
+		if err := assign(reflect.ValueOf(in).Elem(), v); err != nil {
+			return nil, err // a method whose fields and input type disagree: a bug
 		}
 		return in, nil
 	}
 	if locate != nil {
 		m.locate = func(ctx context.Context, q store.Q, in any) (authz.Resource, error) { return locate(ctx, q, in.(*In)) }
-	} else {
-		m.locate = func(_ context.Context, _ store.Q, in any) (authz.Resource, error) {
-			return DefaultResource(m.Resource, in), nil
-		}
 	}
 	m.run = func(ctx context.Context, q store.Q, in any) (any, error) {
 		out, err := h(ctx, q, in.(*In))
@@ -151,15 +143,17 @@ var idFields = map[string]string{
 	authz.Instance: "instanceId",
 }
 
-// DefaultResource reads tenantId and the resource's id field from the input.
-func DefaultResource(resourceType string, in any) authz.Resource {
-	b, _ := json.Marshal(in)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
+// defaultResource reads tenantId and the resource's id field from the
+// decoded input.
+func defaultResource(resourceType string, v *value) authz.Resource {
 	r := authz.Resource{Type: resourceType}
-	r.TenantID, _ = m["tenantId"].(string)
+	if t := v.get("tenantId"); t != nil {
+		r.TenantID = t.str
+	}
 	if f, ok := idFields[resourceType]; ok {
-		r.ID, _ = m[f].(string)
+		if id := v.get(f); id != nil {
+			r.ID = id.str
+		}
 	}
 	return r
 }
@@ -257,22 +251,22 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	if m.Credential != JoinToken && p == nil {
 		return nil, errs.E(errs.Unauthenticated, "a bearer token is required")
 	}
-	obj, err := decodeObject(raw)
+	v, err := decode(raw, m.Input)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateObject("", m.Input, obj); err != nil {
-		return nil, err
-	}
-	in, err := m.decode(obj)
+	in, err := m.decode(v)
 	if err != nil {
 		return nil, err
 	}
 	var res authz.Resource
 	switch m.Credential {
 	case Bearer, NodeCred:
-		if res, err = m.locate(ctx, r.db, in); err != nil {
-			return nil, err
+		res = defaultResource(m.Resource, v)
+		if m.locate != nil {
+			if res, err = m.locate(ctx, r.db, in); err != nil {
+				return nil, err
+			}
 		}
 		if m.Credential == NodeCred && p.Kind != "node" {
 			return nil, errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
@@ -351,6 +345,13 @@ func TenantID() Field {
 // ID is a required id field of a prefix (poolId, nodeId, ...).
 func ID(name, prefix string) Field {
 	return Field{Name: name, Type: String, Required: true, Pattern: ids.Pattern(prefix)}
+}
+
+// ExpectedVersion is the optimistic-concurrency field: the rowVersion the
+// caller last read.
+func ExpectedVersion() Field {
+	return Field{Name: "expectedVersion", Type: Integer, Min: Int(1),
+		Description: "the rowVersion the caller last read; a mismatch is CONFLICT"}
 }
 
 // Limit is the page size field.

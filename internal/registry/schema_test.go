@@ -9,7 +9,11 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 )
 
-func TestDecodeObjectRejectsDuplicateKeys(t *testing.T) {
+var openBody = &Field{Type: Object, Open: true}
+
+func decodeAny(raw string) (*value, error) { return decodeAs([]byte(raw), openBody) }
+
+func TestDecodeRejectsDuplicateKeys(t *testing.T) {
 	for _, tc := range []struct{ raw, path string }{
 		{`{"tenantId":"a","tenantId":"b"}`, "tenantId"},
 		{`{"tenantId":"a","profileId":"p","tenant\u0049d":"b"}`, "tenantId"},
@@ -18,7 +22,7 @@ func TestDecodeObjectRejectsDuplicateKeys(t *testing.T) {
 		{`{"a":[[{"b":{"c":1,"c":2}}]]}`, "a[0][0].b.c"},
 		{`{"a":{},"b":[],"a":null}`, "a"},
 	} {
-		_, err := decodeObject([]byte(tc.raw))
+		_, err := decodeAny(tc.raw)
 		e, ok := errs.As(err)
 		if !ok || e.Code != errs.InvalidInput {
 			t.Fatalf("%s: %v, want INVALID_INPUT", tc.raw, err)
@@ -29,40 +33,47 @@ func TestDecodeObjectRejectsDuplicateKeys(t *testing.T) {
 	}
 }
 
-func TestDecodeObjectKeepsBehaviour(t *testing.T) {
-	// Same keys in different objects are not duplicates; numbers stay exact.
-	m, err := decodeObject([]byte(` {"a":{"id":1},"b":{"id":1.50},"c":[{"id":9007199254740993},{"id":"x"}],"d":[],"e":{}} `))
+func TestDecodeKeepsValuesAndBytes(t *testing.T) {
+	// Same keys in different objects are not duplicates; numbers stay exact;
+	// keys keep document order; every value keeps its bytes as sent.
+	raw := ` {"b":{"id":1},"a":{"id":1.50, "x" : [ 1 ,2 ]},"c":[{"id":9007199254740993},{"id":"x\u0041"}],"d":[],"e":{}} `
+	v, err := decodeAny(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{
-		"a": map[string]any{"id": json.Number("1")},
-		"b": map[string]any{"id": json.Number("1.50")},
-		"c": []any{map[string]any{"id": json.Number("9007199254740993")}, map[string]any{"id": "x"}},
-		"d": []any{},
-		"e": map[string]any{},
+	if !reflect.DeepEqual(v.keys, []string{"b", "a", "c", "d", "e"}) {
+		t.Fatalf("keys %v", v.keys)
 	}
-	if !reflect.DeepEqual(m, want) {
-		t.Fatalf("got %#v", m)
+	if got := string(v.get("a").raw); got != `{"id":1.50, "x" : [ 1 ,2 ]}` {
+		t.Fatalf("raw of a: %s", got)
 	}
-	if m, err := decodeObject([]byte(`null`)); err != nil || len(m) != 0 || m == nil {
-		t.Fatalf("null body: %v %v", m, err)
+	if n := v.get("c").vals[0].get("id").num; n != "9007199254740993" {
+		t.Fatalf("number %s", n)
+	}
+	if s := v.get("c").vals[1].get("id").str; s != "xA" {
+		t.Fatalf("escaped string %q", s)
+	}
+	if v, err := decodeAny(`null`); err != nil || v.kind != kObject || len(v.keys) != 0 {
+		t.Fatalf("null body: %v %v", v, err)
 	}
 	// The body is level 0: 32 nested arrays under a field reach level 32.
 	ok32 := `{"a":` + strings.Repeat("[", 32) + strings.Repeat("]", 32) + `}`
-	if _, err := decodeObject([]byte(ok32)); err != nil {
+	if _, err := decodeAny(ok32); err != nil {
 		t.Fatalf("32 levels: %v", err)
 	}
 	for raw, msg := range map[string]string{
-		``:                 "the body is not valid JSON: malformed JSON",
-		`{"a":`:            "the body is not valid JSON: malformed JSON",
-		`{"a":1,}`:         "the body is not valid JSON: syntax error at offset 7",
-		`{} {}`:            "the body holds more than one JSON value",
-		`[{"a":1}]`:        "the body must be a JSON object",
-		`"x"`:              "the body must be a JSON object",
-		"{\"a\":\"\xff\"}": "the body is not valid UTF-8",
+		``:                  "the body is not valid JSON",
+		`{"a":`:             "the body is not valid JSON",
+		`{"a":1,}`:          "the body is not valid JSON: syntax error at offset 8",
+		`{} {}`:             "the body must be one JSON object with nothing after it",
+		`{"tenantId":"A"}}`: "the body must be one JSON object with nothing after it",
+		`{"tenantId":"A"}]`: "the body must be one JSON object with nothing after it",
+		`{"tenantId":"A"}x`: "the body must be one JSON object with nothing after it",
+		`[{"a":1}]`:         "the body must be a JSON object",
+		`"x"`:               "the body must be a JSON object",
+		"{\"a\":\"\xff\"}":  "the body is not valid UTF-8",
 	} {
-		_, err := decodeObject([]byte(raw))
+		_, err := decodeAny(raw)
 		e, ok := errs.As(err)
 		if !ok || e.Code != errs.InvalidInput || e.Message != msg || e.Details["path"] != "" {
 			t.Errorf("%.40s: %v, want %q", raw, err, msg)
@@ -70,9 +81,91 @@ func TestDecodeObjectKeepsBehaviour(t *testing.T) {
 	}
 	// Too deep: the path names where the nesting went over.
 	deep := `{"a":` + strings.Repeat("[", 33) + strings.Repeat("]", 33) + `}`
-	_, err = decodeObject([]byte(deep))
+	_, err = decodeAny(deep)
 	e, ok := errs.As(err)
 	if !ok || e.Message != "the body nests deeper than 32 levels" || e.Details["path"] != "a"+strings.Repeat("[0]", 32) {
 		t.Errorf("too deep: %v %v", err, e.Details)
+	}
+	// NUL characters anywhere, keys included, name their path.
+	for raw, path := range map[string]string{
+		`{"a":{"b":[1,"x\u0000"]}}`: "a.b[1]",
+		`{"a":{"k\u0000":1}}`:       "a",
+	} {
+		_, err := decodeAny(raw)
+		if e, ok := errs.As(err); !ok || e.Details["path"] != path || !strings.Contains(e.Message, "NUL") {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}
+
+// The first offending field is the first in the document as sent.
+func TestDecodeReportsInDocumentOrder(t *testing.T) {
+	fields := []Field{
+		TenantID(),
+		{Name: "name", Type: String, Required: true, MaxLength: 3},
+		{Name: "count", Type: Integer, Min: Int(0), Max: Int(9)},
+		{Name: "doc", Type: Object, Open: true},
+	}
+	for i := range fields {
+		fields[i].compile()
+	}
+	for raw, path := range map[string]string{
+		`{"count":10,"name":"toolong"}`:        "count",
+		`{"name":"toolong","count":10}`:        "name",
+		`{"zzz":1,"name":"toolong"}`:           "zzz",
+		`{"name":"ok","tenantId":"a b"}`:       "tenantId",
+		`{"doc":{"x":1},"name":"ok"}`:          "tenantId",
+		`{"doc":{"x":"\u0000"},"name":"long"}`: "doc.x",
+	} {
+		_, err := decode([]byte(raw), fields)
+		if e, ok := errs.As(err); !ok || e.Details["path"] != path {
+			t.Errorf("%s: %v, want path %s", raw, err, path)
+		}
+	}
+}
+
+// Integer fields are bounded by the int4 columns they land in unless they
+// say otherwise.
+func TestIntegerFieldsHaveColumnBounds(t *testing.T) {
+	f := []Field{ExpectedVersion(), {Name: "n", Type: Integer}}
+	for i := range f {
+		f[i].compile()
+	}
+	for raw, ok := range map[string]bool{
+		`{"expectedVersion":2147483647}`: true, `{"expectedVersion":2147483648}`: false, `{"expectedVersion":0}`: false,
+		`{"n":-2147483648}`: true, `{"n":-2147483649}`: false, `{"n":1e3}`: true, `{"n":1.5}`: false,
+	} {
+		_, err := decode([]byte(raw), f)
+		if (err == nil) != ok {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}
+
+// Inputs are assigned from the decoded value: open fields as sent.
+func TestAssign(t *testing.T) {
+	type size struct {
+		GPUs int `json:"gpus"`
+	}
+	type in struct {
+		TenantID string          `json:"tenantId"`
+		Version  *int            `json:"expectedVersion,omitempty"`
+		Doc      json.RawMessage `json:"doc"`
+		Labels   map[string]any  `json:"labels"`
+		Size     size            `json:"size"`
+		Tags     []string        `json:"tags"`
+		Missing  *string         `json:"missing"`
+	}
+	v, err := decodeAny(`{"tenantId":"a","expectedVersion":3,"doc":{"z":1,"a":[true]},"labels":{"x":1},"size":{"gpus":2},"tags":["p","q"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got in
+	if err := assign(reflect.ValueOf(&got).Elem(), v); err != nil {
+		t.Fatal(err)
+	}
+	if got.TenantID != "a" || *got.Version != 3 || string(got.Doc) != `{"z":1,"a":[true]}` || got.Labels["x"] != 1.0 ||
+		got.Size.GPUs != 2 || !reflect.DeepEqual(got.Tags, []string{"p", "q"}) || got.Missing != nil {
+		t.Fatalf("%+v", got)
 	}
 }

@@ -391,7 +391,7 @@ func Methods() []registry.Method {
 	nodeID := registry.ID("nodeId", ids.Node)
 	nodeFilter := nodeID
 	nodeFilter.Required, nodeFilter.Description = false, "only the workflows of this node"
-	expected := registry.Field{Name: "expectedVersion", Type: registry.Integer, Min: registry.Int(1)}
+	expected := registry.ExpectedVersion()
 	list := m("list", registry.Read, "compute:workflows:read", authz.Tenant,
 		"Returns a page of the tenant's workflows, ordered by id (creation order), optionally only those of one node or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
