@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO    ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: run build test deps browser generate check-generated lint bench fuzz audit-deps ci clean
+.PHONY: run build test deps browser generate examples check-generated lint bench fuzz audit-deps ci clean
 
 # The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
 deps:
@@ -41,10 +41,18 @@ generate:
 	$(GO) tool gqlgen generate
 	$(GO) run ./internal/docgen/cmd
 
+# Records one request and answer per method from a run of the e2e and
+# workflow tests into docs/api/examples.json (the method pages show them),
+# then regenerates the docs. Run it after changing a method's input or output.
+examples: deps audit-deps
+	rm -f docs/api/examples.json
+	COMPUTE_RECORD_EXAMPLES=$(CURDIR)/docs/api/examples.json $(GO) test -count=1 ./internal/e2e/ ./internal/workflows/
+	$(GO) run ./internal/docgen/cmd
+
 # Fails when generated code or documents differ from what is committed.
 check-generated: generate
-	@git diff --exit-code -- graph resolvers docs/api || (echo "generated files are stale: run make generate and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- graph resolvers docs/api)" || (git status --porcelain -- graph resolvers docs/api; echo "untracked generated files" && exit 1)
+	@git diff --exit-code -- graph resolvers docs/api schema.graphql || (echo "generated files are stale: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- graph resolvers docs/api schema.graphql)" || (git status --porcelain -- graph resolvers docs/api schema.graphql; echo "untracked generated files" && exit 1)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt would change these files" && exit 1)

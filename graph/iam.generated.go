@@ -11,6 +11,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -272,14 +274,14 @@ func (ec *executionContext) _RoleBinding_role(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNRole2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_RoleBinding_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("RoleBinding", field, false, false, "String")
+	return graphql.NewScalarFieldContext("RoleBinding", field, false, false, "Role")
 }
 
 func (ec *executionContext) _RoleBinding_createdAt(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
@@ -552,14 +554,14 @@ func (ec *executionContext) _Token_role(ctx context.Context, field graphql.Colle
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNRole2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Token_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Token", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Token", field, false, false, "Role")
 }
 
 func (ec *executionContext) _Token_createdAt(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
@@ -788,7 +790,7 @@ func (ec *executionContext) unmarshalInputCreateTokenInput(ctx context.Context, 
 			it.Name = data
 		case "role":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("role"))
-			data, err := ec.unmarshalNString2string(ctx, v)
+			data, err := ec.unmarshalNRole2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -844,7 +846,7 @@ func (ec *executionContext) unmarshalInputGrantMemberInput(ctx context.Context, 
 			it.PrincipalID = data
 		case "role":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("role"))
-			data, err := ec.unmarshalNString2string(ctx, v)
+			data, err := ec.unmarshalNRole2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1447,6 +1449,34 @@ func (ec *executionContext) marshalNRevokeTokenPayload2ᚖgithubᚗcomᚋbetterc
 	}
 	return ec._RevokeTokenPayload(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNRole2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNRole2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRole2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNRole2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Role!")
+	}
+	return res
+}
+
+var (
+	unmarshalNRole2string = map[string]string{
+		"VIEWER": authz.RoleViewer,
+		"MEMBER": authz.RoleMember,
+		"ADMIN":  authz.RoleAdmin,
+	}
+	marshalNRole2string = map[string]string{
+		authz.RoleViewer: "VIEWER",
+		authz.RoleMember: "MEMBER",
+		authz.RoleAdmin:  "ADMIN",
+	}
+)
 
 func (ec *executionContext) marshalNRoleBinding2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐBinding(ctx context.Context, sel ast.SelectionSet, v *iam.Binding) graphql.Marshaler {
 	if v == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -417,14 +418,14 @@ func (ec *executionContext) _ComputeNode_state(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNNodeState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_ComputeNode_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "NodeState")
 }
 
 func (ec *executionContext) _ComputeNode_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
@@ -440,14 +441,14 @@ func (ec *executionContext) _ComputeNode_attestor(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNAttestor2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_ComputeNode_attestor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "Attestor")
 }
 
 func (ec *executionContext) _ComputeNode_hardware(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
@@ -1527,14 +1528,14 @@ func (ec *executionContext) _InventoryChange_type(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNInventoryChangeType2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_InventoryChange_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InventoryChange", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InventoryChange", field, false, false, "InventoryChangeType")
 }
 
 func (ec *executionContext) _InventoryChange_deviceId(ctx context.Context, field graphql.CollectedField, obj *inventory.Change) (ret graphql.Marshaler) {
@@ -2220,14 +2221,14 @@ func (ec *executionContext) _JoinRequest_state(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNJoinRequestState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_JoinRequest_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "String")
+	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "JoinRequestState")
 }
 
 func (ec *executionContext) _JoinRequest_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
@@ -2243,14 +2244,14 @@ func (ec *executionContext) _JoinRequest_attestor(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNAttestor2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_JoinRequest_attestor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "String")
+	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "Attestor")
 }
 
 func (ec *executionContext) _JoinRequest_reasons(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
@@ -2799,14 +2800,14 @@ func (ec *executionContext) _JoinToken_state(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNJoinTokenState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_JoinToken_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("JoinToken", field, false, false, "String")
+	return graphql.NewScalarFieldContext("JoinToken", field, false, false, "JoinTokenState")
 }
 
 func (ec *executionContext) _JoinToken_createdAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
@@ -5492,6 +5493,34 @@ func (ec *executionContext) marshalNArchivePoolPayload2ᚖgithubᚗcomᚋbetterc
 	return ec._ArchivePoolPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNAttestor2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNAttestor2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNAttestor2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNAttestor2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Attestor!")
+	}
+	return res
+}
+
+var (
+	unmarshalNAttestor2string = map[string]string{
+		"TOKEN":     nodes.AttestorToken,
+		"DISCOVERY": nodes.AttestorDiscovery,
+		"TPM":       nodes.AttestorTPM,
+	}
+	marshalNAttestor2string = map[string]string{
+		nodes.AttestorToken:     "TOKEN",
+		nodes.AttestorDiscovery: "DISCOVERY",
+		nodes.AttestorTPM:       "TPM",
+	}
+)
+
 func (ec *executionContext) unmarshalNChangeNodeInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐNodeChangeInput(ctx context.Context, v any) (nodes.NodeChangeInput, error) {
 	res, err := ec.unmarshalInputChangeNodeInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -5666,6 +5695,38 @@ func (ec *executionContext) marshalNInventoryChange2ᚕgithubᚗcomᚋbettercomp
 	return ret
 }
 
+func (ec *executionContext) unmarshalNInventoryChangeType2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNInventoryChangeType2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNInventoryChangeType2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNInventoryChangeType2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "InventoryChangeType!")
+	}
+	return res
+}
+
+var (
+	unmarshalNInventoryChangeType2string = map[string]string{
+		"GPU_MISSING":        inventory.GPUMissing,
+		"GPU_ADDED":          inventory.GPUAdded,
+		"DISK_REPLACED":      inventory.DiskReplaced,
+		"DRIVER_CHANGED":     inventory.DriverChanged,
+		"MIG_LAYOUT_CHANGED": inventory.MIGLayoutChanged,
+	}
+	marshalNInventoryChangeType2string = map[string]string{
+		inventory.GPUMissing:       "GPU_MISSING",
+		inventory.GPUAdded:         "GPU_ADDED",
+		inventory.DiskReplaced:     "DISK_REPLACED",
+		inventory.DriverChanged:    "DRIVER_CHANGED",
+		inventory.MIGLayoutChanged: "MIG_LAYOUT_CHANGED",
+	}
+)
+
 func (ec *executionContext) marshalNInventorySnapshot2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐSnapshot(ctx context.Context, sel ast.SelectionSet, v *inventory.Snapshot) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "InventorySnapshot!")
@@ -5746,6 +5807,38 @@ func (ec *executionContext) marshalNJoinRequestEdge2ᚖgithubᚗcomᚋbettercomp
 	return ec._JoinRequestEdge(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNJoinRequestState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNJoinRequestState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNJoinRequestState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNJoinRequestState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "JoinRequestState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNJoinRequestState2string = map[string]string{
+		"PENDING":  nodes.Pending,
+		"APPROVED": nodes.Approved,
+		"CONSUMED": nodes.Consumed,
+		"DENIED":   nodes.Denied,
+		"EXPIRED":  nodes.Expired,
+	}
+	marshalNJoinRequestState2string = map[string]string{
+		nodes.Pending:  "PENDING",
+		nodes.Approved: "APPROVED",
+		nodes.Consumed: "CONSUMED",
+		nodes.Denied:   "DENIED",
+		nodes.Expired:  "EXPIRED",
+	}
+)
+
 func (ec *executionContext) marshalNJoinToken2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinToken(ctx context.Context, sel ast.SelectionSet, v nodes.JoinToken) graphql.Marshaler {
 	return ec._JoinToken(ctx, sel, &v)
 }
@@ -5757,6 +5850,36 @@ func (ec *executionContext) marshalNJoinToken2ᚖgithubᚗcomᚋbettercomputeᚋ
 	}
 	return ec._JoinToken(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNJoinTokenState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNJoinTokenState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNJoinTokenState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNJoinTokenState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "JoinTokenState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNJoinTokenState2string = map[string]string{
+		"ACTIVE":    nodes.TokenActive,
+		"EXHAUSTED": nodes.TokenExhausted,
+		"EXPIRED":   nodes.TokenExpired,
+		"REVOKED":   nodes.TokenRevoked,
+	}
+	marshalNJoinTokenState2string = map[string]string{
+		nodes.TokenActive:    "ACTIVE",
+		nodes.TokenExhausted: "EXHAUSTED",
+		nodes.TokenExpired:   "EXPIRED",
+		nodes.TokenRevoked:   "REVOKED",
+	}
+)
 
 func (ec *executionContext) marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx context.Context, sel ast.SelectionSet, v inventory.MIGDevice) graphql.Marshaler {
 	return ec._MigDevice(ctx, sel, &v)
@@ -5809,6 +5932,34 @@ func (ec *executionContext) marshalNNodePayload2ᚖgithubᚗcomᚋbettercompute�
 	}
 	return ec._NodePayload(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNNodeState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNNodeState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNNodeState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNNodeState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "NodeState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNNodeState2string = map[string]string{
+		"READY":    nodes.Ready,
+		"CORDONED": nodes.Cordoned,
+		"REMOVED":  nodes.Removed,
+	}
+	marshalNNodeState2string = map[string]string{
+		nodes.Ready:    "READY",
+		nodes.Cordoned: "CORDONED",
+		nodes.Removed:  "REMOVED",
+	}
+)
 
 func (ec *executionContext) unmarshalNRegisterMachineInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐMachineRegisterInput(ctx context.Context, v any) (nodes.MachineRegisterInput, error) {
 	res, err := ec.unmarshalInputRegisterMachineInput(ctx, v)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -294,14 +295,14 @@ func (ec *executionContext) _Pool_sharingMode(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNPoolSharingMode2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Pool_sharingMode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Pool", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Pool", field, false, false, "PoolSharingMode")
 }
 
 func (ec *executionContext) _Pool_kind(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
@@ -317,14 +318,14 @@ func (ec *executionContext) _Pool_kind(ctx context.Context, field graphql.Collec
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNPoolKind2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Pool_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Pool", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Pool", field, false, false, "PoolKind")
 }
 
 func (ec *executionContext) _Pool_provider(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
@@ -409,14 +410,14 @@ func (ec *executionContext) _Pool_state(ctx context.Context, field graphql.Colle
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNPoolState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Pool_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Pool", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Pool", field, false, false, "PoolState")
 }
 
 func (ec *executionContext) _Pool_rowVersion(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
@@ -949,14 +950,14 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 			it.GpuModel = data
 		case "sharingMode":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sharingMode"))
-			data, err := ec.unmarshalNString2string(ctx, v)
+			data, err := ec.unmarshalNPoolSharingMode2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.SharingMode = data
 		case "kind":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
-			data, err := ec.unmarshalNString2string(ctx, v)
+			data, err := ec.unmarshalNPoolKind2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1545,6 +1546,34 @@ func (ec *executionContext) marshalNPoolEdge2ᚖgithubᚗcomᚋbettercomputeᚋc
 	return ec._PoolEdge(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNPoolKind2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNPoolKind2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNPoolKind2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNPoolKind2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "PoolKind!")
+	}
+	return res
+}
+
+var (
+	unmarshalNPoolKind2string = map[string]string{
+		"BARE_METAL":   pools.BareMetal,
+		"VPS_HOSTED":   pools.VPSHosted,
+		"VPS_PROVIDER": pools.VPSProvider,
+	}
+	marshalNPoolKind2string = map[string]string{
+		pools.BareMetal:   "BARE_METAL",
+		pools.VPSHosted:   "VPS_HOSTED",
+		pools.VPSProvider: "VPS_PROVIDER",
+	}
+)
+
 func (ec *executionContext) marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOfferᚄ(ctx context.Context, sel ast.SelectionSet, v []*pools.Offer) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -1577,5 +1606,59 @@ func (ec *executionContext) unmarshalNPoolQuotaInput2ᚖgithubᚗcomᚋbettercom
 	res, err := ec.unmarshalInputPoolQuotaInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
+
+func (ec *executionContext) unmarshalNPoolSharingMode2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNPoolSharingMode2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNPoolSharingMode2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNPoolSharingMode2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "PoolSharingMode!")
+	}
+	return res
+}
+
+var (
+	unmarshalNPoolSharingMode2string = map[string]string{
+		"EXCLUSIVE":   pools.Exclusive,
+		"MIG":         pools.MIG,
+		"TIME_SLICED": pools.TimeSliced,
+	}
+	marshalNPoolSharingMode2string = map[string]string{
+		pools.Exclusive:  "EXCLUSIVE",
+		pools.MIG:        "MIG",
+		pools.TimeSliced: "TIME_SLICED",
+	}
+)
+
+func (ec *executionContext) unmarshalNPoolState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNPoolState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNPoolState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNPoolState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "PoolState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNPoolState2string = map[string]string{
+		"ACTIVE":   pools.Active,
+		"ARCHIVED": pools.Archived,
+	}
+	marshalNPoolState2string = map[string]string{
+		pools.Active:   "ACTIVE",
+		pools.Archived: "ARCHIVED",
+	}
+)
 
 // endregion ***************************** type.gotpl *****************************

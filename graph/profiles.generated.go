@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -220,14 +221,14 @@ func (ec *executionContext) _Profile_visibility(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNProfileVisibility2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Profile_visibility(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Profile", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Profile", field, false, false, "ProfileVisibility")
 }
 
 func (ec *executionContext) _Profile_document(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
@@ -608,14 +609,14 @@ func (ec *executionContext) _ProfileIssue_code(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNProfileIssueCode2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_ProfileIssue_code(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ProfileIssue", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ProfileIssue", field, false, false, "ProfileIssueCode")
 }
 
 func (ec *executionContext) _ProfileIssue_message(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
@@ -723,14 +724,14 @@ func (ec *executionContext) _ProfileStep_phase(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNStepPhase2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_ProfileStep_phase(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ProfileStep", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ProfileStep", field, false, false, "StepPhase")
 }
 
 func (ec *executionContext) _ProfileStep_with(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
@@ -881,7 +882,7 @@ func (ec *executionContext) unmarshalInputCreateProfileInput(ctx context.Context
 			it.Document = data
 		case "visibility":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("visibility"))
-			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			data, err := ec.unmarshalOProfileVisibility2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1007,7 +1008,7 @@ func (ec *executionContext) unmarshalInputUpdateProfileInput(ctx context.Context
 			it.Document = data
 		case "visibility":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("visibility"))
-			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			data, err := ec.unmarshalOProfileVisibility2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1546,6 +1547,40 @@ func (ec *executionContext) marshalNProfileIssue2ᚖgithubᚗcomᚋbettercompute
 	return ec._ProfileIssue(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNProfileIssueCode2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNProfileIssueCode2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNProfileIssueCode2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNProfileIssueCode2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "ProfileIssueCode!")
+	}
+	return res
+}
+
+var (
+	unmarshalNProfileIssueCode2string = map[string]string{
+		"UNKNOWN_STEP":    profiles.IssueUnknownStep,
+		"INVALID_WITH":    profiles.IssueInvalidWith,
+		"EMPTY_EXPANSION": profiles.IssueEmptyExpansion,
+		"DUPLICATE_NAME":  profiles.IssueDuplicateName,
+		"PHASE_ORDER":     profiles.IssuePhaseOrder,
+		"NO_STEPS":        profiles.IssueNoSteps,
+	}
+	marshalNProfileIssueCode2string = map[string]string{
+		profiles.IssueUnknownStep:    "UNKNOWN_STEP",
+		profiles.IssueInvalidWith:    "INVALID_WITH",
+		profiles.IssueEmptyExpansion: "EMPTY_EXPANSION",
+		profiles.IssueDuplicateName:  "DUPLICATE_NAME",
+		profiles.IssuePhaseOrder:     "PHASE_ORDER",
+		profiles.IssueNoSteps:        "NO_STEPS",
+	}
+)
+
 func (ec *executionContext) marshalNProfileStep2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐRendered(ctx context.Context, sel ast.SelectionSet, v *profiles.Rendered) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ProfileStep!")
@@ -1561,6 +1596,62 @@ func (ec *executionContext) marshalNProfileValidation2ᚖgithubᚗcomᚋbetterco
 	}
 	return ec._ProfileValidation(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNProfileVisibility2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNProfileVisibility2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNProfileVisibility2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNProfileVisibility2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "ProfileVisibility!")
+	}
+	return res
+}
+
+var (
+	unmarshalNProfileVisibility2string = map[string]string{
+		"PRIVATE": profiles.Private,
+		"PUBLIC":  profiles.Public,
+	}
+	marshalNProfileVisibility2string = map[string]string{
+		profiles.Private: "PRIVATE",
+		profiles.Public:  "PUBLIC",
+	}
+)
+
+func (ec *executionContext) unmarshalNStepPhase2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNStepPhase2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNStepPhase2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNStepPhase2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "StepPhase!")
+	}
+	return res
+}
+
+var (
+	unmarshalNStepPhase2string = map[string]string{
+		"PREPARE":   profiles.PhasePrepare,
+		"INSTALL":   profiles.PhaseInstall,
+		"CONFIGURE": profiles.PhaseConfigure,
+		"FINALIZE":  profiles.PhaseFinalize,
+	}
+	marshalNStepPhase2string = map[string]string{
+		profiles.PhasePrepare:   "PREPARE",
+		profiles.PhaseInstall:   "INSTALL",
+		profiles.PhaseConfigure: "CONFIGURE",
+		profiles.PhaseFinalize:  "FINALIZE",
+	}
+)
 
 func (ec *executionContext) unmarshalNUpdateProfileInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateProfileInput(ctx context.Context, v any) (model.UpdateProfileInput, error) {
 	res, err := ec.unmarshalInputUpdateProfileInput(ctx, v)
@@ -1600,5 +1691,35 @@ func (ec *executionContext) marshalOProfileStep2ᚕᚖgithubᚗcomᚋbettercompu
 
 	return ret
 }
+
+func (ec *executionContext) unmarshalOProfileVisibility2ᚖstring(ctx context.Context, v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalOProfileVisibility2ᚖstring[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOProfileVisibility2ᚖstring(ctx context.Context, sel ast.SelectionSet, v *string) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := gqlscalar.MarshalString(marshalOProfileVisibility2ᚖstring[*v])
+	return res
+}
+
+var (
+	unmarshalOProfileVisibility2ᚖstring = map[string]string{
+		"PRIVATE": profiles.Private,
+		"PUBLIC":  profiles.Public,
+	}
+	marshalOProfileVisibility2ᚖstring = map[string]string{
+		profiles.Private: "PRIVATE",
+		profiles.Public:  "PUBLIC",
+	}
+)
 
 // endregion ***************************** type.gotpl *****************************

@@ -3097,7 +3097,7 @@ var sources = []*ast.Source{
   tenantId: String!
   principalId: String!
   name: String!
-  role: String!
+  role: Role!
   createdAt: Time!
   revokedAt: Time
 }
@@ -3118,7 +3118,7 @@ type RoleBinding {
   principalId: String!
   principalKind: String!
   principalName: String!
-  role: String!
+  role: Role!
   createdAt: Time!
 }
 
@@ -3136,7 +3136,7 @@ type RoleBindingEdge {
 input CreateTokenInput {
   tenantId: String!
   name: String!
-  role: String!
+  role: Role!
 }
 
 type CreateTokenPayload {
@@ -3157,7 +3157,7 @@ type RevokeTokenPayload {
 input GrantMemberInput {
   tenantId: String!
   principalId: String!
-  role: String!
+  role: Role!
 }
 
 type GrantMemberPayload {
@@ -3172,6 +3172,13 @@ input RevokeMemberInput {
 type RevokeMemberPayload {
   revoked: Int!
 }
+
+"A role on a tenant: a viewer reads; a member also manages profiles, projects, instances and workflows; an admin also pools, nodes, joins and IAM. The method surface spells the values in lower case with - and . (viewer, member, admin)."
+enum Role {
+  VIEWER
+  MEMBER
+  ADMIN
+}
 `, BuiltIn: false},
 	{Name: "../schema/nodes.graphqls", Input: `"A 64-bit integer within ±2^53 (so JavaScript reads it exactly): byte sizes and speeds."
 scalar Long
@@ -3185,10 +3192,9 @@ type ComputeNode implements Node {
   name: String!
   "Label keys to values."
   labels: JSON!
-  "ready, cordoned or removed."
-  state: String!
-  "The attestor that admitted it: token, discovery or tpm."
-  attestor: String!
+  state: NodeState!
+  "The attestor that admitted it."
+  attestor: Attestor!
   hardware: NodeHardware!
   certificateExpiresAt: Time!
   joinRequestId: String
@@ -3292,9 +3298,9 @@ type InventoryDiff {
   changes: [InventoryChange!]!
 }
 
-"gpu.missing, gpu.added, disk.replaced, driver.changed or mig.layout.changed, with the stable device id."
+"One difference between two snapshots, with the stable device id (GPU UUID, disk WWN, driver name)."
 type InventoryChange {
-  type: String!
+  type: InventoryChangeType!
   deviceId: String!
   before: JSON
   after: JSON
@@ -3307,8 +3313,7 @@ type JoinToken {
   expiresAt: Time!
   maxUses: Int!
   uses: Int!
-  "active, exhausted, expired or revoked."
-  state: String!
+  state: JoinTokenState!
   createdAt: Time!
   revokedAt: Time
 }
@@ -3319,9 +3324,8 @@ type JoinRequest {
   poolId: String!
   tenantId: String!
   joinTokenId: String!
-  "pending, approved, consumed, denied or expired."
-  state: String!
-  attestor: String!
+  state: JoinRequestState!
+  attestor: Attestor!
   "Why the join was deferred: [{code, message}]."
   reasons: JSON!
   csrFingerprint: String!
@@ -3526,6 +3530,46 @@ extend type Mutation {
   allowTpmKey(input: AllowTpmKeyInput!): AllowTpmKeyPayload!
   disallowTpmKey(input: DisallowTpmKeyInput!): RemovedPayload!
 }
+
+"Ready nodes take work; cordoned ones take no new work; removed ones have lost their credential. The method surface spells the values in lower case with - and . (ready, cordoned, removed)."
+enum NodeState {
+  READY
+  CORDONED
+  REMOVED
+}
+
+"How a join is attested: the join token alone, a machine the pool owner registered (discovery), or an allowed TPM endorsement key. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
+enum Attestor {
+  TOKEN
+  DISCOVERY
+  TPM
+}
+
+"Only an active join token admits. The method surface spells the values in lower case with - and . (active, exhausted, expired, revoked)."
+enum JoinTokenState {
+  ACTIVE
+  EXHAUSTED
+  EXPIRED
+  REVOKED
+}
+
+"A pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours). The method surface spells the values in lower case with - and . (pending, approved, consumed, denied, expired)."
+enum JoinRequestState {
+  PENDING
+  APPROVED
+  CONSUMED
+  DENIED
+  EXPIRED
+}
+
+"What changed between two snapshots. The method surface spells the values in lower case with - and . (gpu.missing, gpu.added, disk.replaced, driver.changed, mig.layout.changed)."
+enum InventoryChangeType {
+  GPU_MISSING
+  GPU_ADDED
+  DISK_REPLACED
+  DRIVER_CHANGED
+  MIG_LAYOUT_CHANGED
+}
 `, BuiltIn: false},
 	{Name: "../schema/pools.graphqls", Input: `"A pool groups the nodes of one site under one GPU model, one sharing mode and one policy."
 type Pool implements Node {
@@ -3536,12 +3580,12 @@ type Pool implements Node {
   name: String!
   site: String!
   gpuModel: String!
-  sharingMode: String!
-  kind: String!
+  sharingMode: PoolSharingMode!
+  kind: PoolKind!
   provider: String
   providerAccount: String
   policy: JSON!
-  state: String!
+  state: PoolState!
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
@@ -3582,8 +3626,8 @@ input CreatePoolInput {
   name: String!
   site: String!
   gpuModel: String!
-  sharingMode: String!
-  kind: String!
+  sharingMode: PoolSharingMode!
+  kind: PoolKind!
   provider: String
   providerAccount: String
   policy: JSON
@@ -3613,6 +3657,26 @@ extend type Mutation {
   createPool(input: CreatePoolInput!): CreatePoolPayload!
   offerPool(input: OfferPoolInput!): OfferPoolPayload!
 }
+
+"How the pool's GPUs are shared between instances. The method surface spells the values in lower case with - and . (exclusive, mig, time-sliced)."
+enum PoolSharingMode {
+  EXCLUSIVE
+  MIG
+  TIME_SLICED
+}
+
+"Where the pool's capacity comes from. The method surface spells the values in lower case with - and . (bare-metal, vps-hosted, vps-provider)."
+enum PoolKind {
+  BARE_METAL
+  VPS_HOSTED
+  VPS_PROVIDER
+}
+
+"An archived pool takes no new offers, joins or changes. The method surface spells the values in lower case with - and . (active, archived)."
+enum PoolState {
+  ACTIVE
+  ARCHIVED
+}
 `, BuiltIn: false},
 	{Name: "../schema/profiles.graphqls", Input: `"One version of a provisioning profile: the tenant's own, a public one, or one a module ships (tenant builtin)."
 type Profile implements Node {
@@ -3620,7 +3684,7 @@ type Profile implements Node {
   tenantId: String!
   profileId: String!
   profileVersion: Int!
-  visibility: String!
+  visibility: ProfileVisibility!
   document: JSON!
   rowVersion: Int!
   used: Boolean!
@@ -3639,7 +3703,7 @@ type ProfileValidation {
 
 type ProfileIssue {
   path: String!
-  code: String!
+  code: ProfileIssueCode!
   message: String!
 }
 
@@ -3647,7 +3711,7 @@ type ProfileStep {
   index: Int!
   name: String!
   use: String!
-  phase: String!
+  phase: StepPhase!
   with: JSON!
 }
 
@@ -3671,7 +3735,7 @@ extend type Tenant {
 input CreateProfileInput {
   tenantId: String!
   document: JSON!
-  visibility: String
+  visibility: ProfileVisibility
 }
 
 type CreateProfilePayload {
@@ -3683,7 +3747,7 @@ input UpdateProfileInput {
   profileId: String!
   profileVersion: Int!
   document: JSON
-  visibility: String
+  visibility: ProfileVisibility
   expectedVersion: Int
 }
 
@@ -3705,6 +3769,30 @@ extend type Mutation {
   createProfile(input: CreateProfileInput!): CreateProfilePayload!
   updateProfile(input: UpdateProfileInput!): UpdateProfilePayload!
   deleteProfile(input: DeleteProfileInput!): DeleteProfilePayload!
+}
+
+"A public profile is visible to every tenant; a private one to its own. The method surface spells the values in lower case with - and . (private, public)."
+enum ProfileVisibility {
+  PRIVATE
+  PUBLIC
+}
+
+"The phases a workflow runs, in this order. The method surface spells the values in lower case with - and . (prepare, install, configure, finalize)."
+enum StepPhase {
+  PREPARE
+  INSTALL
+  CONFIGURE
+  FINALIZE
+}
+
+"What validation found."
+enum ProfileIssueCode {
+  UNKNOWN_STEP
+  INVALID_WITH
+  EMPTY_EXPANSION
+  DUPLICATE_NAME
+  PHASE_ORDER
+  NO_STEPS
 }
 `, BuiltIn: false},
 	{Name: "../schema/projects.graphqls", Input: `type Project implements Node {
@@ -3894,8 +3982,7 @@ type Workflow implements Node {
   "The document as it was when the workflow was created."
   profileDocument: JSON!
   steps: [WorkflowStep!]!
-  "pending, running, succeeded, failed or canceled."
-  state: String!
+  state: WorkflowState!
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
@@ -3909,10 +3996,9 @@ type WorkflowStep {
   index: Int!
   name: String!
   use: String!
-  phase: String!
+  phase: StepPhase!
   with: JSON!
-  "pending, running, succeeded, failed or skipped."
-  status: String!
+  status: StepState!
   startedAt: Time
   finishedAt: Time
   message: String
@@ -3965,6 +4051,24 @@ type WorkflowPayload {
 extend type Mutation {
   createWorkflow(input: CreateWorkflowInput!): WorkflowPayload!
   cancelWorkflow(input: CancelWorkflowInput!): WorkflowPayload!
+}
+
+"Pending until the node's first step report; succeeded, failed and canceled are final. The method surface spells the values in lower case with - and . (pending, running, succeeded, failed, canceled)."
+enum WorkflowState {
+  PENDING
+  RUNNING
+  SUCCEEDED
+  FAILED
+  CANCELED
+}
+
+"A step runs once every earlier step succeeded; succeeded and failed are final. The method surface spells the values in lower case with - and . (pending, running, succeeded, failed, skipped)."
+enum StepState {
+  PENDING
+  RUNNING
+  SUCCEEDED
+  FAILED
+  SKIPPED
 }
 `, BuiltIn: false},
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/workflows"
@@ -355,14 +356,14 @@ func (ec *executionContext) _Workflow_state(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNWorkflowState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_Workflow_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Workflow", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Workflow", field, false, false, "WorkflowState")
 }
 
 func (ec *executionContext) _Workflow_rowVersion(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
@@ -777,14 +778,14 @@ func (ec *executionContext) _WorkflowStep_phase(ctx context.Context, field graph
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNStepPhase2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_WorkflowStep_phase(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("WorkflowStep", field, false, false, "String")
+	return graphql.NewScalarFieldContext("WorkflowStep", field, false, false, "StepPhase")
 }
 
 func (ec *executionContext) _WorkflowStep_with(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
@@ -823,14 +824,14 @@ func (ec *executionContext) _WorkflowStep_status(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNStepState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_WorkflowStep_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("WorkflowStep", field, false, false, "String")
+	return graphql.NewScalarFieldContext("WorkflowStep", field, false, false, "StepState")
 }
 
 func (ec *executionContext) _WorkflowStep_startedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
@@ -1398,6 +1399,38 @@ func (ec *executionContext) marshalNProfileVersionConnection2ᚖgithubᚗcomᚋb
 	return ec._ProfileVersionConnection(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNStepState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNStepState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNStepState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNStepState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "StepState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNStepState2string = map[string]string{
+		"PENDING":   workflows.Pending,
+		"RUNNING":   workflows.Running,
+		"SUCCEEDED": workflows.Succeeded,
+		"FAILED":    workflows.Failed,
+		"SKIPPED":   workflows.Skipped,
+	}
+	marshalNStepState2string = map[string]string{
+		workflows.Pending:   "PENDING",
+		workflows.Running:   "RUNNING",
+		workflows.Succeeded: "SUCCEEDED",
+		workflows.Failed:    "FAILED",
+		workflows.Skipped:   "SKIPPED",
+	}
+)
+
 func (ec *executionContext) marshalNWorkflow2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐWorkflow(ctx context.Context, sel ast.SelectionSet, v *workflows.Workflow) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Workflow!")
@@ -1445,6 +1478,38 @@ func (ec *executionContext) marshalNWorkflowPayload2ᚖgithubᚗcomᚋbettercomp
 	}
 	return ec._WorkflowPayload(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNWorkflowState2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNWorkflowState2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWorkflowState2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNWorkflowState2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "WorkflowState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNWorkflowState2string = map[string]string{
+		"PENDING":   workflows.Pending,
+		"RUNNING":   workflows.Running,
+		"SUCCEEDED": workflows.Succeeded,
+		"FAILED":    workflows.Failed,
+		"CANCELED":  workflows.Canceled,
+	}
+	marshalNWorkflowState2string = map[string]string{
+		workflows.Pending:   "PENDING",
+		workflows.Running:   "RUNNING",
+		workflows.Succeeded: "SUCCEEDED",
+		workflows.Failed:    "FAILED",
+		workflows.Canceled:  "CANCELED",
+	}
+)
 
 func (ec *executionContext) marshalNWorkflowStep2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐStep(ctx context.Context, sel ast.SelectionSet, v workflows.Step) graphql.Marshaler {
 	return ec._WorkflowStep(ctx, sel, &v)

@@ -61,8 +61,15 @@ var (
 	adminPerms  = []string{"compute:pools:manage", "compute:nodes:manage", "compute:joinTokens:manage", "compute:joinRequests:approve", "compute:iam:manage"}
 )
 
+// The roles a principal can hold on a tenant.
+const (
+	RoleViewer = "viewer"
+	RoleMember = "member"
+	RoleAdmin  = "admin"
+)
+
 // Roles are the roles a principal can hold on a tenant.
-var Roles = []string{"viewer", "member", "admin"}
+var Roles = []string{RoleViewer, RoleMember, RoleAdmin}
 
 // RoleAllows is the single table mapping roles to permissions.
 func RoleAllows(role, perm string) bool {

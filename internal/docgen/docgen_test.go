@@ -2,15 +2,30 @@ package docgen
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/internal/apicheck"
+	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/registry"
 )
+
+const root = "../.."
 
 // TestGeneratedDocsAreCurrent fails when docs/api differs from the registry.
 func TestGeneratedDocsAreCurrent(t *testing.T) {
-	for path, want := range Files() {
-		got, err := os.ReadFile(filepath.Join("..", "..", path))
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, path))
 		if err != nil {
 			t.Errorf("%s: %v (run make generate)", path, err)
 			continue
@@ -18,5 +33,77 @@ func TestGeneratedDocsAreCurrent(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is stale: run make generate", path)
 		}
+	}
+}
+
+// TestExamplesCoverEveryMethod fails when a method has no recorded example
+// or its recorded request or answer no longer fits the OpenAPI document
+// (run make examples after changing a method's input or output).
+func TestExamplesCoverEveryMethod(t *testing.T) {
+	examples, err := Examples(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := app.Registry(nil, nil, nil)
+	raw, _ := json.Marshal(reg.OpenAPI("test"))
+	doc, err := apicheck.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range reg.Methods() {
+		ex, ok := examples[m.Key()]
+		if !ok {
+			t.Errorf("%s has no recorded example: exercise it in the e2e suite and run make examples", m.Key())
+			continue
+		}
+		if err := doc.Input(m.Path(), ex.Request); err != nil {
+			t.Errorf("%s: the recorded request no longer fits the input schema (run make examples): %v", m.Key(), err)
+		}
+		if err := doc.Answer(m.Path(), 200, ex.Answer); err != nil {
+			t.Errorf("%s: the recorded answer no longer fits the output schema (run make examples): %v", m.Key(), err)
+		}
+	}
+	for k := range examples {
+		g, name, _ := strings.Cut(k, ".")
+		if _, ok := reg.Lookup(g, name); !ok {
+			t.Errorf("example %s names no method (run make examples)", k)
+		}
+	}
+}
+
+// TestGraphQLEnumsAreTheRegistrys: every enum of the graph is a closed set
+// the registry names (the OpenAPI document's enum of the same name), with
+// the same values spelled the GraphQL way, so the two surfaces cannot
+// disagree on a set.
+func TestGraphQLEnumsAreTheRegistrys(t *testing.T) {
+	app.Registry(nil, nil, nil) // the packages define their enums
+	spell := strings.NewReplacer("-", "_", ".", "_")
+	n := 0
+	for name, def := range graph.NewExecutableSchema(graph.Config{}).Schema().Types {
+		if def.Kind != ast.Enum || def.BuiltIn || strings.HasPrefix(name, "__") {
+			continue
+		}
+		n++
+		var want []string
+		func() {
+			defer func() {
+				if recover() != nil {
+					t.Errorf("GraphQL enum %s is no enum of the registry (registry.DefineEnum)", name)
+				}
+			}()
+			for _, v := range registry.Enum(name) {
+				want = append(want, spell.Replace(strings.ToUpper(v)))
+			}
+		}()
+		var got []string
+		for _, v := range def.EnumValues {
+			got = append(got, v.Name)
+		}
+		if want != nil && strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("GraphQL enum %s is %v, the registry's is %v", name, got, want)
+		}
+	}
+	if n < 7 {
+		t.Errorf("only %d enums in the graph", n)
 	}
 }

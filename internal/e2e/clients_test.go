@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,18 +70,35 @@ func TestGraphQLTransportWS(t *testing.T) {
 	}
 }
 
-// TestGraphiQLInBrowser loads GraphiQL in headless Chromium (no network
-// beyond this server: every asset is vendored), runs a query with the
-// token entered in the page, and checks that nothing was blocked.
+// TestGraphiQLInBrowser drives GraphiQL in headless Chromium (no network
+// beyond this server: every asset is vendored) with a token entered in the
+// page: a query through the editor, the Docs pane (the schema loads by the
+// standard introspection query; its search finds ComputeNode and opens it),
+// and autocomplete offering tenant after "{ ten"; nothing may be blocked by
+// the page's CSP. Screenshots of every stage are kept in
+// test/clients/artifacts/<test> when the test fails (or KEEP_SCREENSHOTS is
+// set).
 func TestGraphiQLInBrowser(t *testing.T) {
 	t.Parallel()
 	dir := clientsDir(t)
 	if _, err := exec.LookPath("chromium"); err != nil {
-		t.Fatalf("chromium is not installed: run make deps")
+		t.Fatalf("chromium is not installed: run make browser")
 	}
+	shots := filepath.Join(dir, "artifacts", t.Name())
+	_ = os.RemoveAll(shots)
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() && os.Getenv("KEEP_SCREENSHOTS") == "" {
+			_ = os.RemoveAll(shots)
+		} else {
+			t.Logf("screenshots: %s", shots)
+		}
+	})
 	e := testkit.Start(t)
 	admin, _, _ := e.Tenant("acme")
-	out, err := node(t, dir, "graphiql.mjs", e.Server.URL, admin, `{ viewer { kind } tenant(tenantId: "acme") { name } }`)
+	out, err := node(t, dir, "graphiql.mjs", e.Server.URL, admin, `{ viewer { kind } tenant(tenantId: "acme") { name } }`, shots)
 	if err != nil {
 		t.Fatalf("graphiql: %v\n%s", err, out)
 	}
@@ -92,11 +110,28 @@ func TestGraphiQLInBrowser(t *testing.T) {
 			}
 		}
 		Blocked []string
+		Docs    struct {
+			Title  string
+			Fields []string
+		}
+		Hints []string
+		Ms    map[string]int
+		Error string
 	}
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
 		t.Fatalf("graphiql output: %v\n%s", err, out)
 	}
+	t.Logf("stages done after (ms): %v", got.Ms)
+	if got.Error != "" {
+		t.Fatalf("graphiql: %s\n%s", got.Error, out)
+	}
 	if got.Response.Data.Viewer.Kind != "service" || got.Response.Data.Tenant.Name != "Tenant acme" || len(got.Blocked) > 0 {
-		t.Fatalf("graphiql: %+v", got)
+		t.Errorf("graphiql query: %s", out)
+	}
+	if got.Docs.Title != "ComputeNode" || !slices.Contains(got.Docs.Fields, "inventory") || !slices.Contains(got.Docs.Fields, "state") {
+		t.Errorf("the Docs pane's ComputeNode: %+v", got.Docs)
+	}
+	if !slices.Contains(got.Hints, "tenant") {
+		t.Errorf("autocomplete after \"{ ten\" offers %v, not tenant", got.Hints)
 	}
 }

@@ -235,7 +235,7 @@ func TestDashboardQueryAfterJoinsAndReports(t *testing.T) {
 		for _, c := range d["changes"].([]any) {
 			types = append(types, c.(map[string]any)["type"].(string))
 		}
-		if strings.Join(types, ",") != "gpu.missing,driver.changed" || d["from"] == "" || d["to"] != inv["snapshotId"] {
+		if strings.Join(types, ",") != "GPU_MISSING,DRIVER_CHANGED" || d["from"] == "" || d["to"] != inv["snapshotId"] {
 			t.Fatalf("diff: %v", d)
 		}
 		// node(id) finds it again; another tenant cannot.
@@ -284,7 +284,7 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	}
 	d = mut(admin, `mutation($in: ChangeNodeInput!) { cordonNode(input: $in) { node { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "nodeId": nodeID}})
-	if d["cordonNode"].(map[string]any)["node"].(map[string]any)["state"] != "cordoned" {
+	if d["cordonNode"].(map[string]any)["node"].(map[string]any)["state"] != "CORDONED" {
 		t.Fatalf("cordon: %v", d)
 	}
 	r := e.GraphQL(member, `mutation($in: ChangeNodeInput!) { uncordonNode(input: $in) { node { state } } }`,
@@ -300,7 +300,7 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	}
 	d = mut(admin, `mutation($in: RevokeJoinTokenInput!) { revokeJoinToken(input: $in) { joinToken { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "joinTokenId": jt["joinTokenId"]}})
-	if d["revokeJoinToken"].(map[string]any)["joinToken"].(map[string]any)["state"] != "revoked" {
+	if d["revokeJoinToken"].(map[string]any)["joinToken"].(map[string]any)["state"] != "REVOKED" {
 		t.Fatalf("revoke: %v", d)
 	}
 	d = mut(admin, `mutation($in: UpdatePoolInput!) { updatePool(input: $in) { pool { name policy rowVersion } } }`,
@@ -310,7 +310,7 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	}
 	d = mut(admin, `mutation($in: ChangeNodeInput!) { removeNode(input: $in) { node { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "nodeId": nodeID}})
-	if d["removeNode"].(map[string]any)["node"].(map[string]any)["state"] != "removed" {
+	if d["removeNode"].(map[string]any)["node"].(map[string]any)["state"] != "REMOVED" {
 		t.Fatalf("remove: %v", d)
 	}
 	d = mut(admin, `mutation($in: RegisterMachineInput!) { registerMachine(input: $in) { machine { machineId mac } } }`,
@@ -337,7 +337,7 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	}
 	d = mut(admin, `mutation($in: ArchivePoolInput!) { archivePool(input: $in) { pool { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool}})
-	if d["archivePool"].(map[string]any)["pool"].(map[string]any)["state"] != "archived" {
+	if d["archivePool"].(map[string]any)["pool"].(map[string]any)["state"] != "ARCHIVED" {
 		t.Fatalf("archive: %v", d)
 	}
 }

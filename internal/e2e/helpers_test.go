@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -121,15 +119,7 @@ func rawCall(t testing.TB, e *testkit.Env, method, path string, header map[strin
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	r := testkit.Resp{Status: res.StatusCode, Header: res.Header, Raw: b}
-	_ = json.Unmarshal(b, &r.Body)
-	return r
+	return env(t, e).Do(req)
 }
 
 // gqlErr returns errors[0].extensions.code and .details.path of a GraphQL
@@ -234,4 +224,10 @@ func newProject(t testing.TB, e *testkit.Env, caller, tenantID, name string) str
 		t.Fatalf("projects.create output: %s", r.Raw)
 	}
 	return id
+}
+
+// gqlEnum is the graph's spelling of a method surface value of a closed set
+// (time-sliced: TIME_SLICED, gpu.missing: GPU_MISSING).
+func gqlEnum(s string) string {
+	return strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(s))
 }

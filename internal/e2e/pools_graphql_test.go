@@ -20,14 +20,16 @@ func TestPoolsGraphQL(t *testing.T) {
 	var ids []string
 	for i := 0; i < 6; i++ {
 		r := e.GraphQL(admin, create, map[string]any{"in": map[string]any{"tenantId": "acme", "name": fmt.Sprintf("p%d", i), "site": "fra1",
-			"gpuModel": "H100", "sharingMode": "exclusive", "kind": "bare-metal", "policy": map[string]any{"maxNodes": 40}}})
+			"gpuModel": "H100", "sharingMode": "EXCLUSIVE", "kind": "BARE_METAL", "policy": map[string]any{"maxNodes": 40}}})
 		if r.Status != 200 || r.Body["errors"] != nil {
 			t.Fatalf("createPool: %s", r.Raw)
 		}
 		ids = append(ids, r.Body["data"].(map[string]any)["createPool"].(map[string]any)["pool"].(map[string]any)["poolId"].(string))
 	}
-	r := e.GraphQL(admin, create, map[string]any{"in": map[string]any{"tenantId": "acme", "name": "x", "site": "fra1", "gpuModel": "H100", "sharingMode": "shared", "kind": "bare-metal"}})
-	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"sharingMode"`) {
+	r := e.GraphQL(admin, create, map[string]any{"in": map[string]any{"tenantId": "acme", "name": "x", "site": "fra1", "gpuModel": "H100", "sharingMode": "shared", "kind": "BARE_METAL"}})
+	// sharingMode is an enum: GraphQL validation refuses other values
+	// before the method runs.
+	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"variable.in.sharingMode"`) {
 		t.Fatalf("bad sharingMode: %s", r.Raw)
 	}
 	offer := `mutation($in: OfferPoolInput!) { offerPool(input: $in) { offer { poolId toTenantId quota { gpus instances } } } }`

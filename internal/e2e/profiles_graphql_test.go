@@ -74,7 +74,7 @@ func TestProfilesGraphQL(t *testing.T) {
 		t.Fatalf("profiles should mix own and builtin: %s", r.Raw)
 	}
 	steps := out.Data.Tenant.Profile.Rendered
-	if len(steps) < 5 || steps[0].Use != "disk.wipe" || steps[0].Phase != "prepare" {
+	if len(steps) < 5 || steps[0].Use != "disk.wipe" || steps[0].Phase != "PREPARE" {
 		t.Fatalf("rendered steps: %s", r.Raw)
 	}
 	// Paging with a cursor from an edge resumes after it.
@@ -93,7 +93,7 @@ func TestProfilesGraphQL(t *testing.T) {
 		t.Fatalf("node for another tenant: %s", r.Raw)
 	}
 	// updateProfile and deleteProfile go through the same rules.
-	r = e.GraphQL(member, `mutation { updateProfile(input: {tenantId: "acme", profileId: "gpu-node", profileVersion: 1, visibility: "public", expectedVersion: 9}) { profile { rowVersion } } }`, nil)
+	r = e.GraphQL(member, `mutation { updateProfile(input: {tenantId: "acme", profileId: "gpu-node", profileVersion: 1, visibility: PUBLIC, expectedVersion: 9}) { profile { rowVersion } } }`, nil)
 	if code, _ := gqlErrorCode(r); code != "CONFLICT" {
 		t.Fatalf("stale expectedVersion: %s", r.Raw)
 	}

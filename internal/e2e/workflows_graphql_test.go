@@ -75,12 +75,13 @@ func wfgCheckSteps(t testing.TB, e *testkit.Env, token, tenantID, profileID stri
 	}
 	for i := range got {
 		g, ws := obj(t, got[i]), obj(t, want[i])
+		ws["phase"] = gqlEnum(str(ws["phase"])) // an enum in the graph
 		for _, k := range []string{"index", "name", "use", "phase", "with"} {
 			if !reflect.DeepEqual(g[k], ws[k]) {
 				t.Fatalf("step %d %s: want %v, got %v", i, k, ws[k], g[k])
 			}
 		}
-		if g["status"] != "pending" {
+		if g["status"] != "PENDING" {
 			t.Fatalf("step %d is not pending: %v", i, g)
 		}
 	}
@@ -100,7 +101,7 @@ func TestWorkflowGraphCreate(t *testing.T) {
 	w := wfgCreateWorkflow(t, e, member, "acme", nodeID, "gpu-node", 0)
 	if !strings.HasPrefix(str(w["workflowId"]), "wf_") || str(w["id"]) == "" || w["tenantId"] != "acme" || w["nodeId"] != nodeID ||
 		w["profileTenantId"] != "acme" || w["profileId"] != "gpu-node" || num(w["profileVersion"]) != 2 ||
-		w["state"] != "pending" || num(w["rowVersion"]) != 1 {
+		w["state"] != "PENDING" || num(w["rowVersion"]) != 1 {
 		t.Fatalf("createWorkflow: %v", w)
 	}
 	if d := obj(t, w, "profileDocument"); d["id"] != "gpu-node" || num(d["version"]) != 2 || d["name"] != "Ubuntu 24.04 with CUDA" {
@@ -181,9 +182,9 @@ func TestWorkflowGraphNodeWorkflows(t *testing.T) {
 	}
 	for i, ed := range edges {
 		n := obj(t, ed, "node")
-		want := "canceled"
+		want := "CANCELED"
 		if i == 2 {
-			want = "pending"
+			want = "PENDING"
 		}
 		if n["workflowId"] != onA[i] || n["state"] != want || obj(t, n, "profile")["profileId"] != "gpu-node" ||
 			num(obj(t, n, "profileDocument")["version"]) != 1 || str(obj(t, ed)["cursor"]) == "" {
@@ -396,7 +397,7 @@ func TestWorkflowGraphProfileVersions(t *testing.T) {
 	}
 	p := versions(viewer, "acme", "gpu-node", nil)
 	if vs, vis := list(p); num(obj(t, p, "versions")["totalCount"]) != 3 || !reflect.DeepEqual(vs, []int{1, 2, 3}) ||
-		!reflect.DeepEqual(vis, []string{"public", "private", "public"}) {
+		!reflect.DeepEqual(vis, []string{"PUBLIC", "PRIVATE", "PUBLIC"}) {
 		t.Fatalf("owner's versions after publishing 1 and 3: %v", p)
 	}
 	// Another tenant reads the public profile through its own tenant (own,
@@ -407,7 +408,7 @@ func TestWorkflowGraphProfileVersions(t *testing.T) {
 	}
 	vs, vis := list(p)
 	c := obj(t, p, "versions")
-	if num(c["totalCount"]) != 2 || !reflect.DeepEqual(vs, []int{1, 3}) || !reflect.DeepEqual(vis, []string{"public", "public"}) ||
+	if num(c["totalCount"]) != 2 || !reflect.DeepEqual(vs, []int{1, 3}) || !reflect.DeepEqual(vis, []string{"PUBLIC", "PUBLIC"}) ||
 		obj(t, c, "pageInfo")["hasNextPage"] != false {
 		t.Fatalf("another tenant sees versions %v (%v): %v", vs, vis, p)
 	}
@@ -471,7 +472,7 @@ func TestWorkflowGraphProfileVersions(t *testing.T) {
 				t.Fatalf("builtin %s versions as %s: %v", id, tenantID, p)
 			}
 			for _, v := range vis {
-				if v != "public" {
+				if v != "PUBLIC" {
 					t.Fatalf("builtin %s has a %s version", id, v)
 				}
 			}
@@ -512,12 +513,12 @@ func TestWorkflowGraphCancelAndNodeID(t *testing.T) {
 	in["expectedVersion"] = 2
 	c := obj(t, gqlOK(t, e.GraphQL(member, wfgCancel, map[string]any{"in": in})), "cancelWorkflow", "workflow")
 	steps := wfgList(t, c["steps"])
-	if c["workflowId"] != wfID || c["state"] != "canceled" || num(c["rowVersion"]) != 3 || c["finishedAt"] == nil || len(steps) < 2 ||
-		obj(t, steps[0])["status"] != "succeeded" {
+	if c["workflowId"] != wfID || c["state"] != "CANCELED" || num(c["rowVersion"]) != 3 || c["finishedAt"] == nil || len(steps) < 2 ||
+		obj(t, steps[0])["status"] != "SUCCEEDED" {
 		t.Fatalf("cancelWorkflow: %v", c)
 	}
 	for _, s := range steps[1:] {
-		if obj(t, s)["status"] != "skipped" {
+		if obj(t, s)["status"] != "SKIPPED" {
 			t.Fatalf("steps after cancel: %v", c)
 		}
 	}
@@ -529,7 +530,7 @@ func TestWorkflowGraphCancelAndNodeID(t *testing.T) {
 	// tenant and for an unknown workflow.
 	id := str(w["id"])
 	n := obj(t, gqlOK(t, e.GraphQL(viewer, wfgNodeByID, map[string]any{"id": id})), "node")
-	if n["__typename"] != "Workflow" || n["id"] != id || n["workflowId"] != wfID || n["tenantId"] != "acme" || n["state"] != "canceled" {
+	if n["__typename"] != "Workflow" || n["id"] != id || n["workflowId"] != wfID || n["tenantId"] != "acme" || n["state"] != "CANCELED" {
 		t.Fatalf("node(id:) for the tenant: %v", n)
 	}
 	if d := gqlOK(t, e.GraphQL(otherAdmin, wfgNodeByID, map[string]any{"id": id})); d["node"] != nil {
@@ -539,11 +540,11 @@ func TestWorkflowGraphCancelAndNodeID(t *testing.T) {
 	// step skipped.
 	w2 := wfgCreateWorkflow(t, e, member, "acme", nodeID, "gpu-node", 0)
 	c = obj(t, gqlOK(t, e.GraphQL(member, wfgCancel, map[string]any{"in": map[string]any{"tenantId": "acme", "workflowId": w2["workflowId"]}})), "cancelWorkflow", "workflow")
-	if c["state"] != "canceled" {
+	if c["state"] != "CANCELED" {
 		t.Fatalf("cancel of a pending workflow: %v", c)
 	}
 	for _, s := range wfgList(t, c["steps"]) {
-		if obj(t, s)["status"] != "skipped" {
+		if obj(t, s)["status"] != "SKIPPED" {
 			t.Fatalf("cancel of a pending workflow: %v", c)
 		}
 	}

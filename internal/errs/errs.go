@@ -39,6 +39,46 @@ var statuses = map[Code]int{
 	Internal:         http.StatusInternalServerError,
 }
 
+// Info is one row of the error table: the code, its HTTP status, when it
+// happens and what a client should do. docs/api/errors.md and the OpenAPI
+// document's error responses are rendered from Table.
+type Info struct {
+	Code   Code
+	Status int
+	When   string
+	Do     string
+}
+
+// Table lists every code in the contract's order.
+func Table() []Info {
+	rows := []Info{
+		{InvalidInput, 0, "the input fails the method's schema or a documented rule; `details.path` names the first offending field (`document.steps[2].use`)",
+			"Do not retry the same request: fix the field `details.path` names. `profiles.render` also puts the profile's problems in `details.issues`."},
+		{Unauthenticated, 0, "no bearer token, or one that is unknown or revoked; for `nodes.join`, a join token that is unknown, revoked, expired or used up",
+			"Do not retry with the same credential: get a new token (or join token) and retry."},
+		{PermissionDenied, 0, "the decision said no: the caller holds no role on the tenant it names (whether or not that tenant exists), or a role without the permission",
+			"Do not retry: ask a tenant admin for a role that grants the permission the method page names."},
+		{NotFound, 0, "no such resource visible to the caller (another tenant's node, a pool not offered to it, a private profile); also an unknown group or method",
+			"Do not retry: check the id and the tenant. A resource the caller may not see is indistinguishable from one that does not exist."},
+		{Conflict, 0, "it already exists, or `expectedVersion` does not match the resource's `rowVersion`",
+			"On an `expectedVersion` mismatch, read the resource again, reapply the change to what you read and retry with its `rowVersion`. On a duplicate, read the existing resource or pick another id."},
+		{InvalidState, 0, "the resource's state forbids the change (a used profile version's document, a join to an archived pool)",
+			"Do not retry as is: change the resource's state first, or act on another resource (create the next profile version)."},
+		{PayloadTooLarge, 0, "the body is over the method's limit (1 MiB unless the method page says otherwise)",
+			"Send less: split the request. Retrying the same body fails again."},
+		{RateLimited, 0, "the caller's credential is over its request budget (per replica)",
+			"Wait the number of seconds the `Retry-After` header gives, then retry; spread requests out."},
+		{Unavailable, 0, "the database is unreachable or busy (a statement or lock timeout, no free connection), or the request ran past its deadline",
+			"Retry with exponential backoff and jitter (for example 0.2 s doubling to 30 s). Reads are safe to retry; a mutation may have been applied, so read before repeating a create."},
+		{Internal, 0, "a bug; the message says nothing of internals and `details.requestId` names the server's log line",
+			"Retry once at most, then report `details.requestId` (it is also the response's `X-Request-Id`)."},
+	}
+	for i := range rows {
+		rows[i].Status = statuses[rows[i].Code]
+	}
+	return rows
+}
+
 // Known reports a contract code.
 func Known(c Code) bool {
 	_, ok := statuses[c]

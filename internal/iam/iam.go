@@ -23,7 +23,7 @@ type Token struct {
 	TenantID    string     `json:"tenantId" db:"tenant_id"`
 	PrincipalID string     `json:"principalId" db:"principal_id"`
 	Name        string     `json:"name" db:"name"`
-	Role        string     `json:"role" db:"role"`
+	Role        string     `json:"role" db:"role" schema:"Role"`
 	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
 	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
 }
@@ -113,7 +113,7 @@ type Binding struct {
 	PrincipalID   string    `json:"principalId" db:"principal_id"`
 	PrincipalKind string    `json:"principalKind" db:"kind"`
 	PrincipalName string    `json:"principalName" db:"name"`
-	Role          string    `json:"role" db:"role"`
+	Role          string    `json:"role" db:"role" schema:"Role"`
 	CreatedAt     time.Time `json:"createdAt" db:"created_at"`
 }
 
@@ -204,9 +204,10 @@ var (
 	MembersGroup = registry.Group{Name: "members", Summary: "Role bindings on a tenant: which principal holds viewer, member or admin."}
 )
 
-func role() registry.Field {
-	return registry.Field{Name: "role", Type: registry.String, Required: true, Enum: authz.Roles}
-}
+// RoleEnum names the roles of authz's table for the documents.
+var RoleEnum = registry.DefineEnum("Role", "a role on a tenant: viewer reads, member also manages profiles, projects, instances and workflows, admin also pools, nodes, joins and IAM", authz.Roles...)
+
+func role() registry.Field { return registry.EnumField("role", RoleEnum, true) }
 
 func principalID() registry.Field { return registry.ID("principalId", ids.Principal) }
 

@@ -19,10 +19,10 @@ var typeRank = map[string]int{GPUMissing: 0, GPUAdded: 1, DiskReplaced: 2, Drive
 
 // Change is one difference between two reports.
 type Change struct {
-	Type     string `json:"type"`
+	Type     string `json:"type" schema:"InventoryChangeType"`
 	DeviceID string `json:"deviceId"`
-	Before   any    `json:"before"`
-	After    any    `json:"after"`
+	Before   any    `json:"before" schema:"InventoryChangeValue"`
+	After    any    `json:"after" schema:"InventoryChangeValue"`
 }
 
 // keyed is a change with its tie-breaker: changes of one type and device id

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -30,6 +31,16 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Names of the inventory's schemas for the OpenAPI document: sections are
+// described by the Go type the report decoder fills (it refuses unknown
+// fields and nulls, as the reflected schema does).
+var (
+	SectionsSchema = registry.DefineSchemaOf[Sections]("InventorySections")
+	ChangeTypeEnum = registry.DefineEnum("InventoryChangeType", "what changed between two snapshots", GPUMissing, GPUAdded, DiskReplaced, DriverChanged, MIGLayoutChanged)
+	ChangeValue    = registry.DefineAnyOf("InventoryChangeValue", "a GPU (gpu.*), a disk (disk.replaced), a version string (driver.changed), a MIG layout (mig.layout.changed), or null where the device or driver was absent",
+		reflect.TypeFor[GPU](), reflect.TypeFor[Disk](), reflect.TypeFor[string](), reflect.TypeFor[MIGLayout](), nil)
+)
+
 // MaxReport is the largest inventory.report body accepted.
 const MaxReport = 256 << 10
 
@@ -38,7 +49,7 @@ type Snapshot struct {
 	ID          string          `json:"id" db:"snapshot_id"`
 	NodeID      string          `json:"nodeId" db:"node_id"`
 	Hash        string          `json:"hash" db:"hash"`
-	Sections    json.RawMessage `json:"sections" db:"-"`
+	Sections    json.RawMessage `json:"sections" db:"-" schema:"InventorySections"`
 	CollectedAt time.Time       `json:"collectedAt" db:"collected_at"`
 	CreatedAt   time.Time       `json:"createdAt" db:"created_at"`
 
@@ -413,7 +424,7 @@ func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]i
 // --- registry ------------------------------------------------------------------
 
 // Group describes the inventory group.
-var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](/docs/guides/nodes/inventory-and-health)."}
+var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](../guides/nodes/inventory-and-health.md)."}
 
 var refPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
 
@@ -438,7 +449,7 @@ func Methods() []registry.Method {
 			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated.",
 			"A body over 256 KiB is `PAYLOAD_TOO_LARGE`. `collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
 		registry.ID("nodeId", ids.Node),
-		registry.Field{Name: "sections", Type: registry.Object, Required: true, Open: true, Description: "the daemon's report (contract section 6)"},
+		registry.Field{Name: "sections", Type: registry.Object, Required: true, Open: true, Schema: SectionsSchema, Description: "the daemon's report (contract section 6)"},
 		registry.Field{Name: "collectedAt", Type: registry.String, MaxLength: 64, Description: "when the daemon collected the report (RFC 3339)"})
 	report.Credential = registry.NodeCred
 	report.MaxBody = MaxReport

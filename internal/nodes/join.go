@@ -66,14 +66,14 @@ type JoinInput struct {
 
 // Reason says why a join was deferred.
 type Reason struct {
-	Code    string `json:"code"`
+	Code    string `json:"code" schema:"JoinReasonCode"`
 	Message string `json:"message"`
 }
 
 // JoinResult is nodes.join's output: admitted with a node, a certificate and
 // a credential, or pending with the join request that waits for approval.
 type JoinResult struct {
-	Status        string   `json:"status"`
+	Status        string   `json:"status" schema:"JoinStatus"`
 	NodeID        string   `json:"nodeId,omitempty"`
 	PoolID        string   `json:"poolId"`
 	Certificate   string   `json:"certificate,omitempty"`
@@ -89,11 +89,11 @@ type JoinRequest struct {
 	PoolID         string          `json:"poolId" db:"pool_id"`
 	TenantID       string          `json:"tenantId" db:"tenant_id"`
 	JoinTokenID    string          `json:"joinTokenId" db:"join_token_id"`
-	State          string          `json:"state" db:"req_state"`
-	Attestor       string          `json:"attestor" db:"attestor"`
-	Reasons        json.RawMessage `json:"reasons" db:"-"`
+	State          string          `json:"state" db:"req_state" schema:"JoinRequestState"`
+	Attestor       string          `json:"attestor" db:"attestor" schema:"Attestor"`
+	Reasons        json.RawMessage `json:"reasons" db:"-" schema:"JoinReasons"`
 	CSRFingerprint string          `json:"csrFingerprint" db:"csr_fingerprint"`
-	Hardware       json.RawMessage `json:"hardware" db:"-"`
+	Hardware       json.RawMessage `json:"hardware" db:"-" schema:"NodeHardware"`
 	EKHash         *string         `json:"ekHash" db:"ek_hash"`
 	NodeID         *string         `json:"nodeId" db:"node_id"`
 	DecidedBy      *string         `json:"decidedBy" db:"decided_by"`

@@ -24,8 +24,33 @@ var (
 	JoinTokensGroup   = registry.Group{Name: "joinTokens", Summary: "Join tokens let machines join a pool: a token has a lifetime and a number of uses, its secret is shown once when it is created and stored only as a hash. Only the pool's owner manages them; decisions are made on `compute-pool/{poolId}`."}
 	MachinesGroup     = registry.Group{Name: "machines", Summary: "The machines the `discovery` attestor expects in a pool, registered by the pool's owner by system UUID, serial or MAC. A join through `discovery` is admitted when one of the machine's ids matches and deferred into a join request otherwise."}
 	TPMKeysGroup      = registry.Group{Name: "tpmKeys", Summary: "A pool's allow-list of TPM endorsement keys, by the SHA-256 (hex) of the key's DER SubjectPublicKeyInfo. A join through the `tpm` attestor whose endorsement key is on no allow-list is deferred into a join request."}
-	NodesGroup        = registry.Group{Name: "nodes", Summary: "Nodes are the machines admitted into pools. A machine joins with a join token, a PEM CSR, its hardware identity and an attestor (`token`, `discovery`, `tpm`); it is admitted with a certificate signed by the control plane's CA and a node credential, or deferred into a join request. A node belongs to the tenant that owns its pool; tenants the pool is offered to do not see its nodes. See [Joining nodes](/docs/guides/nodes/joining)."}
-	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](/docs/guides/nodes/joining)."}
+	NodesGroup        = registry.Group{Name: "nodes", Summary: "Nodes are the machines admitted into pools. A machine joins with a join token, a PEM CSR, its hardware identity and an attestor (`token`, `discovery`, `tpm`); it is admitted with a certificate signed by the control plane's CA and a node credential, or deferred into a join request. A node belongs to the tenant that owns its pool; tenants the pool is offered to do not see its nodes. See [Joining nodes](../guides/nodes/joining.md)."}
+	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](../guides/nodes/joining.md)."}
+)
+
+// Attestors and join token states.
+const (
+	AttestorToken     = "token"
+	AttestorDiscovery = "discovery"
+	AttestorTPM       = "tpm"
+
+	TokenActive    = "active"
+	TokenExhausted = "exhausted"
+	TokenExpired   = "expired"
+	TokenRevoked   = "revoked"
+)
+
+// Closed sets of nodes and joins, named for the OpenAPI document and the
+// GraphQL enums.
+var (
+	StateEnum      = registry.DefineEnum("NodeState", "ready nodes take work; cordoned ones take no new work; removed ones have lost their credential", Ready, Cordoned, Removed)
+	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or an allowed TPM endorsement key", AttestorToken, AttestorDiscovery, AttestorTPM)
+	JoinStatusEnum = registry.DefineEnum("JoinStatus", "admitted with a node, or deferred into a join request", "admitted", Pending)
+	ReqStateEnum   = registry.DefineEnum("JoinRequestState", "a pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours)", Pending, Approved, Consumed, Denied, Expired)
+	ReasonEnum     = registry.DefineEnum("JoinReasonCode", "why a join was deferred", ReasonPlaceholder, ReasonUnknown, ReasonEKNotAllowed)
+	TokenStateEnum = registry.DefineEnum("JoinTokenState", "only an active join token admits", TokenActive, TokenExhausted, TokenExpired, TokenRevoked)
+	HardwareSchema = registry.DefineSchemaOf[Hardware]("NodeHardware")
+	ReasonsSchema  = registry.DefineSchemaOf[[]Reason]("JoinReasons")
 )
 
 // locateBy names the pool a row of table belongs to, for methods that take
@@ -72,8 +97,8 @@ func Methods(db *store.DB) []registry.Method {
 	ownerOnly := "Only the pool's owner may call it; a pool the tenant does not own is `NOT_FOUND`."
 	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true,
 		Description: "label keys (prefix/name) to values, at most 64"}
-	nodeState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Ready, Cordoned, Removed}}
-	reqState := registry.Field{Name: "state", Type: registry.String, Enum: []string{Pending, Approved, Consumed, Denied, Expired}}
+	nodeState := registry.EnumField("state", StateEnum, false)
+	reqState := registry.EnumField("state", ReqStateEnum, false)
 
 	joinTokenID := func(in any) (string, string) { x := in.(*JoinTokenRefInput); return x.TenantID, x.JoinTokenID }
 	machineID := func(in any) (string, string) { x := in.(*MachineRefInput); return x.TenantID, x.MachineID }
@@ -113,7 +138,7 @@ func Methods(db *store.DB) []registry.Method {
 			func() registry.Field { f := serial; f.Required = true; return f }(),
 			{Name: "macs", Type: registry.Array, MaxItems: 64, Items: &mac},
 		}},
-		registry.Field{Name: "attestor", Type: registry.String, Required: true, Enum: []string{"token", "discovery", "tpm"}},
+		registry.EnumField("attestor", AttestorEnum, true),
 		registry.Field{Name: "evidence", Type: registry.Object, Fields: []registry.Field{
 			{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192, Description: "the TPM endorsement public key, PEM (tpm attestor)"},
 		}},

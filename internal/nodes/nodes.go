@@ -33,8 +33,8 @@ type Node struct {
 	PoolID           string            `json:"poolId" db:"pool_id"`
 	Name             string            `json:"name" db:"name"`
 	Labels           map[string]string `json:"labels" db:"-"`
-	State            string            `json:"state" db:"state"`
-	Attestor         string            `json:"attestor" db:"attestor"`
+	State            string            `json:"state" db:"state" schema:"NodeState"`
+	Attestor         string            `json:"attestor" db:"attestor" schema:"Attestor"`
 	Hardware         Hardware          `json:"hardware" db:"-"`
 	CertExpiresAt    time.Time         `json:"certificateExpiresAt" db:"cert_expires_at"`
 	JoinRequestID    *string           `json:"joinRequestId" db:"join_request_id"`

@@ -21,7 +21,7 @@ type JoinToken struct {
 	ExpiresAt   time.Time  `json:"expiresAt" db:"expires_at"`
 	MaxUses     int        `json:"maxUses" db:"max_uses"`
 	Uses        int        `json:"uses" db:"uses"`
-	State       string     `json:"state" db:"token_state"`
+	State       string     `json:"state" db:"token_state" schema:"JoinTokenState"`
 	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
 	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
 }

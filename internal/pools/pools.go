@@ -22,6 +22,26 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Sharing modes and kinds of pools.
+const (
+	Exclusive  = "exclusive"
+	MIG        = "mig"
+	TimeSliced = "time-sliced"
+
+	BareMetal   = "bare-metal"
+	VPSHosted   = "vps-hosted"
+	VPSProvider = "vps-provider"
+)
+
+// Closed sets and documents of pools, named for the OpenAPI document and
+// the GraphQL enums.
+var (
+	SharingModeEnum = registry.DefineEnum("PoolSharingMode", "how the pool's GPUs are shared between instances", Exclusive, MIG, TimeSliced)
+	KindEnum        = registry.DefineEnum("PoolKind", "where the pool's capacity comes from", BareMetal, VPSHosted, VPSProvider)
+	StateEnum       = registry.DefineEnum("PoolState", "an archived pool takes no new offers, joins or changes", Active, Archived)
+	PolicySchema    = registry.DefineSchema("PoolPolicy", `{"type": "object", "description": "the pool's free-form policy object ({} when none was given); strings hold no NUL characters"}`)
+)
+
 // Pool is one compute pool.
 type Pool struct {
 	PoolID          string          `json:"poolId" db:"pool_id"`
@@ -29,12 +49,12 @@ type Pool struct {
 	Name            string          `json:"name" db:"name"`
 	Site            string          `json:"site" db:"site"`
 	GPUModel        string          `json:"gpuModel" db:"gpu_model"`
-	SharingMode     string          `json:"sharingMode" db:"sharing_mode"`
-	Kind            string          `json:"kind" db:"kind"`
+	SharingMode     string          `json:"sharingMode" db:"sharing_mode" schema:"PoolSharingMode"`
+	Kind            string          `json:"kind" db:"kind" schema:"PoolKind"`
 	Provider        *string         `json:"provider" db:"provider"`
 	ProviderAccount *string         `json:"providerAccount" db:"provider_account"`
-	Policy          json.RawMessage `json:"policy" db:"-"`
-	State           string          `json:"state" db:"state"`
+	Policy          json.RawMessage `json:"policy" db:"-" schema:"PoolPolicy"`
+	State           string          `json:"state" db:"state" schema:"PoolState"`
 	RowVersion      int             `json:"rowVersion" db:"row_version"`
 	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
 	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
@@ -418,7 +438,7 @@ func Methods() []registry.Method {
 		return registry.Field{Name: name, Type: registry.String, Required: required, MaxLength: 128, Pattern: `^\S(?:.*\S)?$`,
 			Description: desc}
 	}
-	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true,
+	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema,
 		Description: "free-form policy object; {} when omitted"}
 	expected := registry.ExpectedVersion()
 	toTenant := registry.TenantID()
@@ -443,8 +463,8 @@ func Methods() []registry.Method {
 			registry.TenantID(), registry.Name(true),
 			text("site", true, "the site the pool's nodes are in"),
 			text("gpuModel", true, "the GPU model of the pool's nodes"),
-			registry.Field{Name: "sharingMode", Type: registry.String, Required: true, Enum: []string{"exclusive", "mig", "time-sliced"}},
-			registry.Field{Name: "kind", Type: registry.String, Required: true, Enum: []string{"bare-metal", "vps-hosted", "vps-provider"}},
+			registry.EnumField("sharingMode", SharingModeEnum, true),
+			registry.EnumField("kind", KindEnum, true),
 			registry.Field{Name: "provider", Type: registry.String, MaxLength: 63, Pattern: `^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`,
 				Description: "the VPS provider (vps-provider pools only); default sim"},
 			text("providerAccount", false, "the account at the provider"),

@@ -89,6 +89,22 @@ const hostConfigSchema = `{
 
 var docSchema = mustCompile(SchemaURL, documentSchema)
 
+// Visibilities of a profile.
+const (
+	Private = "private"
+	Public  = "public"
+)
+
+// Names of the profile's schemas for the OpenAPI document and the GraphQL
+// enums: the document is the structure checkDocument enforces.
+var (
+	DocumentSchema   = registry.DefineSchema("ProfileDocument", documentSchema)
+	VisibilityEnum   = registry.DefineEnum("ProfileVisibility", "a public profile is visible to every tenant; a private one to its own", Private, Public)
+	PhaseEnum        = registry.DefineEnum("StepPhase", "the phases a workflow runs, in order", Phases...)
+	IssueCodeEnum    = registry.DefineEnum("ProfileIssueCode", "what validate found", IssueUnknownStep, IssueInvalidWith, IssueEmptyExpansion, IssueDuplicateName, IssuePhaseOrder, IssueNoSteps)
+	StepParamsSchema = registry.DefineSchema("StepParameters", `{"type": "object", "description": "a step's with: its parameters, checked against the step's own schema by validate and render"}`)
+)
+
 func mustCompile(url, text string) *jsonschema.Schema {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {

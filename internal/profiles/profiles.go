@@ -27,8 +27,8 @@ type Profile struct {
 	TenantID       string          `json:"tenantId" db:"tenant_id"`
 	ProfileID      string          `json:"profileId" db:"profile_id"`
 	ProfileVersion int             `json:"profileVersion" db:"profile_version"`
-	Visibility     string          `json:"visibility" db:"visibility"`
-	Document       json.RawMessage `json:"document" db:"-"`
+	Visibility     string          `json:"visibility" db:"visibility" schema:"ProfileVisibility"`
+	Document       json.RawMessage `json:"document" db:"-" schema:"ProfileDocument"`
 	RowVersion     int             `json:"rowVersion" db:"row_version"`
 	Used           bool            `json:"used" db:"used"`
 	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
@@ -337,7 +337,7 @@ func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
 }
 
 // Group describes the profiles group.
-var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](/docs/guides/bare-metal/profiles-and-images)."}
+var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](../guides/bare-metal/profiles-and-images.md)."}
 
 // Methods are the profiles group's registry entries.
 func Methods() []registry.Method {
@@ -347,7 +347,7 @@ func Methods() []registry.Method {
 	}
 	profileID, version := IDField, VersionField
 	ref := func() []registry.Field { return []registry.Field{registry.TenantID(), profileID(), version(false)} }
-	visibility := registry.Field{Name: "visibility", Type: registry.String, Enum: []string{"private", "public"}}
+	visibility := registry.EnumField("visibility", VisibilityEnum, false)
 	createVis := visibility
 	createVis.Default = "private"
 	list := m("list", registry.Read, "compute:profiles:read", authz.Tenant,
@@ -361,7 +361,7 @@ func Methods() []registry.Method {
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
 				"`CONFLICT` when that id and version already exist; create the next version instead."},
-			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true}, createVis), nil, Create),
+			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
 		registry.Def(m("get", registry.Read, "compute:profiles:read", authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
 			[]string{"The lookup prefers the tenant's own profile, then a public stored one, then one a module ships. `NOT_FOUND` when none matches."},
@@ -383,7 +383,7 @@ func Methods() []registry.Method {
 				"`expectedVersion` is the profile's rowVersion; a mismatch is `CONFLICT`.",
 				"`NOT_FOUND` when the tenant has no such version."},
 			registry.TenantID(), profileID(), version(true),
-			registry.Field{Name: "document", Type: registry.Any}, visibility,
+			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
 			registry.ExpectedVersion()), nil, Update),
 		registry.Def(m("delete", registry.Mutation, "compute:profiles:manage", authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",

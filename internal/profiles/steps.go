@@ -11,7 +11,15 @@ import (
 )
 
 // Phases in the order a workflow runs them.
-var Phases = []string{"prepare", "install", "configure", "finalize"}
+const (
+	PhasePrepare   = "prepare"
+	PhaseInstall   = "install"
+	PhaseConfigure = "configure"
+	PhaseFinalize  = "finalize"
+)
+
+// Phases in the order a workflow runs them.
+var Phases = []string{PhasePrepare, PhaseInstall, PhaseConfigure, PhaseFinalize}
 
 func phaseRank(p string) int {
 	for i, x := range Phases {
@@ -181,7 +189,7 @@ func init() {
 // Issue is one problem validate finds in a profile.
 type Issue struct {
 	Path    string `json:"path"`
-	Code    string `json:"code"`
+	Code    string `json:"code" schema:"ProfileIssueCode"`
 	Message string `json:"message"`
 }
 
@@ -200,8 +208,8 @@ type Rendered struct {
 	Index int            `json:"index"`
 	Name  string         `json:"name"`
 	Use   string         `json:"use"`
-	Phase string         `json:"phase"`
-	With  map[string]any `json:"with"`
+	Phase string         `json:"phase" schema:"StepPhase"`
+	With  map[string]any `json:"with" schema:"StepParameters"`
 }
 
 // Expand resolves a stored document against the step registry: the steps a

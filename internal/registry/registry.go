@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -71,6 +72,7 @@ type Method struct {
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
 
+	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
 	decode func(v *value) (any, error)
 	run    func(ctx context.Context, q store.Q, in any) (any, error)
@@ -114,6 +116,7 @@ func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *
 	if m.Credential == "" {
 		m.Credential = Bearer
 	}
+	m.output = reflect.TypeFor[Out]()
 	m.decode = func(v *value) (any, error) {
 		in := new(In)
 		if err := assign(reflect.ValueOf(in).Elem(), v); err != nil {
@@ -166,6 +169,9 @@ type Registry struct {
 	db      *store.DB
 	log     *slog.Logger
 	metrics *metrics
+
+	schemaOnce sync.Once
+	schemas    *schemaSet // output schemas, rendered on first use (output.go)
 }
 
 // New builds a registry; db may be nil for rendering documents only.

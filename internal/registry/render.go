@@ -1,13 +1,18 @@
 package registry
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 )
 
-// InputSchema is a method's input as a JSON Schema object.
+// InputSchema is a method's input as a JSON Schema object (refs into the
+// OpenAPI document's components).
 func (m *Method) InputSchema() map[string]any {
 	return Field{Type: Object, Fields: m.Input}.JSONSchema()
 }
@@ -28,25 +33,75 @@ type IndexEntry struct {
 	Phase         string         `json:"phase"`
 	Status        string         `json:"status"`
 	InputSchema   map[string]any `json:"inputSchema"`
+	OutputSchema  map[string]any `json:"outputSchema"`
+	Errors        []errs.Code    `json:"errors"`
 }
 
-// Index lists every method for GET /api/compute.
+// Index lists every method for GET /api/compute. Its schemas stand alone:
+// the named schemas they use are under each one's $defs.
 func (r *Registry) Index() map[string]any {
 	list := make([]IndexEntry, 0, len(r.order))
+	comps := r.Components()
 	for _, m := range r.order {
 		list = append(list, IndexEntry{Group: m.Group, Method: m.Name, Path: m.Path(), Summary: m.Summary,
 			Kind: m.Kind, Authorization: m.Authorization(), Permission: m.Permission, Resource: m.Resource,
 			Items: m.Items, Credential: m.Credential, Module: m.Module, Phase: m.Phase, Status: m.Status,
-			InputSchema: m.InputSchema()})
+			InputSchema: selfContained(m.InputSchema(), comps), OutputSchema: selfContained(r.OutputSchema(m), comps),
+			Errors: m.Errors()})
 	}
 	return map[string]any{"methods": list}
+}
+
+// codeMention finds error codes named in a method's notes.
+var codeMention = regexp.MustCompile("`([A-Z_]+)`")
+
+// Errors are the error codes a method can answer, in the table's order:
+// every method can fail validation, authentication, the body limit, the
+// rate limit, the database and a bug; bearer methods can be denied;
+// methods on a tenant or a resource in it can miss it (the operator, who may
+// act on any tenant, is told a tenant does not exist);
+// an expectedVersion can conflict; and any code the method's notes name.
+func (m *Method) Errors() []errs.Code {
+	has := map[errs.Code]bool{errs.InvalidInput: true, errs.Unauthenticated: true, errs.PayloadTooLarge: true,
+		errs.RateLimited: true, errs.Unavailable: true, errs.Internal: true}
+	if m.Credential != JoinToken {
+		has[errs.PermissionDenied] = true
+	}
+	if m.Resource != authz.Platform {
+		has[errs.NotFound] = true
+	}
+	for _, f := range m.Input {
+		if f.Name == "expectedVersion" {
+			has[errs.Conflict] = true
+		}
+	}
+	for _, n := range append([]string{m.Summary}, m.Notes...) {
+		for _, c := range codeMention.FindAllStringSubmatch(n, -1) {
+			has[errs.Code(c[1])] = true
+		}
+	}
+	var out []errs.Code
+	for _, row := range errs.Table() {
+		if has[row.Code] {
+			out = append(out, row.Code)
+		}
+	}
+	return out
 }
 
 // OpenAPI renders the OpenAPI 3.1 document of the method surface.
 func (r *Registry) OpenAPI(version string) map[string]any {
 	paths := map[string]any{}
-	errorRef := map[string]any{"$ref": "#/components/responses/Error"}
+	table := errs.Table()
 	for _, m := range r.order {
+		responses := map[string]any{
+			"200": map[string]any{"description": "the method's output",
+				"headers": map[string]any{"X-Request-Id": map[string]any{"$ref": "#/components/headers/X-Request-Id"}},
+				"content": map[string]any{"application/json": map[string]any{"schema": r.OutputSchema(m)}}},
+		}
+		for _, c := range m.Errors() {
+			responses[strconv.Itoa(c.HTTPStatus())] = map[string]any{"$ref": "#/components/responses/" + string(c)}
+		}
 		op := map[string]any{
 			"operationId": m.Group + "_" + m.Name,
 			"summary":     m.Summary,
@@ -55,12 +110,7 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 			"tags": []string{m.Group},
 			"requestBody": map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": m.InputSchema()}}},
-			"responses": map[string]any{
-				"200": map[string]any{"description": "the method's output", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
-				"400": errorRef, "401": errorRef, "403": errorRef, "404": errorRef, "409": errorRef,
-				"413": errorRef, "422": errorRef, "429": errorRef, "503": errorRef,
-				"default": errorRef,
-			},
+			"responses":       responses,
 			"x-kind":          m.Kind,
 			"x-authorization": m.Authorization(),
 			"x-module":        m.Module,
@@ -72,41 +122,71 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 		}
 		paths[m.Path()] = map[string]any{"post": op}
 	}
-	codes := make([]string, 0)
-	for _, c := range []errs.Code{errs.InvalidInput, errs.Unauthenticated, errs.PermissionDenied, errs.NotFound, errs.Conflict,
-		errs.InvalidState, errs.PayloadTooLarge, errs.RateLimited, errs.Unavailable, errs.Internal} {
-		codes = append(codes, string(c))
+	codes := make([]string, 0, len(table))
+	responses := map[string]any{}
+	for _, row := range table {
+		codes = append(codes, string(row.Code))
+		resp := map[string]any{
+			"description": fmt.Sprintf("`%s`: %s. %s", row.Code, row.When, row.Do),
+			"headers":     map[string]any{"X-Request-Id": map[string]any{"$ref": "#/components/headers/X-Request-Id"}},
+			"content":     map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": RefPrefix + "Error"}}},
+		}
+		if row.Code == errs.RateLimited {
+			resp["headers"].(map[string]any)["Retry-After"] = map[string]any{
+				"description": "seconds to wait before retrying", "required": true, "schema": map[string]any{"type": "integer", "minimum": 1}}
+		}
+		responses[string(row.Code)] = resp
+	}
+	schemas := map[string]any{}
+	for n, s := range r.Components() {
+		schemas[n] = s
+	}
+	schemas["Error"] = map[string]any{
+		"type": "object", "required": []string{"error"}, "additionalProperties": false,
+		"description": "Every error answer of the method surface; GraphQL puts the same code and details in errors[].extensions.",
+		"properties": map[string]any{"error": map[string]any{
+			"type": "object", "required": []string{"code", "message", "details"}, "additionalProperties": false,
+			"properties": map[string]any{
+				"code":    map[string]any{"type": "string", "enum": codes},
+				"message": map[string]any{"type": "string", "description": "for people; never parse it"},
+				"details": map[string]any{"type": "object", "description": "`path` (INVALID_INPUT: the first offending field), `requestId` (INTERNAL), and what the method page names",
+					"properties": map[string]any{"path": map[string]any{"type": "string"}, "requestId": map[string]any{"type": "string"}}},
+			}}},
 	}
 	tags := []any{}
 	for _, g := range r.Groups {
 		tags = append(tags, map[string]any{"name": g.Name, "description": g.Summary})
 	}
 	return map[string]any{
-		"openapi":  "3.1.0",
-		"info":     map[string]any{"title": "Better Compute API", "version": version},
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "Better Compute API", "version": version,
+			"description": "The method surface: every method is `POST /api/compute/{group}/{method}` with a JSON object body.",
+			"license":     map[string]any{"name": "Proprietary", "identifier": "LicenseRef-Proprietary"}},
+		"servers":  []any{map[string]any{"url": "/", "description": "the server that serves this document"}},
 		"tags":     tags,
 		"paths":    paths,
 		"security": []any{map[string]any{"bearer": []any{}}},
 		"components": map[string]any{
-			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
-			"responses": map[string]any{"Error": map[string]any{
-				"description": "an error",
-				"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{
-					"type": "object", "required": []string{"error"},
-					"properties": map[string]any{"error": map[string]any{
-						"type": "object", "required": []string{"code", "message", "details"},
-						"properties": map[string]any{
-							"code":    map[string]any{"type": "string", "enum": codes},
-							"message": map[string]any{"type": "string"},
-							"details": map[string]any{"type": "object"},
-						}}}}}},
-			}},
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer",
+				"description": "an opaque token: the operator's, a tenant service token (tokens.create) or a node credential (nodes.join)"}},
+			"headers": map[string]any{"X-Request-Id": map[string]any{"description": "names the server's log line of the request",
+				"schema": map[string]any{"type": "string"}}},
+			"responses": responses,
+			"schemas":   schemas,
 		},
 	}
 }
 
-// Markdown renders the page of one group in the shape of the seed pages.
-func (r *Registry) Markdown(group Group) string {
+// Example is one recorded call of a method (docs/api/examples.json, written
+// by make examples from a run of the e2e suite).
+type Example struct {
+	Request json.RawMessage `json:"request"`
+	Answer  json.RawMessage `json:"answer"`
+}
+
+// Markdown renders the page of one group in the shape of the seed pages,
+// with each method's output fields, errors and recorded example.
+func (r *Registry) Markdown(group Group, examples map[string]Example) string {
 	var b strings.Builder
 	var ms []*Method
 	for _, m := range r.order {
@@ -143,6 +223,9 @@ func (r *Registry) Markdown(group Group) string {
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.Name, typeText(f), req, cell(f.Constraints()))
 		}
+		r.outputMarkdown(&b, m)
+		errorsMarkdown(&b, m)
+		exampleMarkdown(&b, m, examples)
 	}
 	return b.String()
 }
@@ -166,6 +249,9 @@ func flatten(prefix string, fields []Field) []Field {
 func typeText(f Field) string {
 	if f.Type == Array && f.Items != nil {
 		return "array of " + typeText(*f.Items)
+	}
+	if f.Schema != "" && len(f.Enum) == 0 {
+		return string(f.Type) + " ([" + f.Schema + "](schemas.md#" + strings.ToLower(f.Schema) + "))"
 	}
 	return string(f.Type)
 }

@@ -34,6 +34,7 @@ type Field struct {
 	Default     any
 	Fields      []Field // Object: known properties; nil with Open means free-form
 	Open        bool    // Object: accept any properties (checked by the domain)
+	Schema      string  // Open object: the defined schema (DefineSchema) describing it, for the documents
 	Items       *Field  // Array
 	MaxItems    int
 	MinItems    int
@@ -106,6 +107,16 @@ func (f Field) Constraints() string {
 
 // JSONSchema renders the field as a JSON Schema (2020-12) object.
 func (f Field) JSONSchema() map[string]any {
+	if f.Schema != "" {
+		s := map[string]any{"$ref": RefPrefix + f.Schema}
+		if f.Description != "" {
+			s["description"] = f.Description
+		}
+		if f.Default != nil {
+			s["default"] = f.Default
+		}
+		return s
+	}
 	s := map[string]any{}
 	if f.Type != Any {
 		s["type"] = string(f.Type)

@@ -43,6 +43,10 @@ var (
 // Main runs a package's tests with the shared cluster and stops it after.
 func Main(m *testing.M) {
 	code := m.Run()
+	if err := writeExamples(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if cluster != nil {
 		cluster.Stop()
 	}
@@ -210,7 +214,7 @@ func (e *Env) Call(token, method string, body any) Resp {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return e.do(req)
+	return e.Do(req)
 }
 
 // GraphQL posts a GraphQL request.
@@ -223,11 +227,19 @@ func (e *Env) GraphQL(token, query string, vars map[string]any) Resp {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return e.do(req)
+	return e.Do(req)
 }
 
-func (e *Env) do(req *http.Request) Resp {
+// Do sends a request to the server and decodes the answer; an answer of the
+// method surface is checked against the OpenAPI document (check.go).
+func (e *Env) Do(req *http.Request) Resp {
 	e.T.Helper()
+	var body []byte
+	if req.GetBody != nil {
+		if rc, err := req.GetBody(); err == nil {
+			body, _ = io.ReadAll(rc)
+		}
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.T.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
@@ -236,6 +248,7 @@ func (e *Env) do(req *http.Request) Resp {
 	b, _ := io.ReadAll(res.Body)
 	r := Resp{Status: res.StatusCode, Header: res.Header, Raw: b}
 	_ = json.Unmarshal(b, &r.Body)
+	e.checkAnswer(req, body, r)
 	return r
 }
 

@@ -43,15 +43,21 @@ var States = []string{Pending, Running, Succeeded, Failed, Canceled}
 // StepStates are the states of one step.
 var StepStates = []string{Pending, Running, Succeeded, Failed, Skipped}
 
+// Names of the closed sets, for the OpenAPI document and the GraphQL enums.
+var (
+	StateEnum     = registry.DefineEnum("WorkflowState", "pending until the node's first step report; succeeded, failed and canceled are final", States...)
+	StepStateEnum = registry.DefineEnum("StepState", "a step runs once every earlier step succeeded; succeeded and failed are final", StepStates...)
+)
+
 // Step is one rendered step of a workflow (as profiles.render gives it)
 // with its progress.
 type Step struct {
 	Index      int             `json:"index"`
 	Name       string          `json:"name"`
 	Use        string          `json:"use"`
-	Phase      string          `json:"phase"`
-	With       json.RawMessage `json:"with"`
-	Status     string          `json:"status"`
+	Phase      string          `json:"phase" schema:"StepPhase"`
+	With       json.RawMessage `json:"with" schema:"StepParameters"`
+	Status     string          `json:"status" schema:"StepState"`
 	StartedAt  *time.Time      `json:"startedAt"`
 	FinishedAt *time.Time      `json:"finishedAt"`
 	Message    *string         `json:"message"`
@@ -65,9 +71,9 @@ type Workflow struct {
 	ProfileTenantID string          `json:"profileTenantId" db:"profile_tenant_id"`
 	ProfileID       string          `json:"profileId" db:"profile_id"`
 	ProfileVersion  int             `json:"profileVersion" db:"profile_version"`
-	ProfileDocument json.RawMessage `json:"profileDocument" db:"-"`
+	ProfileDocument json.RawMessage `json:"profileDocument" db:"-" schema:"ProfileDocument"`
 	Steps           []Step          `json:"steps" db:"-"`
-	State           string          `json:"state" db:"state"`
+	State           string          `json:"state" db:"state" schema:"WorkflowState"`
 	RowVersion      int             `json:"rowVersion" db:"row_version"`
 	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
 	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
@@ -390,7 +396,11 @@ func Methods() []registry.Method {
 		"Returns a page of the tenant's workflows, ordered by id (creation order), optionally only those of one node or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), nodeFilter,
-		registry.Field{Name: "state", Type: registry.String, Enum: States, Description: "only the workflows in this state"},
+		func() registry.Field {
+			f := registry.EnumField("state", StateEnum, false)
+			f.Description = "only the workflows in this state"
+			return f
+		}(),
 		registry.Limit(50, 200), registry.Cursor())
 	list.Items = true
 	report := m("reportStep", registry.Mutation, nodes.PermReportWorkflow, authz.Node,

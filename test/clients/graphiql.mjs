@@ -1,30 +1,87 @@
-// Opens GraphiQL in headless Chromium, enters the token in the page's bar,
-// runs a query through the editor and prints the response pane as JSON.
+// Opens GraphiQL in headless Chromium as a person would: enters the token in
+// the page's bar, runs a query through the editor, opens the Docs pane and
+// finds ComputeNode through its search, and types "{ ten" to see what
+// autocomplete offers. Prints one JSON object; writes a screenshot of each
+// stage into the directory given as the fourth argument.
+//
+//   node graphiql.mjs <base URL> <token> <query> <screenshot dir>
 import { chromium } from 'playwright-core';
 
-const [base, token, query] = process.argv.slice(2);
+const [base, token, query, shots] = process.argv.slice(2);
+const out = { response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
+const t0 = Date.now();
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
+const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+const shot = async (name) => {
+  out.ms[name] = Date.now() - t0;
+  const path = `${shots}/${out.screenshots.length + 1}-${name}.png`;
+  await page.screenshot({ path }).then(() => out.screenshots.push(path), () => {});
+};
+// Poll from here: waitForFunction would need 'unsafe-eval', which the page's CSP refuses.
+const poll = async (fn, arg, what, tries = 150) => {
+  for (let i = 0; i < tries; i++) {
+    const v = await page.evaluate(fn, arg);
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error('timed out waiting for ' + what);
+};
 try {
-  const page = await browser.newPage();
-  const blocked = [];
-  page.on('console', (m) => { if (m.type() === 'error' && m.text().includes('Content Security Policy')) blocked.push(m.text().slice(0, 200)); });
-  page.on('pageerror', (e) => blocked.push(String(e).slice(0, 200)));
+  page.on('console', (m) => { if (m.type() === 'error' && m.text().includes('Content Security Policy')) out.blocked.push(m.text().slice(0, 200)); });
+  page.on('pageerror', (e) => out.blocked.push(String(e).slice(0, 200)));
   await page.goto(base + '/');
   await page.fill('#token', token);
   await page.click('#save');
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
+
+  // 1. A query through the editor.
   await page.evaluate((q) => document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue(q), query);
   await page.click('.graphiql-execute-button');
-  // Poll from here: waitForFunction would need 'unsafe-eval', which the page's CSP refuses.
-  let text = '';
-  for (let i = 0; i < 225 && !text.includes('"data"'); i++) {
-    await new Promise((r) => setTimeout(r, 200));
-    text = await page.evaluate(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue());
-  }
-  console.log(JSON.stringify({ response: JSON.parse(text), blocked }));
+  const text = await poll(() => {
+    const v = document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue();
+    return v.includes('"data"') || v.includes('"errors"') ? v : '';
+  }, null, 'the response');
+  out.response = JSON.parse(text);
+  await shot('query');
+
+  // 2. The Docs pane loads the schema (introspection); its search finds ComputeNode.
+  await page.click('button[aria-label="Show Documentation Explorer"]');
+  await poll(() => {
+    const d = document.querySelector('.graphiql-doc-explorer');
+    return d && (d.querySelector('.graphiql-doc-explorer-root-type') || d.querySelector('.graphiql-doc-explorer-error'));
+  }, null, 'the Docs pane');
+  const docError = await page.evaluate(() => document.querySelector('.graphiql-doc-explorer-error')?.textContent || '');
+  await shot('docs');
+  if (docError) throw new Error('the Docs pane: ' + docError);
+  await page.click('[data-cy="doc-explorer-input"]');
+  await page.keyboard.type('ComputeNode');
+  await poll(() => [...document.querySelectorAll('[data-cy="doc-explorer-option"]')].some((o) => o.textContent.trim() === 'ComputeNode'), null, 'ComputeNode in the search results');
+  await shot('docs-search');
+  await page.locator('[data-cy="doc-explorer-option"]', { hasText: /^ComputeNode$/ }).first().click();
+  out.docs = await poll(() => {
+    const t = document.querySelector('.graphiql-doc-explorer-title')?.textContent || '';
+    if (t !== 'ComputeNode') return null;
+    const fields = [...document.querySelectorAll('.graphiql-doc-explorer-field-name')].map((f) => f.textContent);
+    return fields.length ? { title: t, fields } : null;
+  }, null, 'the ComputeNode page');
+  await shot('docs-computenode');
+
+  // 3. Autocomplete: type "{ ten" as a person would; the hints list offers fields.
+  await page.evaluate(() => document.querySelector('.graphiql-query-editor .CodeMirror').CodeMirror.setValue(''));
+  await page.click('.graphiql-query-editor .CodeMirror');
+  await page.keyboard.type('{ ten', { delay: 40 });
+  out.hints = await poll(() => {
+    const hs = [...document.querySelectorAll('.CodeMirror-hints .CodeMirror-hint')].map((h) => h.textContent);
+    return hs.length ? hs : null;
+  }, null, 'autocomplete hints', 50);
+  await shot('autocomplete');
+} catch (e) {
+  out.error = String(e && e.message || e);
+  await shot('failure');
 } finally {
   await browser.close();
 }
+console.log(JSON.stringify(out));

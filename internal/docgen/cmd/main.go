@@ -1,4 +1,5 @@
-// Command docgen writes the registry's generated documents.
+// Command docgen writes the registry's generated documents (run from the
+// repository root).
 package main
 
 import (
@@ -10,7 +11,12 @@ import (
 )
 
 func main() {
-	for path, b := range docgen.Files() {
+	files, err := docgen.Files(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for path, b := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
