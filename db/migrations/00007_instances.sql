@@ -37,7 +37,7 @@ CREATE TABLE instances (
     -- reconciler's sweep looks at the others only.
     converged           boolean GENERATED ALWAYS AS (
         state = 'deleted'
-        OR (state = 'failed' AND desired_at <= state_since)
+        OR (state = 'failed' AND (desired_at <= state_since OR desired_state = 'stopped'))
         OR (state = 'running' AND desired_state = 'running' AND reboot_generation <= rebooted_generation)
         OR (state = 'stopped' AND desired_state = 'stopped')
     ) STORED,

@@ -14,7 +14,7 @@ import (
 
 // Files returns every generated document by path relative to the repo root.
 func Files() map[string][]byte {
-	reg := app.Registry(nil, nil, nil)
+	reg := app.Registry(nil, nil, nil, nil)
 	out := map[string][]byte{}
 	var idx strings.Builder
 	idx.WriteString("# Method surface\n\nGenerated from the method registry by `make generate`; do not edit.\n\n")

@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
@@ -111,6 +112,8 @@ type Env struct {
 	DB       *store.DB
 	Server   *httptest.Server
 	Operator string // the operator's bearer token
+	// Instances is the instances service whose reconciler runs in the test.
+	Instances *instances.Service
 
 	counts *sync.Map // request id -> statements
 }
@@ -130,9 +133,18 @@ func Start(t testing.TB) *Env {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	metrics := prometheus.NewRegistry()
-	reg := app.Registry(d, log, metrics)
+	inst, err := instances.NewService(d, log, instances.Config{SweepEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the database's cleanup, so it runs first.
+	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
+	reg := app.Registry(d, log, metrics, inst)
 	srv := server.New(server.Config{}, d, reg, metrics, log)
-	env := &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
+	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, counts: &sync.Map{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
