@@ -163,18 +163,18 @@ type Filter struct {
 }
 
 type row struct {
-	XID          string          `db:"xid"`
-	Seq          int64           `db:"seq"`
-	Type         string          `db:"type"`
-	TenantID     string          `db:"tenant_id"`
-	PoolID       string          `db:"pool_id"`
-	InstanceID   string          `db:"instance_id"`
-	ProjectID    *string         `db:"project_id"`
-	State        string          `db:"state"`
-	DesiredState string          `db:"desired_state"`
-	StateReason  *string         `db:"state_reason"`
-	OccurredAt   time.Time       `db:"occurred_at"`
-	Instance     string          `db:"instance"`
+	XID          string    `db:"xid"`
+	Seq          int64     `db:"seq"`
+	Type         string    `db:"type"`
+	TenantID     string    `db:"tenant_id"`
+	PoolID       string    `db:"pool_id"`
+	InstanceID   string    `db:"instance_id"`
+	ProjectID    *string   `db:"project_id"`
+	State        string    `db:"state"`
+	DesiredState string    `db:"desired_state"`
+	StateReason  *string   `db:"state_reason"`
+	OccurredAt   time.Time `db:"occurred_at"`
+	Instance     string    `db:"instance"`
 }
 
 // Page returns up to limit events of the filter after the cursor position

@@ -445,4 +445,3 @@ func (s *Service) Enqueue(ctx context.Context, q store.Q, instanceID string) err
 	}
 	return nil
 }
-
