@@ -157,18 +157,26 @@ func (s *Service) stepTx(ctx context.Context, tx *sqlx.Tx, instanceID string, jo
 	if err != nil {
 		return stepResult{}, store.Wrap(err)
 	}
-	if Converged(i) {
-		return complete()
-	}
 	var p poolRow
 	if err := tx.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false WHERE p.pool_id = $1`, i.PoolID); err != nil {
 		return stepResult{}, store.Wrap(err)
 	}
 	pol := parsePolicy(p.Policy)
+	var res stepResult
 	if p.Kind == "vps-hosted" {
-		return s.stepHosted(ctx, tx, i, &p, pol)
+		res, err = s.stepHosted(ctx, tx, i, &p, pol)
+	} else if Converged(i) {
+		res = stepResult{outcome: done}
+	} else {
+		res, err = s.stepProvider(ctx, tx, i, &p, pol)
 	}
-	return s.stepProvider(ctx, tx, i, &p, pol)
+	if err != nil || res.outcome != done {
+		return res, err
+	}
+	// Converged: the job completes in the transaction that saw it so,
+	// under the instance's lock; a desired-state change waits for the lock
+	// and then queues a new job.
+	return complete()
 }
 
 // move makes one state move: the transition table decides, the row and its
@@ -393,6 +401,9 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 		}
 		_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("host node %s was removed", *i.HostNodeID)))
 		return stepResult{outcome: progress}, err
+	}
+	if Converged(i) {
+		return stepResult{outcome: done}, nil
 	}
 	next := Next(i)
 	switch {
