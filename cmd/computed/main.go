@@ -92,7 +92,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Float64Var(&m.RateLimit, "rate-limit", rl, "requests per second per credential, 0 disables (COMPUTE_RATE_LIMIT)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
-	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "50"))
+	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
 	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -28,7 +29,8 @@ type riverDriver = riverdatabasesql.Driver
 
 // Config tunes the reconciler.
 type Config struct {
-	// Workers is how many instances one replica reconciles at once.
+	// Workers is how many instances one replica reconciles at once; each
+	// step holds one database connection (of the 20 a replica opens).
 	Workers int
 	// EventRetention is how long instance events are kept (default 7 days).
 	EventRetention time.Duration
@@ -44,7 +46,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Workers <= 0 {
-		c.Workers = 50
+		c.Workers = 10
 	}
 	if c.EventRetention <= 0 {
 		c.EventRetention = 7 * 24 * time.Hour
@@ -193,10 +195,16 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Close releases the listener pool (after Shutdown).
+// Close releases the listener pool and the drivers' resources (after
+// Shutdown).
 func (s *Service) Close() {
 	if s.listen != nil {
 		s.listen.Close()
+	}
+	for _, p := range s.providers {
+		if c, ok := p.(io.Closer); ok {
+			_ = c.Close()
+		}
 	}
 }
 

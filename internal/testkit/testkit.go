@@ -121,6 +121,14 @@ type Env struct {
 // OperatorToken is the bootstrap secret tests use.
 const OperatorToken = "bco_test-operator-token"
 
+// StartDB is a fresh database with the operator bootstrapped and no server
+// in this process (tests that run server processes of their own).
+func StartDB(t testing.TB) *Env {
+	t.Helper()
+	d := DB(t)
+	return &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
+}
+
 // Start starts the whole HTTP server on a fresh database.
 func Start(t testing.TB) *Env {
 	t.Helper()

@@ -36,12 +36,24 @@ func init() {
 		if d.DB == nil {
 			return nil, errors.New("sim needs the database")
 		}
-		return &Sim{db: d.DB}, nil
+		// The simulated cloud has connections of its own, as a real
+		// provider's API client would: a reconcile step holds one of the
+		// product's connections while it calls the provider.
+		db, err := store.Open(context.Background(), d.DB.URL)
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+		return &Sim{db: db}, nil
 	})
 }
 
 // Sim is the driver.
 type Sim struct{ db *store.DB }
+
+// Close releases the simulation's connections.
+func (s *Sim) Close() error { return s.db.Close() }
 
 // Latency is per-operation latency in milliseconds.
 type Latency struct {
