@@ -115,7 +115,7 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 	river.AddWorker(workers, &pruneWorker{s: s})
 	s.client, err = river.NewClient(riverdatabasesql.NewWithPgxListener(db.DB.DB, s.listen), &river.Config{
 		ID:                   s.clientID,
-		Logger:               log.With("component", "river"),
+		Logger:               slog.New(warnOnly{log.Handler()}).With("component", "river"),
 		Queues:               map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.Workers}, river.QueueDefault: {MaxWorkers: 2}},
 		Workers:              workers,
 		FetchCooldown:        10 * time.Millisecond,
@@ -132,6 +132,16 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// warnOnly passes river's warnings and errors on; its per-job info lines
+// (a retried step, a snooze) would drown the server's log.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
+func (h warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{h.Handler.WithGroup(n)} }
 
 // retryPolicy retries a failed job run quickly with exponential backoff
 // (river's default waits attempt^4 seconds); the instance's own tries bound
