@@ -17,7 +17,7 @@ import (
 // reconciler sends per state transition (creates' own statements and the
 // benchmark's polling excluded).
 func BenchmarkInstances1000ToRunning(b *testing.B) {
-	e := testkit.Start(b)
+	e := testkit.Start(b).RunReconciler()
 	admin, member, _ := e.Tenant("acme")
 	const n, clients = 1000, 32
 	var secs, evps, perTransition float64

@@ -20,7 +20,7 @@ func reason(t testing.TB, r testkit.Resp) string {
 // order the rules apply.
 func TestInstancesCreateErrors(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	beta := newTenant(t, e, "beta")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
@@ -94,7 +94,7 @@ func TestInstancesCreateErrors(t *testing.T) {
 // offer's quota; deleting frees it; lowering the offer keeps what runs.
 func TestInstancesQuota(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	beta := newTenant(t, e, "beta")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
@@ -138,7 +138,7 @@ func TestInstancesQuota(t *testing.T) {
 // what they must.
 func TestInstancesChangeErrors(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	beta := newTenant(t, e, "beta")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)

@@ -68,7 +68,7 @@ func hostOf(t testing.TB, e *testkit.Env, token, id string) string {
 // and are placed when room appears; a removed host's instances fail.
 func TestHostedPlacement(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
 	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)

@@ -76,7 +76,7 @@ func eventTypes(t testing.TB, e *testkit.Env, token, tenantID, id string, limit 
 
 func TestInstanceLifecycle(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"sim": map[string]any{"latencyMs": 150}})
 	prj := newProject(t, e, acme.Member.Token, "acme", "web")

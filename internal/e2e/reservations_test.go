@@ -27,7 +27,7 @@ func rsvIn(tenantID, poolID string, gpus int, from, to time.Duration) map[string
 // reservations, and the methods' refusals.
 func TestReservations(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	beta := newTenant(t, e, "beta")
 	gamma := newTenant(t, e, "gamma")
@@ -128,7 +128,7 @@ func TestReservations(t *testing.T) {
 // bounded provider pool runs exactly its capacity, the rest pending.
 func TestConcurrentCreatesRespectQuotaAndCapacity(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t)
+	e := testkit.Start(t).RunReconciler()
 	acme := newTenant(t, e, "acme")
 	beta := newTenant(t, e, "beta")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"capacity": map[string]any{"gpus": 10}})

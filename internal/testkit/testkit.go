@@ -141,11 +141,11 @@ func Start(t testing.TB) *Env {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	metrics := prometheus.NewRegistry()
+	// The instances service can queue jobs from the start; its reconciler
+	// runs only in tests that ask for it (RunReconciler), so the others
+	// pay for no polling.
 	inst, err := instances.NewService(d, log, instances.Config{SweepEvery: time.Second})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Registered before the database's cleanup, so it runs first.
@@ -163,6 +163,16 @@ func Start(t testing.TB) *Env {
 	t.Cleanup(hs.Close)
 	env.Server = hs
 	return env
+}
+
+// RunReconciler starts the vps.instances reconciler of the server under
+// test (stopped at cleanup) and returns e.
+func (e *Env) RunReconciler() *Env {
+	e.T.Helper()
+	if err := e.Instances.Run(context.Background()); err != nil {
+		e.T.Fatalf("start the reconciler: %v", err)
+	}
+	return e
 }
 
 // Statements is the number of SQL statements the request sent.
