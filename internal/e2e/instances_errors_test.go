@@ -197,6 +197,7 @@ func TestInstancesChangeErrors(t *testing.T) {
 
 	// An expired cursor: prune the first events and read from one of them.
 	waitState(t, e, m, "acme", id, "deleted", 10*time.Second)
+	waitEvents(t, e, m, "acme", id, "instance.deleted", 50)
 	all := items(t, must(t, e.Call(m, "instances/events", ref("limit", 200))))
 	if len(all) < 4 {
 		t.Fatalf("events: %v", all)

@@ -46,8 +46,11 @@ func daemon(t testing.TB, e *testkit.Env, nodeID, cred string, stop chan struct{
 		case <-time.After(30 * time.Millisecond):
 		}
 		r := e.Call(cred, "instances/assigned", map[string]any{"nodeId": nodeID, "limit": 200})
+		if r.Status == 401 {
+			return // a removed node's credential is revoked: the daemon stops
+		}
 		if r.Status != 200 {
-			continue // a removed node's credential is revoked
+			continue
 		}
 		for _, it := range r.Body["items"].([]any) {
 			i := it.(map[string]any)

@@ -74,6 +74,24 @@ func eventTypes(t testing.TB, e *testkit.Env, token, tenantID, id string, limit 
 	}
 }
 
+// waitEvents reads an instance's events until the last is of type last: an
+// event becomes readable once every older transaction of the cluster has
+// ended, which may be a moment after its instance reads as moved.
+func waitEvents(t testing.TB, e *testkit.Env, token, tenantID, id, last string, limit int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		types := eventTypes(t, e, token, tenantID, id, limit)
+		if len(types) > 0 && types[len(types)-1] == last {
+			return types
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events of %s do not end with %s: %v", id, last, types)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
 func TestInstanceLifecycle(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t).RunReconciler()
@@ -117,7 +135,7 @@ func TestInstanceLifecycle(t *testing.T) {
 	}
 	must(t, e.Call(acme.Member.Token, "instances/delete", ref))
 	waitState(t, e, acme.Viewer.Token, "acme", id, "deleted", 10*time.Second)
-	types := eventTypes(t, e, acme.Viewer.Token, "acme", id, 4)
+	types := waitEvents(t, e, acme.Viewer.Token, "acme", id, "instance.deleted", 4)
 	want := []string{"instance.created", "instance.provisioning", "instance.running", "instance.stopping", "instance.stopped",
 		"instance.provisioning", "instance.running", "instance.rebooting", "instance.running", "instance.deleting", "instance.deleted"}
 	if len(types) != len(want) {
