@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
@@ -63,9 +64,12 @@ type Main struct {
 	RequestTimeout   time.Duration
 	StatementTimeout time.Duration
 	DBMaxConns       int
+	// Instances configures the vps.instances reconciler.
+	Instances instances.Config
 
-	pg *pgembed.Server
-	db *store.DB
+	pg   *pgembed.Server
+	db   *store.DB
+	inst *instances.Service
 }
 
 func env(name, def string) string {
@@ -97,9 +101,17 @@ func (m *Main) ParseFlags(args []string) error {
 	maxConns, _ := strconv.Atoi(env("COMPUTE_DB_MAX_CONNS", "20"))
 	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "database connections per replica (COMPUTE_DB_MAX_CONNS)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
+	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
+	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	d, err := parseRetention(*retention)
+	if err != nil {
+		return err
+	}
+	m.Instances.EventRetention = d
 	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -160,7 +172,15 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg := app.Registry(database, m.Log, metrics)
+	inst, err := instances.NewService(database, m.Log, m.Instances)
+	if err != nil {
+		return fmt.Errorf("instances: %w", err)
+	}
+	m.inst = inst
+	if err := inst.Run(ctx); err != nil {
+		return fmt.Errorf("instance reconciler: %w", err)
+	}
+	reg := app.Registry(database, m.Log, metrics, inst)
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
 		RequestTimeout: m.RequestTimeout}, database, reg, metrics, m.Log)
 	hs := &http.Server{
@@ -188,11 +208,32 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return nil
+	m.Log.Info("shutting down: stopping the instance reconciler")
+	return inst.Shutdown(sctx)
+}
+
+// parseRetention reads a Go duration or a number of days ("7d").
+func parseRetention(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 1 {
+			return 0, fmt.Errorf("COMPUTE_EVENT_RETENTION %q: want a Go duration or a number of days such as 7d", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Minute {
+		return 0, fmt.Errorf("COMPUTE_EVENT_RETENTION %q: want a Go duration of at least 1m or a number of days such as 7d", s)
+	}
+	return d, nil
 }
 
 // Close releases the database and stops the embedded server.
 func (m *Main) Close() {
+	if m.inst != nil {
+		_ = m.inst.Shutdown(context.Background())
+		m.inst.Close()
+	}
 	if m.db != nil {
 		m.db.Close()
 	}

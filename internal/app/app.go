@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -23,13 +24,19 @@ import (
 func Groups() []registry.Group {
 	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, pools.Group,
 		nodes.JoinTokensGroup, nodes.MachinesGroup, nodes.TPMKeysGroup, nodes.NodesGroup, nodes.JoinRequestsGroup, inventory.Group,
-		profiles.Group, workflows.Group}
+		profiles.Group, workflows.Group, instances.Group, instances.ReservationsGroup}
 }
 
-// Registry builds the registry; db and metrics may be nil to render documents.
-func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer) *registry.Registry {
+// Registry builds the registry; db, metrics and inst may be nil to render
+// documents. inst is the instances service (with its reconciler), which
+// the caller runs and shuts down.
+func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer, inst *instances.Service) *registry.Registry {
 	if log == nil {
 		log = slog.Default()
 	}
-	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), nodes.Methods(db), inventory.Methods(), profiles.Methods(), workflows.Methods())
+	if inst == nil {
+		inst, _ = instances.NewService(nil, log, instances.Config{}) // documents only: never fails without a database
+	}
+	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), nodes.Methods(db),
+		inventory.Methods(), profiles.Methods(), workflows.Methods(), instances.Methods(inst))
 }

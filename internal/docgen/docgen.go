@@ -47,7 +47,7 @@ func Files(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := app.Registry(nil, nil, nil)
+	reg := app.Registry(nil, nil, nil, nil)
 	out := map[string][]byte{}
 	var idx strings.Builder
 	idx.WriteString("# Method surface\n\nGenerated from the method registry by `make generate`; do not edit.\n\n")

@@ -44,7 +44,7 @@ func TestExamplesCoverEveryMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := app.Registry(nil, nil, nil)
+	reg := app.Registry(nil, nil, nil, nil)
 	raw, _ := json.Marshal(reg.OpenAPI("test"))
 	doc, err := apicheck.New(raw)
 	if err != nil {
@@ -76,7 +76,7 @@ func TestExamplesCoverEveryMethod(t *testing.T) {
 // the same values spelled the GraphQL way, so the two surfaces cannot
 // disagree on a set.
 func TestGraphQLEnumsAreTheRegistrys(t *testing.T) {
-	app.Registry(nil, nil, nil) // the packages define their enums
+	app.Registry(nil, nil, nil, nil) // the packages define their enums
 	spell := strings.NewReplacer("-", "_", ".", "_")
 	n := 0
 	for name, def := range graph.NewExecutableSchema(graph.Config{}).Schema().Types {

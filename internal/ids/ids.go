@@ -26,6 +26,7 @@ const (
 	Principal   = "prn"
 	Audit       = "aud"
 	Machine     = "mach"
+	Reservation = "rsv"
 )
 
 // New returns prefix_<lowercase ULID>.
@@ -41,7 +42,7 @@ func Pattern(prefix string) string { return "^" + prefix + "_" + idBody + "$" }
 var cache = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal} {
+	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation} {
 		cache[p] = regexp.MustCompile(Pattern(p))
 	}
 }

@@ -15,7 +15,7 @@ import (
 // Every output field has a schema that says something: a json.RawMessage or
 // interface field needs a `schema` tag naming what its package validates.
 func TestOutputsAreTyped(t *testing.T) {
-	reg := app.Registry(nil, nil, nil)
+	reg := app.Registry(nil, nil, nil, nil)
 	if u := reg.UntypedOutputs(); len(u) > 0 {
 		t.Fatalf("output fields without a schema (tag them schema:\"Name\" and define Name): %v", u)
 	}

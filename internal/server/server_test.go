@@ -84,7 +84,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	defer d.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	metrics := prometheus.NewRegistry()
-	hs := httptest.NewServer(server.New(server.Config{}, d, app.Registry(d, log, metrics), metrics, log).Handler())
+	hs := httptest.NewServer(server.New(server.Config{}, d, app.Registry(d, log, metrics, nil), metrics, log).Handler())
 	defer hs.Close()
 
 	req, _ := http.NewRequest("POST", hs.URL+"/api/compute/tenants/get", strings.NewReader(`{"tenantId":"acme"}`))

@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
@@ -115,12 +116,22 @@ type Env struct {
 	DB       *store.DB
 	Server   *httptest.Server
 	Operator string // the operator's bearer token
+	// Instances is the instances service whose reconciler runs in the test.
+	Instances *instances.Service
 
 	counts *sync.Map // request id -> statements
 }
 
 // OperatorToken is the bootstrap secret tests use.
 const OperatorToken = "bco_test-operator-token"
+
+// StartDB is a fresh database with the operator bootstrapped and no server
+// in this process (tests that run server processes of their own).
+func StartDB(t testing.TB) *Env {
+	t.Helper()
+	d := DB(t)
+	return &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
+}
 
 // Start starts the whole HTTP server on a fresh database.
 func Start(t testing.TB) *Env {
@@ -134,9 +145,18 @@ func Start(t testing.TB) *Env {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	metrics := prometheus.NewRegistry()
-	reg := app.Registry(d, log, metrics)
+	// The instances service can queue jobs from the start; its reconciler
+	// runs only in tests that ask for it (RunReconciler), so the others
+	// pay for no polling.
+	inst, err := instances.NewService(d, log, instances.Config{SweepEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the database's cleanup, so it runs first.
+	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
+	reg := app.Registry(d, log, metrics, inst)
 	srv := server.New(server.Config{}, d, reg, metrics, log)
-	env := &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
+	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, counts: &sync.Map{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +167,16 @@ func Start(t testing.TB) *Env {
 	t.Cleanup(hs.Close)
 	env.Server = hs
 	return env
+}
+
+// RunReconciler starts the vps.instances reconciler of the server under
+// test (stopped at cleanup) and returns e.
+func (e *Env) RunReconciler() *Env {
+	e.T.Helper()
+	if err := e.Instances.Run(context.Background()); err != nil {
+		e.T.Fatalf("start the reconciler: %v", err)
+	}
+	return e
 }
 
 // Statements is the number of SQL statements the request sent.

@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// hostedPool creates a vps-hosted pool.
+func hostedPool(t testing.TB, e *testkit.Env, admin, tenantID, name, mode string, policy map[string]any) string {
+	t.Helper()
+	in := map[string]any{"tenantId": tenantID, "name": name, "site": "fra1", "gpuModel": "H100",
+		"sharingMode": mode, "kind": "vps-hosted"}
+	if policy != nil {
+		in["policy"] = policy
+	}
+	return must(t, env(t, e).Call(admin, "pools/create", in)).Str("poolId")
+}
+
+// host joins a node to the pool and reports an inventory of n GPUs, 32
+// threads and 128 GiB; it returns the node id and its credential.
+func hostNode(t testing.TB, e *testkit.Env, admin, tenantID, poolID string, n int) (string, string) {
+	t.Helper()
+	nodeID, cred := env(t, e).Node(admin, tenantID, poolID)
+	gpus := make([]any, n)
+	for k := range gpus {
+		gpus[k] = map[string]any{"uuid": fmt.Sprintf("GPU-%s-%d", nodeID[len(nodeID)-8:], k), "index": k, "model": "NVIDIA H100 80GB HBM3", "memoryMiB": 81559}
+	}
+	must(t, env(t, e).Call(cred, "inventory/report", map[string]any{"nodeId": nodeID, "sections": map[string]any{
+		"cpu": map[string]any{"threads": 32}, "memory": map[string]any{"totalBytes": 128 << 30}, "gpus": gpus}}))
+	return nodeID, cred
+}
+
+// daemon is a host daemon: it reads its node's instances and reports each
+// transitional one done, until stop is closed.
+func daemon(t testing.TB, e *testkit.Env, nodeID, cred string, stop chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	done := map[string]string{"provisioning": "running", "rebooting": "running", "stopping": "stopped", "deleting": "deleted"}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(30 * time.Millisecond):
+		}
+		r := e.Call(cred, "instances/assigned", map[string]any{"nodeId": nodeID, "limit": 200})
+		if r.Status == 401 {
+			return // a removed node's credential is revoked: the daemon stops
+		}
+		if r.Status != 200 {
+			continue
+		}
+		for _, it := range r.Body["items"].([]any) {
+			i := it.(map[string]any)
+			if to, ok := done[str(i["state"])]; ok {
+				e.Call(cred, "instances/report", map[string]any{"nodeId": nodeID, "instanceId": i["instanceId"], "state": to})
+			}
+		}
+	}
+}
+
+func hostOf(t testing.TB, e *testkit.Env, token, id string) string {
+	g := must(t, env(t, e).Call(token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+	return g.Str("hostNodeId")
+}
+
+// TestHostedPlacement: instances are placed on ready hosts with room, never
+// two on one GPU however many are created at once; the rest wait in pending
+// and are placed when room appears; a removed host's instances fail.
+func TestHostedPlacement(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
+	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	wg.Add(1)
+	go daemon(t, e, nodeA, credA, stop, &wg)
+
+	// Six one-GPU instances at once on a two-GPU host.
+	ids := make([]string, 6)
+	var cw sync.WaitGroup
+	for k := range ids {
+		cw.Add(1)
+		go func(k int) {
+			defer cw.Done()
+			r := e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, fmt.Sprintf("h%d", k), 1))
+			if r.Status == 200 {
+				ids[k] = r.Str("instanceId")
+			}
+		}(k)
+	}
+	cw.Wait()
+	running := func() (run, pend []string) {
+		for _, id := range ids {
+			g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+			switch g.Str("state") {
+			case "running":
+				run = append(run, id)
+			case "pending":
+				if g.Str("stateReason") != "" { // waiting for room, once looked at
+					pend = append(pend, id)
+				}
+			}
+		}
+		return
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	var run, pend []string
+	for {
+		run, pend = running()
+		if len(run) == 2 && len(pend) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want 2 running and 4 pending, got %d and %d", len(run), len(pend))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Distinct GPUs, as the host sees them.
+	a := must(t, e.Call(credA, "instances/assigned", map[string]any{"nodeId": nodeA}))
+	seen := map[string]bool{}
+	for _, it := range items(t, a) {
+		for _, d := range it["devices"].([]any) {
+			id := str(d.(map[string]any)["deviceId"])
+			if seen[id] {
+				t.Fatalf("GPU %s held twice: %s", id, a.Raw)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("devices: %s", a.Raw)
+	}
+
+	// Room appears: a second host takes two more.
+	nodeB, credB := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	wg.Add(1)
+	go daemon(t, e, nodeB, credB, stop, &wg)
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		run, pend = running()
+		if len(run) == 4 && len(pend) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a second host: %d running, %d pending", len(run), len(pend))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Deleting one frees its GPU for a pending one.
+	must(t, e.Call(acme.Member.Token, "instances/delete", map[string]any{"tenantId": "acme", "instanceId": run[0]}))
+	waitState(t, e, acme.Viewer.Token, "acme", run[0], "deleted", 10*time.Second)
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		r2, p2 := running()
+		if len(r2) == 4 && len(p2) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a delete: %d running, %d pending", len(r2), len(p2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var n, distinct int
+	if err := e.DB.QueryRow(`SELECT count(*), count(DISTINCT (node_id, device_id)) FROM instance_allocations`).Scan(&n, &distinct); err != nil || n != 4 || distinct != 4 {
+		t.Fatalf("allocations %d, distinct %d, %v", n, distinct, err)
+	}
+
+	// A removed host's instances fail; their devices are freed.
+	must(t, e.Call(acme.Admin.Token, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": nodeB}))
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		failed := 0
+		for _, id := range ids {
+			g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+			if g.Str("state") == "failed" && g.Str("hostNodeId") == nodeB {
+				failed++
+			}
+		}
+		if failed == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instances of the removed host did not fail (%d)", failed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Node-side refusals.
+	expect(t, e.Call(acme.Member.Token, "instances/assigned", map[string]any{"nodeId": nodeA}), "PERMISSION_DENIED", anyPath)
+	expect(t, e.Call(credA, "instances/assigned", map[string]any{"nodeId": nodeB}), "PERMISSION_DENIED", anyPath)
+	expect(t, e.Call(credA, "instances/report", map[string]any{"nodeId": nodeA, "instanceId": run[1], "state": "bogus"}), "INVALID_INPUT", "state")
+	var other string
+	for _, id := range ids {
+		if hostOf(t, e, acme.Viewer.Token, id) != nodeA {
+			other = id
+		}
+	}
+	expect(t, e.Call(credA, "instances/report", map[string]any{"nodeId": nodeA, "instanceId": other, "state": "running"}), "NOT_FOUND", "instanceId")
+	var onA string
+	for _, id := range ids {
+		g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+		if g.Str("hostNodeId") == nodeA && g.Str("state") == "running" {
+			onA = id
+		}
+	}
+	r := e.Call(credA, "instances/report", map[string]any{"nodeId": nodeA, "instanceId": onA, "state": "stopped"})
+	expect(t, r, "INVALID_STATE", "state")
+	same := must(t, e.Call(credA, "instances/report", map[string]any{"nodeId": nodeA, "instanceId": onA, "state": "running"}))
+	if same.Body["changed"] != false {
+		t.Fatalf("a report of the current state: %s", same.Raw)
+	}
+	// The capacity method: the owner sees totals and who holds what.
+	c := must(t, e.Call(acme.Viewer.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
+	if obj(t, c.Body, "total")["gpus"] != float64(2) || obj(t, c.Body, "allocated")["gpus"] == nil {
+		t.Fatalf("capacity: %s", c.Raw)
+	}
+}

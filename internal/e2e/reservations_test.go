@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+var rsvIDRe = regexp.MustCompile(`^rsv_[0-9a-hjkmnp-tv-z]{26,52}$`)
+
+func window(from, to time.Duration) (string, string) {
+	now := time.Now().UTC()
+	return now.Add(from).Format(time.RFC3339), now.Add(to).Format(time.RFC3339)
+}
+
+func rsvIn(tenantID, poolID string, gpus int, from, to time.Duration) map[string]any {
+	s, e := window(from, to)
+	return map[string]any{"tenantId": tenantID, "poolId": poolID, "size": map[string]any{"gpus": gpus, "vcpus": 0, "memoryGiB": 0},
+		"startsAt": s, "endsAt": e}
+}
+
+// TestReservations: quota, capacity, placement honouring other tenants'
+// reservations, and the methods' refusals.
+func TestReservations(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	beta := newTenant(t, e, "beta")
+	gamma := newTenant(t, e, "gamma")
+	// A provider pool with a capacity of 8 GPUs, offered to beta and gamma.
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"capacity": map[string]any{"gpus": 8}})
+	for _, to := range []string{"beta", "gamma"} {
+		must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": to,
+			"quota": map[string]any{"gpus": 6, "instances": 10}}))
+	}
+	b := beta.Member.Token
+	r := must(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 4, -time.Minute, time.Hour)))
+	rid := r.Str("reservationId")
+	if !rsvIDRe.MatchString(rid) || r.Str("state") != "active" || obj(t, r.Body, "size")["gpus"] != float64(4) || r.Body["rowVersion"] != float64(1) {
+		t.Fatalf("reservations.create: %s", r.Raw)
+	}
+	g := must(t, e.Call(beta.Viewer.Token, "reservations/get", map[string]any{"tenantId": "beta", "reservationId": rid}))
+	if g.Str("reservationId") != rid || g.Str("poolId") != pool || g.Str("state") != "active" || obj(t, g.Body, "size")["gpus"] != float64(4) {
+		t.Fatalf("reservations.get: %s", g.Raw)
+	}
+	// Beta's quota: 4 reserved now, 3 more at once is over 6.
+	q := e.Call(b, "reservations/create", rsvIn("beta", pool, 3, 30*time.Minute, 2*time.Hour))
+	expect(t, q, "INVALID_STATE", anyPath)
+	if reason(t, q) != "quota" {
+		t.Fatalf("reservation over quota: %s", q.Raw)
+	}
+	// After beta's window it fits.
+	must(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 6, 2*time.Hour, 3*time.Hour)))
+	// Capacity: beta holds 4; gamma may reserve 4 but not 5.
+	c := e.Call(gamma.Member.Token, "reservations/create", rsvIn("gamma", pool, 5, 0, time.Hour))
+	expect(t, c, "INVALID_STATE", anyPath)
+	if reason(t, c) != "capacity" {
+		t.Fatalf("reservation over capacity: %s", c.Raw)
+	}
+	// Placement honours beta's reservation: gamma gets 4 GPUs of instances
+	// and its fifth waits; beta's own instances use its reservation.
+	var gids []string
+	for k := 0; k < 5; k++ {
+		gids = append(gids, must(t, e.Call(gamma.Member.Token, "instances/create", instanceIn("gamma", pool, fmt.Sprintf("g%d", k), 1))).Str("instanceId"))
+	}
+	bid := must(t, e.Call(b, "instances/create", instanceIn("beta", pool, "b", 4))).Str("instanceId")
+	waitState(t, e, b, "beta", bid, "running", 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		run, pend := 0, 0
+		for _, id := range gids {
+			g := must(t, e.Call(gamma.Viewer.Token, "instances/get", map[string]any{"tenantId": "gamma", "instanceId": id}))
+			switch g.Str("state") {
+			case "running":
+				run++
+			case "pending":
+				if g.Str("stateReason") != "" {
+					pend++
+				}
+			}
+		}
+		if run == 4 && pend == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gamma: %d running, %d pending", run, pend)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Cancel beta's reservation: the room beyond beta's instance is free,
+	// but beta's instance still holds 4, so gamma's fifth still waits.
+	cr := must(t, e.Call(b, "reservations/cancel", map[string]any{"tenantId": "beta", "reservationId": rid, "expectedVersion": 1}))
+	if cr.Str("state") != "canceled" || cr.Body["rowVersion"] != float64(2) {
+		t.Fatalf("cancel: %s", cr.Raw)
+	}
+	must(t, e.Call(b, "instances/delete", map[string]any{"tenantId": "beta", "instanceId": bid}))
+	for _, id := range gids {
+		waitState(t, e, gamma.Viewer.Token, "gamma", id, "running", 15*time.Second)
+	}
+
+	// Refusals.
+	expect(t, e.Call(b, "reservations/cancel", map[string]any{"tenantId": "beta", "reservationId": rid}), "INVALID_STATE", anyPath)
+	expect(t, e.Call(gamma.Member.Token, "reservations/get", map[string]any{"tenantId": "gamma", "reservationId": rid}), "NOT_FOUND", "reservationId")
+	expect(t, e.Call(beta.Viewer.Token, "reservations/create", rsvIn("beta", pool, 1, 0, time.Hour)), "PERMISSION_DENIED", anyPath)
+	hidden := vpsPool(t, e, gamma.Admin.Token, "gamma", "own", nil)
+	expect(t, e.Call(b, "reservations/create", rsvIn("beta", hidden, 1, 0, time.Hour)), "NOT_FOUND", "poolId")
+	expect(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 1, time.Hour, 0)), "INVALID_INPUT", "endsAt")
+	expect(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 1, -2*time.Hour, -time.Hour)), "INVALID_INPUT", "endsAt")
+	expect(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 0, 0, time.Hour)), "INVALID_INPUT", "size")
+	bad := rsvIn("beta", pool, 1, 0, time.Hour)
+	bad["startsAt"] = "tomorrow"
+	expect(t, e.Call(b, "reservations/create", bad), "INVALID_INPUT", "startsAt")
+	bare := newPool(t, e, acme.Admin.Token, "acme", "bm")["poolId"].(string)
+	expect(t, e.Call(acme.Member.Token, "reservations/create", rsvIn("acme", bare, 1, 0, time.Hour)), "INVALID_STATE", "poolId")
+	l := must(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta"}))
+	if len(items(t, l)) != 2 {
+		t.Fatalf("reservations.list: %s", l.Raw)
+	}
+	l = must(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta", "state": "scheduled"}))
+	if len(items(t, l)) != 1 {
+		t.Fatalf("reservations.list scheduled: %s", l.Raw)
+	}
+	expect(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta", "state": "nope"}), "INVALID_INPUT", "state")
+}
+
+// TestConcurrentCreatesRespectQuotaAndCapacity: many goroutines create at
+// once; the offer's quota admits exactly its instances and GPUs, and a
+// bounded provider pool runs exactly its capacity, the rest pending.
+func TestConcurrentCreatesRespectQuotaAndCapacity(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	beta := newTenant(t, e, "beta")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"capacity": map[string]any{"gpus": 10}})
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "beta",
+		"quota": map[string]any{"gpus": 7, "instances": 5}}))
+	const n = 24
+	codes := make([]int, n)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			<-start
+			tok, tenant := beta.Member.Token, "beta"
+			if k%2 == 1 {
+				tok, tenant = acme.Member.Token, "acme"
+			}
+			r := e.Call(tok, "instances/create", instanceIn(tenant, pool, fmt.Sprintf("c%d", k), 1+k%3/2))
+			codes[k] = r.Status
+			if r.Status == 200 {
+				ids[k] = r.Str("instanceId")
+			} else if r.Status != 422 {
+				t.Errorf("create %d: %d %s", k, r.Status, r.Raw)
+			}
+		}(k)
+	}
+	close(start)
+	wg.Wait()
+	var betaN, betaGPUs int
+	if err := e.DB.QueryRow(`SELECT count(*), COALESCE(sum(gpus), 0) FROM instances WHERE tenant_id = 'beta'`).Scan(&betaN, &betaGPUs); err != nil {
+		t.Fatal(err)
+	}
+	if betaN > 5 || betaGPUs > 7 || betaN < 4 {
+		t.Fatalf("beta has %d instances with %d GPUs under a quota of 5 and 7", betaN, betaGPUs)
+	}
+	// Capacity: exactly 10 GPUs' worth run; the rest wait.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var runGPUs, pending int
+		if err := e.DB.QueryRow(`SELECT COALESCE(sum(gpus) FILTER (WHERE state = 'running'), 0),
+			count(*) FILTER (WHERE state = 'pending' AND state_reason IS NOT NULL) FROM instances`).Scan(&runGPUs, &pending); err != nil {
+			t.Fatal(err)
+		}
+		var total, free int
+		_ = e.DB.QueryRow(`SELECT COALESCE(sum(gpus), 0) FROM instances`).Scan(&total)
+		free = 10 - runGPUs
+		if runGPUs > 10 {
+			t.Fatalf("%d GPUs running in a pool of 10", runGPUs)
+		}
+		// Every pending instance needs more than what is free.
+		var fits int
+		_ = e.DB.QueryRow(`SELECT count(*) FROM instances WHERE state = 'pending' AND gpus <= $1`, free).Scan(&fits)
+		if pending > 0 && fits == 0 && runGPUs+pending > 0 {
+			var notSettled int
+			_ = e.DB.QueryRow(`SELECT count(*) FROM instances WHERE state NOT IN ('running', 'pending')`).Scan(&notSettled)
+			if notSettled == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled: %d GPUs running, %d pending, %d free, %d fit", runGPUs, pending, free, fits)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,293 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/bettercompute/computed/internal/inventory"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// unbounded stands for a capacity the pool does not limit.
+const unbounded = math.MaxInt32
+
+// providerTotal is a vps-provider pool's capacity from its policy's
+// capacity object (gpus, vcpus, memoryGiB); bounded is false when it names
+// none (the provider decides alone).
+func providerTotal(policy string) (total Resources, bounded bool) {
+	var d struct {
+		Capacity struct {
+			GPUs      int `json:"gpus"`
+			VCPUs     int `json:"vcpus"`
+			MemoryGiB int `json:"memoryGiB"`
+		} `json:"capacity"`
+	}
+	_ = json.Unmarshal([]byte(policy), &d)
+	c := d.Capacity
+	bounded = c.GPUs > 0 || c.VCPUs > 0 || c.MemoryGiB > 0
+	orMax := func(v int) int {
+		if v <= 0 {
+			return unbounded
+		}
+		return v
+	}
+	return Resources{orMax(c.GPUs), orMax(c.VCPUs), orMax(c.MemoryGiB)}, bounded
+}
+
+type tenantRes struct {
+	TenantID  string `db:"tenant_id"`
+	GPUs      int    `db:"gpus"`
+	VCPUs     int    `db:"vcpus"`
+	MemoryGiB int    `db:"memory_gib"`
+}
+
+func byTenant(rows []tenantRes) map[string]Resources {
+	out := map[string]Resources{}
+	for _, r := range rows {
+		out[r.TenantID] = out[r.TenantID].Add(Resources{r.GPUs, r.VCPUs, r.MemoryGiB})
+	}
+	return out
+}
+
+// allocated sums what each tenant's placed instances hold in a pool
+// (except one instance, the one being placed).
+func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]Resources, error) {
+	var rows []tenantRes
+	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
+		FROM instances WHERE pool_id = $1 AND state NOT IN ('pending', 'deleted') AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
+	return byTenant(rows), store.Wrap(err)
+}
+
+// reservedNow sums each tenant's reservations active now in a pool.
+func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]Resources, error) {
+	var rows []tenantRes
+	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
+		FROM reservations WHERE pool_id = $1 AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id`, poolID)
+	return byTenant(rows), store.Wrap(err)
+}
+
+func sizeOf(i *Instance) Resources { return Resources{i.GPUs, i.VCPUs, i.MemoryGiB} }
+
+// providerRoom decides whether a pending instance of a provider pool may be
+// created now: within the pool's capacity (when its policy sets one) less
+// what other tenants hold or have reserved. The pool row is locked so that
+// placements and reservations of the pool are decided one at a time.
+func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *poolRow) (bool, string, error) {
+	total, bounded := providerTotal(p.Policy)
+	if !bounded {
+		_, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR SHARE`, p.PoolID)
+		return true, "", store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, p.PoolID); err != nil {
+		return false, "", store.Wrap(err)
+	}
+	alloc, err := allocated(ctx, q, p.PoolID, i.InstanceID)
+	if err != nil {
+		return false, "", err
+	}
+	res, err := reservedNow(ctx, q, p.PoolID)
+	if err != nil {
+		return false, "", err
+	}
+	if !FreeFor(i.TenantID, total, alloc, res).Fits(sizeOf(i)) {
+		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
+	}
+	return true, "", nil
+}
+
+// hostRow is a ready host with its latest inventory.
+type hostRow struct {
+	NodeID   string `db:"node_id"`
+	Sections string `db:"sections"`
+}
+
+// hosts loads a hosted pool's ready hosts with what they hold (except one
+// instance), share-locking the nodes so none is cordoned or removed until
+// the placement commits.
+func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error) {
+	var rows []hostRow
+	if err := q.SelectContext(ctx, &rows, `SELECT n.node_id, s.sections::text AS sections FROM nodes n
+		JOIN inventory_snapshots s ON s.snapshot_id = n.latest_snapshot_id
+		WHERE n.pool_id = $1 AND n.state = 'ready' ORDER BY n.node_id FOR SHARE OF n`, poolID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	nodeIDs := make([]string, len(rows))
+	for k, r := range rows {
+		nodeIDs[k] = r.NodeID
+	}
+	var taken []struct {
+		NodeID   string `db:"node_id"`
+		DeviceID string `db:"device_id"`
+	}
+	if err := q.SelectContext(ctx, &taken, `SELECT node_id, device_id FROM instance_allocations WHERE node_id = ANY($1) AND instance_id <> $2`, nodeIDs, except); err != nil {
+		return nil, store.Wrap(err)
+	}
+	var used []struct {
+		NodeID    string `db:"host_node_id"`
+		VCPUs     int    `db:"vcpus"`
+		MemoryGiB int    `db:"memory_gib"`
+	}
+	if err := q.SelectContext(ctx, &used, `SELECT host_node_id, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib FROM instances
+		WHERE host_node_id = ANY($1) AND state <> 'deleted' AND instance_id <> $2 GROUP BY host_node_id`, nodeIDs, except); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make([]Host, 0, len(rows))
+	idx := map[string]int{}
+	for _, r := range rows {
+		sec, err := inventory.Parse([]byte(r.Sections))
+		if err != nil {
+			return nil, fmt.Errorf("host %s inventory: %w", r.NodeID, err)
+		}
+		h := Host{NodeID: r.NodeID, GPUs: sec.GPUs, Taken: map[string]bool{}}
+		if sec.CPU != nil {
+			switch {
+			case sec.CPU.Threads != nil:
+				h.VCPUs = *sec.CPU.Threads
+			case sec.CPU.Cores != nil:
+				h.VCPUs = *sec.CPU.Cores
+			}
+		}
+		if sec.Memory != nil && sec.Memory.TotalBytes != nil {
+			h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
+		}
+		idx[r.NodeID] = len(out)
+		out = append(out, h)
+	}
+	for _, t := range taken {
+		out[idx[t.NodeID]].Taken[t.DeviceID] = true
+	}
+	for _, u := range used {
+		out[idx[u.NodeID]].UsedVCPUs, out[idx[u.NodeID]].UsedMemoryGiB = u.VCPUs, u.MemoryGiB
+	}
+	return out, nil
+}
+
+// hostedTotal is a hosted pool's capacity: its ready hosts' devices, vCPUs
+// and memory.
+func hostedTotal(mode string, slices int, hs []Host) Resources {
+	var t Resources
+	for _, h := range hs {
+		t = t.Add(HostTotal(mode, slices, h))
+	}
+	return t
+}
+
+// placeHosted places a pending instance of a hosted pool on a host: the
+// pool row is locked (placements and reservations of a pool are decided one
+// at a time), the pool-level room left by other tenants' holds and
+// reservations is checked, a host and devices are chosen, and the devices
+// are inserted into instance_allocations, whose primary key refuses a
+// device held twice whatever else goes wrong.
+func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (bool, string, error) {
+	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, p.PoolID); err != nil {
+		return false, "", store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
+		return false, "", store.Wrap(err)
+	}
+	hs, err := hosts(ctx, q, p.PoolID, i.InstanceID)
+	if err != nil {
+		return false, "", err
+	}
+	if len(hs) == 0 {
+		return false, "waiting for capacity: the pool has no ready host with inventory", nil
+	}
+	alloc, err := allocated(ctx, q, p.PoolID, i.InstanceID)
+	if err != nil {
+		return false, "", err
+	}
+	res, err := reservedNow(ctx, q, p.PoolID)
+	if err != nil {
+		return false, "", err
+	}
+	if !FreeFor(i.TenantID, hostedTotal(p.SharingMode, pol.Slices, hs), alloc, res).Fits(sizeOf(i)) {
+		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
+	}
+	node, devs, reason := Place(p.SharingMode, pol.Slices, hs, i.Size)
+	if node == "" {
+		return false, reason, nil
+	}
+	devIDs, gpus := make([]string, len(devs)), make([]string, len(devs))
+	for k, d := range devs {
+		devIDs[k], gpus[k] = d.DeviceID, d.GPUUUID
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO instance_allocations (node_id, device_id, instance_id, gpu_uuid)
+		SELECT $1, d, $2, g FROM unnest($3::text[], $4::text[]) AS x(d, g)`, node, i.InstanceID, devIDs, gpus); err != nil {
+		return false, "", store.Wrap(err)
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE instances SET host_node_id = $2 WHERE instance_id = $1`, i.InstanceID, node); err != nil {
+		return false, "", store.Wrap(err)
+	}
+	i.HostNodeID = &node
+	return true, "", nil
+}
+
+// PoolCapacity is a pool's room: total (nil when unbounded), what
+// instances hold, what reservations hold beyond that now, and what is free.
+type PoolCapacity struct {
+	PoolID    string     `json:"poolId"`
+	Bounded   bool       `json:"bounded"`
+	Total     *Resources `json:"total"`
+	Allocated Resources  `json:"allocated"`
+	Reserved  Resources  `json:"reserved"`
+	Free      *Resources `json:"free"`
+	// ByTenant is what each tenant holds (numbers only): only for the
+	// pool's owner.
+	ByTenant map[string]Resources `json:"byTenant,omitempty"`
+}
+
+// Capacity computes a pool's room (the caller has decided visibility).
+func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolCapacity, error) {
+	var p poolRow
+	if err := q.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false WHERE p.pool_id = $1`, poolID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	var total Resources
+	bounded := true
+	switch p.Kind {
+	case "vps-hosted":
+		hs, err := hosts(ctx, q, poolID, "")
+		if err != nil {
+			return nil, err
+		}
+		total = hostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
+	case "vps-provider":
+		total, bounded = providerTotal(p.Policy)
+	}
+	alloc, err := allocated(ctx, q, poolID, "")
+	if err != nil {
+		return nil, err
+	}
+	res, err := reservedNow(ctx, q, poolID)
+	if err != nil {
+		return nil, err
+	}
+	c := &PoolCapacity{PoolID: poolID, Bounded: bounded}
+	held := map[string]Resources{}
+	for t, a := range alloc {
+		c.Allocated = c.Allocated.Add(a)
+		held[t] = Held(a, res[t])
+	}
+	for t, r := range res {
+		c.Reserved = c.Reserved.Add(Held(alloc[t], r).Sub(alloc[t]))
+		if _, ok := held[t]; !ok {
+			held[t] = r
+		}
+	}
+	if bounded {
+		free := total
+		for _, h := range held {
+			free = free.Sub(h)
+		}
+		c.Total, c.Free = &total, &free
+	}
+	if owner {
+		c.ByTenant = held
+	}
+	return c, nil
+}

@@ -1,0 +1,475 @@
+// Package instances holds instances: VMs in VPS pools. Hosted pools
+// (vps-hosted) place them on a ready host node with room; provider pools
+// (vps-provider) create them through the pool's provider driver. After
+// instances.create every call only changes desiredState; the vps.instances
+// reconciler (reconciler.go) converges each instance and every state move
+// writes an instance.* event (internal/events) in the move's transaction.
+// Decisions are made on compute-instance/{instanceId}.
+package instances
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Size is what an instance gets. gpus counts whole GPUs (exclusive pools),
+// MIG devices of gpuProfile (mig pools) or GPU time slices (time-sliced
+// pools).
+type Size struct {
+	GPUs       int     `json:"gpus"`
+	VCPUs      int     `json:"vcpus"`
+	MemoryGiB  int     `json:"memoryGiB"`
+	GPUProfile *string `json:"gpuProfile,omitempty"`
+}
+
+// Instance is one VM.
+type Instance struct {
+	InstanceID       string     `json:"instanceId" db:"instance_id"`
+	TenantID         string     `json:"tenantId" db:"tenant_id"`
+	PoolID           string     `json:"poolId" db:"pool_id"`
+	ProjectID        *string    `json:"projectId" db:"project_id"`
+	Name             string     `json:"name" db:"name"`
+	Size             Size       `json:"size" db:"-"`
+	Image            *string    `json:"image" db:"image"`
+	DesiredState     string     `json:"desiredState" db:"desired_state"`
+	State            string     `json:"state" db:"state"`
+	StateReason      *string    `json:"stateReason" db:"state_reason"`
+	HostNodeID       *string    `json:"hostNodeId" db:"host_node_id"`
+	RebootGeneration int        `json:"rebootGeneration" db:"reboot_generation"`
+	RowVersion       int        `json:"rowVersion" db:"row_version"`
+	CreatedAt        time.Time  `json:"createdAt" db:"created_at"`
+	UpdatedAt        time.Time  `json:"updatedAt" db:"updated_at"`
+	DeletedAt        *time.Time `json:"deletedAt" db:"deleted_at"`
+
+	RebootedGeneration int            `json:"-" db:"rebooted_generation"`
+	DesiredAt          time.Time      `json:"-" db:"desired_at"`
+	StateSince         time.Time      `json:"-" db:"state_since"`
+	StepTries          int            `json:"-" db:"step_tries"`
+	ClientToken        sql.NullString `json:"-" db:"client_token"`
+	RequestHash        sql.NullString `json:"-" db:"request_hash"`
+	GPUs               int            `json:"-" db:"gpus"`
+	GPUProfile         *string        `json:"-" db:"gpu_profile"`
+	VCPUs              int            `json:"-" db:"vcpus"`
+	MemoryGiB          int            `json:"-" db:"memory_gib"`
+}
+
+func (i *Instance) fix() *Instance {
+	i.Size = Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB, GPUProfile: i.GPUProfile}
+	i.CreatedAt, i.UpdatedAt = i.CreatedAt.UTC(), i.UpdatedAt.UTC()
+	i.DesiredAt, i.StateSince = i.DesiredAt.UTC(), i.StateSince.UTC()
+	if i.DeletedAt != nil {
+		t := i.DeletedAt.UTC()
+		i.DeletedAt = &t
+	}
+	return i
+}
+
+const cols = `instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib, image,
+	desired_state, desired_at, state, state_reason, state_since, step_tries, reboot_generation, rebooted_generation,
+	host_node_id, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
+
+// Inputs.
+type (
+	CreateInput struct {
+		TenantID     string  `json:"tenantId"`
+		PoolID       string  `json:"poolId"`
+		Name         string  `json:"name"`
+		Size         Size    `json:"size"`
+		ProjectID    *string `json:"projectId,omitempty"`
+		Image        *string `json:"image,omitempty"`
+		DesiredState string  `json:"desiredState"`
+		ClientToken  *string `json:"clientToken,omitempty"`
+	}
+	RefInput struct {
+		TenantID   string `json:"tenantId"`
+		InstanceID string `json:"instanceId"`
+	}
+	ListInput struct {
+		TenantID  string `json:"tenantId"`
+		PoolID    string `json:"poolId,omitempty"`
+		ProjectID string `json:"projectId,omitempty"`
+		State     string `json:"state,omitempty"`
+		Limit     int    `json:"limit"`
+		Cursor    string `json:"cursor,omitempty"`
+	}
+	ChangeInput struct {
+		TenantID        string `json:"tenantId"`
+		InstanceID      string `json:"instanceId"`
+		ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+	}
+	EventsInput struct {
+		TenantID   string `json:"tenantId"`
+		InstanceID string `json:"instanceId"`
+		Limit      int    `json:"limit"`
+		Cursor     string `json:"cursor,omitempty"`
+	}
+)
+
+func init() { authz.Register(authz.Instance, resolve) }
+
+// resolve is the relationship resolver of compute-instance: an instance is
+// visible to the tenant that created it, and its role decides (members
+// manage, viewers read). A pool's owner does not see other tenants'
+// instances in it.
+func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
+	var n int
+	if err := q.GetContext(ctx, &n, `SELECT count(*) FROM instances WHERE instance_id = $1 AND tenant_id = $2`, r.ID, r.TenantID); err != nil {
+		return authz.Visibility{}, store.Wrap(err)
+	}
+	return authz.Visibility{Exists: n > 0}, nil
+}
+
+func notFound(id string) error { return errs.E(errs.NotFound, "instance %s not found", id) }
+
+func one(ctx context.Context, q store.Q, query string, args ...any) (*Instance, error) {
+	var i Instance
+	if err := q.GetContext(ctx, &i, query, args...); err != nil {
+		return nil, err
+	}
+	return i.fix(), nil
+}
+
+// poolRow is what instances need of a pool.
+type poolRow struct {
+	PoolID      string         `db:"pool_id"`
+	TenantID    string         `db:"tenant_id"`
+	Kind        string         `db:"kind"`
+	SharingMode string         `db:"sharing_mode"`
+	Provider    sql.NullString `db:"provider"`
+	Account     sql.NullString `db:"provider_account"`
+	Policy      string         `db:"policy"`
+	State       string         `db:"state"`
+	QuotaGPUs   sql.NullInt64  `db:"quota_gpus"`
+	QuotaInst   sql.NullInt64  `db:"quota_instances"`
+}
+
+// offered reports whether the tenant is an offered tenant (bounded by quota)
+// rather than the owner.
+func (p *poolRow) offered(tenantID string) bool { return p.TenantID != tenantID }
+
+const poolCols = `p.pool_id, p.tenant_id, p.kind, p.sharing_mode, p.provider, p.provider_account, p.policy::text AS policy, p.state,
+	o.quota_gpus, o.quota_instances`
+
+// visiblePool reads a pool the tenant owns or is offered, with the offer's
+// quota, locking the pool row with lock ("" for none). Anything else is
+// NOT_FOUND naming poolId.
+func visiblePool(ctx context.Context, q store.Q, tenantID, poolID, lock string) (*poolRow, error) {
+	var p poolRow
+	err := q.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p
+		LEFT JOIN pool_offers o ON o.pool_id = p.pool_id AND o.to_tenant_id = $2
+		WHERE p.pool_id = $1 AND (p.tenant_id = $2 OR o.to_tenant_id IS NOT NULL) `+lock, poolID, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "pool %s not found", poolID).With("path", "poolId")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return &p, nil
+}
+
+// usable refuses pools instances cannot live in: bare-metal pools and
+// archived pools (INVALID_STATE with details.reason).
+func (p *poolRow) usable() error {
+	if p.Kind == "bare-metal" {
+		return errs.E(errs.InvalidState, "pool %s is a bare-metal pool; instances live in vps-hosted and vps-provider pools", p.PoolID).
+			With("reason", "bare-metal").With("path", "poolId")
+	}
+	if p.State != "active" {
+		return errs.E(errs.InvalidState, "pool %s is %s", p.PoolID, p.State).With("reason", p.State).With("path", "poolId")
+	}
+	return nil
+}
+
+// checkSize applies the pool's sharing mode to a size.
+func checkSize(p *poolRow, s Size) error {
+	if p.SharingMode == MIG && p.Kind == "vps-hosted" {
+		if s.GPUs > 0 && s.GPUProfile == nil {
+			return errs.Invalid("size.gpuProfile", "pool %s shares GPUs as MIG devices: name the MIG profile (e.g. 1g.10gb) in size.gpuProfile", p.PoolID)
+		}
+	} else if s.GPUProfile != nil {
+		return errs.Invalid("size.gpuProfile", "size.gpuProfile is only for vps-hosted pools that share GPUs as MIG devices")
+	}
+	return nil
+}
+
+// quotaUse counts an offered tenant's live instances and their GPUs in a
+// pool (deleted instances free their share).
+func quotaUse(ctx context.Context, q store.Q, tenantID, poolID string) (QuotaUse, error) {
+	var u QuotaUse
+	err := q.GetContext(ctx, &u, `SELECT count(*) AS instances, COALESCE(sum(gpus), 0) AS gpus FROM instances
+		WHERE pool_id = $1 AND tenant_id = $2 AND state <> 'deleted'`, poolID, tenantID)
+	return u, store.Wrap(err)
+}
+
+func quotaErr(what string, quota, used QuotaUse, extra int) error {
+	return errs.E(errs.InvalidState, "the pool's offer allows %d instances and %d GPUs; %s", quota.Instances, quota.GPUs, what).
+		With("reason", "quota").With("quota", quota).With("used", used).With("requested", extra)
+}
+
+// requestHash identifies a create's input for clientToken retries.
+func requestHash(in *CreateInput) string {
+	c := *in
+	c.ClientToken = nil
+	b, _ := json.Marshal(c)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// Create stores a pending instance and its instance.created event, and
+// enqueues its reconciliation, in the caller's transaction.
+func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Instance, error) {
+	if in.DesiredState == "" {
+		in.DesiredState = Running
+	}
+	if in.DesiredState == Deleted {
+		return nil, errs.Invalid("desiredState", "an instance is created running or stopped")
+	}
+	hash := requestHash(in)
+	if in.ClientToken != nil {
+		// Retries with one token are serialized; the first one's instance
+		// answers the others.
+		if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, in.TenantID, *in.ClientToken); err != nil {
+			return nil, store.Wrap(err)
+		}
+		prev, err := one(ctx, q, `SELECT `+cols+` FROM instances WHERE tenant_id = $1 AND client_token = $2`, in.TenantID, *in.ClientToken)
+		if err == nil {
+			if prev.RequestHash.String != hash {
+				return nil, errs.E(errs.Conflict, "clientToken %q was used for a different request", *in.ClientToken).
+					With("path", "clientToken").With("instanceId", prev.InstanceID)
+			}
+			return prev, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, store.Wrap(err)
+		}
+	}
+	// Decisions first: what the tenant cannot see is NOT_FOUND before any
+	// rule about it. The share lock keeps the pool from being archived or
+	// its offer withdrawn until commit.
+	p, err := visiblePool(ctx, q, in.TenantID, in.PoolID, "FOR SHARE OF p")
+	if err != nil {
+		return nil, err
+	}
+	if in.ProjectID != nil {
+		var n int
+		if err := q.GetContext(ctx, &n, `SELECT count(*) FROM projects WHERE project_id = $1 AND tenant_id = $2`, *in.ProjectID, in.TenantID); err != nil {
+			return nil, store.Wrap(err)
+		}
+		if n == 0 {
+			return nil, errs.E(errs.NotFound, "project %s not found", *in.ProjectID).With("path", "projectId")
+		}
+	}
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
+	if err := checkSize(p, in.Size); err != nil {
+		return nil, err
+	}
+	if p.offered(in.TenantID) {
+		// The offer row is locked so that concurrent creates (and
+		// reservations) of this tenant in this pool count one at a time.
+		var quota QuotaUse
+		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
+			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
+			return nil, store.Wrap(err)
+		}
+		used, err := quotaUse(ctx, q, in.TenantID, in.PoolID)
+		if err != nil {
+			return nil, err
+		}
+		if !InstanceFitsQuota(quota, used, in.Size.GPUs) {
+			return nil, quotaErr(fmt.Sprintf("the tenant has %d instances with %d GPUs and asks for %d more GPUs", used.Instances, used.GPUs, in.Size.GPUs),
+				quota, used, in.Size.GPUs)
+		}
+	}
+	i, err := one(ctx, q, `INSERT INTO instances (instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib,
+			image, desired_state, client_token, request_hash)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+cols,
+		ids.New(ids.Instance), in.TenantID, in.PoolID, in.ProjectID, in.Name, in.Size.GPUs, in.Size.GPUProfile, in.Size.VCPUs, in.Size.MemoryGiB,
+		in.Image, in.DesiredState, in.ClientToken, hash)
+	if store.IsUnique(err, "instances_tenant_name_key") {
+		return nil, errs.E(errs.Conflict, "tenant %s already has a live instance named %q", in.TenantID, in.Name).With("path", "name")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if err := writeEvent(ctx, q, i); err != nil {
+		return nil, err
+	}
+	if err := s.Enqueue(ctx, q, i.InstanceID); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// writeEvent records the instance's current state as an event.
+func writeEvent(ctx context.Context, q store.Q, i *Instance) error {
+	b, err := json.Marshal(i)
+	if err != nil {
+		return err
+	}
+	return events.Write(ctx, q, events.Record{Type: EventType(i.State), TenantID: i.TenantID, PoolID: i.PoolID, InstanceID: i.InstanceID,
+		ProjectID: i.ProjectID, State: i.State, DesiredState: i.DesiredState, StateReason: i.StateReason, Instance: b})
+}
+
+// Get returns one of the tenant's instances.
+func Get(ctx context.Context, q store.Q, in *RefInput) (*Instance, error) {
+	i, err := one(ctx, q, `SELECT `+cols+` FROM instances WHERE instance_id = $1 AND tenant_id = $2`, in.InstanceID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.InstanceID)
+	}
+	return i, store.Wrap(err)
+}
+
+// List pages the tenant's instances by id, filtered by pool, project and
+// state. Deleted instances are listed only when state asks for them.
+func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Instance{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM instances
+		WHERE tenant_id = $1 AND instance_id > $2
+		  AND ($3 = '' OR pool_id = $3) AND ($4 = '' OR project_id = $4)
+		  AND (CASE WHEN $5 = '' THEN state <> 'deleted' ELSE state = $5 END)
+		ORDER BY instance_id LIMIT $6`, in.TenantID, after, in.PoolID, in.ProjectID, in.State, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(i Instance) string { return page.Encode(i.InstanceID) })
+	return &page.Page[Instance]{Items: items, Cursor: cur}, nil
+}
+
+// lockOwn locks one of the tenant's instances for a desired-state change.
+func lockOwn(ctx context.Context, q store.Q, in *ChangeInput) (*Instance, error) {
+	i, err := one(ctx, q, `SELECT `+cols+` FROM instances WHERE instance_id = $1 AND tenant_id = $2 FOR UPDATE`, in.InstanceID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(in.InstanceID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return i, nil
+}
+
+func checkVersion(i *Instance, expected *int) error {
+	if expected != nil && *expected != i.RowVersion {
+		return errs.E(errs.Conflict, "instance %s is at rowVersion %d, not %d", i.InstanceID, i.RowVersion, *expected).
+			With("rowVersion", i.RowVersion)
+	}
+	return nil
+}
+
+func deletedErr(i *Instance) error {
+	return errs.E(errs.InvalidState, "instance %s is being deleted or is deleted", i.InstanceID).
+		With("reason", "deleted").With("state", i.State).With("desiredState", i.DesiredState)
+}
+
+// setDesired changes only desiredState (and, for a reboot, the reboot
+// generation), bumps rowVersion, and enqueues the reconciliation; a call
+// asking for what is already desired changes nothing, except on a failed
+// instance, where a start or a delete asks the reconciler to act again.
+func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, desired string, reboot bool) (*Instance, error) {
+	i, err := lockOwn(ctx, q, in)
+	if err != nil {
+		return nil, err
+	}
+	if i.DesiredState == Deleted && desired != Deleted {
+		return nil, deletedErr(i)
+	}
+	if reboot && (i.DesiredState != Running || i.State == Failed) {
+		return nil, errs.E(errs.InvalidState, "instance %s is %s (desired %s); only a running instance reboots", i.InstanceID, i.State, i.DesiredState).
+			With("reason", "not-running").With("state", i.State).With("desiredState", i.DesiredState)
+	}
+	if err := checkVersion(i, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
+	if !reboot && i.DesiredState == desired && i.State != Failed {
+		return i, nil
+	}
+	bump := 0
+	if reboot {
+		bump = 1
+	}
+	i, err = one(ctx, q, `UPDATE instances SET desired_state = $2, desired_at = clock_timestamp(), reboot_generation = reboot_generation + $3,
+			row_version = row_version + 1, updated_at = now()
+		WHERE instance_id = $1 RETURNING `+cols, i.InstanceID, desired, bump)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if err := s.Enqueue(ctx, q, i.InstanceID); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// Start asks for the instance running (and retries a failed one).
+func (s *Service) Start(ctx context.Context, q store.Q, in *ChangeInput) (*Instance, error) {
+	return s.setDesired(ctx, q, in, Running, false)
+}
+
+// Stop asks for the instance stopped.
+func (s *Service) Stop(ctx context.Context, q store.Q, in *ChangeInput) (*Instance, error) {
+	return s.setDesired(ctx, q, in, Stopped, false)
+}
+
+// Reboot records a reboot request: the reboot generation goes up by one and
+// the reconciler reboots the instance once for it.
+func (s *Service) Reboot(ctx context.Context, q store.Q, in *ChangeInput) (*Instance, error) {
+	return s.setDesired(ctx, q, in, Running, true)
+}
+
+// Delete asks for the instance deleted.
+func (s *Service) Delete(ctx context.Context, q store.Q, in *ChangeInput) (*Instance, error) {
+	return s.setDesired(ctx, q, in, Deleted, false)
+}
+
+// EventPage is a page of an instance's events.
+type EventPage = page.Page[events.Event]
+
+// Events pages one instance's events oldest first; the cursor is the last
+// event id returned.
+func Events(ctx context.Context, q store.Q, in *EventsInput) (*EventPage, error) {
+	after, err := events.ParseCursor("cursor", in.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	if err := events.CheckCursor(ctx, q, after); err != nil {
+		return nil, err
+	}
+	list, err := events.Page(ctx, q, events.Filter{TenantID: in.TenantID, InstanceID: in.InstanceID}, after, in.Limit+1)
+	if err != nil {
+		return nil, err
+	}
+	items, cur := page.Trim(list, in.Limit, func(e events.Event) string { return e.EventID })
+	return &EventPage{Items: items, Cursor: cur}, nil
+}
+
+// txOf returns the *sql.Tx under a mutation's query handle.
+func txOf(q store.Q) (*sql.Tx, error) {
+	tx, ok := q.(*sqlx.Tx)
+	if !ok {
+		return nil, errors.New("instances: a state change needs a transaction")
+	}
+	return tx.Tx, nil
+}

@@ -1,0 +1,159 @@
+package instances
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/bettercompute/computed/internal/inventory"
+)
+
+// Sharing modes of a pool.
+const (
+	Exclusive   = "exclusive"
+	MIG         = "mig"
+	TimeSliced  = "time-sliced"
+	DefaultTime = 4 // time slices per GPU when the pool policy names none
+)
+
+// Host is a ready host node as placement sees it: its GPUs from its latest
+// inventory, its vCPUs and memory, and what instances already hold there.
+type Host struct {
+	NodeID        string
+	GPUs          []inventory.GPU
+	VCPUs         int
+	MemoryGiB     int
+	UsedVCPUs     int
+	UsedMemoryGiB int
+	Taken         map[string]bool // device ids held
+}
+
+// Device is one GPU device an instance holds: a whole GPU (its UUID), a MIG
+// device (the MIG UUID) or a time slice ("<GPU UUID>/<slice>").
+type Device struct {
+	DeviceID string `json:"deviceId"`
+	GPUUUID  string `json:"gpuUuid"`
+}
+
+// devices lists a host's GPU devices in a sharing mode, grouped by GPU in
+// inventory order.
+func devices(mode string, slices int, gpus []inventory.GPU, profile string) [][]Device {
+	var out [][]Device
+	for _, g := range gpus {
+		var ds []Device
+		switch mode {
+		case Exclusive:
+			ds = []Device{{DeviceID: g.UUID, GPUUUID: g.UUID}}
+		case MIG:
+			for _, m := range g.MigDevices {
+				if profile == "" || m.Profile == profile {
+					ds = append(ds, Device{DeviceID: m.UUID, GPUUUID: g.UUID})
+				}
+			}
+		case TimeSliced:
+			for k := 0; k < slices; k++ {
+				ds = append(ds, Device{DeviceID: fmt.Sprintf("%s/%d", g.UUID, k), GPUUUID: g.UUID})
+			}
+		}
+		out = append(out, ds)
+	}
+	return out
+}
+
+// pick chooses n free devices on a host: whole GPUs or MIG devices in
+// inventory order; time slices on n distinct GPUs (a VM gets no two slices
+// of one GPU). It returns nil when there are not enough.
+func pick(mode string, slices int, h Host, n int, profile string) []Device {
+	if n == 0 {
+		return []Device{}
+	}
+	var got []Device
+	for _, group := range devices(mode, slices, h.GPUs, profile) {
+		for _, d := range group {
+			if h.Taken[d.DeviceID] {
+				continue
+			}
+			got = append(got, d)
+			if mode == TimeSliced {
+				break // one slice per GPU
+			}
+			if len(got) == n {
+				return got
+			}
+		}
+		if len(got) == n {
+			return got
+		}
+	}
+	return nil
+}
+
+// freeDevices counts a host's free devices (for best fit).
+func freeDevices(mode string, slices int, h Host) int {
+	n := 0
+	for _, group := range devices(mode, slices, h.GPUs, "") {
+		for _, d := range group {
+			if !h.Taken[d.DeviceID] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Place chooses a host and devices for an instance: among the hosts with
+// enough free devices, vCPUs and memory, the one left with the fewest free
+// devices (best fit, so large requests keep finding whole hosts), then the
+// fewest free vCPUs, then the lowest node id. reason says why nothing fits.
+func Place(mode string, slices int, hosts []Host, size Size) (nodeID string, devs []Device, reason string) {
+	type cand struct {
+		h    Host
+		devs []Device
+		left int
+		cpu  int
+	}
+	var cands []cand
+	profile := ""
+	if size.GPUProfile != nil {
+		profile = *size.GPUProfile
+	}
+	for _, h := range hosts {
+		if h.VCPUs-h.UsedVCPUs < size.VCPUs || h.MemoryGiB-h.UsedMemoryGiB < size.MemoryGiB {
+			continue
+		}
+		d := pick(mode, slices, h, size.GPUs, profile)
+		if d == nil {
+			continue
+		}
+		cands = append(cands, cand{h, d, freeDevices(mode, slices, h) - len(d), h.VCPUs - h.UsedVCPUs - size.VCPUs})
+	}
+	if len(cands) == 0 {
+		what := fmt.Sprintf("%d GPUs", size.GPUs)
+		switch {
+		case mode == MIG && profile != "":
+			what = fmt.Sprintf("%d MIG devices of profile %s", size.GPUs, profile)
+		case mode == TimeSliced:
+			what = fmt.Sprintf("%d GPU time slices", size.GPUs)
+		}
+		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %d vCPUs and %d GiB free", what, size.VCPUs, size.MemoryGiB)
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if a.left != b.left {
+			return a.left < b.left
+		}
+		if a.cpu != b.cpu {
+			return a.cpu < b.cpu
+		}
+		return a.h.NodeID < b.h.NodeID
+	})
+	return cands[0].h.NodeID, cands[0].devs, ""
+}
+
+// HostTotal is a host's capacity in a sharing mode.
+func HostTotal(mode string, slices int, h Host) Resources {
+	n := 0
+	for _, g := range devices(mode, slices, h.GPUs, "") {
+		n += len(g)
+	}
+	return Resources{GPUs: n, VCPUs: h.VCPUs, MemoryGiB: h.MemoryGiB}
+}

@@ -1,0 +1,89 @@
+package instances
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/inventory"
+)
+
+func gpus(node string, n int, mig ...string) []inventory.GPU {
+	out := make([]inventory.GPU, n)
+	for k := range out {
+		out[k] = inventory.GPU{UUID: fmt.Sprintf("GPU-%s-%d", node, k)}
+		for m, p := range mig {
+			out[k].MigMode = "enabled"
+			out[k].MigDevices = append(out[k].MigDevices, inventory.MIGDevice{Profile: p, UUID: fmt.Sprintf("MIG-%s-%d-%d", node, k, m)})
+		}
+	}
+	return out
+}
+
+func host(id string, g []inventory.GPU, taken ...string) Host {
+	h := Host{NodeID: id, GPUs: g, VCPUs: 64, MemoryGiB: 512, Taken: map[string]bool{}}
+	for _, d := range taken {
+		h.Taken[d] = true
+	}
+	return h
+}
+
+func TestPlace(t *testing.T) {
+	prof := func(s string) *string { return &s }
+	cases := []struct {
+		name    string
+		mode    string
+		slices  int
+		hosts   []Host
+		size    Size
+		node    string
+		devices []string
+	}{
+		{"exclusive picks free GPUs", Exclusive, 0, []Host{host("a", gpus("a", 4), "GPU-a-0")}, Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8},
+			"a", []string{"GPU-a-1", "GPU-a-2"}},
+		{"exclusive best fit", Exclusive, 0, []Host{host("a", gpus("a", 8)), host("b", gpus("b", 8), "GPU-b-0", "GPU-b-1", "GPU-b-2", "GPU-b-3", "GPU-b-4")},
+			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "b", []string{"GPU-b-5", "GPU-b-6"}},
+		{"exclusive no room", Exclusive, 0, []Host{host("a", gpus("a", 2), "GPU-a-0")}, Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "", nil},
+		{"zero GPUs", Exclusive, 0, []Host{host("a", gpus("a", 1), "GPU-a-0")}, Size{GPUs: 0, VCPUs: 4, MemoryGiB: 8}, "a", []string{}},
+		{"vcpus bound", Exclusive, 0, []Host{func() Host { h := host("a", gpus("a", 8)); h.UsedVCPUs = 62; return h }(), host("b", gpus("b", 8))},
+			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "b", []string{"GPU-b-0"}},
+		{"memory bound", Exclusive, 0, []Host{func() Host { h := host("a", gpus("a", 8)); h.UsedMemoryGiB = 500; return h }()},
+			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 16}, "", nil},
+		{"mig by profile", MIG, 0, []Host{host("a", gpus("a", 2, "3g.40gb", "1g.10gb", "1g.10gb"), "MIG-a-0-1")},
+			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8, GPUProfile: prof("1g.10gb")}, "a", []string{"MIG-a-0-2", "MIG-a-1-1"}},
+		{"mig no such profile", MIG, 0, []Host{host("a", gpus("a", 2, "3g.40gb"))},
+			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8, GPUProfile: prof("1g.10gb")}, "", nil},
+		{"time slices on distinct GPUs", TimeSliced, 4, []Host{host("a", gpus("a", 2), "GPU-a-0/0")},
+			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "a", []string{"GPU-a-0/1", "GPU-a-1/0"}},
+		{"time slices: more than GPUs", TimeSliced, 4, []Host{host("a", gpus("a", 2))}, Size{GPUs: 3, VCPUs: 4, MemoryGiB: 8}, "", nil},
+		{"time slices exhausted on one GPU", TimeSliced, 2, []Host{host("a", gpus("a", 2), "GPU-a-0/0", "GPU-a-0/1")},
+			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "a", []string{"GPU-a-1/0"}},
+	}
+	for _, c := range cases {
+		node, devs, reason := Place(c.mode, c.slices, c.hosts, c.size)
+		if node != c.node {
+			t.Errorf("%s: node %q, want %q (%s)", c.name, node, c.node, reason)
+			continue
+		}
+		if node == "" {
+			if reason == "" {
+				t.Errorf("%s: no reason", c.name)
+			}
+			continue
+		}
+		if len(devs) != len(c.devices) {
+			t.Errorf("%s: devices %v, want %v", c.name, devs, c.devices)
+			continue
+		}
+		for k, d := range devs {
+			if d.DeviceID != c.devices[k] {
+				t.Errorf("%s: devices %v, want %v", c.name, devs, c.devices)
+			}
+		}
+	}
+	if got := HostTotal(TimeSliced, 4, host("a", gpus("a", 2))); got != (Resources{8, 64, 512}) {
+		t.Errorf("time-sliced total: %v", got)
+	}
+	if got := HostTotal(MIG, 0, host("a", gpus("a", 2, "3g.40gb", "1g.10gb"))); got.GPUs != 4 {
+		t.Errorf("mig total: %v", got)
+	}
+}

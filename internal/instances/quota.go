@@ -1,0 +1,151 @@
+package instances
+
+import (
+	"sort"
+	"time"
+)
+
+// Resources is an amount of pool capacity.
+type Resources struct {
+	GPUs      int `json:"gpus"`
+	VCPUs     int `json:"vcpus"`
+	MemoryGiB int `json:"memoryGiB"`
+}
+
+// Add returns r + o.
+func (r Resources) Add(o Resources) Resources {
+	return Resources{r.GPUs + o.GPUs, r.VCPUs + o.VCPUs, r.MemoryGiB + o.MemoryGiB}
+}
+
+// Sub returns r - o.
+func (r Resources) Sub(o Resources) Resources {
+	return Resources{r.GPUs - o.GPUs, r.VCPUs - o.VCPUs, r.MemoryGiB - o.MemoryGiB}
+}
+
+// Max is the component-wise maximum.
+func (r Resources) Max(o Resources) Resources {
+	return Resources{max(r.GPUs, o.GPUs), max(r.VCPUs, o.VCPUs), max(r.MemoryGiB, o.MemoryGiB)}
+}
+
+// Fits reports whether need fits in r, component-wise.
+func (r Resources) Fits(need Resources) bool {
+	return need.GPUs <= r.GPUs && need.VCPUs <= r.VCPUs && need.MemoryGiB <= r.MemoryGiB
+}
+
+// Window is one reservation's hold: Res in [Start, End).
+type Window struct {
+	TenantID   string
+	Start, End time.Time
+	Res        Resources
+}
+
+// reservedAt sums the windows active at t.
+func reservedAt(ws []Window, t time.Time) Resources {
+	var r Resources
+	for _, w := range ws {
+		if !t.Before(w.Start) && t.Before(w.End) {
+			r = r.Add(w.Res)
+		}
+	}
+	return r
+}
+
+// breakpoints are the times in [from, to) at which the windows' sum can
+// change upward: from itself and every window start inside the range.
+func breakpoints(ws []Window, from, to time.Time) []time.Time {
+	out := []time.Time{from}
+	for _, w := range ws {
+		if w.Start.After(from) && w.Start.Before(to) {
+			out = append(out, w.Start)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// PeakReserved is the component-wise peak of the windows' sum over
+// [from, to).
+func PeakReserved(ws []Window, from, to time.Time) Resources {
+	var peak Resources
+	for _, t := range breakpoints(ws, from, to) {
+		peak = peak.Max(reservedAt(ws, t))
+	}
+	return peak
+}
+
+// Held is what a tenant holds in a pool at a time: its instances run inside
+// its reservations first, so it holds the larger of the two.
+func Held(alloc, reserved Resources) Resources { return alloc.Max(reserved) }
+
+// QuotaUse is an offered tenant's use of its quota in one pool.
+type QuotaUse struct {
+	Instances int `json:"instances"`
+	GPUs      int `json:"gpus"`
+}
+
+// InstanceFitsQuota reports whether one more instance of gpus GPUs fits an
+// offer's quota, given the tenant's live instances. Reservations do not
+// change this: instances use the tenant's reserved room first, so the GPUs
+// held are max(instances, reservations), and reservations are checked
+// against the quota when they are made.
+func InstanceFitsQuota(quota, used QuotaUse, gpus int) bool {
+	return used.Instances+1 <= quota.Instances && used.GPUs+gpus <= quota.GPUs
+}
+
+// ReservationFitsQuota reports whether a new reservation keeps the tenant's
+// reserved GPUs in the pool within the quota at every moment of its window.
+func ReservationFitsQuota(quotaGPUs int, existing []Window, w Window) bool {
+	all := append(append([]Window{}, existing...), w)
+	return PeakReserved(all, w.Start, w.End).GPUs <= quotaGPUs
+}
+
+// FreeFor is the room a tenant may place into now: the total, less what
+// every other tenant holds (its instances or its reserved room, whichever
+// is larger), less the tenant's own instances. A tenant's own reservation
+// is room only it may use.
+func FreeFor(tenantID string, total Resources, alloc, reserved map[string]Resources) Resources {
+	free := total
+	seen := map[string]bool{}
+	for t, a := range alloc {
+		seen[t] = true
+		if t == tenantID {
+			free = free.Sub(a)
+			continue
+		}
+		free = free.Sub(Held(a, reserved[t]))
+	}
+	for t, r := range reserved {
+		if !seen[t] && t != tenantID {
+			free = free.Sub(r)
+		}
+	}
+	return free
+}
+
+// ReservationFitsCapacity reports whether a new reservation fits the pool:
+// at every moment of its window, what all tenants hold (instances now, or
+// reservations then, per tenant the larger) stays within the total.
+func ReservationFitsCapacity(total Resources, alloc map[string]Resources, existing []Window, w Window) bool {
+	all := append(append([]Window{}, existing...), w)
+	for _, t := range breakpoints(all, w.Start, w.End) {
+		byTenant := map[string]Resources{}
+		for _, x := range all {
+			if !t.Before(x.Start) && t.Before(x.End) {
+				byTenant[x.TenantID] = byTenant[x.TenantID].Add(x.Res)
+			}
+		}
+		var held Resources
+		for tn, a := range alloc {
+			held = held.Add(Held(a, byTenant[tn]))
+		}
+		for tn, r := range byTenant {
+			if _, ok := alloc[tn]; !ok {
+				held = held.Add(r)
+			}
+		}
+		if !total.Fits(held) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,104 @@
+package instances
+
+import (
+	"testing"
+	"time"
+)
+
+func TestInstanceFitsQuota(t *testing.T) {
+	cases := []struct {
+		quota, used QuotaUse
+		gpus        int
+		ok          bool
+	}{
+		{QuotaUse{2, 8}, QuotaUse{0, 0}, 8, true},
+		{QuotaUse{2, 8}, QuotaUse{1, 4}, 4, true},
+		{QuotaUse{2, 8}, QuotaUse{1, 4}, 5, false},
+		{QuotaUse{2, 8}, QuotaUse{2, 0}, 0, false},
+		{QuotaUse{0, 0}, QuotaUse{0, 0}, 0, false},
+		{QuotaUse{5, 0}, QuotaUse{1, 0}, 0, true},
+		// An offer lowered below use refuses new instances.
+		{QuotaUse{1, 2}, QuotaUse{3, 6}, 0, false},
+	}
+	for _, c := range cases {
+		if got := InstanceFitsQuota(c.quota, c.used, c.gpus); got != c.ok {
+			t.Errorf("quota %v used %v +%d: %v, want %v", c.quota, c.used, c.gpus, got, c.ok)
+		}
+	}
+}
+
+func TestReservationArithmetic(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
+	g := func(n int) Resources { return Resources{GPUs: n} }
+	ws := []Window{
+		{TenantID: "a", Start: h(0), End: h(4), Res: g(2)},
+		{TenantID: "a", Start: h(2), End: h(6), Res: g(3)},
+		{TenantID: "b", Start: h(5), End: h(8), Res: g(4)},
+	}
+	for _, c := range []struct {
+		from, to int
+		peak     int
+	}{{0, 2, 2}, {0, 3, 5}, {4, 5, 3}, {4, 6, 7}, {6, 8, 4}, {8, 9, 0}} {
+		if got := PeakReserved(ws, h(c.from), h(c.to)).GPUs; got != c.peak {
+			t.Errorf("peak [%d,%d) = %d, want %d", c.from, c.to, got, c.peak)
+		}
+	}
+	mine := ws[:2]
+	for _, c := range []struct {
+		quota, start, end, gpus int
+		ok                      bool
+	}{
+		{5, 6, 8, 5, true},  // after both
+		{5, 3, 5, 1, false}, // overlaps the 2+3 peak
+		{6, 3, 5, 1, true},
+		{5, 4, 5, 2, true}, // only the second one is active then
+		{5, 4, 5, 3, false},
+	} {
+		w := Window{TenantID: "a", Start: h(c.start), End: h(c.end), Res: g(c.gpus)}
+		if got := ReservationFitsQuota(c.quota, mine, w); got != c.ok {
+			t.Errorf("quota %d + %d GPUs [%d,%d): %v, want %v", c.quota, c.gpus, c.start, c.end, got, c.ok)
+		}
+	}
+	// Capacity: instances count as held, reservations beyond them too.
+	total := Resources{GPUs: 8, VCPUs: 100, MemoryGiB: 100}
+	alloc := map[string]Resources{"a": g(1), "c": g(3)}
+	for _, c := range []struct {
+		start, end, gpus int
+		ok               bool
+	}{
+		{0, 1, 3, true},  // a holds max(1, 2) = 2, c 3, new 3 = 8
+		{0, 1, 4, false}, // 9
+		{2, 3, 1, true},  // a holds 5, c 3 = 8, new 1 from "d" = 9? no: see below
+	} {
+		w := Window{TenantID: "d", Start: h(c.start), End: h(c.end), Res: g(c.gpus)}
+		want := c.ok
+		if c.start == 2 {
+			want = false // a 5 + c 3 + d 1 = 9
+		}
+		if got := ReservationFitsCapacity(total, alloc, ws, w); got != want {
+			t.Errorf("capacity + %d GPUs [%d,%d): %v, want %v", c.gpus, c.start, c.end, got, want)
+		}
+	}
+	// A tenant's own reservation covers its instances.
+	if !ReservationFitsCapacity(total, map[string]Resources{"a": g(5)}, nil, Window{TenantID: "a", Start: h(0), End: h(1), Res: g(8)}) {
+		t.Error("a tenant's reservation over its own instances does not count them twice")
+	}
+}
+
+func TestFreeFor(t *testing.T) {
+	total := Resources{GPUs: 8, VCPUs: 64, MemoryGiB: 512}
+	alloc := map[string]Resources{"a": {2, 8, 32}, "b": {1, 4, 16}}
+	reserved := map[string]Resources{"b": {4, 16, 64}, "c": {1, 0, 0}}
+	// b holds max(alloc, reserved) = 4 GPUs, c its reservation, a its instances.
+	if got := FreeFor("a", total, alloc, reserved); got != (Resources{1, 40, 416}) {
+		t.Errorf("free for a: %v", got)
+	}
+	// b may use its own reserved room: others hold a 2 and c 1.
+	if got := FreeFor("b", total, alloc, reserved); got != (Resources{4, 52, 464}) {
+		t.Errorf("free for b: %v", got)
+	}
+	if got := FreeFor("d", total, alloc, reserved); got != (Resources{1, 40, 416}) {
+		t.Errorf("free for d: %v", got)
+	}
+}

@@ -1,0 +1,458 @@
+package instances
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/instances/provider"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Kind is the reconciler's river job kind; Queue its queue (river's queue
+// names take no dots).
+const (
+	Kind  = "vps.instances"
+	Queue = "vps_instances"
+)
+
+// reconcileArgs is one instance's reconciliation job; at most one is
+// queued or running per instance (unique by args in every state but the
+// finished ones).
+type reconcileArgs struct {
+	InstanceID string `json:"instanceId" river:"unique"`
+}
+
+func (reconcileArgs) Kind() string { return Kind }
+
+func (reconcileArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, MaxAttempts: 20, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateScheduled, rivertype.JobStateRetryable,
+	}}}
+}
+
+// systemPrincipal makes the reconciler's changes; they are audited like any
+// mutation.
+var systemPrincipal = &reqctx.Principal{ID: "system:vps.instances", Kind: "system", Name: "vps.instances reconciler"}
+
+// Policy is what the reconciler reads from a pool's policy: per-state
+// timeouts (seconds), the tries of one step, and the time slices per GPU of
+// a time-sliced pool.
+type Policy struct {
+	Timeouts map[string]int `json:"timeouts"`
+	MaxTries int            `json:"maxTries"`
+	Slices   int            `json:"timeSlices"`
+}
+
+// Default per-state timeouts and tries.
+var (
+	DefaultTimeouts = map[string]time.Duration{
+		Provisioning: 10 * time.Minute, Stopping: 5 * time.Minute, Rebooting: 5 * time.Minute, Deleting: 10 * time.Minute,
+	}
+	DefaultMaxTries = 5
+)
+
+func parsePolicy(raw string) Policy {
+	var p Policy
+	_ = json.Unmarshal([]byte(raw), &p) // a policy that does not decode uses the defaults
+	if p.MaxTries <= 0 {
+		p.MaxTries = DefaultMaxTries
+	}
+	if p.Slices <= 0 {
+		p.Slices = DefaultTime
+	}
+	return p
+}
+
+func (p Policy) timeout(state string) time.Duration {
+	if s, ok := p.Timeouts[state]; ok && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return DefaultTimeouts[state]
+}
+
+// outcome is what one step did.
+type outcome int
+
+const (
+	done     outcome = iota // converged; the job is completed
+	progress                // something changed; take the next step now
+	wait                    // nothing to do until time passes
+)
+
+// stepResult is a step's outcome and, for wait, how long.
+type stepResult struct {
+	outcome outcome
+	after   time.Duration
+}
+
+// reconcileWorker works reconcile jobs.
+type reconcileWorker struct {
+	river.WorkerDefaults[reconcileArgs]
+	s *Service
+}
+
+// Timeout bounds one job run (several steps); a run past it is retried.
+func (w *reconcileWorker) Timeout(*river.Job[reconcileArgs]) time.Duration { return 30 * time.Second }
+
+// Work takes steps until the instance converges (the job completes) or has
+// to wait (the job snoozes).
+func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[reconcileArgs]) error {
+	ctx = reqctx.WithPrincipal(ctx, systemPrincipal)
+	ctx = reqctx.WithRequestID(ctx, fmt.Sprintf("job-%d", job.ID))
+	for n := 0; n < 20; n++ {
+		r, err := w.s.step(ctx, job)
+		if err != nil {
+			if store.Unreachable(err) {
+				return err
+			}
+			w.s.log.WarnContext(ctx, "reconcile step failed", "instanceId", job.Args.InstanceID, "attempt", job.Attempt, "err", err)
+			return err
+		}
+		switch r.outcome {
+		case done:
+			return nil
+		case wait:
+			return river.JobSnooze(r.after)
+		}
+	}
+	return river.JobSnooze(0)
+}
+
+// step takes one step for the job's instance in one transaction that holds
+// the instance's row lock (one replica works an instance at a time; a
+// replica killed mid-step rolls back and the next attempt starts over).
+func (s *Service) step(ctx context.Context, job *river.Job[reconcileArgs]) (stepResult, error) {
+	var res stepResult
+	err := s.db.Tx(ctx, func(tx *sqlx.Tx) error {
+		var err error
+		res, err = s.stepTx(ctx, tx, job.Args.InstanceID, job)
+		return err
+	})
+	return res, err
+}
+
+func (s *Service) stepTx(ctx context.Context, tx *sqlx.Tx, instanceID string, job *river.Job[reconcileArgs]) (stepResult, error) {
+	complete := func() (stepResult, error) {
+		if job == nil {
+			return stepResult{outcome: done}, nil
+		}
+		_, err := river.JobCompleteTx[*riverDriver](ctx, tx.Tx, job)
+		return stepResult{outcome: done}, err
+	}
+	i, err := one(ctx, tx, `SELECT `+cols+` FROM instances WHERE instance_id = $1 FOR UPDATE`, instanceID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return complete()
+	}
+	if err != nil {
+		return stepResult{}, store.Wrap(err)
+	}
+	var p poolRow
+	if err := tx.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false WHERE p.pool_id = $1`, i.PoolID); err != nil {
+		return stepResult{}, store.Wrap(err)
+	}
+	pol := parsePolicy(p.Policy)
+	var res stepResult
+	if p.Kind == "vps-hosted" {
+		res, err = s.stepHosted(ctx, tx, i, &p, pol)
+	} else if Converged(i) {
+		res = stepResult{outcome: done}
+	} else {
+		res, err = s.stepProvider(ctx, tx, i, &p, pol)
+	}
+	if err != nil || res.outcome != done {
+		return res, err
+	}
+	// Converged: the job completes in the transaction that saw it so,
+	// under the instance's lock; a desired-state change waits for the lock
+	// and then queues a new job.
+	return complete()
+}
+
+// move makes one state move: the transition table decides, the row and its
+// event are written in the caller's transaction, and the move is audited.
+// Nothing else writes instances.state.
+func move(ctx context.Context, q store.Q, i *Instance, to string, reason *string) (*Instance, error) {
+	if !CanMove(i.State, to) {
+		return nil, fmt.Errorf("instances: %s cannot move from %s to %s", i.InstanceID, i.State, to)
+	}
+	n, err := one(ctx, q, `UPDATE instances SET state = $2, state_reason = $3, state_since = clock_timestamp(), step_tries = 0,
+			deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
+			rebooted_generation = CASE WHEN state = 'rebooting' AND $2 = 'running' THEN reboot_generation ELSE rebooted_generation END,
+			row_version = row_version + 1, updated_at = now()
+		WHERE instance_id = $1 AND state = $4 RETURNING `+cols, i.InstanceID, to, reason, i.State)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if to == Deleted {
+		if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
+			return nil, store.Wrap(err)
+		}
+	}
+	if err := writeEvent(ctx, q, n); err != nil {
+		return nil, err
+	}
+	if p := reqctx.PrincipalFrom(ctx); p == systemPrincipal {
+		if err := audit.Write(ctx, q, "vps.instances."+to, "compute-instance/"+i.InstanceID, "ok", nil); err != nil {
+			return nil, err
+		}
+	}
+	*i = *n
+	return n, nil
+}
+
+func ptr(s string) *string { return &s }
+
+// note records why an instance waits (no event: it is no state move).
+func note(ctx context.Context, q store.Q, i *Instance, reason string, tried bool) error {
+	if i.StateReason != nil && *i.StateReason == reason && !tried {
+		return nil
+	}
+	inc := 0
+	if tried {
+		inc = 1
+	}
+	_, err := q.ExecContext(ctx, `UPDATE instances SET state_reason = $2, step_tries = step_tries + $3 WHERE instance_id = $1`, i.InstanceID, reason, inc)
+	i.StateReason = &reason
+	i.StepTries += inc
+	return store.Wrap(err)
+}
+
+// backoff is the wait after the n-th failed try of a step.
+func backoff(n int) time.Duration {
+	d := time.Duration(1<<min(n, 6)) * 100 * time.Millisecond
+	return min(d, 5*time.Second)
+}
+
+// timedOut fails an instance that stayed in a transitional state past its
+// timeout.
+func timedOut(ctx context.Context, q store.Q, i *Instance, pol Policy) (bool, error) {
+	limit := pol.timeout(i.State)
+	if limit <= 0 || time.Since(i.StateSince) < limit {
+		return false, nil
+	}
+	_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("timed out after %s in %s", limit, i.State)))
+	return true, err
+}
+
+// poll is how often a waiting instance is looked at again.
+const poll = 500 * time.Millisecond
+
+// stepProvider is one step of an instance in a vps-provider pool.
+func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (stepResult, error) {
+	drv, ok := s.providers[p.Provider.String]
+	if !ok {
+		if i.State == Failed || i.State == Deleting || i.State == Pending {
+			if n := Next(i); n == Deleted || n == Deleting {
+				if i.State == Deleting {
+					n = Deleted
+				}
+				_, err := move(ctx, q, i, n, nil)
+				return stepResult{outcome: progress}, err
+			}
+		}
+		if i.State != Failed {
+			_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("the pool's provider %q is not available in this server", p.Provider.String)))
+			return stepResult{outcome: progress}, err
+		}
+		return stepResult{outcome: done}, nil
+	}
+	pool := provider.Pool{PoolID: p.PoolID, Account: p.Account.String, Policy: json.RawMessage(p.Policy)}
+	if !Transitional(i.State) && i.State != Pending {
+		next := Next(i)
+		if next == "" {
+			return stepResult{outcome: done}, nil
+		}
+		_, err := move(ctx, q, i, next, nil)
+		return stepResult{outcome: progress}, err
+	}
+	if n := Next(i); n == Deleted || n == Deleting {
+		_, err := move(ctx, q, i, n, nil)
+		return stepResult{outcome: progress}, err
+	}
+	if i.State == Pending {
+		// Capacity held by other tenants' reservations is not ours.
+		if ok, reason, err := s.providerRoom(ctx, q, i, p); err != nil || !ok {
+			if err != nil {
+				return stepResult{}, err
+			}
+			return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, reason, false)
+		}
+		err := drv.Create(ctx, pool, provider.VM{ID: i.InstanceID, Name: i.Name, Size: provider.Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}, Image: deref(i.Image)})
+		if errors.Is(err, provider.ErrNoCapacity) {
+			return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, "waiting for capacity: the provider has no room", false)
+		}
+		if err != nil {
+			return s.tried(ctx, q, i, pol, err)
+		}
+		_, err = move(ctx, q, i, Provisioning, nil)
+		return stepResult{outcome: progress}, err
+	}
+	obs, err := drv.Describe(ctx, pool, i.InstanceID)
+	if err != nil {
+		return s.tried(ctx, q, i, pol, err)
+	}
+	// The observed state that completes the current one.
+	target := map[string]string{Provisioning: Running, Stopping: Stopped, Rebooting: Running, Deleting: Deleted}[i.State]
+	switch {
+	case obs.State == provider.Failed:
+		_, err := move(ctx, q, i, Failed, ptr("the provider reports the VM failed: "+obs.Reason))
+		return stepResult{outcome: progress}, err
+	case obs.State == target && (i.State != Rebooting || i.StepTries > 0):
+		_, err := move(ctx, q, i, target, nil)
+		return stepResult{outcome: progress}, err
+	case obs.State == i.State && i.StepTries > 0, i.State == Provisioning && obs.State == provider.Provisioning:
+		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
+			return stepResult{outcome: progress}, err
+		}
+		return stepResult{outcome: wait, after: poll}, nil
+	}
+	// The operation is not under way: start it (again).
+	if t, err := timedOut(ctx, q, i, pol); t || err != nil {
+		return stepResult{outcome: progress}, err
+	}
+	if i.StepTries >= pol.MaxTries {
+		_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("gave up %s after %d tries: %s", i.State, i.StepTries, deref(i.StateReason))))
+		return stepResult{outcome: progress}, err
+	}
+	switch i.State {
+	case Provisioning:
+		if obs.State == provider.Stopped {
+			err = drv.Start(ctx, pool, i.InstanceID)
+		} else {
+			err = drv.Create(ctx, pool, provider.VM{ID: i.InstanceID, Name: i.Name, Size: provider.Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}, Image: deref(i.Image)})
+		}
+	case Stopping:
+		err = drv.Stop(ctx, pool, i.InstanceID)
+	case Rebooting:
+		err = drv.Reboot(ctx, pool, i.InstanceID)
+	case Deleting:
+		err = drv.Delete(ctx, pool, i.InstanceID)
+	}
+	if errors.Is(err, provider.ErrNoCapacity) {
+		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
+			return stepResult{outcome: progress}, err
+		}
+		return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, "waiting for capacity: the provider has no room", false)
+	}
+	if err != nil {
+		return s.tried(ctx, q, i, pol, err)
+	}
+	if err := note(ctx, q, i, i.State+": requested from the provider", true); err != nil {
+		return stepResult{}, err
+	}
+	return stepResult{outcome: progress}, nil
+}
+
+// tried records a failed provider call: a permanent error fails the
+// instance, a transient one counts a try and waits with backoff.
+func (s *Service) tried(ctx context.Context, q store.Q, i *Instance, pol Policy, err error) (stepResult, error) {
+	var perm *provider.Permanent
+	if errors.As(err, &perm) || i.StepTries+1 >= pol.MaxTries {
+		_, merr := move(ctx, q, i, Failed, ptr(fmt.Sprintf("%s failed after %d tries: %v", i.State, i.StepTries+1, err)))
+		return stepResult{outcome: progress}, merr
+	}
+	if store.Unreachable(err) {
+		return stepResult{}, err
+	}
+	return stepResult{outcome: wait, after: backoff(i.StepTries + 1)}, note(ctx, q, i, "provider call failed, retrying: "+err.Error(), true)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// --- hosted pools -------------------------------------------------------
+
+// stepHosted is one step of an instance in a vps-hosted pool: the control
+// plane places it and sets the state its host daemon acts on; the daemon's
+// reports (instances.report) make the moves out of transitional states.
+func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (stepResult, error) {
+	host := ""
+	if i.HostNodeID != nil {
+		var state string
+		err := q.GetContext(ctx, &state, `SELECT state FROM nodes WHERE node_id = $1`, *i.HostNodeID)
+		if err != nil {
+			return stepResult{}, store.Wrap(err)
+		}
+		host = state
+	}
+	if host == "removed" && i.State != Failed && i.State != Pending {
+		// The VM went with its host.
+		if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
+			return stepResult{}, store.Wrap(err)
+		}
+		if i.State == Deleting {
+			_, err := move(ctx, q, i, Deleted, ptr("host node removed"))
+			return stepResult{outcome: progress}, err
+		}
+		_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("host node %s was removed", *i.HostNodeID)))
+		return stepResult{outcome: progress}, err
+	}
+	if Converged(i) {
+		return stepResult{outcome: done}, nil
+	}
+	next := Next(i)
+	switch {
+	case i.State == Pending && next == Provisioning, i.State == Failed && next == Provisioning && (i.HostNodeID == nil || host == "removed"):
+		placed, reason, err := s.placeHosted(ctx, q, i, p, pol)
+		if err != nil {
+			return stepResult{}, err
+		}
+		if !placed {
+			return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, reason, false)
+		}
+		_, err = move(ctx, q, i, Provisioning, nil)
+		return stepResult{outcome: progress}, err
+	case i.State == Deleting && i.HostNodeID == nil:
+		_, err := move(ctx, q, i, Deleted, nil)
+		return stepResult{outcome: progress}, err
+	case next != "":
+		_, err := move(ctx, q, i, next, nil)
+		return stepResult{outcome: progress}, err
+	case Transitional(i.State):
+		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
+			return stepResult{outcome: progress}, err
+		}
+		return stepResult{outcome: wait, after: 2 * poll}, nil
+	}
+	return stepResult{outcome: done}, nil
+}
+
+// --- the job queue ------------------------------------------------------
+
+// Enqueue queues the instance's reconciliation in the caller's transaction
+// (so it exists exactly when the change that needs it commits). When a job
+// is already waiting (snoozed or backing off), it is made available now.
+func (s *Service) Enqueue(ctx context.Context, q store.Q, instanceID string) error {
+	if s == nil || s.client == nil {
+		return errors.New("instances: the reconciler's queue is not configured")
+	}
+	tx, err := txOf(q)
+	if err != nil {
+		return err
+	}
+	res, err := s.client.InsertTx(ctx, tx, reconcileArgs{InstanceID: instanceID}, nil)
+	if err != nil {
+		return store.Wrap(err)
+	}
+	if res.UniqueSkippedAsDuplicate && res.Job != nil && (res.Job.State == rivertype.JobStateScheduled || res.Job.State == rivertype.JobStateRetryable) {
+		if _, err := s.client.JobRetryTx(ctx, tx, res.Job.ID); err != nil {
+			return store.Wrap(err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package instances
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Reservation states as read: scheduled (before its window), active (in
+// it), expired (after it), canceled.
+const (
+	ResScheduled = "scheduled"
+	ResActive    = "active"
+	ResExpired   = "expired"
+	ResCanceled  = "canceled"
+)
+
+// ReservationStates lists them for the list filter.
+var ReservationStates = []string{ResScheduled, ResActive, ResExpired, ResCanceled}
+
+// MaxReservation bounds a reservation's window.
+const MaxReservation = 366 * 24 * time.Hour
+
+// Reservation is capacity held in one pool for [startsAt, endsAt).
+type Reservation struct {
+	ReservationID string     `json:"reservationId" db:"reservation_id"`
+	TenantID      string     `json:"tenantId" db:"tenant_id"`
+	PoolID        string     `json:"poolId" db:"pool_id"`
+	Size          Resources  `json:"size" db:"-"`
+	StartsAt      time.Time  `json:"startsAt" db:"starts_at"`
+	EndsAt        time.Time  `json:"endsAt" db:"ends_at"`
+	State         string     `json:"state" db:"-"`
+	RowVersion    int        `json:"rowVersion" db:"row_version"`
+	CreatedAt     time.Time  `json:"createdAt" db:"created_at"`
+	UpdatedAt     time.Time  `json:"updatedAt" db:"updated_at"`
+	CanceledAt    *time.Time `json:"canceledAt" db:"canceled_at"`
+
+	Stored    string    `json:"-" db:"state"`
+	GPUs      int       `json:"-" db:"gpus"`
+	VCPUs     int       `json:"-" db:"vcpus"`
+	MemoryGiB int       `json:"-" db:"memory_gib"`
+	Now       time.Time `json:"-" db:"tx_now"`
+}
+
+func (r *Reservation) fix() *Reservation {
+	r.Size = Resources{r.GPUs, r.VCPUs, r.MemoryGiB}
+	r.StartsAt, r.EndsAt, r.CreatedAt, r.UpdatedAt = r.StartsAt.UTC(), r.EndsAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	if r.CanceledAt != nil {
+		t := r.CanceledAt.UTC()
+		r.CanceledAt = &t
+	}
+	switch {
+	case r.Stored == "canceled":
+		r.State = ResCanceled
+	case !r.Now.Before(r.EndsAt):
+		r.State = ResExpired
+	case !r.Now.Before(r.StartsAt):
+		r.State = ResActive
+	default:
+		r.State = ResScheduled
+	}
+	return r
+}
+
+const resCols = `reservation_id, tenant_id, pool_id, gpus, vcpus, memory_gib, starts_at, ends_at, state, row_version,
+	created_at, updated_at, canceled_at, now() AS tx_now`
+
+type (
+	ReservationCreateInput struct {
+		TenantID string    `json:"tenantId"`
+		PoolID   string    `json:"poolId"`
+		Size     Resources `json:"size"`
+		StartsAt string    `json:"startsAt"`
+		EndsAt   string    `json:"endsAt"`
+	}
+	ReservationRefInput struct {
+		TenantID      string `json:"tenantId"`
+		ReservationID string `json:"reservationId"`
+	}
+	ReservationListInput struct {
+		TenantID string `json:"tenantId"`
+		PoolID   string `json:"poolId,omitempty"`
+		State    string `json:"state,omitempty"`
+		Limit    int    `json:"limit"`
+		Cursor   string `json:"cursor,omitempty"`
+	}
+	ReservationCancelInput struct {
+		TenantID        string `json:"tenantId"`
+		ReservationID   string `json:"reservationId"`
+		ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+	}
+)
+
+func parseTime(path, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, errs.Invalid(path, "%s must be an RFC 3339 time", path)
+	}
+	return t.UTC(), nil
+}
+
+// windows loads the reservations of a pool that still hold room (active,
+// not ended), optionally of one tenant.
+func windows(ctx context.Context, q store.Q, poolID, tenantID string) ([]Window, error) {
+	var rows []Reservation
+	if err := q.SelectContext(ctx, &rows, `SELECT `+resCols+` FROM reservations
+		WHERE pool_id = $1 AND state = 'active' AND ends_at > now() AND ($2 = '' OR tenant_id = $2)`, poolID, tenantID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make([]Window, len(rows))
+	for k, r := range rows {
+		out[k] = Window{TenantID: r.TenantID, Start: r.StartsAt, End: r.EndsAt, Res: Resources{r.GPUs, r.VCPUs, r.MemoryGiB}}
+	}
+	return out, nil
+}
+
+// CreateReservation holds capacity in a pool: within the offer's GPU quota
+// (offered tenants) at every moment of the window, and within the pool's
+// capacity (when it has one) given what every tenant holds.
+func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInput) (*Reservation, error) {
+	p, err := visiblePool(ctx, q, in.TenantID, in.PoolID, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
+	start, err := parseTime("startsAt", in.StartsAt)
+	if err != nil {
+		return nil, err
+	}
+	end, err := parseTime("endsAt", in.EndsAt)
+	if err != nil {
+		return nil, err
+	}
+	if !end.After(start) {
+		return nil, errs.Invalid("endsAt", "endsAt must be after startsAt")
+	}
+	if !end.After(time.Now()) {
+		return nil, errs.Invalid("endsAt", "endsAt is in the past")
+	}
+	if end.Sub(start) > MaxReservation {
+		return nil, errs.Invalid("endsAt", "a reservation lasts at most 366 days")
+	}
+	if in.Size == (Resources{}) {
+		return nil, errs.Invalid("size", "reserve at least one GPU, vCPU or GiB")
+	}
+	// Reservations and placements of one pool are decided one at a time.
+	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, in.PoolID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	w := Window{TenantID: in.TenantID, Start: start, End: end, Res: in.Size}
+	if p.offered(in.TenantID) {
+		var quota QuotaUse
+		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
+			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
+			return nil, store.Wrap(err)
+		}
+		mine, err := windows(ctx, q, in.PoolID, in.TenantID)
+		if err != nil {
+			return nil, err
+		}
+		if !ReservationFitsQuota(quota.GPUs, mine, w) {
+			peak := PeakReserved(append(mine, w), start, end)
+			return nil, errs.E(errs.InvalidState, "the pool's offer allows %d GPUs; with this reservation the tenant would reserve %d at once",
+				quota.GPUs, peak.GPUs).With("reason", "quota").With("quota", quota).With("peakReservedGpus", peak.GPUs)
+		}
+	}
+	var total Resources
+	bounded := true
+	if p.Kind == "vps-hosted" {
+		hs, err := hosts(ctx, q, in.PoolID, "")
+		if err != nil {
+			return nil, err
+		}
+		total = hostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
+	} else {
+		total, bounded = providerTotal(p.Policy)
+	}
+	if bounded {
+		alloc, err := allocated(ctx, q, in.PoolID, "")
+		if err != nil {
+			return nil, err
+		}
+		all, err := windows(ctx, q, in.PoolID, "")
+		if err != nil {
+			return nil, err
+		}
+		if !ReservationFitsCapacity(total, alloc, all, w) {
+			return nil, errs.E(errs.InvalidState, "pool %s has no room for this reservation in its window", in.PoolID).
+				With("reason", "capacity").With("total", total)
+		}
+	}
+	var r Reservation
+	err = q.GetContext(ctx, &r, `INSERT INTO reservations (reservation_id, tenant_id, pool_id, gpus, vcpus, memory_gib, starts_at, ends_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+resCols,
+		ids.New(ids.Reservation), in.TenantID, in.PoolID, in.Size.GPUs, in.Size.VCPUs, in.Size.MemoryGiB, start, end)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return r.fix(), nil
+}
+
+func resNotFound(id string) error {
+	return errs.E(errs.NotFound, "reservation %s not found", id).With("path", "reservationId")
+}
+
+// GetReservation returns one of the tenant's reservations.
+func GetReservation(ctx context.Context, q store.Q, in *ReservationRefInput) (*Reservation, error) {
+	var r Reservation
+	err := q.GetContext(ctx, &r, `SELECT `+resCols+` FROM reservations WHERE reservation_id = $1 AND tenant_id = $2`, in.ReservationID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, resNotFound(in.ReservationID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return r.fix(), nil
+}
+
+// ListReservations pages the tenant's reservations by id, optionally of one
+// pool or in one state.
+func ListReservations(ctx context.Context, q store.Q, in *ReservationListInput) (*page.Page[Reservation], error) {
+	var after string
+	if _, err := page.Decode(in.Cursor, &after); err != nil {
+		return nil, err
+	}
+	rows := []Reservation{}
+	err := q.SelectContext(ctx, &rows, `SELECT `+resCols+` FROM reservations
+		WHERE tenant_id = $1 AND reservation_id > $2 AND ($3 = '' OR pool_id = $3)
+		  AND CASE $4
+		      WHEN '' THEN true
+		      WHEN 'canceled' THEN state = 'canceled'
+		      WHEN 'expired' THEN state = 'active' AND ends_at <= now()
+		      WHEN 'active' THEN state = 'active' AND starts_at <= now() AND ends_at > now()
+		      ELSE state = 'active' AND starts_at > now() END
+		ORDER BY reservation_id LIMIT $5`, in.TenantID, after, in.PoolID, in.State, in.Limit+1)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	for k := range rows {
+		rows[k].fix()
+	}
+	items, cur := page.Trim(rows, in.Limit, func(r Reservation) string { return page.Encode(r.ReservationID) })
+	return &page.Page[Reservation]{Items: items, Cursor: cur}, nil
+}
+
+// CancelReservation frees a reservation's room; a canceled or expired one
+// is INVALID_STATE.
+func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInput) (*Reservation, error) {
+	var r Reservation
+	err := q.GetContext(ctx, &r, `SELECT `+resCols+` FROM reservations WHERE reservation_id = $1 AND tenant_id = $2 FOR UPDATE`, in.ReservationID, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, resNotFound(in.ReservationID)
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	r.fix()
+	if r.State == ResCanceled || r.State == ResExpired {
+		return nil, errs.E(errs.InvalidState, "reservation %s is %s", r.ReservationID, r.State).With("reason", r.State).With("state", r.State)
+	}
+	if in.ExpectedVersion != nil && *in.ExpectedVersion != r.RowVersion {
+		return nil, errs.E(errs.Conflict, "reservation %s is at rowVersion %d, not %d", r.ReservationID, r.RowVersion, *in.ExpectedVersion).
+			With("rowVersion", r.RowVersion)
+	}
+	var out Reservation
+	err = q.GetContext(ctx, &out, `UPDATE reservations SET state = 'canceled', canceled_at = now(), row_version = row_version + 1, updated_at = now()
+		WHERE reservation_id = $1 RETURNING `+resCols, r.ReservationID)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	return out.fix(), nil
+}
