@@ -64,6 +64,8 @@ bench: deps
 # A few seconds of each fuzz target (seed corpora live in testdata/fuzz).
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=5s ./internal/registry/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeParams -fuzztime=5s ./internal/server/
+	$(GO) test -run='^$$' -fuzz=FuzzCheckDocument -fuzztime=5s ./internal/server/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeSections -fuzztime=5s ./internal/inventory/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=5s ./internal/pki/

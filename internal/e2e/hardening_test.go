@@ -1,10 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	_ "embed"
+	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -39,12 +46,488 @@ func TestStandardIntrospectionQuery(t *testing.T) {
 		t.Fatalf("introspection without a token: %d", r.Status)
 	}
 	// Introspection still has bounds: many copies of __schema are refused.
-	many := "{" + strings.Repeat(" a: __schema { types { name } }", 1)
-	for i := 0; i < 8; i++ {
-		many += " s" + string(rune('a'+i)) + ": __schema { types { name } }"
+	many := "{"
+	for i := 0; i < 9; i++ {
+		many += fmt.Sprintf(" s%d: __schema { types { name } }", i)
 	}
 	many += " }"
 	if r := e.GraphQL(admin, many, nil); !strings.Contains(string(r.Raw), `"reason":"introspection"`) {
 		t.Fatalf("nine __schema fields: %d %s", r.Status, r.Raw)
+	}
+}
+
+// Errors never name Go types or echo what the client sent.
+func assertNoInternals(t *testing.T, what string, body []byte, echoes ...string) {
+	t.Helper()
+	for _, leak := range []string{"json.Number", "float64", "map[string]", "[]interface", "*errs.", "gqlerror", "struct {", "%!", ".go:"} {
+		if bytes.Contains(body, []byte(leak)) {
+			t.Fatalf("%s: the answer names Go internals (%q): %s", what, leak, body)
+		}
+	}
+	for _, echo := range echoes {
+		if bytes.Contains(body, []byte(echo)) {
+			t.Fatalf("%s: the answer echoes the request (%q): %s", what, echo, body)
+		}
+	}
+}
+
+// GraphQL over HTTP: verbs, media types and bodies, as the spec says, in
+// the GraphQL error shape and without internals.
+func TestGraphQLOverHTTPRequests(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	auth := map[string]string{"Authorization": "Bearer " + acme.Admin.Token}
+	send := func(method, path, ct string, body string) testkit.Resp {
+		req, _ := http.NewRequest(method, e.Server.URL+path, strings.NewReader(body))
+		for k, v := range auth {
+			req.Header.Set(k, v)
+		}
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		return env(t, e).Do(req)
+	}
+	// GET is for queries: a mutation is 405 with Allow: POST.
+	r := send("GET", "/graphql?query="+strings.ReplaceAll(`mutation { createProject(input: {tenantId: "acme", name: "x"}) { project { id } } }`, " ", "%20"), "", "")
+	if r.Status != 405 || r.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET with a mutation: %d %q %s", r.Status, r.Header.Get("Allow"), r.Raw)
+	}
+	gqlExpect(t, r, "METHOD_NOT_ALLOWED", anyPath)
+	if r := send("GET", "/graphql?query=%7Bviewer%7Bkind%7D%7D", "", ""); r.Status != 200 {
+		t.Fatalf("GET with a query: %d %s", r.Status, r.Raw)
+	}
+	for _, m := range []string{"PUT", "DELETE", "PATCH"} {
+		r := send(m, "/graphql", "application/json", `{"query":"{ viewer { kind } }"}`)
+		if r.Status != 405 || !strings.Contains(r.Header.Get("Allow"), "POST") {
+			t.Fatalf("%s: %d %s", m, r.Status, r.Raw)
+		}
+		gqlExpect(t, r, "METHOD_NOT_ALLOWED", anyPath)
+	}
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/xml", ""} {
+		r := send("POST", "/graphql", ct, `{"query":"{ viewer { kind } }"}`)
+		if r.Status != 415 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/") {
+			t.Fatalf("Content-Type %q: %d %s", ct, r.Status, r.Raw)
+		}
+		gqlExpect(t, r, "UNSUPPORTED_MEDIA_TYPE", anyPath)
+	}
+	// Bodies that are not one GraphQL request object.
+	for body, path := range map[string]string{
+		`{"query": 5, "marker": "ECHO-MARKER-1"}`:            "query",
+		`{"query":"{ viewer { kind } }"}}`:                   "",
+		`{"query":"{ viewer { kind } }"}]`:                   "",
+		`{"query":"{ viewer { kind } }","variables":[1]}`:    "variables",
+		`{"query":"{ viewer { kind } }","operationName":{}}`: "operationName",
+		`[{"query":"{ viewer { kind } }"}]`:                  "",
+		`{"quer": "ECHO-MARKER-2"}`:                          "query",
+		"{\"query\":\"\xff\"}":                               "",
+	} {
+		r := send("POST", "/graphql", "application/json", body)
+		if r.Status != 400 {
+			t.Fatalf("%s: %d %s", body, r.Status, r.Raw)
+		}
+		gqlExpect(t, r, "INVALID_INPUT", path)
+		assertNoInternals(t, body, r.Raw, "ECHO-MARKER")
+	}
+}
+
+// Scalars refuse bad values with INVALID_INPUT naming the field, in words a
+// client understands: no Go types, no INTERNAL.
+func TestGraphQLScalarRefusals(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	q := `query($t: String!) { tenant(tenantId: $t) { tenantId } }`
+	for name, vars := range map[string]map[string]any{
+		"a number":  {"t": 5},
+		"a float":   {"t": 1.5},
+		"an object": {"t": map[string]any{"a": 1}},
+		"an array":  {"t": []any{"a"}},
+		"a boolean": {"t": true},
+		"NUL":       {"t": "ac\x00me"},
+	} {
+		r := e.GraphQL(acme.Admin.Token, q, vars)
+		gqlExpect(t, r, "INVALID_INPUT", anyPath)
+		assertNoInternals(t, name, r.Raw)
+	}
+	// A NUL in a literal, in an input object.
+	r := e.GraphQL(acme.Member.Token, `mutation { createProject(input: {tenantId: "acme", name: "a\u0000b"}) { project { id } } }`, nil)
+	gqlExpect(t, r, "INVALID_INPUT", anyPath)
+	if c, p := gqlErr(r); c != "INVALID_INPUT" || !strings.HasSuffix(p, "name") {
+		t.Fatalf("NUL in an input field: path %q: %s", p, r.Raw)
+	}
+	assertNoInternals(t, "NUL literal", r.Raw)
+}
+
+// Documents that cost seconds to validate are refused before validation.
+func TestExpensiveDocumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	repeated := func(n int) string { return "{" + strings.Repeat(" __typename", n) + " }" }
+	doubling := func(levels int) string {
+		var b strings.Builder
+		b.WriteString("query { ...F0 }\n")
+		for i := 0; i < levels; i++ {
+			fmt.Fprintf(&b, "fragment F%d on Query { ...F%d ...F%d }\n", i, i+1, i+1)
+		}
+		fmt.Fprintf(&b, "fragment F%d on Query { viewer { kind } }\n", levels)
+		return b.String()
+	}
+	aliases := func(n int) string {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, " a%d: viewer { kind }", i)
+		}
+		b.WriteString(" }")
+		return b.String()
+	}
+	for name, c := range map[string]struct{ doc, reason string }{
+		"4000 repeated fields":         {repeated(4000), "fields"},
+		"3000 repeated subselections":  {"{" + strings.Repeat(" viewer { kind }", 3000) + " }", "fields"},
+		"20000 repeated fields":        {repeated(20000), "tokens"},
+		"22 levels of doubling frags":  {doubling(22), "fields"},
+		"60 levels of doubling frags":  {doubling(60), "fields"},
+		"2400 aliases":                 {aliases(2400), "fields"},
+		"60000 tokens":                 {"{" + strings.Repeat(" __typename", 60000) + " }", "tokens"},
+		"complexity over the limit":    {`{ viewer { tenants(first: 200) { edges { node { pools(first: 200) { edges { node { name } } } } } } } }`, "complexity"},
+		"deep":                         {"{ viewer {" + strings.Repeat(" tenants { edges { node {", 5) + " tenantId" + strings.Repeat(" } } }", 5) + " } }", "depth"},
+		"recursive fragment":           {"query { ...A } fragment A on Query { ...A }", ""},
+		"introspection nested too far": {"{ __schema { types { fields { type {" + strings.Repeat(" ofType {", 30) + " name" + strings.Repeat(" }", 30) + " } } } } }", "depth"},
+	} {
+		r := e.GraphQL(acme.Admin.Token, c.doc, nil)
+		if r.Status != 400 || r.Body["data"] != nil {
+			t.Fatalf("%s: %d %.300s", name, r.Status, r.Raw)
+		}
+		gqlExpect(t, r, "INVALID_INPUT", anyPath)
+		if c.reason != "" && !strings.Contains(string(r.Raw), `"reason":"`+c.reason+`"`) {
+			t.Fatalf("%s: want reason %s: %.300s", name, c.reason, r.Raw)
+		}
+	}
+	// The bounds leave ordinary documents alone: 60 distinct aliases pass.
+	gqlOK(t, e.GraphQL(acme.Admin.Token, aliases(60), nil))
+}
+
+// Budgets: failed authentications per address, operations on a socket,
+// and every mutation of a batch count.
+func TestRateLimitsCountEverything(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RatePerSecond: 1, RateBurst: 20, AuthFailures: 0.5}})
+	acme := newTenant(t, e, "acme")
+	ops := newToken(t, e, acme.Admin.Token, "acme", "ops", "admin")
+
+	// 300 aliased mutations are 300 calls: over the burst, refused whole.
+	var b strings.Builder
+	b.WriteString("mutation {")
+	for i := 0; i < 300; i++ {
+		fmt.Fprintf(&b, ` m%d: createProject(input: {tenantId: "acme", name: "p%d"}) { project { id } }`, i, i)
+	}
+	b.WriteString(" }")
+	r := e.GraphQL(ops.Token, b.String(), nil)
+	if !strings.Contains(string(r.Raw), `"reason":"batch"`) {
+		t.Fatalf("300 aliased mutations: %d %.300s", r.Status, r.Raw)
+	}
+	gqlExpect(t, r, "INVALID_INPUT", anyPath)
+	if n := items(t, e.Call(acme.Admin.Token, "projects/list", map[string]any{"tenantId": "acme"})); len(n) != 0 {
+		t.Fatalf("a refused batch created %d projects", len(n))
+	}
+	// 15 aliased mutations spend 15 of the 20: the next 6 operations cannot
+	// all pass.
+	b.Reset()
+	b.WriteString("mutation {")
+	for i := 0; i < 15; i++ {
+		fmt.Fprintf(&b, ` m%d: createProject(input: {tenantId: "acme", name: "q%d"}) { project { id } }`, i, i)
+	}
+	b.WriteString(" }")
+	gqlOK(t, e.GraphQL(ops.Token, b.String(), nil))
+	limited := 0
+	for i := 0; i < 6; i++ {
+		r := e.GraphQL(ops.Token, `{ viewer { kind } }`, nil)
+		if r.Status == 429 {
+			limited++
+			gqlExpect(t, r, "RATE_LIMITED", anyPath)
+			if r.Header.Get("Retry-After") == "" {
+				t.Fatalf("429 without Retry-After: %s", r.Raw)
+			}
+		}
+	}
+	if limited == 0 {
+		t.Fatal("a batch of 15 mutations was charged as one")
+	}
+
+	// Operations on a socket are charged too.
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	refused := 0
+	for i := 0; i < 40; i++ {
+		if opError(w.op(fmt.Sprint(i), `{ viewer { kind } }`, nil)) == "RATE_LIMITED" {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("40 operations on one socket were never limited")
+	}
+
+	// Guessing tokens: failed authentications are counted per address, and
+	// refused before the database is asked once the budget is spent.
+	codes := map[int]int{}
+	for i := 0; i < 40; i++ {
+		r := e.Call(fmt.Sprintf("bct_guess-%d", i), "tenants/get", map[string]any{"tenantId": "acme"})
+		codes[r.Status]++
+	}
+	if codes[429] == 0 || codes[401] == 0 {
+		t.Fatalf("40 unknown tokens: %v", codes)
+	}
+	if r := e.GraphQL("bct_guess-x", `{ viewer { kind } }`, nil); r.Status != 429 {
+		t.Fatalf("GraphQL with an unknown token past the budget: %d %s", r.Status, r.Raw)
+	}
+}
+
+// A frozen database: requests end at their deadline with UNAVAILABLE, a
+// client that leaves is not an internal error, and the server recovers.
+func TestFrozenDatabase(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	e := testkit.StartWith(t, testkit.Options{Proxy: true, Logs: &logs, Config: server.Config{RequestTimeout: time.Second}})
+	acme := newTenant(t, e, "acme")
+	e.Proxy.Freeze()
+	done := make(chan testkit.Resp, 2)
+	go func() {
+		done <- e.Call(acme.Admin.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "frozen"})
+	}()
+	go func() { done <- e.GraphQL(acme.Admin.Token, `{ viewer { kind } }`, nil) }()
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-done:
+			if r.Status != 503 {
+				t.Fatalf("during the freeze: %d %s", r.Status, r.Raw)
+			}
+			if !strings.Contains(string(r.Raw), `"UNAVAILABLE"`) {
+				t.Fatalf("during the freeze: %s", r.Raw)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a request hung while the database was frozen")
+		}
+	}
+	// A client that gives up while the database is frozen.
+	client := &http.Client{Timeout: 200 * time.Millisecond}
+	req, _ := http.NewRequest("POST", e.Server.URL+"/api/compute/tenants/get", strings.NewReader(`{"tenantId":"acme"}`))
+	req.Header.Set("Authorization", "Bearer "+acme.Admin.Token)
+	if res, err := client.Do(req); err == nil {
+		res.Body.Close()
+	}
+	time.Sleep(1500 * time.Millisecond) // the server's side ends at its deadline
+	e.Proxy.Thaw()
+	// Recovered: new requests work.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.Call(acme.Admin.Token, "tenants/get", map[string]any{"tenantId": "acme"})
+		if r.Status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after the thaw: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(logs.String(), `"msg":"internal error"`) || strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Fatalf("a frozen database or a departed client was logged as an error:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The method surface: nothing after the object, document order, and the
+// error shape everywhere under /api/compute.
+func TestMethodSurfaceBodies(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	for _, body := range []string{`{"tenantId":"acme"}}`, `{"tenantId":"acme"}]`, `{"tenantId":"acme"} {}`, `{"tenantId":"acme"}x`} {
+		r := e.Call(acme.Admin.Token, "tenants/get", body)
+		expect(t, r, "INVALID_INPUT", "")
+	}
+	// The first offending field is the first in the document as sent.
+	r := e.Call(acme.Member.Token, "projects/create", `{"name":"`+strings.Repeat("x", 300)+`","tenantId":"no spaces"}`)
+	expect(t, r, "INVALID_INPUT", "name")
+	r = e.Call(acme.Member.Token, "projects/create", `{"tenantId":"no spaces","name":"`+strings.Repeat("x", 300)+`"}`)
+	expect(t, r, "INVALID_INPUT", "tenantId")
+	pool := e.Pool(acme.Admin.Token, "acme", "p")
+	nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
+	r = invReport(t, e, cred, nodeID, `{"system":{"vendor":5},"cpu":{"cores":1.5}}`)
+	expect(t, r, "INVALID_INPUT", "sections.system.vendor")
+	r = invReport(t, e, cred, nodeID, `{"cpu":{"cores":1.5},"system":{"vendor":5}}`)
+	expect(t, r, "INVALID_INPUT", "sections.cpu.cores")
+	// Unknown paths and verbs answer in the error shape.
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/api/compute/tenants"}, {"POST", "/api/compute/a/b/c"}, {"GET", "/api/compute/a/b/c/d"},
+		{"POST", "/api/compute"}, {"DELETE", "/api/compute"},
+	} {
+		r := rawCall(t, e, c.method, c.path, map[string]string{"Authorization": "Bearer " + acme.Admin.Token}, []byte(`{}`))
+		if r.Code() == "" || r.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s %s: %d %s", c.method, c.path, r.Status, r.Raw)
+		}
+	}
+}
+
+// Another tenant's principals are NOT_FOUND, and nothing of them leaks.
+func TestForeignPrincipals(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	evil := newTenant(t, e, "evil")
+	spy := newToken(t, e, evil.Admin.Token, "evil", "very-secret-name", "viewer")
+	r := e.Call(acme.Admin.Token, "members/grant", map[string]any{"tenantId": "acme", "principalId": spy.PrincipalID, "role": "admin"})
+	expect(t, r, "NOT_FOUND", anyPath)
+	assertNoInternals(t, "members.grant", r.Raw, "very-secret-name")
+	prj := newProject(t, e, acme.Member.Token, "acme", "web")
+	r = e.Call(acme.Admin.Token, "projects/addMember", map[string]any{"tenantId": "acme", "projectId": prj, "principalId": spy.PrincipalID})
+	expect(t, r, "NOT_FOUND", anyPath)
+	assertNoInternals(t, "projects.addMember", r.Raw, "very-secret-name")
+	// The operator naming a tenant that does not exist: NOT_FOUND, not a 500.
+	r = e.Call(e.Operator, "members/grant", map[string]any{"tenantId": "ghost", "principalId": spy.PrincipalID, "role": "viewer"})
+	expect(t, r, "NOT_FOUND", anyPath)
+}
+
+// Decide first, then the owner's rules: an offered tenant offering the pool
+// to itself learns nothing more than NOT_FOUND.
+func TestOfferedTenantCannotProbeOwnerRules(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	beta := newTenant(t, e, "beta")
+	pool := e.Pool(acme.Admin.Token, "acme", "p")
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "beta", "quota": map[string]any{"gpus": 1, "instances": 1}}))
+	for _, c := range []struct {
+		method string
+		body   map[string]any
+	}{
+		{"pools/offer", map[string]any{"tenantId": "beta", "poolId": pool, "toTenantId": "beta", "quota": map[string]any{"gpus": 1, "instances": 1}}},
+		{"pools/update", map[string]any{"tenantId": "beta", "poolId": pool}},
+		{"pools/archive", map[string]any{"tenantId": "beta", "poolId": pool, "expectedVersion": 99}},
+		{"joinTokens/create", map[string]any{"tenantId": "beta", "poolId": pool}},
+	} {
+		expect(t, e.Call(beta.Admin.Token, c.method, c.body), "NOT_FOUND", anyPath)
+	}
+	// The owner still gets its own rules.
+	expect(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "acme", "quota": map[string]any{"gpus": 1, "instances": 1}}), "INVALID_INPUT", "toTenantId")
+}
+
+// A denial keeps its reason on the request and in the audit record.
+func TestDenyJoinRequestWithReason(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	pool := e.Pool(acme.Admin.Token, "acme", "p")
+	tok := e.JoinToken(acme.Admin.Token, "acme", pool, 1)
+	body := testkit.NewMachine(t).JoinBody(tok)
+	body["hardware"].(map[string]any)["systemUuid"] = "00000000-0000-0000-0000-000000000000"
+	r := must(t, e.Call("", "nodes/join", body))
+	jr := r.Str("joinRequestId")
+	if jr == "" {
+		t.Fatalf("placeholder join not deferred: %s", r.Raw)
+	}
+	expect(t, e.Call(acme.Admin.Token, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": jr, "reason": " "}), "INVALID_INPUT", "reason")
+	d := must(t, e.Call(acme.Admin.Token, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": jr, "reason": "unknown asset tag"}))
+	if d.Str("state") != "denied" || d.Str("denyReason") != "unknown asset tag" {
+		t.Fatalf("deny: %s", d.Raw)
+	}
+	g := must(t, e.Call(acme.Viewer.Token, "joinRequests/get", map[string]any{"tenantId": "acme", "joinRequestId": jr}))
+	if g.Str("denyReason") != "unknown asset tag" {
+		t.Fatalf("get after deny: %s", g.Raw)
+	}
+	var detail string
+	if err := e.DB.GetContext(context.Background(), &detail, `SELECT detail->>'reason' FROM audit_log WHERE method = 'joinRequests.deny' AND outcome = 'ok'`); err != nil || detail != "unknown asset tag" {
+		t.Fatalf("audit detail %q: %v", detail, err)
+	}
+	gd := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") { pools { edges { node { joinRequests { edges { node { denyReason } } } } } } } }`, nil))
+	if !strings.Contains(fmt.Sprint(gd), "unknown asset tag") {
+		t.Fatalf("graph denyReason: %v", gd)
+	}
+}
+
+// Every type that implements Node resolves through node(id:) for a reader,
+// and is null for another tenant. The list of types comes from the schema:
+// a new Node type without a fixture here fails the test.
+func TestNodeResolvesEveryNodeType(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	evil := newTenant(t, e, "evil")
+	pool := e.Pool(acme.Admin.Token, "acme", "p")
+	nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
+	must(t, invReport(t, e, cred, nodeID, `{"drivers":{"nvidia":"570.86.15"}}`))
+	newProject(t, e, acme.Member.Token, "acme", "web")
+	must(t, e.Call(acme.Member.Token, "profiles/create", map[string]any{"tenantId": "acme", "document": profileDoc("base", 1)}))
+	must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "base"}))
+
+	d := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") {
+		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id }
+		pools(first: 5) { edges { node { id nodes(first: 5) { edges { node { id inventory { id } workflows(first: 5) { edges { node { id } } } } } } } } } } }`, nil))
+	ids := map[string]string{}
+	var walk func(typ string, v any)
+	walk = func(typ string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				if k == "id" {
+					ids[typ] = c.(string)
+					continue
+				}
+				walk(map[string]string{"projects": "Project", "profile": "Profile", "pools": "Pool", "nodes": "ComputeNode",
+					"inventory": "InventorySnapshot", "workflows": "Workflow", "tenant": "Tenant"}[k]+"|"+typ, c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(typ, c)
+			}
+		}
+	}
+	walk("", d)
+	got := map[string]string{}
+	for k, v := range ids {
+		// the nearest named type on the path
+		for _, part := range strings.Split(k, "|") {
+			if part != "" {
+				got[part] = v
+				break
+			}
+		}
+	}
+	types := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ __type(name: "Node") { possibleTypes { name } } }`, nil))
+	possible := obj(t, types, "__type")["possibleTypes"].([]any)
+	if len(possible) < 7 {
+		t.Fatalf("Node has %d implementations", len(possible))
+	}
+	q := `query($id: ID!) { node(id: $id) { __typename id } }`
+	for _, p := range possible {
+		typ := p.(map[string]any)["name"].(string)
+		id, ok := got[typ]
+		if !ok {
+			t.Fatalf("no fixture for Node type %s: add it to this test", typ)
+		}
+		n := gqlOK(t, e.GraphQL(acme.Admin.Token, q, map[string]any{"id": id}))["node"]
+		if m, _ := n.(map[string]any); m == nil || m["__typename"] != typ || m["id"] != id {
+			t.Fatalf("node(id:) for %s: %v", typ, n)
+		}
+		if n := gqlOK(t, e.GraphQL(evil.Admin.Token, q, map[string]any{"id": id}))["node"]; n != nil {
+			t.Fatalf("node(id:) for another tenant's %s: %v", typ, n)
+		}
 	}
 }

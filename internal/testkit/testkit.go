@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,12 +98,23 @@ func Cluster(t testing.TB) *pgembed.Server {
 // DB returns a fresh migrated database for one test.
 func DB(t testing.TB) *store.DB {
 	t.Helper()
+	return open(t, DBURL(t))
+}
+
+// DBURL creates a fresh migrated database for one test and returns its URL.
+func DBURL(t testing.TB) string {
+	t.Helper()
 	Cluster(t)
 	conf := pgtestdb.Custom(t, pgtestdb.Config{
 		DriverName: "pgx", Host: "127.0.0.1", Port: fmt.Sprint(port), User: "compute", Password: "x",
 		Database: "postgres", Options: "sslmode=disable", ForceTerminateConnections: true,
 	}, goosemigrator.New(".", goosemigrator.WithFS(db.Migrations())))
-	d, err := store.Open(context.Background(), conf.URL())
+	return conf.URL()
+}
+
+func open(t testing.TB, url string) *store.DB {
+	t.Helper()
+	d, err := store.Open(context.Background(), url)
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
@@ -118,6 +130,8 @@ type Env struct {
 	Operator string // the operator's bearer token
 	// Instances is the instances service whose reconciler runs in the test.
 	Instances *instances.Service
+	Srv       *server.Server
+	Proxy     *Proxy // nil unless Options.Proxy
 
 	counts *sync.Map // request id -> statements
 }
@@ -133,16 +147,40 @@ func StartDB(t testing.TB) *Env {
 	return &Env{T: t, DB: d, Operator: OperatorToken, counts: &sync.Map{}}
 }
 
+// Options change what Start starts.
+type Options struct {
+	// Config is the server's configuration (the zero value: defaults, no
+	// rate limit).
+	Config server.Config
+	// Logs receives the server's JSON log lines.
+	Logs io.Writer
+	// Proxy puts a TCP proxy between the server and PostgreSQL, which the
+	// test can freeze (Env.Proxy) to play a database that stops answering.
+	Proxy bool
+}
+
 // Start starts the whole HTTP server on a fresh database.
-func Start(t testing.TB) *Env {
+func Start(t testing.TB) *Env { return StartWith(t, Options{}) }
+
+// StartWith starts the whole HTTP server on a fresh database, as o says.
+func StartWith(t testing.TB, o Options) *Env {
 	t.Helper()
-	d := DB(t)
+	url := DBURL(t)
+	var proxy *Proxy
+	if o.Proxy {
+		proxy = NewProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
+		url = strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", port), proxy.Addr(), 1)
+	}
+	d := open(t, url)
 	if err := auth.EnsureOperator(context.Background(), d, OperatorToken); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if o.Logs != nil {
+		log = slog.New(slog.NewJSONHandler(o.Logs, nil))
 	}
 	metrics := prometheus.NewRegistry()
 	// The instances service can queue jobs from the start; its reconciler
@@ -155,8 +193,8 @@ func Start(t testing.TB) *Env {
 	// Registered before the database's cleanup, so it runs first.
 	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
 	reg := app.Registry(d, log, metrics, inst)
-	srv := server.New(server.Config{}, d, reg, metrics, log)
-	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, counts: &sync.Map{}}
+	srv := server.New(o.Config, d, reg, metrics, log)
+	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, Srv: srv, Proxy: proxy, counts: &sync.Map{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

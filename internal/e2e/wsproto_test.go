@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bettercompute/computed/internal/server"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// wsClient speaks graphql-transport-ws with raw frames.
+type wsClient struct {
+	t *testing.T
+	c *websocket.Conn
+}
+
+func dialWS(t *testing.T, e *testkit.Env) *wsClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(e.Server.URL, "http") + "/graphql"
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return &wsClient{t: t, c: c}
+}
+
+func (w *wsClient) sendRaw(s string) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.c.Write(ctx, websocket.MessageText, []byte(s)); err != nil {
+		w.t.Fatalf("write: %v", err)
+	}
+}
+
+func (w *wsClient) send(m map[string]any) {
+	w.t.Helper()
+	b, _ := json.Marshal(m)
+	w.sendRaw(string(b))
+}
+
+func (w *wsClient) init(token string) {
+	w.t.Helper()
+	w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}})
+	if m := w.next(); m["type"] != "connection_ack" {
+		w.t.Fatalf("want connection_ack, got %v", m)
+	}
+}
+
+// next reads the next message that is not a ping (a ping is answered).
+func (w *wsClient) next() map[string]any {
+	w.t.Helper()
+	for {
+		m, err := w.read(10 * time.Second)
+		if err != nil {
+			w.t.Fatalf("read: %v", err)
+		}
+		if m["type"] == "ping" {
+			w.send(map[string]any{"type": "pong"})
+			continue
+		}
+		return m
+	}
+}
+
+func (w *wsClient) read(timeout time.Duration) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, b, err := w.c.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		w.t.Fatalf("server sent invalid JSON: %s", b)
+	}
+	return m, nil
+}
+
+// closed waits for the server to close the socket and returns the code.
+func (w *wsClient) closed(within time.Duration) (websocket.StatusCode, string) {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		m, err := w.read(time.Until(deadline))
+		if err != nil {
+			var ce websocket.CloseError
+			if errors.As(err, &ce) {
+				return ce.Code, ce.Reason
+			}
+			w.t.Fatalf("socket ended without a close frame: %v", err)
+		}
+		if m["type"] == "ping" {
+			continue
+		}
+	}
+	w.t.Fatalf("socket not closed within %s", within)
+	return 0, ""
+}
+
+// op runs one operation and returns its messages up to complete or error.
+func (w *wsClient) op(id, query string, vars map[string]any) []map[string]any {
+	w.t.Helper()
+	w.send(map[string]any{"id": id, "type": "subscribe", "payload": map[string]any{"query": query, "variables": vars}})
+	var out []map[string]any
+	for {
+		m := w.next()
+		if m["id"] != id {
+			w.t.Fatalf("message of another operation: %v", m)
+		}
+		out = append(out, m)
+		if m["type"] == "complete" || m["type"] == "error" {
+			return out
+		}
+	}
+}
+
+// opError is the first error code of an operation's messages ("" for none).
+func opError(msgs []map[string]any) string {
+	for _, m := range msgs {
+		var list []any
+		switch m["type"] {
+		case "error":
+			list, _ = m["payload"].([]any)
+		case "next":
+			p, _ := m["payload"].(map[string]any)
+			list, _ = p["errors"].([]any)
+		}
+		for _, x := range list {
+			ext, _ := x.(map[string]any)["extensions"].(map[string]any)
+			if c, _ := ext["code"].(string); c != "" {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+const createTokenMutation = `mutation($t: String!, $n: String!) { createToken(input: {tenantId: $t, name: $n, role: ADMIN}) { secret } }`
+
+// A socket sees the token and the role bindings as they are now: a removed
+// role refuses the next operation, a revoked token closes the socket (4403)
+// at its next operation, and an idle socket of a revoked token is closed by
+// the sweep.
+func TestSocketSeesRevocation(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{AuthRecheck: 200 * time.Millisecond}})
+	acme := newTenant(t, e, "acme")
+	ops := newToken(t, e, acme.Admin.Token, "acme", "ops", "admin")
+
+	w := dialWS(t, e)
+	w.init(ops.Token)
+	if msgs := w.op("1", createTokenMutation, map[string]any{"t": "acme", "n": "a"}); opError(msgs) != "" || msgs[0]["type"] != "next" {
+		t.Fatalf("createToken on the socket: %v", msgs)
+	}
+	// The role goes: the next operation is refused, and mints nothing.
+	must(t, e.Call(acme.Admin.Token, "members/revoke", map[string]any{"tenantId": "acme", "principalId": ops.PrincipalID}))
+	if msgs := w.op("2", createTokenMutation, map[string]any{"t": "acme", "n": "b"}); opError(msgs) != "PERMISSION_DENIED" {
+		t.Fatalf("createToken after the role was removed: %v", msgs)
+	}
+	// The token goes: the next operation closes the socket.
+	idle := dialWS(t, e)
+	idle.init(ops.Token)
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": ops.TokenID}))
+	w.send(map[string]any{"id": "3", "type": "subscribe", "payload": map[string]any{"query": createTokenMutation, "variables": map[string]any{"t": "acme", "n": "c"}}})
+	if code, _ := w.closed(5 * time.Second); code != 4403 {
+		t.Fatalf("operation with a revoked token: close %d, want 4403", code)
+	}
+	// An idle socket of the revoked token is closed by the sweep.
+	if code, _ := idle.closed(5 * time.Second); code != 4403 {
+		t.Fatalf("idle socket of a revoked token: close %d, want 4403", code)
+	}
+	// Nothing minted after the role went works.
+	r := e.Call(acme.Admin.Token, "tokens/list", map[string]any{"tenantId": "acme"})
+	for _, it := range items(t, r) {
+		if it["name"] == "b" || it["name"] == "c" {
+			t.Fatalf("a token was minted after revocation: %v", it)
+		}
+	}
+}
+
+// graphql-transport-ws close codes, with raw frames.
+func TestWebSocketCloseCodes(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{WS: server.WSTimings{InitTimeout: 300 * time.Millisecond, PingInterval: -1}}})
+	acme := newTenant(t, e, "acme")
+	cases := []struct {
+		name string
+		run  func(w *wsClient)
+		code websocket.StatusCode
+	}{
+		{"no connection_init in time", func(w *wsClient) {}, 4408},
+		{"subscribe before connection_ack", func(w *wsClient) {
+			w.send(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
+		}, 4401},
+		{"a second connection_init", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Admin.Token}})
+		}, 4429},
+		{"invalid JSON", func(w *wsClient) { w.sendRaw(`{"type":`) }, 4400},
+		{"unknown message type", func(w *wsClient) { w.init(acme.Admin.Token); w.send(map[string]any{"type": "start"}) }, 4400},
+		{"subscribe without an id", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.send(map[string]any{"type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
+		}, 4400},
+		{"a binary frame", func(w *wsClient) {
+			_ = w.c.Write(context.Background(), websocket.MessageBinary, []byte(`{"type":"connection_init"}`))
+		}, 4400},
+		{"an unknown token", func(w *wsClient) {
+			w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer bct_nope"}})
+		}, 4403},
+		{"no token", func(w *wsClient) { w.send(map[string]any{"type": "connection_init"}) }, 4403},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := dialWS(t, e)
+			w.t = t
+			c.run(w)
+			if code, reason := w.closed(5 * time.Second); code != c.code {
+				t.Fatalf("close %d (%s), want %d", code, reason, c.code)
+			}
+		})
+	}
+	// Queries and mutations answer next then complete; ping is answered.
+	w := dialWS(t, e)
+	w.init(acme.Admin.Token)
+	w.send(map[string]any{"type": "ping"})
+	if m := w.next(); m["type"] != "pong" {
+		t.Fatalf("ping: %v", m)
+	}
+	msgs := w.op("q", `{ viewer { kind } }`, nil)
+	if len(msgs) != 2 || msgs[0]["type"] != "next" || msgs[1]["type"] != "complete" {
+		t.Fatalf("query: %v", msgs)
+	}
+	// A validation error is an error message for that operation; the socket stays.
+	if msgs := w.op("v", `{ nope }`, nil); msgs[0]["type"] != "error" || opError(msgs) != "INVALID_INPUT" {
+		t.Fatalf("invalid query: %v", msgs)
+	}
+	if msgs := w.op("q2", `{ viewer { kind } }`, nil); msgs[0]["type"] != "next" {
+		t.Fatalf("socket unusable after an invalid query: %v", msgs)
+	}
+}
+
+// The same close codes with the real graphql-ws client.
+func TestGraphQLWSClientCloseCodes(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{WS: server.WSTimings{InitTimeout: 300 * time.Millisecond}}})
+	acme := newTenant(t, e, "acme")
+	url := "ws" + strings.TrimPrefix(e.Server.URL, "http") + "/graphql"
+	for mode, code := range map[string]string{"noinit": `"code":4408`, "badtoken": `"code":4403`} {
+		out, err := node(t, dir, "ws-close.mjs", url, mode, acme.Admin.Token)
+		if err != nil || !strings.Contains(out, code) {
+			t.Fatalf("%s: %v %s", mode, err, out)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/executor"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/resolvers"
+)
+
+// hostileDocuments are the most expensive documents to parse and validate:
+// some just inside the bounds (they are validated), some just outside
+// (refused before validation).
+func hostileDocuments() map[string]string {
+	docs := map[string]string{}
+	// Inside: 46 response names, each answered 64 times (MaxSameName).
+	var b strings.Builder
+	b.WriteString("{")
+	for n := 0; n < 46; n++ {
+		for i := 0; i < MaxSameName; i++ {
+			fmt.Fprintf(&b, " n%d: __typename", n)
+		}
+	}
+	b.WriteString(" }")
+	docs["inside: 2944 fields, 64 per name"] = b.String()
+	// Inside: one name 64 times with a nested selection each.
+	b.Reset()
+	b.WriteString("{")
+	for i := 0; i < MaxSameName; i++ {
+		b.WriteString(" viewer { tenants(first: 1) { edges { node { tenantId name pools(first: 1) { totalCount } } } } }")
+	}
+	b.WriteString(" }")
+	docs["inside: 64 same-name nested selections"] = b.String()
+	// Inside: 40 fragments of 70 fields spread into one selection set.
+	b.Reset()
+	b.WriteString("query { viewer { ")
+	for f := 0; f < 40; f++ {
+		fmt.Fprintf(&b, "...F%d ", f)
+	}
+	b.WriteString("} }\n")
+	for f := 0; f < 40; f++ {
+		fmt.Fprintf(&b, "fragment F%d on Viewer {", f)
+		for i := 0; i < 70; i++ {
+			fmt.Fprintf(&b, " a%d: kind", i)
+		}
+		b.WriteString(" }\n")
+	}
+	docs["inside: 40 fragments x 70 fields"] = b.String()
+	// Outside: doubling fragments, repeated fields, too many tokens.
+	b.Reset()
+	b.WriteString("query { ...F0 }\n")
+	for i := 0; i < 60; i++ {
+		fmt.Fprintf(&b, "fragment F%d on Query { ...F%d ...F%d }\n", i, i+1, i+1)
+	}
+	b.WriteString("fragment F60 on Query { viewer { kind } }\n")
+	docs["outside: 60 levels of doubling fragments"] = b.String()
+	docs["outside: 14000 repeated fields"] = "{" + strings.Repeat(" __typename", 14000) + " }"
+	docs["outside: 90000 tokens (about 1 MB)"] = "{" + strings.Repeat(" __typename", 90000) + " }"
+	return docs
+}
+
+// BenchmarkHostileDocuments measures the CPU a hostile document costs
+// before it runs or is refused (the goal: under 100 ms each).
+func BenchmarkHostileDocuments(b *testing.B) {
+	es := graph.NewExecutableSchema(graph.Config{Resolvers: &resolvers.Resolver{}})
+	exec := executor.New(es)
+	exec.SetParserTokenLimit(MaxTokens)
+	exec.Use(newBoundsUncached())
+	exec.Use(&cost{})
+	for name, doc := range hostileDocuments() {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ctx := graphql.StartOperationTrace(context.Background())
+				exec.CreateOperationContext(ctx, &graphql.RawParams{Query: doc + fmt.Sprintf("\n# %d", i)})
+			}
+		})
+	}
+}
