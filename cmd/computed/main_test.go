@@ -150,7 +150,18 @@ func buildBinary(t *testing.T, dir string) string {
 	return bin
 }
 
-func startProcess(t *testing.T, bin, dataDir, addr string) *exec.Cmd {
+// process is a running computed; stop signals it and waits for its exit.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (p process) stop(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	<-p.exited
+}
+
+func startProcess(t *testing.T, bin, dataDir, addr string) process {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "-addr", addr, "-data-dir", dataDir, "-database-url", "")
 	cmd.Env = append(os.Environ(), "DATABASE_URL=", "COMPUTE_RATE_LIMIT=0")
@@ -168,7 +179,7 @@ func startProcess(t *testing.T, bin, dataDir, addr string) *exec.Cmd {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return cmd
+				return process{cmd, exited}
 			}
 		}
 		select {
@@ -198,7 +209,7 @@ func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	addr := freeAddr(t)
 	for round := 0; round < 2; round++ {
-		cmd := startProcess(t, bin, data, addr)
+		p := startProcess(t, bin, data, addr)
 		raw, _ := os.ReadFile(filepath.Join(data, "operator-token"))
 		token := strings.TrimSpace(string(raw))
 		// Writers create tenants until the server dies; every 200 counts.
@@ -236,19 +247,19 @@ func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
 			}(w)
 		}
 		time.Sleep(700 * time.Millisecond)
-		_ = cmd.Process.Signal(syscall.SIGKILL)
+		p.stop(syscall.SIGKILL)
 		close(stop)
 		wg.Wait()
 		if len(acked) == 0 {
 			t.Fatal("no write was acknowledged before the kill")
 		}
-		cmd = startProcess(t, bin, data, addr)
+		p = startProcess(t, bin, data, addr)
 		for _, id := range acked {
 			if code, body := post(t, addr, token, "tenants/get", map[string]any{"tenantId": id}); code != 200 {
 				t.Fatalf("acknowledged tenant %s lost after kill -9: %d %v", id, code, body)
 			}
 		}
 		t.Logf("round %d: %d acknowledged writes survived kill -9 and an immediate restart", round, len(acked))
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		p.stop(syscall.SIGTERM)
 	}
 }
