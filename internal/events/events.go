@@ -190,7 +190,7 @@ func Page(ctx context.Context, q store.Q, f Filter, after Position, limit int) (
 		  AND ($3 = '' OR pool_id = $3)
 		  AND (xid, seq) > ($4::text::xid8, $5::bigint)
 		  AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY xid, seq
+		ORDER BY instance_events.xid, seq
 		LIMIT $6`, f.TenantID, f.InstanceID, f.PoolID, strconv.FormatUint(after.XID, 10), int64(after.Seq), limit)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -276,7 +276,7 @@ func Prune(ctx context.Context, db *store.DB, cutoff time.Time) (int64, error) {
 	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
 		// One pruner at a time (replicas all run the periodic job's leader,
 		// but a manual call may race it).
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7248301558)`); err != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7248301559)`); err != nil {
 			return store.Wrap(err)
 		}
 		var last struct {
@@ -285,7 +285,7 @@ func Prune(ctx context.Context, db *store.DB, cutoff time.Time) (int64, error) {
 		}
 		err := tx.GetContext(ctx, &last, `SELECT xid::text AS xid, seq FROM instance_events
 			WHERE occurred_at < $1 AND xid < pg_snapshot_xmin(pg_current_snapshot())
-			ORDER BY xid DESC, seq DESC LIMIT 1`, cutoff)
+			ORDER BY instance_events.xid DESC, seq DESC LIMIT 1`, cutoff)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}

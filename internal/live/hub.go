@@ -1,0 +1,472 @@
+// Package live fans instance events out to subscribers. The outbox
+// (package events) is the truth; a notification only wakes readers.
+//
+// Every replica holds ONE LISTEN connection (jackc/pgxlisten, reconnecting).
+// Per tenant with subscribers a stream reads the new rows once, from its
+// position in the stream, and hands them to that tenant's subscribers in
+// memory, each filtered by its own filter. Publishers never wait for a
+// subscriber: each has a bounded buffer, and one that falls behind is
+// ended with an error naming its last event so it can resume. A subscriber
+// that asks to resume replays from the outbox and then goes live with no
+// gap and no duplicate: positions are a total order, and a subscriber
+// delivers only positions after the last it delivered.
+package live
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgxlisten"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Config tunes the hub; zero values take the defaults.
+type Config struct {
+	// Buffer is each subscriber's buffer of undelivered events (default
+	// 256). A subscriber whose buffer overflows reads on from the outbox by
+	// itself until it has caught up.
+	Buffer int
+	// Stall ends a subscriber whose client has not taken an event for this
+	// long (default 10 s): it is ended with an error naming its last event.
+	Stall time.Duration
+	// Poll is how often a tenant's stream reads without a notification, to
+	// cover a lost LISTEN connection (default 2 s).
+	Poll time.Duration
+	// Page is how many rows one read takes (default 500).
+	Page int
+}
+
+func (c *Config) defaults() {
+	if c.Buffer <= 0 {
+		c.Buffer = 256
+	}
+	if c.Poll <= 0 {
+		c.Poll = 2 * time.Second
+	}
+	if c.Page <= 0 {
+		c.Page = 500
+	}
+	if c.Stall <= 0 {
+		c.Stall = 10 * time.Second
+	}
+}
+
+// Hub is one replica's fan-out.
+type Hub struct {
+	db  *store.DB
+	log *slog.Logger
+	cfg Config
+
+	mu      sync.Mutex
+	streams map[string]*stream
+
+	subscribers atomic.Int64
+	reads       atomic.Int64
+	listening   atomic.Bool
+}
+
+// New makes a hub; Run starts its LISTEN connection.
+func New(db *store.DB, log *slog.Logger, cfg Config) *Hub {
+	cfg.defaults()
+	return &Hub{db: db, log: log, cfg: cfg, streams: map[string]*stream{}}
+}
+
+// Subscribers is the number of live subscriptions.
+func (h *Hub) Subscribers() int64 { return h.subscribers.Load() }
+
+// Reads is the number of outbox reads the streams made.
+func (h *Hub) Reads() int64 { return h.reads.Load() }
+
+// Listening says the LISTEN connection is up.
+func (h *Hub) Listening() bool { return h.listening.Load() }
+
+// Run holds the LISTEN connection until ctx ends, reconnecting after a
+// failure; on every (re)connect all streams read, so what was committed
+// while the connection was down is delivered.
+func (h *Hub) Run(ctx context.Context) error {
+	l := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			cfg, err := pgx.ParseConfig(h.db.URL)
+			if err != nil {
+				return nil, err
+			}
+			delete(cfg.RuntimeParams, "statement_timeout")
+			return pgx.ConnectConfig(ctx, cfg)
+		},
+		LogError: func(ctx context.Context, err error) {
+			h.listening.Store(false)
+			if ctx.Err() == nil {
+				h.log.Warn("event listener", "err", err)
+			}
+		},
+		ReconnectDelay: time.Second,
+	}
+	l.Handle(events.Channel, handler{h})
+	err := l.Listen(ctx)
+	h.listening.Store(false)
+	return err
+}
+
+type handler struct{ h *Hub }
+
+func (x handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	x.h.wake(n.Payload)
+	return nil
+}
+
+// HandleBacklog runs on every (re)connect: everything may have been missed.
+func (x handler) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	x.h.listening.Store(true)
+	x.h.mu.Lock()
+	defer x.h.mu.Unlock()
+	for _, s := range x.h.streams {
+		s.poke()
+	}
+	return nil
+}
+
+func (h *Hub) wake(tenantID string) {
+	h.mu.Lock()
+	s := h.streams[tenantID]
+	h.mu.Unlock()
+	if s != nil {
+		s.poke()
+	}
+}
+
+// Subscription is one subscriber's ordered, exactly-once events.
+type Subscription struct {
+	// C delivers events in stream order; it is closed when the
+	// subscription ends (Err says why, nil when its context ended).
+	C <-chan events.Event
+
+	c      chan events.Event
+	filter events.Filter
+	live   chan *events.Event // the stream's events, shared by its subscribers
+	slow   atomic.Bool
+	err    atomic.Pointer[error]
+	last   events.Position
+	cancel context.CancelFunc
+}
+
+// Err is why the subscription ended.
+func (s *Subscription) Err() error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Stop ends the subscription.
+func (s *Subscription) Stop() { s.cancel() }
+
+func (s *Subscription) matches(ev *events.Event) bool {
+	return (s.filter.InstanceID == "" || ev.InstanceID == s.filter.InstanceID) &&
+		(s.filter.PoolID == "" || ev.PoolID == s.filter.PoolID)
+}
+
+// Subscribe starts a subscription of the filter's events. With after nil
+// it starts live from now; with after, it first replays every later event
+// of the filter from the outbox (an after older than the retention is
+// INVALID_STATE, details.reason "expired-cursor"), then goes live.
+func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Position) (*Subscription, error) {
+	if after != nil {
+		if err := events.CheckCursor(ctx, h.db, *after); err != nil {
+			if e, ok := errs.As(err); ok && e.Details["reason"] == "expired-cursor" {
+				return nil, events.ExpiredCursor("after")
+			}
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	sub := &Subscription{c: make(chan events.Event), filter: f, live: make(chan *events.Event, h.cfg.Buffer), cancel: cancel}
+	sub.C = sub.c
+	st, from, err := h.join(ctx, sub)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	replay := after != nil
+	if replay {
+		sub.last = *after
+	} else {
+		sub.last = from
+	}
+	h.subscribers.Add(1)
+	go h.serve(ctx, st, sub, replay)
+	return sub, nil
+}
+
+// serve delivers one subscriber's events: the replay from the outbox, then
+// the live events its stream hands over, each position once.
+func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay bool) {
+	defer func() {
+		st.remove(sub)
+		h.subscribers.Add(-1)
+		close(sub.c)
+		sub.cancel()
+	}()
+	end := func(err error) { sub.err.Store(&err) }
+	stall := time.NewTimer(h.cfg.Stall)
+	defer stall.Stop()
+	// emit delivers one event unless it was delivered already (the replay
+	// overlapped the live events). A client that does not take it within
+	// Stall is ended.
+	emit := func(ev *events.Event) bool {
+		if !sub.last.Less(ev.Position) {
+			return true
+		}
+		stall.Reset(h.cfg.Stall)
+		select {
+		case sub.c <- *ev:
+			sub.last = ev.Position
+			return true
+		case <-stall.C:
+			end(slowConsumer(sub.last))
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// catchUp reads the filter's events after the last delivered one from
+	// the outbox, until it has read all there is.
+	catchUp := func() bool {
+		for {
+			page, err := events.Page(ctx, h.db, sub.filter, sub.last, h.cfg.Page)
+			if err != nil {
+				if ctx.Err() == nil {
+					end(err)
+				}
+				return false
+			}
+			for i := range page {
+				if !emit(&page[i]) {
+					return false
+				}
+			}
+			if len(page) < h.cfg.Page {
+				return true
+			}
+		}
+	}
+	if replay && !catchUp() {
+		return
+	}
+	for {
+		// Events that overflowed the buffer are read again from the outbox.
+		if sub.slow.Load() {
+			st.reset(sub)
+			if !catchUp() {
+				return
+			}
+			continue
+		}
+		select {
+		case ev := <-sub.live:
+			if !emit(ev) {
+				return
+			}
+		case <-st.overflowed(sub):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func drain(c chan *events.Event) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+// SlowConsumer is the error of a subscriber that did not keep up.
+func slowConsumer(last events.Position) error {
+	e := errs.E(errs.Unavailable, "the subscriber did not keep up with its events; resubscribe with after set to the last eventId received").
+		With("reason", "slow-consumer")
+	if !last.IsZero() {
+		e = e.With("lastEventId", events.EncodeID(last))
+	}
+	return e
+}
+
+// --- streams ------------------------------------------------------------
+
+// stream reads one tenant's events for every subscriber of this replica.
+type stream struct {
+	h      *Hub
+	tenant string
+	wakeC  chan struct{}
+
+	mu   sync.Mutex
+	pos  events.Position
+	subs map[*Subscription]chan struct{} // subscriber -> closed on overflow
+}
+
+// join adds a subscriber to its tenant's stream, starting the stream when
+// there is none, and returns the stream's position: every event after it
+// reaches the subscriber's buffer (or marks it behind). Under h.mu, so a
+// stream that is ending (no subscribers) is never joined.
+func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Position, error) {
+	tenantID := sub.filter.TenantID
+	h.mu.Lock()
+	s := h.streams[tenantID]
+	if s != nil {
+		defer h.mu.Unlock()
+		return s, s.add(sub), nil
+	}
+	h.mu.Unlock()
+	// A new stream starts at the visibility horizon: every event below it
+	// is committed (the past); every event at or above it is yet to come.
+	var xmin string
+	if err := h.db.GetContext(ctx, &xmin, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`); err != nil {
+		return nil, events.Position{}, store.Wrap(err)
+	}
+	x, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil {
+		return nil, events.Position{}, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.streams[tenantID]; s != nil {
+		return s, s.add(sub), nil
+	}
+	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: events.Position{XID: x}, subs: map[*Subscription]chan struct{}{}}
+	h.streams[tenantID] = s
+	from := s.add(sub)
+	go s.run()
+	return s, from, nil
+}
+
+// add registers a subscriber and returns the stream's position.
+func (s *stream) add(sub *Subscription) events.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subs[sub] = make(chan struct{})
+	return s.pos
+}
+
+func (s *stream) remove(sub *Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, sub)
+	if len(s.subs) == 0 {
+		s.poke() // lets run notice it has no subscribers left
+	}
+}
+
+// reset clears a subscriber's overflow (it catches up from the outbox).
+func (s *stream) reset(sub *Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	drain(sub.live)
+	sub.slow.Store(false)
+	s.subs[sub] = make(chan struct{})
+}
+
+func (s *stream) overflowed(sub *Subscription) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs[sub]
+}
+
+func (s *stream) poke() {
+	select {
+	case s.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// retries after a notification that found nothing to read: the event is
+// committed but below an older transaction still open (the horizon).
+var retries = []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond,
+	300 * time.Millisecond, time.Second}
+
+func (s *stream) run() {
+	h := s.h
+	poll := time.NewTimer(h.cfg.Poll)
+	defer poll.Stop()
+	retry := -1
+	var retryC <-chan time.Time
+	for {
+		select {
+		case <-s.wakeC:
+			retry = 0
+		case <-poll.C:
+		case <-retryC:
+		}
+		retryC = nil
+		// No subscribers left: the stream ends (a new one starts at the
+		// horizon when a subscriber comes back).
+		h.mu.Lock()
+		s.mu.Lock()
+		if len(s.subs) == 0 {
+			delete(h.streams, s.tenant)
+			s.mu.Unlock()
+			h.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		h.mu.Unlock()
+		n := s.read()
+		if n > 0 || retry < 0 || retry >= len(retries) {
+			retry = -1
+		} else {
+			retryC = time.After(retries[retry])
+			retry++
+		}
+		poll.Reset(h.cfg.Poll)
+	}
+}
+
+// read hands every new event of the tenant to its subscribers.
+func (s *stream) read() int {
+	h := s.h
+	total := 0
+	for {
+		s.mu.Lock()
+		pos := s.pos
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		page, err := events.Page(ctx, h.db, events.Filter{TenantID: s.tenant}, pos, h.cfg.Page)
+		cancel()
+		h.reads.Add(1)
+		if err != nil {
+			h.log.Warn("event stream read", "tenant", s.tenant, "err", err)
+			return total
+		}
+		s.mu.Lock()
+		for i := range page {
+			ev := &page[i]
+			s.pos = ev.Position
+			for sub, over := range s.subs {
+				if !sub.matches(ev) || sub.slow.Load() {
+					continue
+				}
+				select {
+				case sub.live <- ev:
+				default:
+					sub.slow.Store(true)
+					close(over)
+				}
+			}
+		}
+		s.mu.Unlock()
+		total += len(page)
+		if len(page) < h.cfg.Page {
+			return total
+		}
+	}
+}

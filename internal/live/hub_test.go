@@ -1,0 +1,229 @@
+package live_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/live"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func write(t testing.TB, db *store.DB, tenant, pool, inst string, hold time.Duration) {
+	err := db.Tx(context.Background(), func(tx *sqlx.Tx) error {
+		if err := events.Write(context.Background(), tx, events.Record{Type: events.Running, TenantID: tenant, PoolID: pool,
+			InstanceID: inst, State: "running", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+			return err
+		}
+		time.Sleep(hold) // an open transaction holds the horizon back
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// all reads the filter's events from the outbox once the writers are done.
+func all(t testing.TB, db *store.DB, f events.Filter) []events.Event {
+	var out []events.Event
+	var pos events.Position
+	for {
+		page, err := events.Page(context.Background(), db, f, pos, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out
+		}
+		pos = page[len(page)-1].Position
+	}
+}
+
+func collect(sub *live.Subscription, n int, within time.Duration) ([]events.Event, error) {
+	var got []events.Event
+	timeout := time.After(within)
+	for len(got) < n {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				return got, fmt.Errorf("ended after %d of %d: %v", len(got), n, sub.Err())
+			}
+			got = append(got, ev)
+		case <-timeout:
+			return got, fmt.Errorf("%d of %d within %s", len(got), n, within)
+		}
+	}
+	return got, nil
+}
+
+func same(t *testing.T, name string, got, want []events.Event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d events, want %d", name, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].EventID != want[i].EventID {
+			t.Fatalf("%s: event %d is %s, want %s", name, i, got[i].EventID, want[i].EventID)
+		}
+	}
+}
+
+// Concurrent writers (some holding their transactions open) while
+// subscribers join live, resume from a cursor at the replay/live switch,
+// and filter by instance: each sees exactly the outbox's events of its
+// filter after its start, in order, once. Run many rounds.
+func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
+	db := testkit.DB(t)
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Buffer: 64, Page: 7})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(ctx)
+	for round := 0; round < 12; round++ {
+		tenant := fmt.Sprintf("t%d", round)
+		// A history before anyone subscribes.
+		for i := 0; i < 20; i++ {
+			write(t, db, tenant, "pool_a", fmt.Sprintf("inst_%d", i%3), 0)
+		}
+		history := all(t, db, events.Filter{TenantID: tenant})
+		cursor := history[len(history)/2].Position
+
+		var wg sync.WaitGroup
+		const writers, each = 6, 15
+		start := make(chan struct{})
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				<-start
+				r := rand.New(rand.NewPCG(uint64(round), uint64(w)))
+				for i := 0; i < each; i++ {
+					write(t, db, tenant, []string{"pool_a", "pool_b"}[i%2], fmt.Sprintf("inst_%d", (w+i)%3), time.Duration(r.IntN(4))*time.Millisecond)
+				}
+			}(w)
+		}
+		close(start)
+		time.Sleep(5 * time.Millisecond) // join while the writers write
+		resumed, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant}, &cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, InstanceID: "inst_1"}, &events.Position{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, PoolID: "pool_b"}, &events.Position{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		final := all(t, db, events.Filter{TenantID: tenant})
+		var after, ofOne, ofPool []events.Event
+		for _, ev := range final {
+			if cursor.Less(ev.Position) {
+				after = append(after, ev)
+			}
+			if ev.InstanceID == "inst_1" {
+				ofOne = append(ofOne, ev)
+			}
+			if ev.PoolID == "pool_b" {
+				ofPool = append(ofPool, ev)
+			}
+		}
+		for _, c := range []struct {
+			name string
+			sub  *live.Subscription
+			want []events.Event
+		}{{"resumed", resumed, after}, {"one instance", one, ofOne}, {"one pool", pool, ofPool}} {
+			got, err := collect(c.sub, len(c.want), 10*time.Second)
+			if err != nil {
+				t.Fatalf("round %d %s: %v", round, c.name, err)
+			}
+			same(t, fmt.Sprintf("round %d %s", round, c.name), got, c.want)
+			// Nothing more arrives.
+			select {
+			case ev := <-c.sub.C:
+				t.Fatalf("round %d %s: an extra event %s", round, c.name, ev.EventID)
+			case <-time.After(20 * time.Millisecond):
+			}
+			c.sub.Stop()
+		}
+	}
+	if hub.Reads() == 0 {
+		t.Fatal("no stream read")
+	}
+}
+
+// Live from now: a subscriber without a cursor gets what is committed
+// after it subscribed, not the history.
+func TestLiveFromNow(t *testing.T) {
+	db := testkit.DB(t)
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(ctx)
+	write(t, db, "t", "p", "i", 0)
+	sub, err := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, db, "t", "p", "i2", 0)
+	got, err := collect(sub, 1, 5*time.Second)
+	if err != nil || got[0].InstanceID != "i2" {
+		t.Fatalf("%v %v", got, err)
+	}
+}
+
+// A subscriber that does not read is ended with an error naming the last
+// event it was given, and the publisher never waits for it.
+func TestSlowConsumerIsEnded(t *testing.T) {
+	db := testkit.DB(t)
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Buffer: 4, Stall: 300 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(ctx)
+	slow, _ := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, nil)
+	fast, _ := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, nil)
+	got := make(chan int)
+	go func() {
+		n := 0
+		for range fast.C {
+			n++
+			if n == 40 {
+				got <- n
+			}
+		}
+	}()
+	first := make(chan events.Event, 1)
+	go func() { first <- <-slow.C }() // reads one event, then stops reading
+	for i := 0; i < 40; i++ {
+		write(t, db, "t", "p", fmt.Sprint(i), 0)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fast subscriber was held up by the slow one")
+	}
+	ev := <-first
+	time.Sleep(time.Second) // longer than Stall, without reading
+	if _, ok := <-slow.C; ok {
+		t.Fatal("the slow subscriber was not ended")
+	}
+	e, _ := errs.As(slow.Err())
+	if e == nil || e.Details["reason"] != "slow-consumer" || e.Details["lastEventId"] != ev.EventID {
+		t.Fatalf("slow consumer ended with %v", slow.Err())
+	}
+}
