@@ -37,6 +37,7 @@ type ResolverRoot interface {
 	ProfileStep() ProfileStepResolver
 	Project() ProjectResolver
 	Query() QueryResolver
+	Subscription() SubscriptionResolver
 	Tenant() TenantResolver
 	Viewer() ViewerResolver
 	Workflow() WorkflowResolver
@@ -172,6 +173,19 @@ type ComplexityRoot struct {
 
 	GrantMemberPayload struct {
 		Binding func(childComplexity int) int
+	}
+
+	InstanceEvent struct {
+		DesiredState func(childComplexity int) int
+		EventID      func(childComplexity int) int
+		InstanceID   func(childComplexity int) int
+		OccurredAt   func(childComplexity int) int
+		PoolID       func(childComplexity int) int
+		ProjectID    func(childComplexity int) int
+		State        func(childComplexity int) int
+		StateReason  func(childComplexity int) int
+		TenantID     func(childComplexity int) int
+		Type         func(childComplexity int) int
 	}
 
 	InventoryChange struct {
@@ -507,6 +521,10 @@ type ComplexityRoot struct {
 	RoleBindingEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	Subscription struct {
+		InstanceEvents func(childComplexity int, tenantID string, instanceID *string, poolID *string, after *string) int
 	}
 
 	Tenant struct {
@@ -1059,6 +1077,67 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.GrantMemberPayload.Binding(childComplexity), true
+
+	case "InstanceEvent.desiredState":
+		if e.ComplexityRoot.InstanceEvent.DesiredState == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.DesiredState(childComplexity), true
+	case "InstanceEvent.eventId":
+		if e.ComplexityRoot.InstanceEvent.EventID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.EventID(childComplexity), true
+	case "InstanceEvent.instanceId":
+		if e.ComplexityRoot.InstanceEvent.InstanceID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.InstanceID(childComplexity), true
+	case "InstanceEvent.occurredAt":
+		if e.ComplexityRoot.InstanceEvent.OccurredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.OccurredAt(childComplexity), true
+	case "InstanceEvent.poolId":
+		if e.ComplexityRoot.InstanceEvent.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.PoolID(childComplexity), true
+	case "InstanceEvent.projectId":
+		if e.ComplexityRoot.InstanceEvent.ProjectID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.ProjectID(childComplexity), true
+	case "InstanceEvent.state":
+		if e.ComplexityRoot.InstanceEvent.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.State(childComplexity), true
+	case "InstanceEvent.stateReason":
+		if e.ComplexityRoot.InstanceEvent.StateReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.StateReason(childComplexity), true
+	case "InstanceEvent.tenantId":
+		if e.ComplexityRoot.InstanceEvent.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.TenantID(childComplexity), true
+	case "InstanceEvent.type":
+		if e.ComplexityRoot.InstanceEvent.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.Type(childComplexity), true
 
 	case "InventoryChange.after":
 		if e.ComplexityRoot.InventoryChange.After == nil {
@@ -2512,6 +2591,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RoleBindingEdge.Node(childComplexity), true
 
+	case "Subscription.instanceEvents":
+		if e.ComplexityRoot.Subscription.InstanceEvents == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_instanceEvents_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.InstanceEvents(childComplexity, args["tenantId"].(string), args["instanceId"].(*string), args["poolId"].(*string), args["after"].(*string)), true
+
 	case "Tenant.computeNode":
 		if e.ComplexityRoot.Tenant.ComputeNode == nil {
 			break
@@ -3066,6 +3157,23 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 				Data: buf.Bytes(),
 			}
 		}
+	case ast.Subscription:
+		next := ec._Subscription(ctx, opCtx.Operation.SelectionSet)
+
+		var buf bytes.Buffer
+		return func(ctx context.Context) *graphql.Response {
+			buf.Reset()
+			data := next(ctx)
+
+			if data == nil {
+				return nil
+			}
+			data.MarshalGQL(&buf)
+
+			return &graphql.Response{
+				Data: buf.Bytes(),
+			}
+		}
 
 	default:
 		return graphql.OneShot(graphql.ErrorResponse(ctx, "unsupported GraphQL operation"))
@@ -3092,6 +3200,53 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../schema/events.graphqls", Input: `"""
+An instance's state moved: one event per move, written in the same
+transaction as the move. ` + "`" + `eventId` + "`" + ` is the resume cursor: event ids sort in
+stream order.
+"""
+type InstanceEvent {
+  "The resume cursor: pass it as ` + "`" + `after` + "`" + ` to continue after this event."
+  eventId: String!
+  type: InstanceEventType!
+  instanceId: String!
+  tenantId: String!
+  poolId: String!
+  projectId: String
+  "The instance's state after the move."
+  state: String!
+  desiredState: String!
+  stateReason: String
+  occurredAt: Time!
+}
+
+"The instance.* event types (instance.created is INSTANCE_CREATED)."
+enum InstanceEventType {
+  INSTANCE_CREATED
+  INSTANCE_PROVISIONING
+  INSTANCE_RUNNING
+  INSTANCE_STOPPING
+  INSTANCE_STOPPED
+  INSTANCE_REBOOTING
+  INSTANCE_DELETING
+  INSTANCE_DELETED
+  INSTANCE_FAILED
+}
+
+type Subscription {
+  """
+  A tenant's instance events as they happen, decided as
+  compute:instances:read on the tenant; instanceId and poolId filter (one the
+  caller cannot see is NOT_FOUND). With ` + "`" + `after` + "`" + ` (an eventId), every later
+  event is replayed first, then the stream goes live, with no gap and no
+  duplicate; without it, it starts live from now. An ` + "`" + `after` + "`" + ` older than the
+  retention is INVALID_STATE with details.reason "expired-cursor". Over
+  WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events
+  (graphql-sse) at /graphql/stream.
+  """
+  instanceEvents(tenantId: String!, instanceId: String, poolId: String, after: String): InstanceEvent!
+}
+`, BuiltIn: false},
 	{Name: "../schema/iam.graphqls", Input: `type Token {
   tokenId: String!
   tenantId: String!
@@ -4330,6 +4485,32 @@ func (ec *executionContext) childFields_GrantMemberPayload(ctx context.Context, 
 		return ec.fieldContext_GrantMemberPayload_binding(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type GrantMemberPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "eventId":
+		return ec.fieldContext_InstanceEvent_eventId(ctx, field)
+	case "type":
+		return ec.fieldContext_InstanceEvent_type(ctx, field)
+	case "instanceId":
+		return ec.fieldContext_InstanceEvent_instanceId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_InstanceEvent_tenantId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_InstanceEvent_poolId(ctx, field)
+	case "projectId":
+		return ec.fieldContext_InstanceEvent_projectId(ctx, field)
+	case "state":
+		return ec.fieldContext_InstanceEvent_state(ctx, field)
+	case "desiredState":
+		return ec.fieldContext_InstanceEvent_desiredState(ctx, field)
+	case "stateReason":
+		return ec.fieldContext_InstanceEvent_stateReason(ctx, field)
+	case "occurredAt":
+		return ec.fieldContext_InstanceEvent_occurredAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceEvent", field.Name)
 }
 
 func (ec *executionContext) childFields_InventoryChange(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

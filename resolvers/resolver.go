@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
@@ -23,6 +24,7 @@ import (
 type Resolver struct {
 	Registry *registry.Registry
 	DB       *store.DB
+	Live     *live.Hub
 }
 
 func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, error) {

@@ -194,6 +194,11 @@ func (m *Main) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
 	}
 	hs.RegisterOnShutdown(srv.Shutdown)
+	go func() {
+		if err := srv.Run(ctx); err != nil && ctx.Err() == nil {
+			m.Log.Error("event fan-out stopped", "err", err)
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)

@@ -231,6 +231,9 @@ type RoleBindingEdge struct {
 	Node   *iam.Binding `json:"node"`
 }
 
+type Subscription struct {
+}
+
 type TenantConnection struct {
 	Edges      []*TenantEdge `json:"edges"`
 	PageInfo   *PageInfo     `json:"pageInfo"`

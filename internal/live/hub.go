@@ -147,9 +147,10 @@ func (h *Hub) wake(tenantID string) {
 type Subscription struct {
 	// C delivers events in stream order; it is closed when the
 	// subscription ends (Err says why, nil when its context ended).
-	C <-chan events.Event
+	C <-chan *events.Event
 
-	c      chan events.Event
+	c      chan *events.Event
+	opts   Options
 	filter events.Filter
 	live   chan *events.Event // the stream's events, shared by its subscribers
 	slow   atomic.Bool
@@ -174,11 +175,22 @@ func (s *Subscription) matches(ev *events.Event) bool {
 		(s.filter.PoolID == "" || ev.PoolID == s.filter.PoolID)
 }
 
+// Options are a subscription's hooks.
+type Options struct {
+	// Changed, when set, returns a channel closed when the subscriber's
+	// authorization may have changed (its role bindings); Recheck then
+	// decides again, and an error ends the subscription with that error.
+	Changed func() <-chan struct{}
+	Recheck func(ctx context.Context) error
+	// OnEnd, when set, is told why a subscription ended with an error.
+	OnEnd func(error)
+}
+
 // Subscribe starts a subscription of the filter's events. With after nil
 // it starts live from now; with after, it first replays every later event
 // of the filter from the outbox (an after older than the retention is
 // INVALID_STATE, details.reason "expired-cursor"), then goes live.
-func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Position) (*Subscription, error) {
+func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Position, opts ...Options) (*Subscription, error) {
 	if after != nil {
 		if err := events.CheckCursor(ctx, h.db, *after); err != nil {
 			if e, ok := errs.As(err); ok && e.Details["reason"] == "expired-cursor" {
@@ -188,7 +200,10 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	sub := &Subscription{c: make(chan events.Event), filter: f, live: make(chan *events.Event, h.cfg.Buffer), cancel: cancel}
+	sub := &Subscription{c: make(chan *events.Event), filter: f, live: make(chan *events.Event, h.cfg.Buffer), cancel: cancel}
+	for _, o := range opts {
+		sub.opts = o
+	}
 	sub.C = sub.c
 	st, from, err := h.join(ctx, sub)
 	if err != nil {
@@ -215,7 +230,16 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay b
 		close(sub.c)
 		sub.cancel()
 	}()
-	end := func(err error) { sub.err.Store(&err) }
+	end := func(err error) {
+		sub.err.Store(&err)
+		if sub.opts.OnEnd != nil {
+			sub.opts.OnEnd(err)
+		}
+	}
+	var changed <-chan struct{}
+	if sub.opts.Changed != nil {
+		changed = sub.opts.Changed()
+	}
 	stall := time.NewTimer(h.cfg.Stall)
 	defer stall.Stop()
 	// emit delivers one event unless it was delivered already (the replay
@@ -227,7 +251,7 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay b
 		}
 		stall.Reset(h.cfg.Stall)
 		select {
-		case sub.c <- *ev:
+		case sub.c <- ev:
 			sub.last = ev.Position
 			return true
 		case <-stall.C:
@@ -276,6 +300,14 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay b
 				return
 			}
 		case <-st.overflowed(sub):
+		case <-changed:
+			if err := sub.opts.Recheck(ctx); err != nil {
+				if ctx.Err() == nil {
+					end(err)
+				}
+				return
+			}
+			changed = sub.opts.Changed()
 		case <-ctx.Done():
 			return
 		}

@@ -53,8 +53,8 @@ func all(t testing.TB, db *store.DB, f events.Filter) []events.Event {
 	}
 }
 
-func collect(sub *live.Subscription, n int, within time.Duration) ([]events.Event, error) {
-	var got []events.Event
+func collect(sub *live.Subscription, n int, within time.Duration) ([]*events.Event, error) {
+	var got []*events.Event
 	timeout := time.After(within)
 	for len(got) < n {
 		select {
@@ -70,7 +70,7 @@ func collect(sub *live.Subscription, n int, within time.Duration) ([]events.Even
 	return got, nil
 }
 
-func same(t *testing.T, name string, got, want []events.Event) {
+func same(t *testing.T, name string, got []*events.Event, want []events.Event) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d events, want %d", name, len(got), len(want))
@@ -207,7 +207,7 @@ func TestSlowConsumerIsEnded(t *testing.T) {
 			}
 		}
 	}()
-	first := make(chan events.Event, 1)
+	first := make(chan *events.Event, 1)
 	go func() { first <- <-slow.C }() // reads one event, then stops reading
 	for i := 0; i < 40; i++ {
 		write(t, db, "t", "p", fmt.Sprint(i), 0)

@@ -75,3 +75,51 @@ func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
 }
+
+// Session is a long-lived connection's hold on its credential (a
+// WebSocket, an event stream), for operations that outlive a request.
+type Session interface {
+	// Changed is closed when the principal's role bindings may have changed.
+	Changed() <-chan struct{}
+	// Principal authenticates the connection's token again.
+	Principal(ctx context.Context) (*Principal, error)
+}
+
+type sessionKey struct{}
+type endKey struct{}
+
+// WithSession returns ctx carrying the connection's session.
+func WithSession(ctx context.Context, s Session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, s)
+}
+
+// SessionFrom returns the connection's session, nil outside one.
+func SessionFrom(ctx context.Context) Session {
+	s, _ := ctx.Value(sessionKey{}).(Session)
+	return s
+}
+
+type endSlot struct {
+	mu  sync.Mutex
+	err error
+}
+
+// WithEnd returns ctx with a slot for the error a streaming operation ends
+// with, and a function that reads it.
+func WithEnd(ctx context.Context) (context.Context, func() error) {
+	s := &endSlot{}
+	return context.WithValue(ctx, endKey{}, s), func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.err
+	}
+}
+
+// SetEnd records why a streaming operation ended (no-op without a slot).
+func SetEnd(ctx context.Context, err error) {
+	if s, ok := ctx.Value(endKey{}).(*endSlot); ok {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+	}
+}

@@ -26,9 +26,10 @@ import (
 )
 
 func (s *Server) graphqlHandler() http.Handler {
-	es := graph.NewExecutableSchema(graph.Config{Resolvers: &resolvers.Resolver{Registry: s.Registry, DB: s.DB}})
+	es := graph.NewExecutableSchema(graph.Config{Resolvers: &resolvers.Resolver{Registry: s.Registry, DB: s.DB, Live: s.Live}})
 	srv := handler.New(es)
 	srv.AddTransport(s.websocket())
+	srv.AddTransport(sseTransport{s: s})
 	srv.AddTransport(httpTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)

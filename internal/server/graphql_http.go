@@ -53,7 +53,7 @@ type httpTransport struct{}
 var _ graphql.Transport = httpTransport{}
 
 func (httpTransport) Supports(r *http.Request) bool {
-	return r.Header.Get("Upgrade") == "" && (r.Method == http.MethodGet || r.Method == http.MethodPost)
+	return r.Header.Get("Upgrade") == "" && r.URL.Path != StreamPath && (r.Method == http.MethodGet || r.Method == http.MethodPost)
 }
 
 func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {

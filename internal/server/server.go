@@ -26,6 +26,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
@@ -47,6 +48,8 @@ type Config struct {
 	// second (default 2, burst 20), whatever the rate limit.
 	AuthFailures float64
 	WS           WSTimings
+	// Live tunes the subscription fan-out.
+	Live live.Config
 }
 
 func (c *Config) defaults() {
@@ -74,6 +77,9 @@ type Server struct {
 	Registry *registry.Registry
 	Log      *slog.Logger
 	Metrics  *prometheus.Registry
+	// Live fans instance events out to this replica's subscribers; Run
+	// holds its LISTEN connection.
+	Live *live.Hub
 
 	rest     *rest.Handler
 	gqlHist  *prometheus.HistogramVec
@@ -89,6 +95,7 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	cfg.defaults()
 	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics}
 	s.sessions.s = s
+	s.Live = live.New(database, log, cfg.Live)
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
@@ -99,13 +106,20 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	}, []string{"route", "status"})
 	metrics.MustRegister(s.gqlHist, s.httpReq, collectors.NewDBStatsCollector(database.DB.DB, "compute"),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sql_statements_total", Help: "SQL statements sent."},
-			func() float64 { return float64(store.TotalStatements()) }))
+			func() float64 { return float64(store.TotalStatements()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_subscriptions", Help: "Open instance event subscriptions."},
+			func() float64 { return float64(s.Live.Subscribers()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
+			func() float64 { return float64(s.sessions.count()) }))
 	if cfg.RatePerSecond > 0 {
 		s.limiter = newLimiter(cfg.RatePerSecond, cfg.RateBurst)
 	}
 	s.authFail = newLimiter(cfg.AuthFailures, 20)
 	return s
 }
+
+// Run holds the event fan-out's LISTEN connection until ctx ends.
+func (s *Server) Run(ctx context.Context) error { return s.Live.Run(ctx) }
 
 // Shutdown closes the long-lived connections with a code that tells
 // clients to reconnect (to another replica); http.Server.Shutdown does not
@@ -133,6 +147,7 @@ func (s *Server) Handler() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticateGraphQL)
 		r.Handle("/graphql", limitGraphQLBody(gql, rest.DefaultMaxBody))
+		r.Handle(StreamPath, limitGraphQLBody(gql, rest.DefaultMaxBody))
 	})
 	return r
 }
@@ -168,7 +183,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 // deadline bounds a request's time (sockets bound each operation instead).
 func (s *Server) deadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" || r.Header.Get("Accept") == "text/event-stream" {
+		if r.Header.Get("Upgrade") != "" || r.URL.Path == StreamPath {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -52,9 +52,6 @@ func (x *session) observe(roles string) {
 	x.changed = make(chan struct{})
 }
 
-// refresh records what the latest operation's authentication saw.
-func (x *session) refresh(*reqctx.Principal) {}
-
 func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, string)) *session {
 	x := &session{tokenID: p.TokenID, close: closeFn, changed: make(chan struct{})}
 	ss.mu.Lock()

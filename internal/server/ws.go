@@ -270,8 +270,9 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 		fail(rest.PublicError(ctx, c.s.Log, err))
 		return
 	}
-	c.session.refresh(p)
 	ctx = reqctx.WithPrincipal(ctx, p)
+	ctx = reqctx.WithSession(ctx, c)
+	ctx, endErr := reqctx.WithEnd(ctx)
 	params.Headers = c.headers
 	oc, list := c.exec.CreateOperationContext(ctx, params)
 	if list != nil {
@@ -289,13 +290,33 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 	responses, rctx := c.exec.DispatchOperation(ctx, oc)
 	for {
 		resp := responses(rctx)
-		if resp == nil || !c.sendResponse(id, resp) {
+		if resp == nil {
+			break
+		}
+		if !c.sendResponse(id, resp) {
 			return
 		}
 		if oc.Operation.Operation != ast.Subscription {
 			return
 		}
 	}
+	// A subscription that ended with an error (a slow consumer, a role
+	// removed) ends with an error message naming it.
+	if err := endErr(); err != nil && c.ctx.Err() == nil {
+		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, err)})
+		b, _ := json.Marshal(resp.Errors)
+		c.send(wsMessage{ID: id, Type: "error", Payload: b})
+		completed = true
+	}
+}
+
+// Changed is closed when the socket's principal's role bindings change
+// (reqctx.Session).
+func (c *wsConn) Changed() <-chan struct{} { return c.session.Changed() }
+
+// Principal authenticates the socket's token again (reqctx.Session).
+func (c *wsConn) Principal(ctx context.Context) (*reqctx.Principal, error) {
+	return auth.Authenticate(ctx, c.s.DB, c.secret)
 }
 
 func (c *wsConn) sendResponse(id string, resp *graphql.Response) bool {

@@ -194,6 +194,9 @@ func StartWith(t testing.TB, o Options) *Env {
 	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
 	reg := app.Registry(d, log, metrics, inst)
 	srv := server.New(o.Config, d, reg, metrics, log)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	go srv.Run(runCtx) //nolint:errcheck // ends with the test
+	t.Cleanup(stopRun)
 	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, Srv: srv, Proxy: proxy, counts: &sync.Map{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.

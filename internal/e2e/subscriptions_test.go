@@ -1,0 +1,297 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/server"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+const eventsSub = `subscription($t: String!, $i: String, $p: String, $a: String) {
+  instanceEvents(tenantId: $t, instanceId: $i, poolId: $p, after: $a) { eventId type instanceId tenantId poolId state desiredState }
+}`
+
+// subscribe starts instanceEvents on a socket under id.
+func (w *wsClient) subscribe(id string, vars map[string]any) {
+	w.t.Helper()
+	w.send(map[string]any{"id": id, "type": "subscribe", "payload": map[string]any{"query": eventsSub, "variables": vars}})
+}
+
+// events reads n events of subscription id (failing on anything else).
+func (w *wsClient) events(id string, n int) []map[string]any {
+	w.t.Helper()
+	var out []map[string]any
+	for len(out) < n {
+		m := w.next()
+		if m["id"] != id || m["type"] != "next" {
+			w.t.Fatalf("want event %d of %d of %s, got %v", len(out)+1, n, id, m)
+		}
+		p := m["payload"].(map[string]any)
+		if p["errors"] != nil {
+			w.t.Fatalf("subscription error: %v", p)
+		}
+		out = append(out, p["data"].(map[string]any)["instanceEvents"].(map[string]any))
+	}
+	return out
+}
+
+func typesOf(evs []map[string]any) string {
+	var s []string
+	for _, ev := range evs {
+		s = append(s, str(ev["type"]))
+	}
+	return strings.Join(s, ",")
+}
+
+// A subscription sees an instance's lifecycle as the calls are made, in
+// order; resuming from a cursor replays exactly what followed it; filters
+// and tenants are kept apart.
+func TestInstanceEventsSubscription(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	beta := newTenant(t, e, "beta")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+
+	all := dialWS(t, e)
+	all.init(acme.Viewer.Token)
+	all.subscribe("all", map[string]any{"t": "acme"})
+	other := dialWS(t, e)
+	other.init(beta.Viewer.Token)
+	other.subscribe("beta", map[string]any{"t": "beta"})
+	time.Sleep(100 * time.Millisecond) // the subscriptions are live
+
+	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
+	got := all.events("all", 3)
+	if typesOf(got) != "INSTANCE_CREATED,INSTANCE_PROVISIONING,INSTANCE_RUNNING" {
+		t.Fatalf("create: %s", typesOf(got))
+	}
+	for _, ev := range got {
+		if ev["instanceId"] != id || ev["tenantId"] != "acme" || ev["poolId"] != pool || !eventIDRe.MatchString(str(ev["eventId"])) {
+			t.Fatalf("event: %v", ev)
+		}
+	}
+	must(t, e.Call(acme.Member.Token, "instances/stop", map[string]any{"tenantId": "acme", "instanceId": id}))
+	got = append(got, all.events("all", 2)...)
+	if typesOf(got[3:]) != "INSTANCE_STOPPING,INSTANCE_STOPPED" {
+		t.Fatalf("stop: %s", typesOf(got[3:]))
+	}
+	for i := 1; i < len(got); i++ {
+		if str(got[i-1]["eventId"]) >= str(got[i]["eventId"]) {
+			t.Fatalf("events out of order: %v", got)
+		}
+	}
+	// Resume after the second event: exactly the three that followed, then live.
+	resumed := dialWS(t, e)
+	resumed.init(acme.Viewer.Token)
+	resumed.subscribe("r", map[string]any{"t": "acme", "a": got[1]["eventId"]})
+	re := resumed.events("r", 3)
+	for i, ev := range re {
+		if ev["eventId"] != got[i+2]["eventId"] {
+			t.Fatalf("resumed event %d: %v, want %v", i, ev, got[i+2])
+		}
+	}
+	// Filters: one instance, one pool; a second instance in another pool.
+	pool2 := vpsPool(t, e, acme.Admin.Token, "acme", "vps2", nil)
+	all.subscribe("one", map[string]any{"t": "acme", "i": id})
+	all.subscribe("pool2", map[string]any{"t": "acme", "p": pool2})
+	time.Sleep(100 * time.Millisecond)
+	id2 := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool2, "db", 1))).Str("instanceId")
+	waitState(t, e, acme.Member.Token, "acme", id2, "running", 10*time.Second)
+	must(t, e.Call(acme.Member.Token, "instances/start", map[string]any{"tenantId": "acme", "instanceId": id}))
+	waitState(t, e, acme.Member.Token, "acme", id, "running", 10*time.Second)
+	byID := map[string][]map[string]any{}
+	for len(byID["all"]) < 5 || len(byID["one"]) < 2 || len(byID["pool2"]) < 3 {
+		m := all.next()
+		p := m["payload"].(map[string]any)
+		byID[str(m["id"])] = append(byID[str(m["id"])], p["data"].(map[string]any)["instanceEvents"].(map[string]any))
+	}
+	for _, ev := range byID["one"] {
+		if ev["instanceId"] != id {
+			t.Fatalf("the instance filter let through %v", ev)
+		}
+	}
+	for _, ev := range byID["pool2"] {
+		if ev["poolId"] != pool2 {
+			t.Fatalf("the pool filter let through %v", ev)
+		}
+	}
+	// beta saw nothing of acme's.
+	if m, err := other.read(200 * time.Millisecond); err == nil {
+		t.Fatalf("another tenant's subscriber got %v", m)
+	}
+	// Refusals at subscribe time.
+	w := dialWS(t, e)
+	w.init(beta.Admin.Token)
+	for _, c := range []struct {
+		vars map[string]any
+		code string
+	}{
+		{map[string]any{"t": "acme"}, "PERMISSION_DENIED"},
+		{map[string]any{"t": "beta", "i": id}, "NOT_FOUND"},
+		{map[string]any{"t": "beta", "p": pool}, "NOT_FOUND"},
+		{map[string]any{"t": "beta", "a": "evt_nope"}, "INVALID_INPUT"},
+		{map[string]any{"t": "no spaces"}, "INVALID_INPUT"},
+	} {
+		if code := opError(w.op(fmt.Sprint(c.vars), eventsSub, c.vars)); code != c.code {
+			t.Fatalf("%v: %s, want %s", c.vars, code, c.code)
+		}
+	}
+	// A cursor older than the retention.
+	must(t, e.Call(acme.Member.Token, "instances/delete", map[string]any{"tenantId": "acme", "instanceId": id2}))
+	if _, err := e.DB.ExecContext(context.Background(), `INSERT INTO instance_events_pruned (id, xid, seq) SELECT true, xid, seq FROM instance_events ORDER BY xid DESC, seq DESC LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	msgs := w.op("old", eventsSub, map[string]any{"t": "beta", "a": got[0]["eventId"]})
+	if opError(msgs) != "INVALID_STATE" || !strings.Contains(fmt.Sprint(msgs), "expired-cursor") {
+		t.Fatalf("expired cursor: %v", msgs)
+	}
+}
+
+// The decision is not cached for the life of the socket: a removed role
+// ends the subscription with PERMISSION_DENIED, a revoked token closes the
+// socket, both within the sweep.
+func TestSubscriptionsEndWhenAccessEnds(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{AuthRecheck: 300 * time.Millisecond}})
+	acme := newTenant(t, e, "acme")
+	watcher := newToken(t, e, acme.Admin.Token, "acme", "watcher", "viewer")
+	w := dialWS(t, e)
+	w.init(watcher.Token)
+	w.subscribe("s", map[string]any{"t": "acme"})
+	time.Sleep(100 * time.Millisecond)
+	must(t, e.Call(acme.Admin.Token, "members/revoke", map[string]any{"tenantId": "acme", "principalId": watcher.PrincipalID}))
+	m := w.next()
+	if m["type"] != "error" || m["id"] != "s" || opError([]map[string]any{m}) != "PERMISSION_DENIED" {
+		t.Fatalf("after the role was removed: %v", m)
+	}
+	// Another token on another socket: revoked, the socket closes.
+	v := dialWS(t, e)
+	v.init(acme.Viewer.Token)
+	v.subscribe("s", map[string]any{"t": "acme"})
+	time.Sleep(100 * time.Millisecond)
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": acme.Viewer.TokenID}))
+	if code, _ := v.closed(5 * time.Second); code != 4403 {
+		t.Fatalf("revoked token: close %d", code)
+	}
+	// A duplicate operation id is 4409, while the first is live.
+	d := dialWS(t, e)
+	d.init(acme.Admin.Token)
+	d.subscribe("dup", map[string]any{"t": "acme"})
+	d.subscribe("dup", map[string]any{"t": "acme"})
+	if code, _ := d.closed(5 * time.Second); code != 4409 {
+		t.Fatalf("duplicate id: close %d", code)
+	}
+	// And with the real graphql-ws client.
+	out, err := node(t, clientsDir(t), "ws-close.mjs", "ws"+strings.TrimPrefix(e.Server.URL, "http")+"/graphql", "dupid", acme.Admin.Token,
+		`subscription { instanceEvents(tenantId: "acme") { eventId } }`)
+	if err != nil || !strings.Contains(out, `"code":4409`) {
+		t.Fatalf("graphql-ws duplicate id: %v %s", err, out)
+	}
+}
+
+// sseEvents reads a graphql-sse event stream.
+type sseReader struct {
+	t   *testing.T
+	res *http.Response
+	br  *bufio.Reader
+}
+
+func openSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *sseReader {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("event stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	return &sseReader{t: t, res: res, br: bufio.NewReader(res.Body)}
+}
+
+// next returns the next event's name and data (comments skipped).
+func (s *sseReader) next() (string, map[string]any) {
+	s.t.Helper()
+	var name, data string
+	for {
+		line, err := s.br.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("event stream ended: %v", err)
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "":
+			if name == "" {
+				continue
+			}
+			var m map[string]any
+			if data != "" {
+				_ = json.Unmarshal([]byte(data), &m)
+			}
+			return name, m
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+// GraphQL over SSE (graphql-sse, distinct connections): the same
+// subscription as a stream of next events; errors before execution are a
+// next event with errors, then complete.
+func TestInstanceEventsOverSSE(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	s := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"})
+	time.Sleep(100 * time.Millisecond)
+	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
+	var types []string
+	for len(types) < 3 {
+		name, m := s.next()
+		if name != "next" {
+			t.Fatalf("event %s %v", name, m)
+		}
+		ev := m["data"].(map[string]any)["instanceEvents"].(map[string]any)
+		if ev["instanceId"] != id {
+			t.Fatalf("event of another instance: %v", ev)
+		}
+		types = append(types, str(ev["type"]))
+	}
+	if strings.Join(types, ",") != "INSTANCE_CREATED,INSTANCE_PROVISIONING,INSTANCE_RUNNING" {
+		t.Fatalf("types %v", types)
+	}
+	// A refusal streams as next with errors, then complete.
+	bad := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "other"})
+	name, m := bad.next()
+	if name != "next" || !strings.Contains(fmt.Sprint(m), "PERMISSION_DENIED") {
+		t.Fatalf("refused subscription: %s %v", name, m)
+	}
+	if name, _ := bad.next(); name != "complete" {
+		t.Fatalf("after the error: %s", name)
+	}
+	// A query over the stream: one next, then complete.
+	q := openSSE(t, e, acme.Viewer.Token, `{ viewer { kind } }`, nil)
+	if name, m := q.next(); name != "next" || m["data"] == nil {
+		t.Fatalf("query over SSE: %s %v", name, m)
+	}
+	if name, _ := q.next(); name != "complete" {
+		t.Fatalf("query over SSE did not complete: %s", name)
+	}
+}
