@@ -193,7 +193,6 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(m.Log.Handler(), slog.LevelWarn),
 	}
-	hs.RegisterOnShutdown(srv.Shutdown)
 	go func() {
 		if err := srv.Run(ctx); err != nil && ctx.Err() == nil {
 			m.Log.Error("event fan-out stopped", "err", err)
@@ -207,9 +206,12 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	m.Log.Info("shutting down: draining requests")
+	m.Log.Info("shutting down: closing sockets and streams, draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	wctx, wcancel := context.WithTimeout(sctx, 5*time.Second)
+	srv.Shutdown(wctx)
+	wcancel()
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -14,10 +14,28 @@ import (
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
-// wsClient speaks graphql-transport-ws with raw frames.
+// wsClient speaks graphql-transport-ws with raw frames. A goroutine reads
+// the socket (a read with a deadline would make coder/websocket drop it).
 type wsClient struct {
-	t *testing.T
-	c *websocket.Conn
+	t    *testing.T
+	c    *websocket.Conn
+	msgs chan []byte
+	end  chan error
+}
+
+func newWSClient(t *testing.T, c *websocket.Conn) *wsClient {
+	w := &wsClient{t: t, c: c, msgs: make(chan []byte, 1024), end: make(chan error, 1)}
+	go func() {
+		for {
+			_, b, err := c.Read(context.Background())
+			if err != nil {
+				w.end <- err
+				return
+			}
+			w.msgs <- b
+		}
+	}()
+	return w
 }
 
 func dialWS(t *testing.T, e *testkit.Env) *wsClient {
@@ -30,7 +48,7 @@ func dialWS(t *testing.T, e *testkit.Env) *wsClient {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { c.CloseNow() })
-	return &wsClient{t: t, c: c}
+	return newWSClient(t, c)
 }
 
 func (w *wsClient) sendRaw(s string) {
@@ -72,12 +90,17 @@ func (w *wsClient) next() map[string]any {
 	}
 }
 
+var errQuiet = errors.New("no message within the deadline")
+
 func (w *wsClient) read(timeout time.Duration) (map[string]any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_, b, err := w.c.Read(ctx)
-	if err != nil {
+	var b []byte
+	select {
+	case b = <-w.msgs:
+	case err := <-w.end:
+		w.end <- err // later reads see the end too
 		return nil, err
+	case <-time.After(timeout):
+		return nil, errQuiet
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -92,6 +115,9 @@ func (w *wsClient) closed(within time.Duration) (websocket.StatusCode, string) {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		m, err := w.read(time.Until(deadline))
+		if errors.Is(err, errQuiet) {
+			break
+		}
 		if err != nil {
 			var ce websocket.CloseError
 			if errors.As(err, &ce) {

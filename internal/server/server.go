@@ -87,6 +87,7 @@ type Server struct {
 	limiter  *limiter
 	authFail *limiter
 	sessions sessions
+	conns    sync.WaitGroup // open WebSockets and event streams
 }
 
 // New builds the server; the registry must have been built with the same
@@ -122,10 +123,17 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 func (s *Server) Run(ctx context.Context) error { return s.Live.Run(ctx) }
 
 // Shutdown closes the long-lived connections with a code that tells
-// clients to reconnect (to another replica); http.Server.Shutdown does not
-// see hijacked connections.
-func (s *Server) Shutdown() {
+// clients to reconnect (to another replica), and waits (until ctx ends)
+// for their close handshakes; http.Server.Shutdown does not see hijacked
+// connections or streams.
+func (s *Server) Shutdown(ctx context.Context) {
 	s.sessions.closeAll(closeServiceReboot, "the server is restarting; reconnect")
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // Handler returns the root handler.

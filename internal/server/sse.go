@@ -71,6 +71,8 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	}
 	params.Headers = r.Header
 
+	t.s.conns.Add(1)
+	defer t.s.conns.Done()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	p := reqctx.PrincipalFrom(ctx)

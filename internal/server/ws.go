@@ -66,6 +66,8 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		return
 	}
 	c.SetReadLimit(rest.DefaultMaxBody)
+	t.s.conns.Add(1)
+	defer t.s.conns.Done()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
@@ -383,8 +385,13 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 	c.s.sessions.remove(c.session)
 	c.cancel()
 	// Close waits for the peer's close frame for a while; do not hold up
-	// the caller (a session sweep, a shutdown) on it.
-	go func() { _ = c.c.Close(code, truncate(reason, 120)) }()
+	// the caller (a session sweep, a shutdown) on it. The connection counts
+	// as open until it is done.
+	c.s.conns.Add(1)
+	go func() {
+		defer c.s.conns.Done()
+		_ = c.c.Close(code, truncate(reason, 120))
+	}()
 }
 
 func truncate(s string, n int) string {
