@@ -60,6 +60,9 @@ func (c *Config) defaults() {
 	}
 }
 
+// ListenerName is the application_name of the hub's LISTEN connection.
+const ListenerName = "computed-events-listener"
+
 // Hub is one replica's fan-out.
 type Hub struct {
 	db  *store.DB
@@ -100,6 +103,7 @@ func (h *Hub) Run(ctx context.Context) error {
 				return nil, err
 			}
 			delete(cfg.RuntimeParams, "statement_timeout")
+			cfg.RuntimeParams["application_name"] = ListenerName
 			return pgx.ConnectConfig(ctx, cfg)
 		},
 		LogError: func(ctx context.Context, err error) {

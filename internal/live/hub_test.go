@@ -227,3 +227,41 @@ func TestSlowConsumerIsEnded(t *testing.T) {
 		t.Fatalf("slow consumer ended with %v", slow.Err())
 	}
 }
+
+// A lost LISTEN connection (a PostgreSQL restart, a terminated backend) is
+// noticed and reopened; the streams then read what was committed while it
+// was down. The fallback poll is off here, so only the reconnect delivers.
+func TestListenerReconnectsAndCatchesUp(t *testing.T) {
+	db := testkit.DB(t)
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Poll: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(ctx)
+	for !hub.Listening() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sub, err := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, db, "t", "p", "before", 0)
+	if got, err := collect(sub, 1, 5*time.Second); err != nil || got[0].InstanceID != "before" {
+		t.Fatalf("before the loss: %v %v", got, err)
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, live.ListenerName); err != nil || n != 1 {
+		t.Fatalf("terminate the listener: %d %v", n, err)
+	}
+	for i := 0; i < 5; i++ {
+		write(t, db, "t", "p", fmt.Sprint("during-", i), 0)
+	}
+	got, err := collect(sub, 5, 10*time.Second)
+	if err != nil {
+		t.Fatalf("after the loss: %v", err)
+	}
+	for i, ev := range got {
+		if ev.InstanceID != fmt.Sprint("during-", i) {
+			t.Fatalf("event %d: %s", i, ev.InstanceID)
+		}
+	}
+}
