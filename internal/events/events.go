@@ -23,6 +23,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -44,6 +45,10 @@ const (
 
 // Types lists every event type.
 var Types = []string{Created, Provisioning, Running, Stopping, Stopped, Rebooting, Deleting, Deleted, Failed}
+
+// TypeEnum names the event types for both surfaces (GraphQL spells
+// instance.created as INSTANCE_CREATED).
+var TypeEnum = registry.DefineEnum("InstanceEventType", "an instance.* event: the state the instance moved to", Types...)
 
 // Position is a place in the stream: (xid, seq).
 type Position struct {
@@ -115,7 +120,7 @@ func DecodeID(id string) (Position, error) {
 // Event is one stored instance event.
 type Event struct {
 	EventID      string          `json:"eventId"`
-	Type         string          `json:"type"`
+	Type         string          `json:"type" schema:"InstanceEventType"`
 	TenantID     string          `json:"tenantId"`
 	PoolID       string          `json:"poolId"`
 	InstanceID   string          `json:"instanceId"`
