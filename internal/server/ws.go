@@ -71,7 +71,7 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]context.CancelFunc{},
-		ip: clientIP(r), headers: r.Header,
+		ip:  clientIP(r), headers: r.Header,
 	}
 	conn.serve()
 }
