@@ -402,3 +402,35 @@ func TestInstanceEventsWithGraphQLSSEClient(t *testing.T) {
 		t.Fatalf("types %v", types)
 	}
 }
+
+// One socket runs at most 64 operations at once: the 65th subscribe gets
+// a RATE_LIMITED error message and the socket stays usable; completing one
+// makes room.
+func TestOperationsPerSocketAreBounded(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	for i := 0; i < 64; i++ {
+		w.subscribe(fmt.Sprint("s", i), map[string]any{"t": "acme"})
+	}
+	if got := opError(w.op("over", `{ viewer { kind } }`, nil)); got != "RATE_LIMITED" {
+		t.Fatalf("the 65th operation: %q", got)
+	}
+	w.send(map[string]any{"id": "s0", "type": "complete"})
+	for try := 0; ; try++ {
+		w.send(map[string]any{"id": fmt.Sprint("q", try), "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+		var last map[string]any
+		for last == nil || (last["id"] == fmt.Sprint("q", try) && last["type"] == "next") || last["id"] == "s0" {
+			last = w.next()
+		}
+		if last["type"] == "complete" && last["id"] == fmt.Sprint("q", try) {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("no room after a complete: %v", last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
