@@ -179,7 +179,7 @@ func (r *mutationResolver) RemoveNode(ctx context.Context, input nodes.NodeChang
 // Nodes is the resolver for the nodes field: the owner's members see the
 // pool's nodes; a tenant the pool is offered to sees none.
 func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error) {
-	if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
+	if r.decide(ctx, authz.NodesRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
 		return &model.ComputeNodeConnection{Edges: []*model.ComputeNodeEdge{}, PageInfo: &model.PageInfo{}}, nil
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolNodes, obj.PoolID, first, after,
@@ -196,7 +196,7 @@ func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, a
 // JoinRequests is the resolver for the joinRequests field (the owner's
 // view; empty for tenants the pool is offered to).
 func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error) {
-	if r.decide(ctx, "compute:joinTokens:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
+	if r.decide(ctx, authz.JoinTokensRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
 		return &model.JoinRequestConnection{Edges: []*model.JoinRequestEdge{}, PageInfo: &model.PageInfo{}}, nil
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolJoinReqs, obj.PoolID, first, after,
@@ -212,7 +212,7 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 
 // ComputeNode is the resolver for the computeNode field.
 func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error) {
-	if err := r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.NodesRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	n, err := loaders.From(ctx).Node.Load(ctx, nodeID)()

@@ -50,7 +50,7 @@ func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error)
 // Offers is the resolver for the offers field: the owner's members see
 // them; a tenant the pool is offered to sees none.
 func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error) {
-	if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
+	if r.decide(ctx, authz.PoolsRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
 		return []*pools.Offer{}, nil
 	}
 	l := loaders.From(ctx)
@@ -68,7 +68,7 @@ func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Of
 
 // Pools is the resolver for the pools field.
 func (r *tenantResolver) Pools(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.PoolConnection, error) {
-	if err := r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.PoolsRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantPools, obj.TenantID, first, after,

@@ -31,8 +31,8 @@ func (r *projectResolver) Tenant(ctx context.Context, obj *projects.Project) (*t
 func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, first *int, after *string) (*model.ProjectMemberConnection, error) {
 	// Reading the tenant's projects implies reading each one (no statement);
 	// otherwise the project's own relationships decide.
-	if r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
-		if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Project, TenantID: obj.TenantID, ID: obj.ProjectID}); err != nil {
+	if r.decide(ctx, authz.ProjectsRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
+		if err := r.decide(ctx, authz.ProjectsRead, authz.Resource{Type: authz.Project, TenantID: obj.TenantID, ID: obj.ProjectID}); err != nil {
 			return nil, err
 		}
 	}

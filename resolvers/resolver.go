@@ -32,7 +32,7 @@ func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, 
 }
 
 // decide runs the one decision for a graph read.
-func (r *Resolver) decide(ctx context.Context, perm string, res authz.Resource) error {
+func (r *Resolver) decide(ctx context.Context, perm authz.Permission, res authz.Resource) error {
 	return authz.Decide(ctx, r.DB, reqctx.PrincipalFrom(ctx), perm, res)
 }
 

@@ -107,7 +107,7 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 
 // Tenant is the resolver for the tenant field.
 func (r *queryResolver) Tenant(ctx context.Context, tenantID string) (*tenants.Tenant, error) {
-	if err := r.decide(ctx, "compute:tenants:read", authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
+	if err := r.decide(ctx, authz.TenantsRead, authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
 		return nil, err
 	}
 	t, err := loaders.From(ctx).Tenant.Load(ctx, tenantID)()
@@ -155,7 +155,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 	l := loaders.From(ctx)
 	switch typ {
 	case "Tenant":
-		if r.decide(ctx, "compute:tenants:read", authz.Resource{Type: authz.Tenant, TenantID: key[0]}) != nil {
+		if r.decide(ctx, authz.TenantsRead, authz.Resource{Type: authz.Tenant, TenantID: key[0]}) != nil {
 			return nil, nil
 		}
 		t, err := l.Tenant.Load(ctx, key[0])()
@@ -168,7 +168,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		if err != nil || p == nil {
 			return nil, err
 		}
-		if r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Project, TenantID: p.TenantID, ID: p.ProjectID}) != nil {
+		if r.decide(ctx, authz.ProjectsRead, authz.Resource{Type: authz.Project, TenantID: p.TenantID, ID: p.ProjectID}) != nil {
 			return nil, nil
 		}
 		return p, nil
@@ -179,11 +179,11 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		}
 		// The owner's members, or the caller's own tenant when the pool is
 		// offered to it.
-		if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: p.TenantID, ID: p.PoolID}) == nil {
+		if r.decide(ctx, authz.PoolsRead, authz.Resource{Type: authz.Pool, TenantID: p.TenantID, ID: p.PoolID}) == nil {
 			return p, nil
 		}
 		if pr := reqctx.PrincipalFrom(ctx); pr != nil && pr.TenantID != "" &&
-			r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: pr.TenantID, ID: p.PoolID}) == nil {
+			r.decide(ctx, authz.PoolsRead, authz.Resource{Type: authz.Pool, TenantID: pr.TenantID, ID: p.PoolID}) == nil {
 			return p, nil
 		}
 		return nil, nil
@@ -192,7 +192,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		if err != nil || n == nil {
 			return nil, err
 		}
-		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
+		if r.decide(ctx, authz.NodesRead, authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
 			return nil, nil
 		}
 		return n, nil
@@ -205,7 +205,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		if err != nil || n == nil {
 			return nil, err
 		}
-		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
+		if r.decide(ctx, authz.NodesRead, authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
 			return nil, nil
 		}
 		return snap, nil

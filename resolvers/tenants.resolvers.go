@@ -21,7 +21,7 @@ func (r *tenantResolver) ID(ctx context.Context, obj *tenants.Tenant) (string, e
 
 // Projects is the resolver for the projects field.
 func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProjectConnection, error) {
-	if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.ProjectsRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantProjects, obj.TenantID, first, after,
@@ -37,7 +37,7 @@ func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, firs
 
 // Tokens is the resolver for the tokens field.
 func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.TokenConnection, error) {
-	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.IAMRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantTokens, obj.TenantID, first, after,
@@ -51,7 +51,7 @@ func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first 
 
 // Members is the resolver for the members field.
 func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.RoleBindingConnection, error) {
-	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.IAMRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantMembers, obj.TenantID, first, after,

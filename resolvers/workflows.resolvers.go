@@ -21,7 +21,7 @@ import (
 
 // Workflows is the resolver for the workflows field.
 func (r *computeNodeResolver) Workflows(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.WorkflowConnection, error) {
-	if err := r.decide(ctx, "compute:workflows:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
+	if err := r.decide(ctx, authz.WorkflowsRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
 		return nil, err
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeWorkflows, obj.NodeID, first, after,
@@ -58,7 +58,7 @@ func (r *mutationResolver) CancelWorkflow(ctx context.Context, input workflows.C
 // builtin's).
 func (r *profileResolver) Versions(ctx context.Context, obj *profiles.Profile, first *int, after *string) (*model.ProfileVersionConnection, error) {
 	publicOnly := obj.TenantID != authz.BuiltinTenant &&
-		r.decide(ctx, "compute:profiles:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil
+		r.decide(ctx, authz.ProfilesRead, authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Versions, profiles.VersionsParent(obj.TenantID, obj.ProfileID, publicOnly), first, after,
 		func(p *profiles.Profile) string { return strconv.Itoa(p.ProfileVersion) },
 		func(cur string, p *profiles.Profile) *model.ProfileEdge {

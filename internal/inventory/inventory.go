@@ -435,14 +435,14 @@ func ValidRef(s string) bool { return refRe.MatchString(s) }
 
 // Methods are the inventory group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, phase, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, phase, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "inventory", Name: name, Kind: kind, Permission: perm, Resource: authz.Node,
 			Summary: summary, Notes: notes, Module: "inventory", Phase: phase, Input: in}
 	}
 	node := func(more ...registry.Field) []registry.Field {
 		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
 	}
-	report := m("report", registry.Mutation, nodes.PermReportInventory, "v0.1",
+	report := m("report", registry.Mutation, authz.InventoryReport, "v0.1",
 		"Stores the node's report as a new snapshot when its canonical hash differs from the latest; returns the snapshot and whether it was stored.",
 		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
 			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU UUID, disk WWN or slot, MAC) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
@@ -463,14 +463,14 @@ func Methods() []registry.Method {
 	}
 	return []registry.Method{
 		registry.Def(report, locateReport, Report),
-		registry.Def(m("get", registry.Read, "compute:nodes:read", "v0.1",
+		registry.Def(m("get", registry.Read, authz.NodesRead, "v0.1",
 			"Returns the node's latest inventory snapshot: its hash, its sections and when it was collected.",
 			[]string{"NOT_FOUND when the node has no inventory yet or is not owned by the tenant."}, node()...), nil, Get),
-		registry.Def(m("history", registry.Read, "compute:nodes:read", "v0.2",
+		registry.Def(m("history", registry.Read, authz.NodesRead, "v0.2",
 			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
 			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned. NOT_FOUND when the node is not owned by the tenant."},
 			node(registry.Limit(20, 100), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
-		registry.Def(m("diff", registry.Read, "compute:nodes:read", "v0.2",
+		registry.Def(m("diff", registry.Read, authz.NodesRead, "v0.2",
 			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
 			[]string{"Without `to`, the latest snapshot is used; without `from`, the snapshot before `to`. A node with a single snapshot diffs against nothing: `from` is empty and there are no changes.",
 				"Change types are `gpu.missing`, `gpu.added`, `disk.replaced`, `driver.changed` and `mig.layout.changed`, each with `before` and `after` values where they apply.",

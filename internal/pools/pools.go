@@ -176,7 +176,7 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 	if owner == "owner" {
 		return authz.Visibility{Exists: true}, nil
 	}
-	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm string) bool { return !authz.ReadsOnly(perm) }}, nil
+	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm authz.Permission) bool { return !authz.ReadsOnly(perm) }}, nil
 }
 
 func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
@@ -427,7 +427,7 @@ var Group = registry.Group{Name: "pools", Summary: "A pool groups the nodes of o
 
 // Methods are the pools group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "pools", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "capacity", Phase: "v0.2", Input: in}
 	}
@@ -449,14 +449,14 @@ func Methods() []registry.Method {
 	quota := registry.Field{Name: "quota", Type: registry.Object, Required: true,
 		Fields: []registry.Field{count("gpus"), count("instances")}}
 	ownerOnly := "Only the owner may call it; a pool the tenant does not own is `NOT_FOUND`."
-	list := m("list", registry.Read, "compute:pools:read", authz.Tenant,
+	list := m("list", registry.Read, authz.PoolsRead, authz.Tenant,
 		"Returns a page of the pools the tenant owns and those offered to it, ordered by id.",
 		[]string{"Archived pools are included, with their `state`.",
 			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:pools:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.PoolsManage, authz.Tenant,
 			"Creates a pool owned by the tenant.",
 			[]string{"`provider` is only for pools of kind `vps-provider` (default `sim`); passing it for another kind is `INVALID_INPUT`.",
 				"`CONFLICT` when the tenant already has a pool of that name."},
@@ -469,28 +469,28 @@ func Methods() []registry.Method {
 				Description: "the VPS provider (vps-provider pools only); default sim"},
 			text("providerAccount", false, "the account at the provider"),
 			policy), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:pools:read", authz.Pool,
+		registry.Def(m("get", registry.Read, authz.PoolsRead, authz.Pool,
 			"Returns one pool the tenant owns or is offered.",
 			[]string{"`NOT_FOUND` when the tenant neither owns the pool nor is offered it."}, ref()...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("update", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Changes a pool's name or policy and returns it.",
 			[]string{"Pass `name`, `policy` or both; neither is `INVALID_INPUT`.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			ref(registry.Name(false), policy, expected)...), nil, Update),
-		registry.Def(m("archive", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
 			[]string{"Archiving an archived pool is `INVALID_STATE`.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
 			ref(expected)...), nil, Archive),
-		registry.Def(m("offer", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("offer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Offers a pool to another tenant with a quota and returns the offer.",
 			[]string{"Offering a pool that is already offered to the tenant changes the quota.",
 				"Offering to the owner itself is `INVALID_INPUT`; an unknown `toTenantId` is `NOT_FOUND`.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			ref(toTenant, quota)...), nil, MakeOffer),
-		registry.Def(m("unoffer", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("unoffer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Withdraws an offer and returns the number removed.",
 			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.", ownerOnly},
 			ref(toTenant)...), nil, Unoffer),

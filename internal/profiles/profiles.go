@@ -341,7 +341,7 @@ var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores
 
 // Methods are the profiles group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "profiles", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "provision", Phase: "v0.2", Input: in}
 	}
@@ -350,32 +350,32 @@ func Methods() []registry.Method {
 	visibility := registry.EnumField("visibility", VisibilityEnum, false)
 	createVis := visibility
 	createVis.Default = "private"
-	list := m("list", registry.Read, "compute:profiles:read", authz.Tenant,
+	list := m("list", registry.Read, authz.ProfilesRead, authz.Tenant,
 		"Returns a page of the tenant's stored profiles, public ones and those modules ship, ordered by id and version.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:profiles:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.ProfilesManage, authz.Tenant,
 			"Stores a new profile version from a profile document, private unless `visibility` says public.",
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
 				"`CONFLICT` when that id and version already exist; create the next version instead."},
 			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("get", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
 			[]string{"The lookup prefers the tenant's own profile, then a public stored one, then one a module ships. `NOT_FOUND` when none matches."},
 			ref()...), nil, Get),
-		registry.Def(m("validate", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("validate", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Expands a profile version against the registered steps and returns `valid` with every issue found, such as a `use` that does not resolve or a `with` its step rejects.",
 			[]string{"Problems in the profile are returned as issues rather than thrown; an unknown profile is `NOT_FOUND`."},
 			ref()...), nil, Validate),
-		registry.Def(m("render", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("render", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns the profile document and the expanded steps a workflow of this version would run, with their phases.",
 			[]string{"`INVALID_INPUT` when the profile does not resolve, with the problems in `details.issues`; `NOT_FOUND` for an unknown profile."},
 			ref()...), nil, RenderProfile),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:profiles:manage", authz.Profile,
+		registry.Def(m("update", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Replaces the document of one of the tenant's profile versions, or changes its visibility, and returns the profile.",
 			[]string{"Pass `document`, `visibility` or both; neither is `INVALID_INPUT`.",
 				"A version a workflow has used keeps its document: `INVALID_STATE`. Its visibility can still change.",
@@ -385,7 +385,7 @@ func Methods() []registry.Method {
 			registry.TenantID(), profileID(), version(true),
 			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
 			registry.ExpectedVersion()), nil, Update),
-		registry.Def(m("delete", registry.Mutation, "compute:profiles:manage", authz.Profile,
+		registry.Def(m("delete", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
 			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have."},
 			ref()...), nil, Delete),

@@ -84,8 +84,8 @@ type (
 const cols = `project_id, tenant_id, name, description, row_version, created_at, updated_at`
 
 var (
-	ownerPerms  = []string{"compute:projects:read", "compute:projects:manage"}
-	memberPerms = []string{"compute:projects:read"}
+	ownerPerms  = []authz.Permission{authz.ProjectsRead, authz.ProjectsManage}
+	memberPerms = []authz.Permission{authz.ProjectsRead}
 )
 
 func init() { authz.Register(authz.Project, resolve) }
@@ -253,45 +253,45 @@ var Group = registry.Group{Name: "projects", Summary: "Projects group a tenant's
 
 // Methods are the projects group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "projects", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "core", Phase: "v0.1", Input: in}
 	}
 	ref := []registry.Field{registry.TenantID(), registry.ID("projectId", ids.Project)}
 	desc := registry.Field{Name: "description", Type: registry.String, MaxLength: 2000}
 	principal := registry.ID("principalId", ids.Principal)
-	list := m("list", registry.Read, "compute:projects:read", authz.Tenant,
+	list := m("list", registry.Read, authz.ProjectsRead, authz.Tenant,
 		"Returns a page of the tenant's projects, ordered by id.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:projects:create", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.ProjectsCreate, authz.Tenant,
 			"Creates a project; the caller becomes its owner.",
 			[]string{"`CONFLICT` when the tenant already has a project of that name."},
 			registry.TenantID(), registry.Name(true), desc), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:projects:read", authz.Project,
+		registry.Def(m("get", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns one project.", []string{"`NOT_FOUND` when the tenant has no such project."}, ref...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("update", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Changes a project's name or description and returns it.",
 			[]string{"Pass `name`, `description` or both; neither is `INVALID_INPUT`.",
 				"`expectedVersion` is the project's rowVersion; a mismatch is `CONFLICT`.",
 				"Project owners and tenant admins may update."},
 			append(append([]registry.Field{}, ref...), registry.Name(false), desc,
 				registry.ExpectedVersion())...), nil, Update),
-		registry.Def(m("delete", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("delete", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Deletes a project and its relationships and returns the number deleted.", nil, ref...), nil, Delete),
-		registry.Def(m("addMember", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("addMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Relates a principal to the project as member (default) or owner.",
 			[]string{"`NOT_FOUND` when no such user or service principal exists."},
 			append(append([]registry.Field{}, ref...), principal,
 				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), nil, AddMember),
-		registry.Def(m("removeMember", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("removeMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Removes a principal's relationship to the project.",
 			[]string{"`NOT_FOUND` when the principal is not related to the project."},
 			append(append([]registry.Field{}, ref...), principal)...), nil, RemoveMember),
-		registry.Def(m("listMembers", registry.Read, "compute:projects:read", authz.Project,
+		registry.Def(m("listMembers", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns a page of the project's owners and members, ordered by principal id.",
 			[]string{"`limit` defaults to 50 and is at most 200."},
 			append(append([]registry.Field{}, ref...), registry.Limit(50, 200), registry.Cursor())...), nil, ListMembers),

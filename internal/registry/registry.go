@@ -57,9 +57,9 @@ type Method struct {
 	Notes      []string // rules, in the seed pages' words
 	Kind       Kind
 	Credential Credential
-	Permission string // e.g. compute:profiles:manage
-	Resource   string // authz resource type
-	Items      bool   // "+ items": decided on the tenant, items filtered
+	Permission authz.Permission // e.g. authz.ProfilesManage
+	Resource   string           // authz resource type
+	Items      bool             // "+ items": decided on the tenant, items filtered
 	Module     string
 	Phase      string
 	Status     string
@@ -92,10 +92,10 @@ func (m *Method) Authorization() string {
 	case NodeCred:
 		return "the node's own credential"
 	}
-	if m.Resource == authz.Platform && m.Permission != "compute:tenants:read" {
+	if m.Resource == authz.Platform && m.Permission != authz.TenantsRead {
 		return "operator"
 	}
-	s := m.Permission + " @ " + m.Resource
+	s := string(m.Permission) + " @ " + m.Resource
 	if m.Items {
 		s += " + items"
 	}
@@ -185,6 +185,10 @@ func New(db *store.DB, logger *slog.Logger, reg prometheus.Registerer, groups []
 			}
 			if _, dup := r.methods[m.Key()]; dup {
 				panic("registry: duplicate method " + m.Key())
+			}
+			if m.Credential != JoinToken {
+				// A misspelled permission stops the server at start-up.
+				authz.CheckKnown(m.Permission, "method "+m.Key())
 			}
 			r.methods[m.Key()] = &m
 			r.order = append(r.order, &m)

@@ -17,7 +17,6 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
-	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/registry"
@@ -381,7 +380,7 @@ var Group = registry.Group{Name: "workflows", Summary: "A workflow runs one prof
 
 // Methods are the workflows group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "workflows", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "bare-metal", Phase: "v0.2", Input: in}
 	}
@@ -392,7 +391,7 @@ func Methods() []registry.Method {
 	nodeFilter := nodeID
 	nodeFilter.Required, nodeFilter.Description = false, "only the workflows of this node"
 	expected := registry.ExpectedVersion()
-	list := m("list", registry.Read, "compute:workflows:read", authz.Tenant,
+	list := m("list", registry.Read, authz.WorkflowsRead, authz.Tenant,
 		"Returns a page of the tenant's workflows, ordered by id (creation order), optionally only those of one node or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), nodeFilter,
@@ -403,7 +402,7 @@ func Methods() []registry.Method {
 		}(),
 		registry.Limit(50, 200), registry.Cursor())
 	list.Items = true
-	report := m("reportStep", registry.Mutation, nodes.PermReportWorkflow, authz.Node,
+	report := m("reportStep", registry.Mutation, authz.WorkflowsReport, authz.Node,
 		"Records the node's report on one step of its workflow and returns the workflow.",
 		[]string{"Decided as `compute:workflows:report` on `compute-node/{nodeId}`, which only the node's own credential holds: any other credential is `PERMISSION_DENIED`, as is a node credential naming another node (or a removed one).",
 			"Steps run in order: a step may start or finish only when every earlier step succeeded, and a step that succeeded or failed is final (`INVALID_STATE`). `running` again on a running step replaces its message.",
@@ -417,18 +416,18 @@ func Methods() []registry.Method {
 		registry.Field{Name: "message", Type: registry.String, MaxLength: MaxMessage, Description: "what the node says about the step"})
 	report.Credential = registry.NodeCred
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Starts a workflow of a profile version on one of the tenant's nodes and returns it, with the profile document and the rendered steps snapshotted and every step `pending`.",
 			[]string{"The profile resolves like `profiles.get`: the tenant's own, then a public stored one, then one a module ships; the latest version when `profileVersion` is omitted. `NOT_FOUND` when none matches.",
 				"A profile that does not render is `INVALID_INPUT` with `details.path` `profileId` and the problems in `details.issues` (as `profiles.render` gives them).",
 				"The node must be one the tenant owns and not removed (`NOT_FOUND` otherwise); a cordoned node is `INVALID_STATE`. A node runs one workflow at a time: `CONFLICT` while another is pending or running on it.",
 				"From then on the profile version is `used`: its document can no longer change. The first use bumps the stored version's `rowVersion` and `updatedAt`. An update of the document that races the first use either commits first (and the workflow snapshots the new document) or is refused with `INVALID_STATE`."},
 			registry.TenantID(), nodeID, profiles.IDField(), profiles.VersionField(false)), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:workflows:read", authz.Tenant,
+		registry.Def(m("get", registry.Read, authz.WorkflowsRead, authz.Tenant,
 			"Returns one of the tenant's workflows.",
 			[]string{"`NOT_FOUND` when the tenant has no such workflow."}, ref()...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("cancel", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+		registry.Def(m("cancel", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Cancels a pending or running workflow and returns it; the node is free for another workflow.",
 			[]string{"Steps that had not started become `skipped`; a running step becomes `failed` with the message `canceled while running`.",
 				"A finished (succeeded, failed or canceled) workflow is `INVALID_STATE`.",
