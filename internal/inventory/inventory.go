@@ -220,11 +220,17 @@ func noInventory(nodeID string) error {
 	return errs.E(errs.NotFound, "node %s has no inventory yet", nodeID)
 }
 
+// visible is the visibility predicate over snapshots s: a snapshot is
+// visible where its node is (nodes.Visible). tenants is a text[] expression.
+func visible(tenants string) string {
+	return `EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = s.node_id AND ` + nodes.Visible(tenants) + `)`
+}
+
 // Get returns the node's latest snapshot.
 func Get(ctx context.Context, q store.Q, in *GetInput) (*Snapshot, error) {
 	var s Snapshot
-	err := q.GetContext(ctx, &s, `SELECT `+snapCols+` FROM inventory_snapshots
-		WHERE snapshot_id = (SELECT latest_snapshot_id FROM nodes WHERE node_id = $1 AND tenant_id = $2)`, in.NodeID, in.TenantID)
+	err := q.GetContext(ctx, &s, `SELECT `+snapCols+` FROM inventory_snapshots s
+		WHERE snapshot_id = (SELECT latest_snapshot_id FROM nodes WHERE node_id = $1) AND `+visible("ARRAY[$2]"), in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, noInventory(in.NodeID)
 	}
@@ -244,7 +250,7 @@ func History(ctx context.Context, q store.Q, in *HistoryInput) (*page.Page[Snaps
 	rows := []Snapshot{}
 	err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
 		WHERE s.node_id = $1 AND s.snapshot_id < $2
-		  AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = s.node_id AND n.tenant_id = $3)
+		  AND `+visible("ARRAY[$3]")+`
 		ORDER BY s.snapshot_id DESC LIMIT $4`, in.NodeID, cursor, in.TenantID, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -284,8 +290,9 @@ type pairRow struct {
 
 // Pairs resolves many diffs in one statement. Without to, the latest
 // snapshot is used; without from, the snapshot before to. A reference by
-// hash names the newest of the node's snapshots with that hash.
-func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
+// hash names the newest of the node's snapshots with that hash. A node not
+// visible in scope has no inventory.
+func Pairs(ctx context.Context, q store.Q, scope authz.Scope, keys []DiffKey) ([]DiffPair, error) {
 	nodeIDs, froms, tos := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		nodeIDs[i], froms[i], tos[i] = k.NodeID, k.From, k.To
@@ -293,7 +300,7 @@ func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
 	var rows []pairRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT k.ord,
-		       EXISTS (SELECT 1 FROM inventory_snapshots a WHERE a.node_id = k.node_id) AS has_any,
+		       EXISTS (SELECT 1 FROM inventory_snapshots s WHERE s.node_id = k.node_id AND `+authz.Where("$4", visible)+`) AS has_any,
 		       t.snapshot_id AS to_id, t.hash AS to_hash, t.sections::text AS to_sections, t.collected_at AS to_collected, t.created_at AS to_created,
 		       f.snapshot_id AS from_id, f.hash AS from_hash, f.sections::text AS from_sections, f.collected_at AS from_collected, f.created_at AS from_created
 		FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(node_id, from_ref, to_ref, ord)
@@ -309,7 +316,7 @@ func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
 			           ELSE s.snapshot_id = k.from_ref OR s.hash = k.from_ref END
 			ORDER BY s.snapshot_id DESC LIMIT 1
 		) f ON true
-		ORDER BY k.ord`, nodeIDs, froms, tos)
+		ORDER BY k.ord`, nodeIDs, froms, tos, scope.Arg())
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -363,7 +370,7 @@ func (p DiffPair) Compare() (*DiffResult, error) {
 // the node is the decision's (compute:nodes:read on compute-node/{nodeId}
 // resolves only nodes of the named tenant).
 func DiffSnapshots(ctx context.Context, q store.Q, in *DiffInput) (*DiffResult, error) {
-	pairs, err := Pairs(ctx, q, []DiffKey{{NodeID: in.NodeID, From: in.From, To: in.To}})
+	pairs, err := Pairs(ctx, q, authz.TenantScope(in.TenantID), []DiffKey{{NodeID: in.NodeID, From: in.From, To: in.To}})
 	if err != nil {
 		return nil, err
 	}
@@ -372,10 +379,12 @@ func DiffSnapshots(ctx context.Context, q store.Q, in *DiffInput) (*DiffResult, 
 
 // --- batched reads for the graph --------------------------------------------
 
-// ByID loads snapshots by id in one statement.
-func ByID(ctx context.Context, q store.Q, snapshotIDs []string) (map[string]*Snapshot, error) {
+// ByID loads the snapshots of snapshotIDs visible in scope in one
+// statement.
+func ByID(ctx context.Context, q store.Q, scope authz.Scope, snapshotIDs []string) (map[string]*Snapshot, error) {
 	var rows []Snapshot
-	if err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots WHERE snapshot_id = ANY($1)`, snapshotIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s WHERE snapshot_id = ANY($1) AND `+authz.Where("$2", visible),
+		snapshotIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Snapshot, len(rows))
@@ -393,20 +402,21 @@ type nodeSnapRow struct {
 
 // PagesByNode returns one page of each node's history, newest first, in one
 // statement; after is a snapshot id ("" for the first page).
-func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Snapshot], error) {
+func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Snapshot], error) {
 	if after == "" {
 		after = "~"
 	}
 	var rows []nodeSnapRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS total_count,
+		       (SELECT count(*) FROM inventory_snapshots s WHERE s.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
 			SELECT `+snapCols+` FROM inventory_snapshots s WHERE s.node_id = t.parent AND s.snapshot_id < $2
+			  AND `+authz.Where("$4", visible)+`
 			ORDER BY s.snapshot_id DESC LIMIT $3
-		) x`, nodeIDs, after, limit+1)
+		) x`, nodeIDs, after, limit+1, scope.Arg())
 	var r page.Rows[Snapshot]
 	for _, x := range rows {
 		x.Snapshot.fix()
@@ -416,9 +426,10 @@ func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string,
 }
 
 // CountByNode counts each node's snapshots.
-func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS n
-		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM inventory_snapshots s WHERE s.node_id = t.parent AND `+authz.Where("$2", visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs, scope.Arg())
 }
 
 // --- registry ------------------------------------------------------------------

@@ -165,8 +165,7 @@ func init() { authz.Register(authz.Pool, resolve) }
 func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
 	var owner string
 	err := q.GetContext(ctx, &owner, `SELECT CASE WHEN p.tenant_id = $2 THEN 'owner' ELSE 'offered' END FROM pools p
-		WHERE p.pool_id = $1 AND (p.tenant_id = $2
-			OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, r.ID, r.TenantID)
+		WHERE p.pool_id = $1 AND `+Visible("ARRAY[$2]"), r.ID, r.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return authz.Visibility{}, nil
 	}
@@ -177,6 +176,14 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 		return authz.Visibility{Exists: true}, nil
 	}
 	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm authz.Permission) bool { return !authz.ReadsOnly(perm) }}, nil
+}
+
+// Visible is the one owner-or-offered predicate over pools p: a pool is
+// visible to the tenants of the text[] expression tenants when one of them
+// owns it or is offered it. Every read of pools uses it: the decision
+// (resolve), get, list, the graph's batches, and the instances package.
+func Visible(tenants string) string {
+	return `(p.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = ANY(` + tenants + `)))`
 }
 
 func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
@@ -268,8 +275,7 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Pool, error) {
 // already checked it is visible).
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Pool, error) {
 	var p Pool
-	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools p WHERE pool_id = $1 AND (tenant_id = $2
-		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, in.PoolID, in.TenantID)
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools p WHERE pool_id = $1 AND `+Visible("ARRAY[$2]"), in.PoolID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(in.PoolID)
 	}
@@ -288,8 +294,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], erro
 	}
 	rows := []Pool{}
 	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools p
-		WHERE (tenant_id = $1 OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $1))
-		  AND pool_id > $2 ORDER BY pool_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+		WHERE `+Visible("ARRAY[$1]")+` AND pool_id > $2 ORDER BY pool_id LIMIT $3`, in.TenantID, after, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -503,7 +508,7 @@ type tenantRow struct {
 	Pool
 }
 
-const visibleTo = `(p.tenant_id = t.parent OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = t.parent))`
+var visibleTo = Visible("ARRAY[t.parent]")
 
 // PagesByTenant returns one page of each tenant's visible pools (owned or
 // offered to it) in one statement.
@@ -532,10 +537,14 @@ func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[stri
 }
 
 // OffersByPool loads every offer of each pool in one statement, keyed by
-// pool id (a pool has a handful of offers, so they are not paged).
-func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string][]Offer, error) {
+// pool id (a pool has a handful of offers, so they are not paged). Offers
+// are the owner's view: only pools whose owner is in scope (read under
+// compute:pools:read) have them; a tenant the pool is offered to sees none.
+func OffersByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string][]Offer, error) {
 	var rows []offerRow
-	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1) ORDER BY pool_id, to_tenant_id`, poolIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1)
+		AND pool_id IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$2", ownerIn)+`)
+		ORDER BY pool_id, to_tenant_id`, poolIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := map[string][]Offer{}
@@ -545,11 +554,14 @@ func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]
 	return out, nil
 }
 
-// ByIDs loads pools by id in one statement, keyed by id (callers decide
-// visibility).
-func ByIDs(ctx context.Context, q store.Q, poolIDs []string) (map[string]*Pool, error) {
+// ownerIn is the owner's-view predicate over pools p.
+func ownerIn(tenants string) string { return `p.tenant_id = ANY(` + tenants + `)` }
+
+// ByIDs loads the pools of ids visible in scope (compute:pools:read: owned
+// or offered) in one statement, keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]*Pool, error) {
 	var rows []Pool
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools WHERE pool_id = ANY($1)`, poolIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools p WHERE pool_id = ANY($1) AND `+authz.Where("$2", Visible), poolIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Pool, len(rows))

@@ -97,6 +97,15 @@ const cols = `tenant_id, profile_id, profile_version, visibility, document::text
 
 func init() { authz.Register(authz.Profile, resolve) }
 
+// Visible is the one visibility predicate over stored profile versions p:
+// a version is visible to the tenants of the text[] expression tenants when
+// one of them owns it or it is public, and it is not deleted. (Builtin
+// profiles ship in code and are visible to every reader.) Every read uses
+// it: the decision, get, list, and the graph's batches.
+func Visible(tenants string) string {
+	return `(p.deleted_at IS NULL AND (p.tenant_id = ANY(` + tenants + `) OR p.visibility = 'public'))`
+}
+
 // resolve is the resolver of compute-profile: a profile is visible to the
 // named tenant when the tenant stores a version of it, another tenant
 // publishes one, or a module ships it. Writes only ever touch the tenant's
@@ -108,8 +117,8 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 		return authz.Visibility{Exists: true}, nil
 	}
 	var ok bool
-	err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM profiles
-		WHERE profile_id = $1 AND deleted_at IS NULL AND (tenant_id = $2 OR visibility = 'public'))`, r.ID, r.TenantID)
+	err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM profiles p
+		WHERE profile_id = $1 AND `+Visible("ARRAY[$2]")+`)`, r.ID, r.TenantID)
 	if err != nil {
 		return authz.Visibility{}, store.Wrap(err)
 	}
@@ -127,8 +136,8 @@ func notFound(id string, version *int) error {
 // public stored one, then one a module ships; the latest when version is nil.
 func lookup(ctx context.Context, q store.Q, tenantID, id string, version *int) (*Profile, error) {
 	var p Profile
-	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM profiles
-		WHERE profile_id = $2 AND deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM profiles p
+		WHERE profile_id = $2 AND `+Visible("ARRAY[$1]")+`
 		  AND ($3::int IS NULL OR profile_version = $3)
 		ORDER BY (tenant_id = $1) DESC, profile_version DESC, tenant_id COLLATE "C"
 		LIMIT 1`, tenantID, id, version)
@@ -230,39 +239,79 @@ func (a listKey) less(b listKey) bool {
 
 // List pages the tenant's own, public and builtin profiles by (profileId,
 // profileVersion, owner). The cursor is the key of the last item, so rows
-// added before it never shift a page.
+// added before it never shift a page. It is the graph's Tenant.profiles
+// batch for one tenant.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Profile], error) {
-	var after listKey
-	has, err := page.Decode(in.Cursor, &after.ID, &after.Version, &after.Owner)
+	if err := CheckCursor(in.Cursor); err != nil {
+		return nil, err
+	}
+	r, err := PagesByTenant(ctx, q, []string{in.TenantID}, in.Cursor, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	rows := []Profile{}
-	err = q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles
-		WHERE deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
-		  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
-		       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
-		ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
-		LIMIT $6`, in.TenantID, has, after.ID, after.Version, after.Owner, in.Limit+1)
+	items, cur := page.Trim(r.Items, in.Limit, func(p Profile) string { return CursorOf(&p) })
+	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
+}
+
+// CheckCursor refuses a list cursor this server did not return.
+func CheckCursor(cursor string) error {
+	var after listKey
+	_, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
+	return err
+}
+
+type tenantRow struct {
+	Parent string `db:"parent_key"`
+	Profile
+}
+
+// PagesByTenant returns, in one statement, one page (limit+1 rows, to tell
+// a next page) of each tenant's own, public and builtin profiles after the
+// cursor, ordered as List orders them.
+func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor string, limit int) (page.Rows[Profile], error) {
+	var after listKey
+	has, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return page.Rows[Profile]{}, err
 	}
-	for i := range rows {
-		rows[i].fix()
+	var rows []tenantRow
+	err = q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key, x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (
+			SELECT `+cols+` FROM profiles p
+			WHERE `+Visible("ARRAY[t.parent]")+`
+			  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
+			       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
+			ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
+			LIMIT $6
+		) x`, tenantIDs, has, after.ID, after.Version, after.Owner, limit+1)
+	if err != nil {
+		return page.Rows[Profile]{}, store.Wrap(err)
 	}
-	for i := range builtins {
-		b := builtins[i]
-		b.fix()
-		if !has || after.less(keyOf(&b)) {
-			rows = append(rows, b)
+	byTenant := make(map[string][]Profile, len(tenantIDs))
+	for _, x := range rows {
+		byTenant[x.Parent] = append(byTenant[x.Parent], *x.Profile.fix())
+	}
+	var out page.Rows[Profile]
+	for _, t := range tenantIDs {
+		list := byTenant[t]
+		for i := range builtins {
+			b := builtins[i]
+			b.fix()
+			if !has || after.less(keyOf(&b)) {
+				list = append(list, b)
+			}
+		}
+		sort.SliceStable(list, func(i, j int) bool { return keyOf(&list[i]).less(keyOf(&list[j])) })
+		if len(list) > limit+1 {
+			list = list[:limit+1]
+		}
+		for _, p := range list {
+			out.Parents, out.Totals, out.Items = append(out.Parents, t), append(out.Totals, 0), append(out.Items, p)
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return keyOf(&rows[i]).less(keyOf(&rows[j])) })
-	if len(rows) > in.Limit+1 {
-		rows = rows[:in.Limit+1]
-	}
-	items, cur := page.Trim(rows, in.Limit, func(p Profile) string { return CursorOf(&p) })
-	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
+	return out, nil
 }
 
 // Update replaces the document and/or the visibility of one of the tenant's

@@ -333,17 +333,30 @@ type memberRow struct {
 	Member
 }
 
-// MemberPagesByProject returns one page of relationships for each project.
-func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
+// visible is the visibility predicate over projects pr for the graph: a
+// project is visible to readers of its tenant (tenants, a text[]
+// expression) and to its own owner and members (principal, an SQL text
+// expression). The method surface decides the same through resolve.
+func visible(principal string) func(tenants string) string {
+	return func(tenants string) string {
+		return `(pr.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM project_relations r
+			WHERE r.project_id = pr.project_id AND r.principal_id = ` + principal + `))`
+	}
+}
+
+// MemberPagesByProject returns one page of relationships for each project
+// visible in scope.
+func MemberPagesByProject(ctx context.Context, q store.Q, scope authz.Scope, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
 	var rows []memberRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
 		       (SELECT count(*) FROM project_relations c WHERE c.project_id = t.parent) AS total_count,
 		       m.project_id, m.principal_id, m.relation, m.created_at
 		FROM unnest($1::text[]) AS t(parent)
+		JOIN projects pr ON pr.project_id = t.parent AND `+authz.Where("$4", visible("$5"))+`
 		CROSS JOIN LATERAL (
 			SELECT * FROM project_relations WHERE project_id = t.parent AND principal_id > $2 ORDER BY principal_id LIMIT $3
-		) m`, projectIDs, after, limit+1)
+		) m`, projectIDs, after, limit+1, scope.Arg(), scope.Principal())
 	var r page.Rows[Member]
 	for _, x := range rows {
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Member)
@@ -352,14 +365,17 @@ func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, a
 }
 
 // CountMembersByProject counts each project's relationships.
-func CountMembersByProject(ctx context.Context, q store.Q, projectIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT project_id AS k, count(*) AS n FROM project_relations WHERE project_id = ANY($1) GROUP BY project_id`, projectIDs)
+func CountMembersByProject(ctx context.Context, q store.Q, scope authz.Scope, projectIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT c.project_id AS k, count(*) AS n FROM project_relations c
+		JOIN projects pr ON pr.project_id = c.project_id AND `+authz.Where("$2", visible("$3"))+`
+		WHERE c.project_id = ANY($1) GROUP BY c.project_id`, projectIDs, scope.Arg(), scope.Principal())
 }
 
-// ByIDs loads projects by id, keyed by id.
-func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Project, error) {
+// ByIDs loads the projects of ids visible in scope, keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Project, error) {
 	var rows []Project
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects WHERE project_id = ANY($1)`, ids); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects pr WHERE project_id = ANY($1) AND `+authz.Where("$2", visible("$3")),
+		ids, scope.Arg(), scope.Principal()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Project, len(rows))

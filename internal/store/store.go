@@ -266,12 +266,12 @@ func Classify(err error) *errs.Error {
 
 // CountBy runs a "SELECT <key> AS k, count(*) AS n ... GROUP BY" query over
 // keys and returns the counts by key (absent keys count 0).
-func CountBy(ctx context.Context, q Q, query string, keys []string) (map[string]int, error) {
+func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any) (map[string]int, error) {
 	var rows []struct {
 		K string `db:"k"`
 		N int    `db:"n"`
 	}
-	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
+	if err := q.SelectContext(ctx, &rows, query, append([]any{keys}, args...)...); err != nil {
 		return nil, Wrap(err)
 	}
 	out := make(map[string]int, len(rows))

@@ -105,10 +105,12 @@ func Methods() []registry.Method {
 	}
 }
 
-// ByIDs loads tenants by id, keyed by id.
-func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Tenant, error) {
+// ByIDs loads the tenants of ids in scope (compute:tenants:read), keyed by
+// id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Tenant, error) {
 	var rows []Tenant
-	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, name, created_at FROM tenants WHERE tenant_id = ANY($1)`, ids); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, name, created_at FROM tenants t WHERE tenant_id = ANY($1)
+		AND `+authz.Where("$2", func(ts string) string { return `t.tenant_id = ANY(` + ts + `)` }), ids, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Tenant, len(rows))

@@ -215,9 +215,14 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) 
 	return w, nil
 }
 
+// visible is the visibility predicate over workflows w: a workflow is
+// visible to its tenant (compute:workflows:read), the owner of its node.
+// tenants is a text[] expression.
+func visible(tenants string) string { return `w.tenant_id = ANY(` + tenants + `)` }
+
 // Get returns one of the tenant's workflows.
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Workflow, error) {
-	w, err := one(ctx, q, `SELECT `+cols+` FROM workflows WHERE workflow_id = $1 AND tenant_id = $2`, in.WorkflowID, in.TenantID)
+	w, err := one(ctx, q, `SELECT `+cols+` FROM workflows w WHERE workflow_id = $1 AND `+visible("ARRAY[$2]"), in.WorkflowID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(in.WorkflowID)
 	}
@@ -232,8 +237,8 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], 
 		return nil, err
 	}
 	rows := []Workflow{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows
-		WHERE tenant_id = $1 AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w
+		WHERE `+visible("ARRAY[$1]")+` AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
 		ORDER BY workflow_id LIMIT $5`, in.TenantID, in.NodeID, in.State, after, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -444,18 +449,19 @@ type nodeRow struct {
 	Workflow
 }
 
-// PagesByNode returns one page of each node's workflows, by id, in one
-// statement (the caller has decided the nodes are visible).
-func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
+// PagesByNode returns one page of each node's workflows visible in scope,
+// by id, in one statement.
+func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
 	var rows []nodeRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS total_count,
+		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
-			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 ORDER BY w.workflow_id LIMIT $3
-		) x`, nodeIDs, after, limit+1)
+			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 AND `+authz.Where("$4", visible)+`
+			ORDER BY w.workflow_id LIMIT $3
+		) x`, nodeIDs, after, limit+1, scope.Arg())
 	var r page.Rows[Workflow]
 	if err != nil {
 		return r, store.Wrap(err)
@@ -470,7 +476,26 @@ func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string,
 }
 
 // CountByNode counts each node's workflows.
-func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS n
-		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$2", visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs, scope.Arg())
+}
+
+// ByIDs loads the workflows of ids visible in scope in one statement,
+// keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Workflow, error) {
+	var rows []Workflow
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w WHERE workflow_id = ANY($1) AND `+authz.Where("$2", visible),
+		ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Workflow, len(rows))
+	for i := range rows {
+		if err := rows[i].fix(); err != nil {
+			return nil, err
+		}
+		out[rows[i].WorkflowID] = &rows[i]
+	}
+	return out, nil
 }
