@@ -79,7 +79,7 @@ func (c *Caller) Allows(perm Permission, tenantID string) bool {
 func (c *Caller) Scope(perm Permission) Scope {
 	switch {
 	case c == nil || c.P == nil || c.P.Kind == "node" || !known[perm]:
-		return Scope{tenants: []string{}}
+		return Scope{tenants: []string{}, none: true}
 	case c.P.IsOperator():
 		return Scope{all: true, principal: c.P.ID}
 	}
@@ -101,9 +101,15 @@ func (c *Caller) Scope(perm Permission) Scope {
 // grant reads through direct relationships (a project's members).
 type Scope struct {
 	all       bool
+	none      bool // reads nothing at all, not even what is public
 	tenants   []string
 	principal string
 }
+
+// Nothing says the scope reads nothing, public resources included (a node
+// credential, which reads nothing but reports): loaders answer without a
+// statement.
+func (s Scope) Nothing() bool { return s.none }
 
 // Principal is the principal the scope reads for ("" on the method
 // surface, whose decision has already looked at direct relationships).

@@ -125,8 +125,8 @@ func New(q store.Q) *Loaders {
 	l.NodeDiff = loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {
 		out := make([]*dataloader.Result[*inventory.DiffPair], len(keys))
 		scope, err := l.scope(ctx, authz.NodesRead)
-		var pairs []inventory.DiffPair
-		if err == nil {
+		pairs := make([]inventory.DiffPair, len(keys))
+		if err == nil && !scope.Nothing() {
 			pairs, err = inventory.Pairs(ctx, q, scope, keys)
 		}
 		for i := range keys {
@@ -143,7 +143,7 @@ func New(q store.Q) *Loaders {
 		out := make([]*dataloader.Result[*profiles.Profile], len(keys))
 		scope, err := l.scope(ctx, authz.ProfilesRead)
 		var found map[profiles.Key]*profiles.Profile
-		if err == nil {
+		if err == nil && !scope.Nothing() {
 			found, err = profiles.ByKeys(ctx, q, scope, keys)
 		}
 		for i, k := range keys {
@@ -228,7 +228,7 @@ func byID[V any](l *Loaders, perm authz.Permission, fetch func(ctx context.Conte
 	return loader(func(ctx context.Context, keys []string) []*dataloader.Result[V] {
 		scope, err := l.scope(ctx, perm)
 		var found map[string]V
-		if err == nil {
+		if err == nil && !scope.Nothing() {
 			found, err = fetch(ctx, l.q, scope, keys)
 		}
 		out := make([]*dataloader.Result[V], len(keys))
@@ -295,6 +295,12 @@ func pagesOf[T any](l *Loaders, perm authz.Permission, gate bool, fetch pageFetc
 			groups[a] = append(groups[a], k.Parent)
 		}
 		for a, parents := range groups {
+			if scope.Nothing() {
+				for _, p := range parents {
+					results[PageKey{p, a.first, a.after}] = &dataloader.Result[*page.Conn[T]]{Data: &page.Conn[T]{Items: []T{}}}
+				}
+				continue
+			}
 			rows, err := fetch(ctx, l.q, scope, parents, a.after, a.first)
 			conns := page.Group(rows, a.first)
 			var missing []string

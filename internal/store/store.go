@@ -95,7 +95,12 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 type counterKey struct{}
 
 // Counter counts the statements sent on contexts derived from WithCounter.
-type Counter struct{ n atomic.Int64 }
+// Hook, when set, sees each statement's SQL before it is sent (tests stop
+// the database at a chosen statement).
+type Counter struct {
+	n    atomic.Int64
+	Hook func(sql string)
+}
 
 // N is the number of statements counted so far.
 func (c *Counter) N() int64 { return c.n.Load() }
@@ -123,6 +128,9 @@ func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQuer
 	totalStatements.Add(1)
 	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
 		c.n.Add(1)
+		if c.Hook != nil {
+			c.Hook(d.SQL)
+		}
 	}
 	return ctx
 }
