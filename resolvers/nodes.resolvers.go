@@ -39,8 +39,8 @@ func (r *computeNodeResolver) Inventory(ctx context.Context, obj *nodes.Node) (*
 
 // InventoryHistory is the resolver for the inventoryHistory field.
 func (r *computeNodeResolver) InventoryHistory(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.InventorySnapshotConnection, error) {
-	if first != nil && (*first < 1 || *first > 100) {
-		return nil, errs.Invalid("first", "first must be in 1-100")
+	if first != nil && (*first < 1 || *first > inventory.HistoryMaxLimit) {
+		return nil, errs.Invalid("first", "first must be in 1-%d", inventory.HistoryMaxLimit)
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeHistory, obj.NodeID, first, after,
 		func(s *inventory.Snapshot) string { return s.ID },

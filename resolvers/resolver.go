@@ -33,7 +33,7 @@ func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, 
 
 // pageArgs checks first/after the way the method surface checks limit/cursor.
 func pageArgs(first *int, after *string) (int, string, error) {
-	n := 50
+	n := page.DefaultLimit
 	if first != nil {
 		n = *first
 	}

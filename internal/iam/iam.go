@@ -212,7 +212,7 @@ func role() registry.Field { return registry.EnumField("role", RoleEnum, true) }
 func principalID() registry.Field { return registry.ID("principalId", ids.Principal) }
 
 func list() []registry.Field {
-	return []registry.Field{registry.TenantID(), registry.Limit(50, 200), registry.Cursor()}
+	return []registry.Field{registry.TenantID(), registry.PageLimit(), registry.Cursor()}
 }
 
 // Methods are the tokens and members groups' registry entries.

@@ -64,7 +64,7 @@ func Methods(s *Service) []registry.Method {
 	poolFilter.Required, poolFilter.Description = false, "only those of this pool"
 	projectFilter := registry.ID("projectId", ids.Project)
 	projectFilter.Required, projectFilter.Description = false, "only those of this project"
-	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
+	pageFields := []registry.Field{registry.PageLimit(), registry.Cursor()}
 	nodeID := registry.ID("nodeId", ids.Node)
 
 	list := m("instances", "list", registry.Read, authz.InstancesRead, authz.Tenant,
@@ -151,7 +151,7 @@ func Methods(s *Service) []registry.Method {
 				"`eventId` order is commit order: an event that commits later never sorts before one already returned. Pass the last `eventId` as `cursor` to read on (also after the last page, to poll).",
 				"Events are kept for the configured retention (7 days by default); a cursor older than that is `INVALID_STATE` with `details.reason` `expired-cursor`.",
 				"`limit` defaults to 50 and is at most 200."},
-			inst(registry.Limit(50, 200), registry.Field{Name: "cursor", Type: registry.String, Pattern: `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`})...), nil, Events),
+			inst(registry.PageLimit(), registry.Field{Name: "cursor", Type: registry.String, Pattern: `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`})...), nil, Events),
 		registry.Def(m("instances", "capacity", registry.Read, authz.PoolsRead, authz.Pool,
 			"Returns a pool's capacity: total, allocated (what instances hold), reserved (what active reservations hold beyond that) and free; the owner also sees what each tenant holds.",
 			[]string{"A hosted pool's total is its ready hosts' GPU devices (after the sharing mode), vCPUs and memory from their latest inventory; a provider pool's is its policy's `capacity` (`bounded: false` and no total when it sets none).",

@@ -377,6 +377,13 @@ func DiffSnapshots(ctx context.Context, q store.Q, in *DiffInput) (*DiffResult, 
 	return pairs[0].Compare()
 }
 
+// History pages are smaller than others (the seed page's bounds); the
+// graph's inventoryHistory keeps the same ones.
+const (
+	HistoryDefaultLimit = 20
+	HistoryMaxLimit     = 100
+)
+
 // --- batched reads for the graph --------------------------------------------
 
 // ByID loads the snapshots of snapshotIDs visible in scope in one
@@ -480,7 +487,7 @@ func Methods() []registry.Method {
 		registry.Def(m("history", registry.Read, authz.NodesRead, "v0.2",
 			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
 			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned. NOT_FOUND when the node is not owned by the tenant."},
-			node(registry.Limit(20, 100), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
+			node(registry.Limit(HistoryDefaultLimit, HistoryMaxLimit), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
 		registry.Def(m("diff", registry.Read, authz.NodesRead, "v0.2",
 			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
 			[]string{"Without `to`, the latest snapshot is used; without `from`, the snapshot before `to`. A node with a single snapshot diffs against nothing: `from` is empty and there are no changes.",

@@ -86,7 +86,7 @@ func Methods(db *store.DB) []registry.Method {
 	node := func(more ...registry.Field) []registry.Field {
 		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
 	}
-	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
+	pageFields := []registry.Field{registry.PageLimit(), registry.Cursor()}
 	expected := registry.ExpectedVersion()
 	mac := registry.Field{Name: "mac", Type: registry.String, Pattern: `^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$`,
 		Description: "a MAC address, aa:bb:cc:dd:ee:ff"}

@@ -9,14 +9,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
@@ -200,37 +199,10 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	if _, ok := v.(map[string]any); !ok {
 		return "", errs.Invalid(path, "%s must be an object", path)
 	}
-	if p := firstNUL(path, v); p != "" {
+	if p := pgtext.FirstNUL(path, v); p != "" {
 		return "", errs.Invalid(p, "%s must not contain NUL characters", p)
 	}
 	return string(raw), nil
-}
-
-// firstNUL returns the path of the first string holding a NUL ("" for
-// none); PostgreSQL's jsonb cannot store them.
-func firstNUL(path string, v any) string {
-	switch t := v.(type) {
-	case string:
-		if strings.ContainsRune(t, 0) {
-			return path
-		}
-	case map[string]any:
-		for k, x := range t {
-			if strings.ContainsRune(k, 0) {
-				return path
-			}
-			if p := firstNUL(path+"."+k, x); p != "" {
-				return p
-			}
-		}
-	case []any:
-		for i, x := range t {
-			if p := firstNUL(fmt.Sprintf("%s[%d]", path, i), x); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
 }
 
 func nameTaken(name, tenantID string) error {
@@ -458,7 +430,7 @@ func Methods() []registry.Method {
 		"Returns a page of the pools the tenant owns and those offered to it, ordered by id.",
 		[]string{"Archived pools are included, with their `state`.",
 			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
 		registry.Def(m("create", registry.Mutation, authz.PoolsManage, authz.Tenant,

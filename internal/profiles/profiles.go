@@ -402,7 +402,7 @@ func Methods() []registry.Method {
 	list := m("list", registry.Read, authz.ProfilesRead, authz.Tenant,
 		"Returns a page of the tenant's stored profiles, public ones and those modules ship, ordered by id and version.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
 		registry.Def(m("create", registry.Mutation, authz.ProfilesManage, authz.Tenant,

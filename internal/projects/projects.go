@@ -263,7 +263,7 @@ func Methods() []registry.Method {
 	list := m("list", registry.Read, authz.ProjectsRead, authz.Tenant,
 		"Returns a page of the tenant's projects, ordered by id.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
 		registry.Def(m("create", registry.Mutation, authz.ProjectsCreate, authz.Tenant,
@@ -294,7 +294,7 @@ func Methods() []registry.Method {
 		registry.Def(m("listMembers", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns a page of the project's owners and members, ordered by principal id.",
 			[]string{"`limit` defaults to 50 and is at most 200."},
-			append(append([]registry.Field{}, ref...), registry.Limit(50, 200), registry.Cursor())...), nil, ListMembers),
+			append(append([]registry.Field{}, ref...), registry.PageLimit(), registry.Cursor())...), nil, ListMembers),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -383,7 +384,11 @@ func ExpectedVersion() Field {
 		Description: "the rowVersion the caller last read; a mismatch is CONFLICT"}
 }
 
-// Limit is the page size field.
+// PageLimit is the page size field of a list: page.DefaultLimit, at most
+// page.MaxLimit.
+func PageLimit() Field { return Limit(page.DefaultLimit, page.MaxLimit) }
+
+// Limit is the page size field with bounds of its own (a seed page's).
 func Limit(def, max int64) Field {
 	return Field{Name: "limit", Type: Integer, Min: Int(1), Max: Int(max), Default: def}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/internal/page"
 )
 
 // Every connection of the schema is costed by the one rule (1 + first ×
@@ -81,7 +82,7 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		t.Fatal(errs)
 	}
 	// viewer 1 + tenants (1 + 3 × (edges 1 + node 1 + tenantId 1 + projects (1 + 50 × totalCount 1)))
-	if got, want := OperationCost(schema, doc.Operations[0], nil), 1+1+3*(1+1+1+1+defaultFirst*1); got != want {
+	if got, want := OperationCost(schema, doc.Operations[0], nil), 1+1+3*(1+1+1+1+page.DefaultLimit*1); got != want {
 		t.Fatalf("cost %d, want %d", got, want)
 	}
 }

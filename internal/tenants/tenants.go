@@ -101,7 +101,7 @@ func Methods() []registry.Method {
 			Summary:    "Returns a page of the tenants the caller holds a role on (every tenant for the operator), ordered by id.",
 			Notes:      []string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 			Permission: authz.TenantsRead, Resource: authz.Platform, Module: "core", Phase: "v0.1",
-			Input: []registry.Field{registry.Limit(50, 200), registry.Cursor()}}, nil, List),
+			Input: []registry.Field{registry.PageLimit(), registry.Cursor()}}, nil, List),
 	}
 }
 

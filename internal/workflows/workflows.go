@@ -405,7 +405,7 @@ func Methods() []registry.Method {
 			f.Description = "only the workflows in this state"
 			return f
 		}(),
-		registry.Limit(50, 200), registry.Cursor())
+		registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	report := m("reportStep", registry.Mutation, authz.WorkflowsReport, authz.Node,
 		"Records the node's report on one step of its workflow and returns the workflow.",
