@@ -98,10 +98,29 @@ func Register(resourceType string, r Resolver) {
 	resolvers[resourceType] = r
 }
 
+type lockKey struct{}
+
+// DecideInTx is Decide for a mutation, inside its transaction tx: the role
+// binding it rests on is read anew and locked FOR SHARE until the
+// transaction ends, so a revocation cannot land between the decision and
+// the write (it waits for the write, or the write sees it). The resource
+// resolvers read on tx too, and the handlers lock the rows they change.
+func DecideInTx(ctx context.Context, tx store.Q, p *reqctx.Principal, perm Permission, r Resource) error {
+	return Decide(context.WithValue(ctx, lockKey{}, true), tx, p, perm, r)
+}
+
 // RoleOf returns the principal's role on a tenant, "" for none.
 func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
 	if p == nil || p.Kind == "node" || tenantID == "" {
 		return "", nil
+	}
+	if locked, _ := ctx.Value(lockKey{}).(bool); locked {
+		var role string
+		err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2 FOR SHARE`, tenantID, p.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil
+		}
+		return role, store.Wrap(err)
 	}
 	if r, ok := p.CachedRole(tenantID); ok {
 		return r, nil
