@@ -367,3 +367,96 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 		t.Fatalf("the outage was logged as an internal error:\n%s", logs.String())
 	}
 }
+
+// A mutation is decided inside its transaction, on the role binding it
+// rests on, locked: a revocation in flight when the mutation starts is
+// waited for, and once it commits the mutation is PERMISSION_DENIED (a
+// decision taken before the transaction would have let it write).
+func TestMutationDecidedInItsTransaction(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	ctx := t.Context()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	// The revocation of the member's role, in flight.
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM role_bindings WHERE tenant_id = 'acme' AND principal_id = $1 FOR UPDATE`, acme.Member.PrincipalID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan testkit.Resp, 1)
+	go func() {
+		done <- e.Call(acme.Member.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "racing"})
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the mutation did not wait for the revocation in flight: %d %s", r.Status, r.Raw)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM role_bindings WHERE tenant_id = 'acme' AND principal_id = $1`, acme.Member.PrincipalID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		expect(t, r, "PERMISSION_DENIED", anyPath)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mutation hung")
+	}
+	var n int
+	if err := e.DB.GetContext(ctx, &n, `SELECT count(*) FROM projects WHERE tenant_id = 'acme' AND name = 'racing'`); err != nil || n != 0 {
+		t.Fatalf("the project was written after the revocation: %d %v", n, err)
+	}
+}
+
+// An internal error's details.requestId finds its log line, which names
+// the method or the operation and field: on both surfaces.
+func TestInternalErrorsNameTheirLogLine(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	e := testkit.StartWith(t, testkit.Options{Logs: &logs})
+	acme := newTenant(t, e, "acme")
+	e.Pool(acme.Admin.Token, "acme", "fra1")
+	// A bug's stand-in: a table the pools' reads join is gone.
+	if _, err := e.DB.ExecContext(t.Context(), `ALTER TABLE pool_offers RENAME TO pool_offers_gone`); err != nil {
+		t.Fatal(err)
+	}
+	line := func(requestID string) map[string]any {
+		t.Helper()
+		for _, l := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["requestId"] == requestID && m["msg"] == "internal error" {
+				return m
+			}
+		}
+		t.Fatalf("no internal error line with requestId %s:\n%s", requestID, logs.String())
+		return nil
+	}
+	r := e.GraphQL(acme.Admin.Token, `query Fleet { tenant(tenantId: "acme") { name pools(first: 5) { totalCount } } }`, nil)
+	list, _ := r.Body["errors"].([]any)
+	if len(list) != 1 {
+		t.Fatalf("graph: %s", r.Raw)
+	}
+	ext := list[0].(map[string]any)["extensions"].(map[string]any)
+	id, _ := ext["details"].(map[string]any)["requestId"].(string)
+	if ext["code"] != "INTERNAL" || id == "" || id != r.Header.Get("X-Request-Id") || strings.Contains(string(r.Raw), "pool_offers") {
+		t.Fatalf("graph: %s", r.Raw)
+	}
+	if m := line(id); m["operation"] != "Fleet" || m["field"] != "tenant.pools" {
+		t.Fatalf("the graph's log line does not name the operation and field: %v", m)
+	}
+	r = e.Call(acme.Admin.Token, "pools/list", map[string]any{"tenantId": "acme"})
+	d, _ := r.Body["error"].(map[string]any)
+	details, _ := d["details"].(map[string]any)
+	id, _ = details["requestId"].(string)
+	if r.Code() != "INTERNAL" || id == "" || id != r.Header.Get("X-Request-Id") {
+		t.Fatalf("method surface: %d %s", r.Status, r.Raw)
+	}
+	if m := line(id); m["method"] != "pools.list" {
+		t.Fatalf("the method surface's log line does not name the method: %v", m)
+	}
+}
