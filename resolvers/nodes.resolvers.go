@@ -20,7 +20,9 @@ import (
 
 // Pool is the resolver for the pool field.
 func (r *computeNodeResolver) Pool(ctx context.Context, obj *nodes.Node) (*pools.Pool, error) {
-	p, err := loaders.From(ctx).Pool.Load(ctx, obj.PoolID)()
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Pool, obj.NodeID, loaders.KindPool)
+	p, err := l.Pool.Load(ctx, obj.PoolID)()
 	if err == nil && p == nil {
 		return nil, errs.E(errs.NotFound, "pool %s not found", obj.PoolID)
 	}

@@ -101,7 +101,7 @@ func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, firs
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.ProfileConnection{Edges: make([]*model.ProfileEdge, len(c.Items)), PageInfo: &model.PageInfo{HasNextPage: c.HasNext}}
+	conn := &model.ProfileConnection{Edges: make([]*model.ProfileEdge, len(c.Items)), PageInfo: &model.PageInfo{HasNextPage: c.HasNext}, TotalCount: c.Total}
 	for i := range c.Items {
 		cur := profiles.CursorOf(&c.Items[i])
 		conn.Edges[i] = &model.ProfileEdge{Cursor: cur, Node: &c.Items[i]}

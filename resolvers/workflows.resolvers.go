@@ -76,13 +76,17 @@ func (r *workflowResolver) ProfileDocument(ctx context.Context, obj *workflows.W
 
 // Node is the resolver for the node field.
 func (r *workflowResolver) Node(ctx context.Context, obj *workflows.Workflow) (*nodes.Node, error) {
-	return loaders.From(ctx).Node.Load(ctx, obj.NodeID)()
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Node, obj.WorkflowID, loaders.KindNode)
+	return l.Node.Load(ctx, obj.NodeID)()
 }
 
 // Profile is the resolver for the profile field: the stored version as it
 // is now (null once deleted, or when the caller may no longer read it).
 func (r *workflowResolver) Profile(ctx context.Context, obj *workflows.Workflow) (*profiles.Profile, error) {
-	return loaders.From(ctx).Profile.Load(ctx, profiles.Key{TenantID: obj.ProfileTenantID, ProfileID: obj.ProfileID, ProfileVersion: obj.ProfileVersion})()
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Profile, obj.WorkflowID, loaders.KindProfile)
+	return l.Profile.Load(ctx, profiles.Key{TenantID: obj.ProfileTenantID, ProfileID: obj.ProfileID, ProfileVersion: obj.ProfileVersion})()
 }
 
 // With is the resolver for the with field.

@@ -218,6 +218,16 @@ func TestGraphReadMatrix(t *testing.T) {
 		strings.Contains(raw, `"profileId":"`+w.pubProf+`","profileVersion":2`) {
 		t.Fatalf("other's profiles: %s", raw)
 	}
+	// Totals count what the caller may read: acme's three versions are in
+	// acme's total, only the public one in other's; builtins in both.
+	totalQ := `query($t: String!) { tenant(tenantId: $t) { profiles(first: 1) { totalCount } } }`
+	total := func(token, tenantID string) int {
+		d := gqlOK(t, e.GraphQL(token, totalQ, map[string]any{"t": tenantID}))
+		return int(d["tenant"].(map[string]any)["profiles"].(map[string]any)["totalCount"].(float64))
+	}
+	if a, o := total(w.acme.Viewer.Token, "acme"), total(w.other.Admin.Token, "other"); a-o != 2 || o < 1 {
+		t.Fatalf("profiles totalCount: acme %d, other %d", a, o)
+	}
 	versionsQ := fmt.Sprintf(`{ node(id: %q) { ... on Profile { versions(first: 10) { totalCount edges { node { profileVersion } } } } } }`, w.publicID)
 	for token, want := range map[string]string{w.other.Admin.Token: `"totalCount":1`, w.acme.Viewer.Token: `"totalCount":2`} {
 		if raw := string(mustJSON(t, gqlOK(t, e.GraphQL(token, versionsQ, nil)))); !strings.Contains(raw, want) {

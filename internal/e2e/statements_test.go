@@ -59,7 +59,7 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		projects(first: 10) { totalCount edges { node { name members(first: 3) { totalCount edges { node { principalId } } } } } }
 		members(first: 10) { totalCount edges { node { principalId role } } }
 		tokens(first: 10) { totalCount edges { node { tokenId } } }
-		profiles(first: 10) { edges { node { profileId versions(first: 3) { totalCount edges { node { profileVersion } } } } } } } } } } }`
+		profiles(first: 10) { totalCount edges { node { profileId versions(first: 3) { totalCount edges { node { profileVersion } } } } } } } } } } }`
 	const fleetQuery = `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId
 		offers { toTenantId }
 		joinRequests(first: 3) { totalCount edges { node { joinRequestId } } }

@@ -110,7 +110,11 @@ func New(q store.Q) *Loaders {
 		l.recordPools(r)
 		return r, err
 	}, pools.CountByTenant)
-	l.TenantProfiles = tenantPages(l, authz.ProfilesRead, profiles.PagesByTenant, nil)
+	l.TenantProfiles = tenantPages(l, authz.ProfilesRead, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[profiles.Profile], error) {
+		r, err := profiles.PagesByTenant(ctx, q, parents, after, limit)
+		l.recordProfiles(r)
+		return r, err
+	}, profiles.CountByTenant)
 	l.PoolOffers = byID(l, authz.PoolsRead, pools.OffersByPool)
 	l.Pool = byID(l, authz.PoolsRead, pools.ByIDs)
 	l.Node = byID(l, authz.NodesRead, nodes.NodesByID)
@@ -137,7 +141,11 @@ func New(q store.Q) *Loaders {
 		}
 		return out
 	})
-	l.NodeWorkflows = pages(l, authz.WorkflowsRead, workflows.PagesByNode, workflows.CountByNode)
+	l.NodeWorkflows = pages(l, authz.WorkflowsRead, func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[workflows.Workflow], error) {
+		r, err := workflows.PagesByNode(ctx, q, scope, parents, after, limit)
+		l.recordWorkflows(r)
+		return r, err
+	}, workflows.CountByNode)
 	l.Workflow = byID(l, authz.WorkflowsRead, workflows.ByIDs)
 	l.Profile = loader(func(ctx context.Context, keys []profiles.Key) []*dataloader.Result[*profiles.Profile] {
 		out := make([]*dataloader.Result[*profiles.Profile], len(keys))

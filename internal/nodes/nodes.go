@@ -155,8 +155,8 @@ func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[No
 		labels = &l
 	}
 	rows := []Node{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes
-		WHERE tenant_id = $1 AND node_id > $2
+	err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes n
+		WHERE `+Visible("ARRAY[$1]")+` AND node_id > $2
 		  AND ($3::text IS NULL OR pool_id = $3)
 		  AND (CASE WHEN $4::text IS NULL THEN state <> 'removed' ELSE state = $4 END)
 		  AND ($5::jsonb IS NULL OR labels @> $5::jsonb)

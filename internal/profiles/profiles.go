@@ -262,12 +262,15 @@ func CheckCursor(cursor string) error {
 
 type tenantRow struct {
 	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
 	Profile
 }
 
 // PagesByTenant returns, in one statement, one page (limit+1 rows, to tell
 // a next page) of each tenant's own, public and builtin profiles after the
-// cursor, ordered as List orders them.
+// cursor, ordered as List orders them, with the number of them all. Each
+// tenant also gets one row with an empty profile id that only carries its
+// total, so a tenant whose page holds no stored profile still has one.
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor string, limit int) (page.Rows[Profile], error) {
 	var after listKey
 	has, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
@@ -276,22 +279,29 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor st
 	}
 	var rows []tenantRow
 	err = q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key, x.*
+		SELECT t.parent AS parent_key, c.n AS total_count, x.*
 		FROM unnest($1::text[]) AS t(parent)
-		CROSS JOIN LATERAL (
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM profiles p WHERE `+Visible("ARRAY[t.parent]")+`) c
+		CROSS JOIN LATERAL ((
 			SELECT `+cols+` FROM profiles p
 			WHERE `+Visible("ARRAY[t.parent]")+`
 			  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
 			       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
 			ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
 			LIMIT $6
+		) UNION ALL
+			SELECT '', '', 0, '', '', 0, false, 'epoch'::timestamptz, 'epoch'::timestamptz, ''
 		) x`, tenantIDs, has, after.ID, after.Version, after.Owner, limit+1)
 	if err != nil {
 		return page.Rows[Profile]{}, store.Wrap(err)
 	}
 	byTenant := make(map[string][]Profile, len(tenantIDs))
+	totals := make(map[string]int, len(tenantIDs))
 	for _, x := range rows {
-		byTenant[x.Parent] = append(byTenant[x.Parent], *x.Profile.fix())
+		totals[x.Parent] = x.Total + len(builtins)
+		if x.ProfileID != "" {
+			byTenant[x.Parent] = append(byTenant[x.Parent], *x.Profile.fix())
+		}
 	}
 	var out page.Rows[Profile]
 	for _, t := range tenantIDs {
@@ -308,10 +318,21 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor st
 			list = list[:limit+1]
 		}
 		for _, p := range list {
-			out.Parents, out.Totals, out.Items = append(out.Parents, t), append(out.Totals, 0), append(out.Items, p)
+			out.Parents, out.Totals, out.Items = append(out.Parents, t), append(out.Totals, totals[t]), append(out.Items, p)
 		}
 	}
 	return out, nil
+}
+
+// CountByTenant counts each tenant's own, public and builtin profiles (for
+// tenants whose page is empty: past the end).
+func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles p WHERE `+Visible("ARRAY[t.parent]")+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, tenantIDs)
+	for k := range m {
+		m[k] += len(builtins)
+	}
+	return m, err
 }
 
 // Update replaces the document and/or the visibility of one of the tenant's

@@ -49,6 +49,9 @@ func TestEveryConnectionHasACost(t *testing.T) {
 				if f.Arguments.ForName("first") == nil || f.Arguments.ForName("after") == nil {
 					t.Errorf("%s.%s is a connection without first and after", name, f.Name)
 				}
+				if schema.Types[f.Type.Name()].Fields.ForName("totalCount") == nil {
+					t.Errorf("%s has no totalCount (the contract's connections have edges, pageInfo and totalCount)", f.Type.Name())
+				}
 			case IsConnection(f):
 				t.Errorf("%s.%s returns %s, named like a connection but without edges and pageInfo", name, f.Name, f.Type.Name())
 			case f.Type.Elem != nil:
