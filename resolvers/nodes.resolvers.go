@@ -209,11 +209,7 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 // may read, when it is this tenant's (the field names one of the tenant's
 // nodes).
 func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error) {
-	n, err := loaders.From(ctx).Node.Load(ctx, nodeID)()
-	if err != nil || n == nil || n.TenantID != obj.TenantID {
-		return nil, err
-	}
-	return n, nil
+	return loaders.From(ctx).TenantNode(ctx, obj.TenantID, nodeID)
 }
 
 // ComputeNode returns graph.ComputeNodeResolver implementation.

@@ -125,11 +125,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		}
 		return nodeOf(l.Profile.Load(ctx, profiles.Key{TenantID: key[0], ProfileID: key[1], ProfileVersion: v})())
 	case typ == "Workflow" && len(key) == 2:
-		w, err := l.Workflow.Load(ctx, key[1])()
-		if err != nil || w == nil || w.TenantID != key[0] {
-			return nil, err // an id naming another tenant is no id of this workflow
-		}
-		return w, nil
+		return nodeOf(l.TenantWorkflow(ctx, key[0], key[1]))
 	case len(key) != 1:
 		return nil, nil
 	case typ == "Tenant":

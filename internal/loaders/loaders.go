@@ -179,6 +179,26 @@ func (l *Loaders) scope(ctx context.Context, perm authz.Permission) (authz.Scope
 	return c.Scope(perm), nil
 }
 
+// TenantNode is one of the tenant's nodes that the caller may read; nil
+// for a node of another tenant, as for a hidden one.
+func (l *Loaders) TenantNode(ctx context.Context, tenantID, nodeID string) (*nodes.Node, error) {
+	n, err := l.Node.Load(ctx, nodeID)()
+	if err != nil || n == nil || n.TenantID != tenantID {
+		return nil, err
+	}
+	return n, nil
+}
+
+// TenantWorkflow is one of the tenant's workflows that the caller may
+// read (a workflow's global id names its tenant); nil otherwise.
+func (l *Loaders) TenantWorkflow(ctx context.Context, tenantID, workflowID string) (*workflows.Workflow, error) {
+	w, err := l.Workflow.Load(ctx, workflowID)()
+	if err != nil || w == nil || w.TenantID != tenantID {
+		return nil, err
+	}
+	return w, nil
+}
+
 // NamedTenant is the tenant a root field names: PERMISSION_DENIED without
 // compute:tenants:read on it (whether or not it exists, as the contract
 // says), NOT_FOUND when it does not exist.
