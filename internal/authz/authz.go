@@ -109,12 +109,20 @@ func DecideInTx(ctx context.Context, tx store.Q, p *reqctx.Principal, perm Permi
 	return Decide(context.WithValue(ctx, lockKey{}, true), tx, p, perm, r)
 }
 
+// Locking says the decision runs inside a mutation's transaction
+// (DecideInTx): resource resolvers lock, FOR SHARE, the relationship rows
+// their answer rests on.
+func Locking(ctx context.Context) bool {
+	locked, _ := ctx.Value(lockKey{}).(bool)
+	return locked
+}
+
 // RoleOf returns the principal's role on a tenant, "" for none.
 func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
 	if p == nil || p.Kind == "node" || tenantID == "" {
 		return "", nil
 	}
-	if locked, _ := ctx.Value(lockKey{}).(bool); locked {
+	if Locking(ctx) {
 		var role string
 		err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2 FOR SHARE`, tenantID, p.ID)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -470,3 +470,44 @@ func TestInternalErrorsNameTheirLogLine(t *testing.T) {
 		t.Fatalf("the method surface's log line does not name the method: %v", m)
 	}
 }
+
+// The same for a decision resting on a project relation: the owner's
+// update waits for the removal of its ownership in flight, then is refused.
+func TestProjectMutationWaitsForItsRelation(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	// The member creates the project and owns it; its role alone does not
+	// grant compute:projects:manage.
+	prj := newProject(t, e, acme.Member.Token, "acme", "web")
+	ctx := t.Context()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM project_relations WHERE project_id = $1 AND principal_id = $2 FOR UPDATE`, prj, acme.Member.PrincipalID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan testkit.Resp, 1)
+	go func() {
+		done <- e.Call(acme.Member.Token, "projects/update", map[string]any{"tenantId": "acme", "projectId": prj, "name": "renamed"})
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the update did not wait for the removal in flight: %d %s", r.Status, r.Raw)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM project_relations WHERE project_id = $1 AND principal_id = $2`, prj, acme.Member.PrincipalID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		expect(t, r, "PERMISSION_DENIED", anyPath)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the update hung")
+	}
+}

@@ -104,6 +104,16 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r
 	if err != nil {
 		return authz.Visibility{}, store.Wrap(err)
 	}
+	if authz.Locking(ctx) && rel.Valid {
+		// A mutation: hold the relation until the write commits, so a
+		// removal in flight is waited for and then seen.
+		err := q.GetContext(ctx, &rel, `SELECT relation FROM project_relations WHERE project_id = $1 AND principal_id = $2 FOR SHARE`, r.ID, p.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			rel = sql.NullString{}
+		} else if err != nil {
+			return authz.Visibility{}, store.Wrap(err)
+		}
+	}
 	v := authz.Visibility{Exists: true}
 	switch {
 	case rel.String == "owner" || role == "admin":
