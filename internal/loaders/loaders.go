@@ -132,6 +132,10 @@ func New(q store.Q) *Loaders {
 		pairs := make([]inventory.DiffPair, len(keys))
 		if err == nil && !scope.Nothing() {
 			pairs, err = inventory.Pairs(ctx, q, scope, keys)
+		} else if err == nil {
+			for i, k := range keys {
+				pairs[i].Err = errs.E(errs.NotFound, "node %s not found", k.NodeID)
+			}
 		}
 		for i := range keys {
 			out[i] = &dataloader.Result[*inventory.DiffPair]{Error: err}
