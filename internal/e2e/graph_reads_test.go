@@ -364,6 +364,12 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 		t.Fatalf("an empty list during the outage: %s", r.Raw)
 	}
 
+	// Every connection of a tenant: stopped at the first page batch (they
+	// all unnest their parents), each field is an error.
+	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { name projects(first: 5) { totalCount } tokens(first: 5) { totalCount }
+		members(first: 5) { totalCount } pools(first: 5) { totalCount } profiles(first: 5) { totalCount } } }`, "AS t(parent)")
+	unavailable(r, "projects", "tokens", "members", "pools", "profiles")
+
 	// Tenant.profiles: stopped at the profiles batch.
 	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { profiles(first: 5) { edges { node { profileId } } } } }`, "FROM profiles p")
 	unavailable(r, "profiles")
