@@ -37,17 +37,28 @@ try {
     await new Promise((r) => setTimeout(r, 100));
   }
   await new Promise((r) => setTimeout(r, 500));
+  // Every value GraphiQL writes into the response pane, as it writes it (a
+  // poll could miss a state that lasts a few milliseconds).
+  await page.evaluate(() => {
+    window.__seen = [];
+    const cm = document.querySelector('.graphiql-response .CodeMirror').CodeMirror;
+    const note = () => {
+      const m = cm.getValue().match(/"type":\s*"([A-Z_]+)"/);
+      if (m && window.__seen[window.__seen.length - 1] !== m[1]) window.__seen.push(m[1]);
+    };
+    cm.on('change', note);
+    note();
+  });
   await shot('subscribed');
   console.log('SUBSCRIBED');
   const deadline = Date.now() + 60000;
   while (Date.now() < deadline) {
-    const v = await page.evaluate(() => document.querySelector('.graphiql-response .CodeMirror').CodeMirror.getValue());
-    const m = v.match(/"type":\s*"([A-Z_]+)"/);
-    if (m && out.seen[out.seen.length - 1] !== m[1]) {
-      out.seen.push(m[1]);
-      await shot(m[1].toLowerCase());
+    const seen = await page.evaluate(() => window.__seen.slice());
+    for (const t of seen.slice(out.seen.length)) {
+      out.seen.push(t);
+      await shot(t.toLowerCase());
     }
-    if (m && m[1] === last) break;
+    if (out.seen[out.seen.length - 1] === last) break;
     await new Promise((r) => setTimeout(r, 40));
   }
   await shot('end');
