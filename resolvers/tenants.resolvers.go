@@ -7,7 +7,6 @@ import (
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/loaders"
-	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -55,33 +54,19 @@ func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first
 	return &model.RoleBindingConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
-// Tenants is the resolver for the viewer's tenants: the method surface's
-// tenants.list, with its visibility filter, shaped as a connection.
+// Tenants is the resolver for the viewer's tenants: what tenants.list
+// pages, shaped as a connection.
 func (r *viewerResolver) Tenants(ctx context.Context, obj *model.Viewer, first *int, after *string) (*model.TenantConnection, error) {
-	n, _, err := pageArgs(first, after)
+	n, key, err := pageArgs(first, after)
 	if err != nil {
 		return nil, err
 	}
-	in := tenants.ListInput{Limit: n}
-	if after != nil {
-		in.Cursor = *after
-	}
-	p, err := call[page.Page[tenants.Tenant]](ctx, r.Resolver, "tenants.list", in)
+	c, err := loaders.From(ctx).VisibleTenants(ctx, n, key)
 	if err != nil {
 		return nil, err
 	}
-	c := &page.Conn[tenants.Tenant]{Items: p.Items, HasNext: p.Cursor != nil}
-	ids := make([]string, len(p.Items))
-	for i := range p.Items {
-		ids[i] = p.Items[i].TenantID
-	}
-	loaders.From(ctx).Siblings(ids)
-	edges, info, _ := connection(c, func(t *tenants.Tenant) string { return t.TenantID },
+	edges, info, total := connection(c, func(t *tenants.Tenant) string { return t.TenantID },
 		func(cur string, t *tenants.Tenant) *model.TenantEdge { return &model.TenantEdge{Cursor: cur, Node: t} })
-	total, err := tenants.CountVisible(ctx, r.DB)
-	if err != nil {
-		return nil, err
-	}
 	return &model.TenantConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 

@@ -157,6 +157,19 @@ func TestGraphReadMatrix(t *testing.T) {
 		t.Fatalf("a workflow under another tenant's id: %s", r.Raw)
 	}
 
+	// viewer.tenants: the tenants the caller holds a role on, all of them
+	// for the operator (through the predicate tenants.list uses).
+	tenantsQ := `{ viewer { tenants(first: 10) { totalCount edges { node { tenantId } } } } }`
+	if raw := string(mustJSON(t, gqlOK(t, e.GraphQL(w.guest.Viewer.Token, tenantsQ, nil)))); raw != `{"viewer":{"tenants":{"edges":[{"node":{"tenantId":"guest"}}],"totalCount":1}}}` {
+		t.Fatalf("guest's tenants: %s", raw)
+	}
+	if raw := string(mustJSON(t, gqlOK(t, e.GraphQL(e.Operator, tenantsQ, nil)))); !strings.Contains(raw, `"totalCount":3`) {
+		t.Fatalf("the operator's tenants: %s", raw)
+	}
+	if l := items(t, e.Must(e.Call(w.other.Admin.Token, "tenants/list", map[string]any{}))); len(l) != 1 || l[0]["tenantId"] != "other" {
+		t.Fatalf("other's tenants.list: %v", l)
+	}
+
 	// Offered pools: guest reads the pool, and nothing of the owner's view
 	// of it (nodes, join requests, offers); acme reads everything.
 	poolsQ := `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId

@@ -203,6 +203,36 @@ func (l *Loaders) TenantWorkflow(ctx context.Context, tenantID, workflowID strin
 	return w, nil
 }
 
+// VisibleTenants is the viewer's page of tenants (what tenants.list
+// pages, through the same predicate) and their total.
+func (l *Loaders) VisibleTenants(ctx context.Context, first int, after string) (*page.Conn[tenants.Tenant], error) {
+	c, err := l.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := authz.Decide(ctx, l.q, c.P, authz.TenantsRead, authz.Resource{Type: authz.Platform}); err != nil {
+		return nil, err
+	}
+	scope := c.Scope(authz.TenantsRead)
+	rows, err := tenants.Page(ctx, l.q, scope, after, first+1)
+	if err != nil {
+		return nil, err
+	}
+	conn := &page.Conn[tenants.Tenant]{Items: rows, HasNext: len(rows) > first}
+	if conn.HasNext {
+		conn.Items = rows[:first]
+	}
+	ids := make([]string, len(conn.Items))
+	for i := range conn.Items {
+		ids[i] = conn.Items[i].TenantID
+	}
+	l.sib.add(ids, nil)
+	if conn.Total, err = tenants.Count(ctx, l.q, scope); err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
 // NamedTenant is the tenant a root field names: PERMISSION_DENIED without
 // compute:tenants:read on it (whether or not it exists, as the contract
 // says), NOT_FOUND when it does not exist.

@@ -60,6 +60,13 @@ func Get(ctx context.Context, q store.Q, in *GetInput) (*Tenant, error) {
 	return &t, store.Wrap(err)
 }
 
+// Visible is the one visibility predicate over tenants t: a tenant is
+// visible to the principals holding a role on it (the tenants of the
+// text[] expression tenants, a caller's scope of compute:tenants:read) and
+// to the operator (every tenant). Every read of tenants uses it: list, the
+// graph's tenants by id and viewer.tenants.
+func Visible(tenants string) string { return `t.tenant_id = ANY(` + tenants + `)` }
+
 // List pages the tenants the caller may read: all for the operator, those it
 // holds a role on for anyone else.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Tenant], error) {
@@ -67,18 +74,34 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Tenant], er
 	if _, err := page.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	p := reqctx.PrincipalFrom(ctx)
-	rows := []Tenant{}
-	err := q.SelectContext(ctx, &rows, `
-		SELECT t.tenant_id, t.name, t.created_at FROM tenants t
-		WHERE t.tenant_id > $1 AND t.tenant_id <> 'builtin'
-		  AND ($2 OR EXISTS (SELECT 1 FROM role_bindings b WHERE b.tenant_id = t.tenant_id AND b.principal_id = $3))
-		ORDER BY t.tenant_id LIMIT $4`, after, p.IsOperator(), p.ID, in.Limit+1)
+	c, err := authz.LoadCaller(ctx, q, reqctx.PrincipalFrom(ctx))
 	if err != nil {
-		return nil, store.Wrap(err)
+		return nil, err
+	}
+	rows, err := Page(ctx, q, c.Scope(authz.TenantsRead), after, in.Limit+1)
+	if err != nil {
+		return nil, err
 	}
 	items, cur := page.Trim(rows, in.Limit, func(t Tenant) string { return page.Encode(t.TenantID) })
 	return &page.Page[Tenant]{Items: items, Cursor: cur}, nil
+}
+
+// Page returns up to limit tenants visible in scope after the id after, by
+// id; builtin is not listed (it holds only what modules ship).
+func Page(ctx context.Context, q store.Q, scope authz.Scope, after string, limit int) ([]Tenant, error) {
+	rows := []Tenant{}
+	err := q.SelectContext(ctx, &rows, `
+		SELECT t.tenant_id, t.name, t.created_at FROM tenants t
+		WHERE t.tenant_id > $1 AND t.tenant_id <> 'builtin' AND `+authz.Where("$2", Visible)+`
+		ORDER BY t.tenant_id LIMIT $3`, after, scope.Arg(), limit)
+	return rows, store.Wrap(err)
+}
+
+// Count counts the tenants Page lists for scope.
+func Count(ctx context.Context, q store.Q, scope authz.Scope) (int, error) {
+	var n int
+	err := q.GetContext(ctx, &n, `SELECT count(*) FROM tenants t WHERE t.tenant_id <> 'builtin' AND `+authz.Where("$1", Visible), scope.Arg())
+	return n, store.Wrap(err)
 }
 
 // Group describes the tenants group.
@@ -110,7 +133,7 @@ func Methods() []registry.Method {
 func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Tenant, error) {
 	var rows []Tenant
 	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, name, created_at FROM tenants t WHERE tenant_id = ANY($1)
-		AND `+authz.Where("$2", func(ts string) string { return `t.tenant_id = ANY(` + ts + `)` }), ids, scope.Arg()); err != nil {
+		AND `+authz.Where("$2", Visible), ids, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Tenant, len(rows))
@@ -118,13 +141,4 @@ func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map
 		out[rows[i].TenantID] = &rows[i]
 	}
 	return out, nil
-}
-
-// CountVisible counts the tenants the caller may read (what List pages).
-func CountVisible(ctx context.Context, q store.Q) (int, error) {
-	p := reqctx.PrincipalFrom(ctx)
-	var n int
-	err := q.GetContext(ctx, &n, `SELECT count(*) FROM tenants t WHERE t.tenant_id <> 'builtin'
-		AND ($1 OR EXISTS (SELECT 1 FROM role_bindings b WHERE b.tenant_id = t.tenant_id AND b.principal_id = $2))`, p.IsOperator(), p.ID)
-	return n, store.Wrap(err)
 }
