@@ -196,6 +196,13 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 			return nil, nil
 		}
 		return n, nil
+	case "Instance":
+		// The loader's batch SQL returns only instances the caller reads.
+		v, err := l.Instances.Instance.Load(ctx, key[0])()
+		if err != nil || v == nil {
+			return nil, err
+		}
+		return v, nil
 	case "InventorySnapshot":
 		snap, err := l.Snapshot.Load(ctx, key[0])()
 		if err != nil || snap == nil {

@@ -143,20 +143,8 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		if err != nil {
 			return nil, fmt.Errorf("host %s inventory: %w", r.NodeID, err)
 		}
-		h := Host{NodeID: r.NodeID, GPUs: sec.GPUs, Taken: map[string]bool{}}
-		if sec.CPU != nil {
-			switch {
-			case sec.CPU.Threads != nil:
-				h.VCPUs = *sec.CPU.Threads
-			case sec.CPU.Cores != nil:
-				h.VCPUs = *sec.CPU.Cores
-			}
-		}
-		if sec.Memory != nil && sec.Memory.TotalBytes != nil {
-			h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
-		}
 		idx[r.NodeID] = len(out)
-		out = append(out, h)
+		out = append(out, hostOf(r.NodeID, sec, nil, 0, 0))
 	}
 	for _, t := range taken {
 		out[idx[t.NodeID]].Taken[t.DeviceID] = true
@@ -165,6 +153,27 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		out[idx[u.NodeID]].UsedVCPUs, out[idx[u.NodeID]].UsedMemoryGiB = u.VCPUs, u.MemoryGiB
 	}
 	return out, nil
+}
+
+// hostOf is a host's room from its inventory, with the devices and the
+// vCPUs and memory its instances hold.
+func hostOf(nodeID string, sec *inventory.Sections, taken []string, vcpus, memGiB int) Host {
+	h := Host{NodeID: nodeID, GPUs: sec.GPUs, Taken: map[string]bool{}, UsedVCPUs: vcpus, UsedMemoryGiB: memGiB}
+	if sec.CPU != nil {
+		switch {
+		case sec.CPU.Threads != nil:
+			h.VCPUs = *sec.CPU.Threads
+		case sec.CPU.Cores != nil:
+			h.VCPUs = *sec.CPU.Cores
+		}
+	}
+	if sec.Memory != nil && sec.Memory.TotalBytes != nil {
+		h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
+	}
+	for _, d := range taken {
+		h.Taken[d] = true
+	}
+	return h
 }
 
 // hostedTotal is a hosted pool's capacity: its ready hosts' devices, vCPUs
@@ -267,6 +276,12 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 	if err != nil {
 		return nil, err
 	}
+	return capacityOf(poolID, total, bounded, alloc, res, owner), nil
+}
+
+// capacityOf is the capacity arithmetic of one pool: what each tenant holds
+// is the larger of its allocation and its active reservations.
+func capacityOf(poolID string, total Resources, bounded bool, alloc, res map[string]Resources, owner bool) *PoolCapacity {
 	c := &PoolCapacity{PoolID: poolID, Bounded: bounded}
 	held := map[string]Resources{}
 	for t, a := range alloc {
@@ -289,5 +304,5 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 	if owner {
 		c.ByTenant = held
 	}
-	return c, nil
+	return c
 }

@@ -48,6 +48,7 @@ type Loaders struct {
 	NodeWorkflows  *L[PageKey, *page.Conn[workflows.Workflow]]
 	Profile        *L[profiles.Key, *profiles.Profile]
 	Versions       *L[PageKey, *page.Conn[profiles.Profile]]
+	Instances      *InstanceLoaders // instances.go
 
 	sib siblings
 }
@@ -134,6 +135,7 @@ func New(q store.Q) *Loaders {
 		}),
 		Versions: pages(q, profiles.VersionPages, profiles.CountVersions),
 	}
+	l.Instances = newInstanceLoaders(q, l)
 	return l
 }
 
