@@ -51,12 +51,18 @@ func byTenant(rows []tenantRes) map[string]Resources {
 	return out
 }
 
+// holdsRoom says which rows of instances hold room in their pool: every
+// placed or created one until it is deleted, except a failed one whose host
+// was removed (its VM went with the host, and its devices were freed).
+const holdsRoom = `instances.state NOT IN ('pending', 'deleted')
+	AND NOT (instances.state = 'failed' AND EXISTS (SELECT 1 FROM nodes hn WHERE hn.node_id = instances.host_node_id AND hn.state = 'removed'))`
+
 // allocated sums what each tenant's placed instances hold in a pool
 // (except one instance, the one being placed).
 func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]Resources, error) {
 	var rows []tenantRes
 	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
-		FROM instances WHERE pool_id = $1 AND state NOT IN ('pending', 'deleted') AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
+		FROM instances WHERE pool_id = $1 AND `+holdsRoom+` AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
 	return byTenant(rows), store.Wrap(err)
 }
 

@@ -344,7 +344,7 @@ func Capacities(ctx context.Context, q store.Q, poolIDs []string) (map[string]*P
 				WHERE p.kind = 'vps-hosted' AND n.pool_id = p.pool_id AND n.state = 'ready'), '[]')::text AS hosts,
 			COALESCE((SELECT json_agg(json_build_object('tenantId', a.tenant_id, 'gpus', a.gpus, 'vcpus', a.vcpus, 'memoryGiB', a.memory_gib))
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM instances
-					WHERE pool_id = p.pool_id AND state NOT IN ('pending', 'deleted') GROUP BY tenant_id) a), '[]')::text AS alloc,
+					WHERE pool_id = p.pool_id AND `+holdsRoom+` GROUP BY tenant_id) a), '[]')::text AS alloc,
 			COALESCE((SELECT json_agg(json_build_object('tenantId', a.tenant_id, 'gpus', a.gpus, 'vcpus', a.vcpus, 'memoryGiB', a.memory_gib))
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM reservations
 					WHERE pool_id = p.pool_id AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id) a), '[]')::text AS res
