@@ -17,7 +17,7 @@ import (
 
 // Instance is the resolver for the instance field.
 func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
-	return loadInstance(ctx, obj.InstanceID)
+	return loadInstance(ctx, obj.EventID, obj.InstanceID)
 }
 
 // InstanceEvents is the resolver for the instanceEvents field.

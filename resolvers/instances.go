@@ -91,10 +91,11 @@ func instancePayload(v *instances.View, err error) (*model.InstancePayload, erro
 // loadInstance reads an instance through the request's loader; in a
 // subscription, past its cache (the loaders live as long as the
 // subscription, and each event shows the instance as it is then).
-func loadInstance(ctx context.Context, id string) (*instances.View, error) {
+func loadInstance(ctx context.Context, eventID, id string) (*instances.View, error) {
 	l := loaders.From(ctx)
 	if oc := graphql.GetOperationContext(ctx); oc != nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 		return l.LoadInstanceFresh(ctx, id)
 	}
+	l.PrefetchEventInstances(ctx, eventID)
 	return l.Instances.Instance.Load(ctx, id)()
 }

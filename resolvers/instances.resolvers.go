@@ -31,7 +31,9 @@ func (r *instanceResolver) Pool(ctx context.Context, obj *instances.View) (*pool
 	if !obj.PoolVisible {
 		return nil, nil
 	}
-	return loaders.From(ctx).Pool.Load(ctx, obj.PoolID)()
+	l := loaders.From(ctx)
+	l.PrefetchInstanceLinks(ctx, obj.InstanceID, "pool")
+	return l.Pool.Load(ctx, obj.PoolID)()
 }
 
 // Project is the resolver for the project field.
@@ -39,7 +41,9 @@ func (r *instanceResolver) Project(ctx context.Context, obj *instances.View) (*p
 	if obj.ProjectID == nil {
 		return nil, nil
 	}
-	return loaders.From(ctx).Project.Load(ctx, *obj.ProjectID)()
+	l := loaders.From(ctx)
+	l.PrefetchInstanceLinks(ctx, obj.InstanceID, "project")
+	return l.Project.Load(ctx, *obj.ProjectID)()
 }
 
 // Host is the resolver for the host field.
@@ -47,7 +51,9 @@ func (r *instanceResolver) Host(ctx context.Context, obj *instances.View) (*node
 	if !obj.HostVisible || obj.HostNodeID == nil {
 		return nil, nil
 	}
-	return loaders.From(ctx).Node.Load(ctx, *obj.HostNodeID)()
+	l := loaders.From(ctx)
+	l.PrefetchInstanceLinks(ctx, obj.InstanceID, "host")
+	return l.Node.Load(ctx, *obj.HostNodeID)()
 }
 
 // Events is the resolver for the events field.

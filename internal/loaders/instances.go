@@ -2,6 +2,7 @@ package loaders
 
 import (
 	"context"
+	"sync"
 
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
@@ -25,17 +26,123 @@ type InstanceLoaders struct {
 	PoolReservations   pageLoader[instances.Reservation]
 	Events             pageLoader[events.Event]
 	Capacity           *L[string, *instances.PoolCapacity]
+
+	refs refGroups
+}
+
+// refGroups make the byID loads of a level one batch whatever the
+// scheduler does (as siblings.go does for pages): a batch of instances
+// records the pools, projects and hosts they link to, and a batch of events
+// the instances they are of; the first link to resolve loads the links of
+// its whole batch and primes the loader's cache.
+type refGroups struct {
+	mu     sync.Mutex
+	groups map[string]*refGroup // member (instance or event id) -> its batch
+}
+
+type refGroup struct {
+	refs map[string][]string // kind -> ids to load
+	mu   sync.Mutex
+	once map[string]*sync.Once
+}
+
+func (r *refGroups) add(members []string, refs map[string][]string) {
+	if len(members) == 0 {
+		return
+	}
+	g := &refGroup{refs: refs, once: map[string]*sync.Once{}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.groups == nil {
+		r.groups = map[string]*refGroup{}
+	}
+	for _, m := range members {
+		if _, seen := r.groups[m]; !seen {
+			r.groups[m] = g
+		}
+	}
+}
+
+// prefetch runs load once for the ids of kind in member's batch.
+func (r *refGroups) prefetch(member, kind string, load func(ids []string)) {
+	r.mu.Lock()
+	g := r.groups[member]
+	r.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	o := g.once[kind]
+	if o == nil {
+		o = &sync.Once{}
+		g.once[kind] = o
+	}
+	g.mu.Unlock()
+	o.Do(func() { load(g.refs[kind]) })
+}
+
+func uniq(ids []string) []string {
+	seen := map[string]bool{}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// recordViews records a batch of instances as siblings (for their pages of
+// events) and their links (for pool, project and host).
+func (l *Loaders) recordViews(views []instances.View) {
+	ids := make([]string, len(views))
+	var pls, prjs, hosts []string
+	for i := range views {
+		v := &views[i]
+		ids[i] = v.InstanceID
+		if v.PoolVisible {
+			pls = append(pls, v.PoolID)
+		}
+		if v.ProjectID != nil {
+			prjs = append(prjs, *v.ProjectID)
+		}
+		if v.HostVisible && v.HostNodeID != nil {
+			hosts = append(hosts, *v.HostNodeID)
+		}
+	}
+	l.sib.add(ids, nil)
+	l.Instances.refs.add(ids, map[string][]string{"pool": uniq(pls), "project": uniq(prjs), "host": uniq(hosts)})
+}
+
+// PrefetchInstanceLinks loads the pools (kind "pool"), projects ("project")
+// or hosts ("host") of every instance of instanceID's batch. The pools
+// loaded become siblings, so their capacity is one batch too.
+func (l *Loaders) PrefetchInstanceLinks(ctx context.Context, instanceID, kind string) {
+	l.Instances.refs.prefetch(instanceID, kind, func(ids []string) {
+		switch kind {
+		case "pool":
+			l.Pool.prime(ctx, ids)
+			l.sib.add(ids, nil)
+		case "project":
+			l.Project.prime(ctx, ids)
+		case "host":
+			l.Node.prime(ctx, ids)
+		}
+	})
+}
+
+// PrefetchEventInstances loads the instances of every event of eventID's
+// batch.
+func (l *Loaders) PrefetchEventInstances(ctx context.Context, eventID string) {
+	l.Instances.refs.prefetch(eventID, "instance", func(ids []string) { l.Instances.Instance.prime(ctx, ids) })
 }
 
 func newInstanceLoaders(q store.Q, l *Loaders) *InstanceLoaders {
 	views := func(by instances.Parent) pageLoader[instances.View] {
 		return pages(q, func(ctx context.Context, q store.Q, keys []string, after string, limit int) (page.Rows[instances.View], error) {
 			r, err := instances.ViewPages(ctx, q, by, keys, after, limit)
-			ids := make([]string, len(r.Items))
-			for i := range r.Items {
-				ids[i] = r.Items[i].InstanceID
-			}
-			l.sib.add(ids, nil)
+			l.recordViews(r.Items)
 			return r, err
 		}, func(ctx context.Context, q store.Q, keys []string) (map[string]int, error) {
 			return instances.CountViews(ctx, q, by, keys)
@@ -57,7 +164,15 @@ func newInstanceLoaders(q store.Q, l *Loaders) *InstanceLoaders {
 		ProjectInstances:   views(instances.OfProject),
 		TenantReservations: reservations(instances.OfTenant),
 		PoolReservations:   reservations(instances.OfPool),
-		Events:             pages(q, instances.EventPages, instances.CountEvents),
+		Events: pages(q, func(ctx context.Context, q store.Q, ids []string, after string, limit int) (page.Rows[events.Event], error) {
+			r, err := instances.EventPages(ctx, q, ids, after, limit)
+			evs, insts := make([]string, len(r.Items)), make([]string, len(r.Items))
+			for i := range r.Items {
+				evs[i], insts[i] = r.Items[i].EventID, r.Items[i].InstanceID
+			}
+			l.Instances.refs.add(evs, map[string][]string{"instance": uniq(insts)})
+			return r, err
+		}, instances.CountEvents),
 		Capacity: byID(func(ctx context.Context, ids []string) (map[string]*instances.PoolCapacity, error) {
 			return instances.Capacities(ctx, q, ids)
 		}),
