@@ -33,7 +33,7 @@ var (
 )
 
 // computedBinary builds cmd/computed once per test binary.
-func computedBinary(t *testing.T) string {
+func computedBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "computed-bin-")
@@ -61,7 +61,7 @@ type syncBuf struct {
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func startReplica(t *testing.T, url, token string) *replica {
+func startReplica(t testing.TB, url, token string, env ...string) *replica {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,6 +71,7 @@ func startReplica(t *testing.T, url, token string) *replica {
 	l.Close()
 	cmd := exec.Command(computedBinary(t), "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "COMPUTE_ADDR="+addr, "COMPUTE_BOOTSTRAP_TOKEN="+token, "COMPUTE_RATE_LIMIT=0")
+	cmd.Env = append(cmd.Env, env...)
 	logs := &syncBuf{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

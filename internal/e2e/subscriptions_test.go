@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +296,69 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 	}
 	if name, _ := q.next(); name != "complete" {
 		t.Fatalf("query over SSE did not complete: %s", name)
+	}
+}
+
+// GraphiQL in headless Chromium: a subscription shows an instance go
+// created, provisioning, running, stopping, stopped live as the calls are
+// made.
+func TestGraphiQLShowsASubscription(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	shots := filepath.Join(dir, "artifacts", t.Name())
+	_ = os.RemoveAll(shots)
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() && os.Getenv("KEEP_SCREENSHOTS") == "" {
+			_ = os.RemoveAll(shots)
+		} else {
+			t.Logf("screenshots: %s", shots)
+		}
+	})
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	// The sim takes a while per step, so each state shows long enough to see.
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"sim": map[string]any{"latencyMs": 700}})
+	q := `subscription { instanceEvents(tenantId: "acme") { type state desiredState instanceId eventId } }`
+	cmd := exec.Command("node", "graphiql-subscription.mjs", e.Server.URL, acme.Viewer.Token, q, "INSTANCE_STOPPED", shots)
+	cmd.Dir = dir
+	stdout, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var lines []string
+	subscribed := false
+	for !subscribed && sc.Scan() {
+		lines = append(lines, sc.Text())
+		subscribed = sc.Text() == "SUBSCRIBED"
+	}
+	if !subscribed {
+		_ = cmd.Wait()
+		t.Fatalf("GraphiQL did not subscribe: %v %s", lines, stderr.String())
+	}
+	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
+	waitState(t, e, acme.Member.Token, "acme", id, "running", 20*time.Second)
+	must(t, e.Call(acme.Member.Token, "instances/stop", map[string]any{"tenantId": "acme", "instanceId": id}))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	_ = cmd.Wait()
+	var got struct {
+		Seen        []string
+		Screenshots []string
+		Error       string
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil || got.Error != "" {
+		t.Fatalf("GraphiQL: %v %v %s", err, got.Error, stderr.String())
+	}
+	want := "INSTANCE_CREATED,INSTANCE_PROVISIONING,INSTANCE_RUNNING,INSTANCE_STOPPING,INSTANCE_STOPPED"
+	if strings.Join(got.Seen, ",") != want {
+		t.Fatalf("GraphiQL showed %v, want %s\n%s", got.Seen, want, stderr.String())
 	}
 }

@@ -37,7 +37,6 @@ const (
 	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
 	closeSlowConsumer  = 1013 // try again later: the client does not read
 
-	wsOutQueue     = 256
 	wsWriteTimeout = 10 * time.Second
 )
 
@@ -71,8 +70,8 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
-		out: make(chan []byte, wsOutQueue), ops: map[string]context.CancelFunc{},
-		ip: clientIP(r), headers: r.Header,
+		ops: map[string]context.CancelFunc{},
+		ip:  clientIP(r), headers: r.Header,
 	}
 	conn.serve()
 }
@@ -90,7 +89,6 @@ type wsConn struct {
 	exec    graphql.GraphExecutor
 	ctx     context.Context
 	cancel  context.CancelFunc
-	out     chan []byte
 	ip      string
 	headers http.Header
 
@@ -105,7 +103,6 @@ type wsConn struct {
 
 func (c *wsConn) serve() {
 	defer c.cancel()
-	go c.writer()
 	timings := c.s.Config.WS
 	init := time.AfterFunc(timings.InitTimeout, func() {
 		c.mu.Lock()
@@ -117,7 +114,15 @@ func (c *wsConn) serve() {
 	})
 	defer init.Stop()
 	if timings.PingInterval > 0 {
-		go c.pinger(timings.PingInterval)
+		// A timer, not a goroutine per socket: it pings, then sets itself
+		// again while the socket is open.
+		var ping *time.Timer
+		ping = time.AfterFunc(timings.PingInterval, func() {
+			if c.send(wsMessage{Type: "ping"}) {
+				ping.Reset(timings.PingInterval)
+			}
+		})
+		defer ping.Stop()
 	}
 	for {
 		// Never a cancellable context: coder/websocket drops the connection
@@ -329,48 +334,29 @@ func (c *wsConn) sendResponse(id string, resp *graphql.Response) bool {
 	return c.send(wsMessage{ID: id, Type: "next", Payload: b})
 }
 
-// send queues a message; false when the connection is closing.
+// send writes a message; false when the connection is closing. Writes
+// happen on the caller's goroutine (the socket's reader, an operation, the
+// ping timer; the connection serialises them), so a socket costs no writer
+// goroutine and no queue. A client that does not take a message within
+// wsWriteTimeout is a slow consumer: its socket is closed, and the
+// operation that was writing ends; the hub's bounded buffer keeps the
+// publisher from ever waiting on it.
 func (c *wsConn) send(m wsMessage) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return false
 	}
-	select {
-	case c.out <- b:
-		return true
-	case <-c.ctx.Done():
+	ctx, cancel := context.WithTimeout(context.Background(), wsWriteTimeout)
+	err = c.c.Write(ctx, websocket.MessageText, b)
+	cancel()
+	if err != nil {
+		c.close(closeSlowConsumer, "the client does not read; reconnect")
 		return false
 	}
-}
-
-func (c *wsConn) writer() {
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case b := <-c.out:
-			ctx, cancel := context.WithTimeout(context.Background(), wsWriteTimeout)
-			err := c.c.Write(ctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				c.close(closeSlowConsumer, "the client does not read; reconnect")
-				return
-			}
-		}
-	}
-}
-
-func (c *wsConn) pinger(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			c.send(wsMessage{Type: "ping"})
-		}
-	}
+	return true
 }
 
 // close ends the connection once with a close code and reason.

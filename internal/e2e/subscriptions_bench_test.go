@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// BenchmarkSubscribers: one server process, 1,000 then 10,000 WebSocket
+// subscribers of one tenant (graphql-transport-ws, instanceEvents), one
+// event published per iteration straight into the outbox. Reports the time
+// from the publishing transaction's COMMIT to each delivery (p50, p99), the
+// server's memory per subscription (resident set and Go heap plus stacks,
+// measured against the server before the sockets opened), and the events
+// per second sustained to 1,000 subscribers (bursts from 4 writers).
+//
+// The subscribers run in this process and the server in its own, so the
+// server's memory is its own; both raise their open-file limit to the hard
+// limit (Go does this at start-up), which must be above the subscriber count.
+func BenchmarkSubscribers(b *testing.B) {
+	e := testkit.StartDB(b)
+	const token = "bco_bench-subscribers-operator"
+	srv := startReplica(b, e.DB.URL, token)
+	srv.call(b, token, "tenants/create", map[string]any{"tenantId": "bench", "name": "Bench"})
+	_, tok := srv.call(b, token, "tokens/create", map[string]any{"tenantId": "bench", "name": "dash", "role": "viewer"})
+	viewer := tok["secret"].(string)
+
+	f := &subFleet{addr: srv.addr, token: viewer}
+	b.Cleanup(f.close)
+	before := serverMemory(b, srv)
+	for _, n := range []int{1000, 10000} {
+		f.grow(b, n)
+		after := serverMemory(b, srv)
+		b.Run(fmt.Sprintf("latency/%d", n), func(b *testing.B) {
+			f.reset()
+			for i := 0; i < b.N; i++ {
+				f.publish(b, e, 1, 1)
+			}
+			b.StopTimer()
+			p50, p99 := f.percentiles()
+			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(after.rss-before.rss)/1024/float64(n), "rss-KiB/sub")
+			b.ReportMetric(float64(after.goBytes-before.goBytes)/1024/float64(n), "go-KiB/sub")
+			b.ReportMetric((after.goroutines-before.goroutines)/float64(n), "goroutines/sub")
+			b.ReportMetric(0, "ns/op")
+		})
+		if n == 1000 {
+			b.Run("events-per-second/1000", func(b *testing.B) {
+				const burst, writers = 200, 4
+				f.reset()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					f.publish(b, e, burst, writers)
+				}
+				secs := time.Since(start).Seconds()
+				b.ReportMetric(float64(b.N*burst*writers)/secs, "events/s")
+				b.ReportMetric(float64(b.N*burst*writers*n)/secs, "deliveries/s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// subFleet is n subscribers on their own sockets; each counts what it
+// receives and when.
+type subFleet struct {
+	addr, token string
+	conns       []*websocket.Conn
+	t0          atomic.Int64 // UnixNano just before the publishing COMMIT
+	delivered   atomic.Int64
+	want        int64
+	mu          sync.Mutex
+	lat         []time.Duration
+	bad         atomic.Pointer[string]
+}
+
+const benchSubscription = `subscription { instanceEvents(tenantId: "bench") { eventId type state } }`
+
+// grow opens sockets until there are n subscribers, 64 handshakes at a time,
+// and waits until the server counts them all.
+func (f *subFleet) grow(b *testing.B, n int) {
+	b.Helper()
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	start, from := time.Now(), len(f.conns)
+	for i := len(f.conns); i < n; i++ {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := f.dial()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			f.conns = append(f.conns, c)
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatalf("%d subscribers open, then: %v", len(f.conns), firstErr)
+	}
+	b.Logf("%d sockets opened in %v", n-from, time.Since(start).Round(time.Millisecond))
+	deadline := time.Now().Add(60 * time.Second)
+	for metric(b, f.addr, "compute_subscriptions") < float64(n) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the server counts %v subscriptions, want %d", metric(b, f.addr, "compute_subscriptions"), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (f *subFleet) dial() (*websocket.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+f.addr+"/graphql", &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		return nil, err
+	}
+	write := func(v any) error {
+		raw, _ := json.Marshal(v)
+		return c.Write(ctx, websocket.MessageText, raw)
+	}
+	if err := write(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + f.token}}); err != nil {
+		c.CloseNow()
+		return nil, err
+	}
+	if _, m, err := c.Read(ctx); err != nil || !bytes.Contains(m, []byte(`"connection_ack"`)) {
+		c.CloseNow()
+		return nil, fmt.Errorf("connection_init: %s %v", m, err)
+	}
+	if err := write(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": benchSubscription}}); err != nil {
+		c.CloseNow()
+		return nil, err
+	}
+	go f.read(c)
+	return c, nil
+}
+
+func (f *subFleet) read(c *websocket.Conn) {
+	pong := []byte(`{"type":"pong"}`)
+	for {
+		_, m, err := c.Read(context.Background())
+		if err != nil {
+			return
+		}
+		switch {
+		case bytes.Contains(m, []byte(`"type":"next"`)) && !bytes.Contains(m, []byte(`"errors"`)):
+			d := time.Duration(time.Now().UnixNano() - f.t0.Load())
+			f.mu.Lock()
+			f.lat = append(f.lat, d)
+			f.mu.Unlock()
+			f.delivered.Add(1)
+		case bytes.Contains(m, []byte(`"type":"ping"`)):
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Write(ctx, websocket.MessageText, pong)
+			cancel()
+		default:
+			s := string(m)
+			f.bad.CompareAndSwap(nil, &s)
+		}
+	}
+}
+
+func (f *subFleet) reset() {
+	f.mu.Lock()
+	f.lat = f.lat[:0]
+	f.mu.Unlock()
+	f.want = f.delivered.Load()
+}
+
+// publish commits events (writers transactions of per events each, at
+// once) and waits until every subscriber has every one.
+func (f *subFleet) publish(b *testing.B, e *testkit.Env, per, writers int) {
+	b.Helper()
+	ctx := context.Background()
+	txs := make([]interface{ Commit() error }, writers)
+	for w := range txs {
+		tx, err := e.DB.BeginTxx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k := 0; k < per; k++ {
+			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "bench", PoolID: "pool_bench",
+				InstanceID: "inst_bench", State: "running", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		txs[w] = tx
+	}
+	f.want += int64(per * writers * len(f.conns))
+	f.t0.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	for _, tx := range txs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tx.Commit(); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(60 * time.Second)
+	for f.delivered.Load() < f.want {
+		if s := f.bad.Load(); s != nil {
+			b.Fatalf("a subscriber received %s", *s)
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("delivered %d of %d", f.delivered.Load(), f.want)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func (f *subFleet) percentiles() (p50, p99 time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(f.lat)
+	return f.lat[len(f.lat)/2], f.lat[len(f.lat)*99/100]
+}
+
+func (f *subFleet) close() {
+	for _, c := range f.conns {
+		c.CloseNow()
+	}
+}
+
+type memory struct{ rss, goBytes, goroutines float64 }
+
+// serverMemory is the server process's resident set (from /proc) and its Go
+// heap and stacks in use (from /metrics), after a second to settle.
+func serverMemory(b *testing.B, r *replica) memory {
+	b.Helper()
+	time.Sleep(time.Second)
+	var m memory
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			m.rss = kb * 1024
+		}
+	}
+	m.goroutines = metric(b, r.addr, "go_goroutines")
+	m.goBytes = metric(b, r.addr, "go_memstats_heap_inuse_bytes") + metric(b, r.addr, "go_memstats_stack_inuse_bytes")
+	return m
+}
+
+// metric reads one unlabelled sample from the server's /metrics.
+func metric(b testing.TB, addr, name string) float64 {
+	b.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	b.Fatalf("no metric %s", name)
+	return 0
+}
