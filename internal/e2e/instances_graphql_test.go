@@ -336,3 +336,31 @@ func TestInstancesGraphQL(t *testing.T) {
 		t.Fatalf("cancelReservation: %v", cr)
 	}
 }
+
+// InstanceEvent.instance in a subscription is the instance as it is when
+// each event is sent: the subscription's loaders live as long as it does,
+// and a cached read would show every event the instance of the first.
+func TestInstanceEventInstanceInSubscription(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	s := openSSE(t, e, acme.Viewer.Token, `subscription($t: String!) { instanceEvents(tenantId: $t) { type instanceId instance { instanceId state pool { poolId } } } }`,
+		map[string]any{"t": "acme"})
+	time.Sleep(100 * time.Millisecond)
+	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
+	var last map[string]any
+	for n := 0; n < 3; n++ {
+		name, m := s.next()
+		if name != "next" {
+			t.Fatalf("event %s %v", name, m)
+		}
+		last = dig(t, m, "data", "instanceEvents").(map[string]any)
+		if last["instanceId"] != id || dig(t, last, "instance", "instanceId") != id || dig(t, last, "instance", "pool", "poolId") != pool {
+			t.Fatalf("event: %v", last)
+		}
+	}
+	if last["type"] != "INSTANCE_RUNNING" || dig(t, last, "instance", "state") != "RUNNING" {
+		t.Fatalf("the running event's instance: %v", last)
+	}
+}
