@@ -335,6 +335,12 @@ func TestInstancesGraphQL(t *testing.T) {
 	if cr["state"] != "CANCELED" {
 		t.Fatalf("cancelReservation: %v", cr)
 	}
+	// The connections are costed by their page size like every other.
+	r = e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { instances(first: 200) { edges { node { name
+		events(first: 200) { edges { node { type instance { name } } } } } } } } }`, nil)
+	if code, _ := gqlErr(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), "complexity") {
+		t.Fatalf("a 200x200 query: %s", r.Raw)
+	}
 }
 
 // InstanceEvent.instance in a subscription is the instance as it is when
