@@ -140,6 +140,9 @@ func TestInstancesGraphQL(t *testing.T) {
 		t.Fatalf("page 3: %v", page3)
 	}
 	gqlExpect(t, e.GraphQL(acme.Viewer.Token, list, map[string]any{"t": "acme", "after": "bogus"}), "INVALID_INPUT", "after")
+	for _, n := range []int{0, 201} {
+		gqlExpect(t, e.GraphQL(acme.Viewer.Token, `query($n: Int) { tenant(tenantId: "acme") { instances(first: $n) { totalCount } } }`, map[string]any{"n": n}), "INVALID_INPUT", "first")
+	}
 	gqlExpect(t, e.GraphQL(acme.Viewer.Token, list, map[string]any{"t": "acme", "pool": "nope"}), "INVALID_INPUT", "poolId")
 	byPrj := dig(t, gqlOK(t, e.GraphQL(acme.Viewer.Token, list, map[string]any{"t": "acme", "prj": prj})), "tenant", "instances")
 	if n := nodesOf(t, byPrj); len(n) != 1 || n[0]["instanceId"] != a1["instanceId"] {
