@@ -44,7 +44,18 @@ func BenchmarkSubscribers(b *testing.B) {
 	f := &subFleet{addr: srv.addr, token: viewer}
 	b.Cleanup(f.close)
 	before := serverMemory(b, srv)
-	for _, n := range []int{1000, 10000} {
+	counts := []int{1000, 10000}
+	if v := os.Getenv("BENCH_SUBSCRIBERS"); v != "" { // e.g. 1000 for a quick run
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatalf("BENCH_SUBSCRIBERS: %v", err)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, n := range counts {
 		f.grow(b, n)
 		after := serverMemory(b, srv)
 		b.Run(fmt.Sprintf("latency/%d", n), func(b *testing.B) {
@@ -61,9 +72,9 @@ func BenchmarkSubscribers(b *testing.B) {
 			b.ReportMetric((after.goroutines-before.goroutines)/float64(n), "goroutines/sub")
 			b.ReportMetric(0, "ns/op")
 		})
-		if n == 1000 {
-			b.Run("events-per-second/1000", func(b *testing.B) {
-				const burst, writers = 200, 4
+		if n == counts[0] {
+			b.Run(fmt.Sprintf("events-per-second/%d", n), func(b *testing.B) {
+				const burst, writers = 50, 4
 				f.reset()
 				start := time.Now()
 				for i := 0; i < b.N; i++ {

@@ -4,9 +4,13 @@
 // Every replica holds ONE LISTEN connection (jackc/pgxlisten, reconnecting).
 // Per tenant with subscribers a stream reads the new rows once, from its
 // position in the stream, and hands them to that tenant's subscribers in
-// memory, each filtered by its own filter. Publishers never wait for a
-// subscriber: each has a bounded buffer, and one that falls behind is
-// ended with an error naming its last event so it can resume. A subscriber
+// memory: the stream appends them to one bounded ring that all of them read
+// at their own pace, each filtered by its own filter, so handing an event
+// to 10,000 subscribers costs the stream one append and one wake-up.
+// Publishers never wait for a subscriber: one that falls further behind
+// than the ring reads on from the outbox by itself, and one whose client
+// takes nothing for a while is ended with an error naming its last event
+// so it can resume. A subscriber
 // that asks to resume replays from the outbox and then goes live with no
 // gap and no duplicate: positions are a total order, and a subscriber
 // delivers only positions after the last it delivered.
@@ -31,9 +35,10 @@ import (
 
 // Config tunes the hub; zero values take the defaults.
 type Config struct {
-	// Buffer is each subscriber's buffer of undelivered events (default
-	// 256). A subscriber whose buffer overflows reads on from the outbox by
-	// itself until it has caught up.
+	// Buffer is how many recent events a tenant's stream keeps for its
+	// subscribers (default 1024), shared by all of them. A subscriber
+	// further behind than that reads on from the outbox by itself until it
+	// has caught up.
 	Buffer int
 	// Stall ends a subscriber whose client has not taken an event for this
 	// long (default 10 s): it is ended with an error naming its last event.
@@ -47,7 +52,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Buffer <= 0 {
-		c.Buffer = 256
+		c.Buffer = 1024
 	}
 	if c.Poll <= 0 {
 		c.Poll = 2 * time.Second
@@ -74,6 +79,7 @@ type Hub struct {
 
 	subscribers atomic.Int64
 	reads       atomic.Int64
+	catchUps    atomic.Int64
 	listening   atomic.Bool
 }
 
@@ -88,6 +94,10 @@ func (h *Hub) Subscribers() int64 { return h.subscribers.Load() }
 
 // Reads is the number of outbox reads the streams made.
 func (h *Hub) Reads() int64 { return h.reads.Load() }
+
+// CatchUps is how many times a subscriber fell behind its stream's ring and
+// read on from the outbox.
+func (h *Hub) CatchUps() int64 { return h.catchUps.Load() }
 
 // Listening says the LISTEN connection is up.
 func (h *Hub) Listening() bool { return h.listening.Load() }
@@ -156,8 +166,6 @@ type Subscription struct {
 	c      chan *events.Event
 	opts   Options
 	filter events.Filter
-	live   chan *events.Event // the stream's events, shared by its subscribers
-	slow   atomic.Bool
 	err    atomic.Pointer[error]
 	last   events.Position
 	cancel context.CancelFunc
@@ -204,12 +212,12 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	sub := &Subscription{c: make(chan *events.Event), filter: f, live: make(chan *events.Event, h.cfg.Buffer), cancel: cancel}
+	sub := &Subscription{c: make(chan *events.Event), filter: f, cancel: cancel}
 	for _, o := range opts {
 		sub.opts = o
 	}
 	sub.C = sub.c
-	st, from, err := h.join(ctx, sub)
+	st, from, next, err := h.join(ctx, sub)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -221,13 +229,14 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		sub.last = from
 	}
 	h.subscribers.Add(1)
-	go h.serve(ctx, st, sub, replay)
+	go h.serve(ctx, st, sub, next, replay)
 	return sub, nil
 }
 
 // serve delivers one subscriber's events: the replay from the outbox, then
-// the live events its stream hands over, each position once.
-func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay bool) {
+// the live events of its stream's ring from sequence next on, each
+// position once.
+func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, next uint64, replay bool) {
 	defer func() {
 		st.remove(sub)
 		h.subscribers.Add(-1)
@@ -289,21 +298,30 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay b
 	if replay && !catchUp() {
 		return
 	}
+	var batch [32]*events.Event
 	for {
-		// Events that overflowed the buffer are read again from the outbox.
-		if sub.slow.Load() {
-			st.reset(sub)
+		n, more, behind := st.take(&next, batch[:])
+		if behind {
+			// The ring moved past this subscriber: the outbox has what it
+			// lost, and the ring has everything from the new mark on (the
+			// overlap is skipped by position).
+			h.catchUps.Add(1)
 			if !catchUp() {
 				return
 			}
 			continue
 		}
-		select {
-		case ev := <-sub.live:
-			if !emit(ev) {
+		for _, ev := range batch[:n] {
+			if sub.matches(ev) && !emit(ev) {
 				return
 			}
-		case <-st.overflowed(sub):
+		}
+		clear(batch[:n])
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-more:
 		case <-changed:
 			if err := sub.opts.Recheck(ctx); err != nil {
 				if ctx.Err() == nil {
@@ -313,16 +331,6 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, replay b
 			}
 			changed = sub.opts.Changed()
 		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func drain(c chan *events.Event) {
-	for {
-		select {
-		case <-c:
-		default:
 			return
 		}
 	}
@@ -348,74 +356,86 @@ type stream struct {
 
 	mu   sync.Mutex
 	pos  events.Position
-	subs map[*Subscription]chan struct{} // subscriber -> closed on overflow
+	subs int
+	ring []*events.Event // the event of sequence k is ring[k%len(ring)]
+	head uint64          // the sequence of the next event appended
+	more chan struct{}   // closed when events are appended, then replaced
 }
 
 // join adds a subscriber to its tenant's stream, starting the stream when
-// there is none, and returns the stream's position: every event after it
-// reaches the subscriber's buffer (or marks it behind). Under h.mu, so a
-// stream that is ending (no subscribers) is never joined.
-func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Position, error) {
+// there is none, and returns the stream's position and the ring sequence of
+// the next event: every event after the position is appended from that
+// sequence on. Under h.mu, so a stream that is ending (no subscribers) is
+// never joined.
+func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Position, uint64, error) {
 	tenantID := sub.filter.TenantID
 	h.mu.Lock()
 	s := h.streams[tenantID]
 	if s != nil {
 		defer h.mu.Unlock()
-		return s, s.add(sub), nil
+		pos, next := s.add()
+		return s, pos, next, nil
 	}
 	h.mu.Unlock()
 	// A new stream starts at the visibility horizon: every event below it
 	// is committed (the past); every event at or above it is yet to come.
 	var xmin string
 	if err := h.db.GetContext(ctx, &xmin, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`); err != nil {
-		return nil, events.Position{}, store.Wrap(err)
+		return nil, events.Position{}, 0, store.Wrap(err)
 	}
 	x, err := strconv.ParseUint(xmin, 10, 64)
 	if err != nil {
-		return nil, events.Position{}, err
+		return nil, events.Position{}, 0, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.streams[tenantID]; s != nil {
-		return s, s.add(sub), nil
+		pos, next := s.add()
+		return s, pos, next, nil
 	}
-	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: events.Position{XID: x}, subs: map[*Subscription]chan struct{}{}}
+	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: events.Position{XID: x},
+		ring: make([]*events.Event, h.cfg.Buffer), more: make(chan struct{})}
 	h.streams[tenantID] = s
-	from := s.add(sub)
+	pos, next := s.add()
 	go s.run()
-	return s, from, nil
+	return s, pos, next, nil
 }
 
-// add registers a subscriber and returns the stream's position.
-func (s *stream) add(sub *Subscription) events.Position {
+// add counts a subscriber in and returns the stream's position and the
+// sequence of the next event.
+func (s *stream) add() (events.Position, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subs[sub] = make(chan struct{})
-	return s.pos
+	s.subs++
+	return s.pos, s.head
 }
 
-func (s *stream) remove(sub *Subscription) {
+func (s *stream) remove(*Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.subs, sub)
-	if len(s.subs) == 0 {
+	s.subs--
+	if s.subs == 0 {
 		s.poke() // lets run notice it has no subscribers left
 	}
 }
 
-// reset clears a subscriber's overflow (it catches up from the outbox).
-func (s *stream) reset(sub *Subscription) {
+// take copies the ring's events from sequence *next on into batch and
+// advances *next. With nothing to take it returns a channel closed when
+// there is more. behind says the ring no longer holds *next: *next moves to
+// the ring's head, and the caller reads what it lost from the outbox.
+func (s *stream) take(next *uint64, batch []*events.Event) (n int, more <-chan struct{}, behind bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	drain(sub.live)
-	sub.slow.Store(false)
-	s.subs[sub] = make(chan struct{})
-}
-
-func (s *stream) overflowed(sub *Subscription) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.subs[sub]
+	if *next+uint64(len(s.ring)) < s.head {
+		*next = s.head
+		return 0, nil, true
+	}
+	for n < len(batch) && *next < s.head {
+		batch[n] = s.ring[*next%uint64(len(s.ring))]
+		n++
+		*next++
+	}
+	return n, s.more, false
 }
 
 func (s *stream) poke() {
@@ -448,7 +468,7 @@ func (s *stream) run() {
 		// horizon when a subscriber comes back).
 		h.mu.Lock()
 		s.mu.Lock()
-		if len(s.subs) == 0 {
+		if s.subs == 0 {
 			delete(h.streams, s.tenant)
 			s.mu.Unlock()
 			h.mu.Unlock()
@@ -485,19 +505,13 @@ func (s *stream) read() int {
 		}
 		s.mu.Lock()
 		for i := range page {
-			ev := &page[i]
-			s.pos = ev.Position
-			for sub, over := range s.subs {
-				if !sub.matches(ev) || sub.slow.Load() {
-					continue
-				}
-				select {
-				case sub.live <- ev:
-				default:
-					sub.slow.Store(true)
-					close(over)
-				}
-			}
+			s.ring[s.head%uint64(len(s.ring))] = &page[i]
+			s.head++
+			s.pos = page[i].Position
+		}
+		if len(page) > 0 {
+			close(s.more)
+			s.more = make(chan struct{})
 		}
 		s.mu.Unlock()
 		total += len(page)

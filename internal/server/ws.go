@@ -65,15 +65,21 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		return
 	}
 	c.SetReadLimit(rest.DefaultMaxBody)
-	t.s.conns.Add(1)
-	defer t.s.conns.Done()
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	// The socket outlives the request: it keeps only the upgrade's request
+	// id, and its reader runs on a goroutine of its own, so neither the
+	// request (headers, router state) nor the handler chain's deep stack
+	// stays alive for every open socket.
+	ctx, cancel := context.WithCancel(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]context.CancelFunc{},
-		ip:  clientIP(r), headers: r.Header,
+		ip:  clientIP(r),
 	}
-	conn.serve()
+	t.s.conns.Add(1)
+	go func() {
+		defer t.s.conns.Done()
+		conn.serve()
+	}()
 }
 
 // wsMessage is one protocol message.
@@ -84,13 +90,12 @@ type wsMessage struct {
 }
 
 type wsConn struct {
-	s       *Server
-	c       *websocket.Conn
-	exec    graphql.GraphExecutor
-	ctx     context.Context
-	cancel  context.CancelFunc
-	ip      string
-	headers http.Header
+	s      *Server
+	c      *websocket.Conn
+	exec   graphql.GraphExecutor
+	ctx    context.Context
+	cancel context.CancelFunc
+	ip     string
 
 	mu       sync.Mutex
 	ops      map[string]context.CancelFunc
@@ -263,6 +268,7 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 		}
 	}()
 	ctx = reqctx.WithRequestID(ctx, newRequestID())
+	ctx = graphql.StartOperationTrace(ctx)
 	fail := func(e *errs.Error) {
 		b, _ := json.Marshal(gqlerror.List{{Message: e.Message, Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}})
 		c.send(wsMessage{ID: id, Type: "error", Payload: b})
@@ -280,7 +286,6 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 	ctx = reqctx.WithPrincipal(ctx, p)
 	ctx = reqctx.WithSession(ctx, c)
 	ctx, endErr := reqctx.WithEnd(ctx)
-	params.Headers = c.headers
 	oc, list := c.exec.CreateOperationContext(ctx, params)
 	if list != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
@@ -345,7 +350,7 @@ func (c *wsConn) send(m wsMessage) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
-	b, err := json.Marshal(m)
+	b, err := m.encode()
 	if err != nil {
 		return false
 	}
@@ -357,6 +362,28 @@ func (c *wsConn) send(m wsMessage) bool {
 		return false
 	}
 	return true
+}
+
+// encode is the message's JSON. The payload is JSON this server produced,
+// so it is copied as it is, not parsed and compacted again as
+// json.Marshal does with a RawMessage (a subscription's every event goes
+// through here).
+func (m wsMessage) encode() ([]byte, error) {
+	id, err := json.Marshal(m.ID)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(m.Payload)+len(id)+len(m.Type)+32)
+	b = append(b, '{')
+	if m.ID != "" {
+		b = append(append(append(b, `"id":`...), id...), ',')
+	}
+	b = append(append(append(b, `"type":"`...), m.Type...), '"')
+	if len(m.Payload) > 0 {
+		b = append(append(append(b, `,"payload":`...), m.Payload...), '}')
+		return b, nil
+	}
+	return append(b, '}'), nil
 }
 
 // close ends the connection once with a close code and reason.
