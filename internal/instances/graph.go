@@ -62,11 +62,45 @@ func readerOf(ctx context.Context, perm string) reader {
 
 func (r reader) args() []any { return []any{r.id, r.all, r.roles} }
 
-// readable is the predicate "the caller may read what tenant col holds",
-// over the reader's arguments $1-$3.
-func readable(col string) string {
-	return `($2 OR EXISTS (SELECT 1 FROM role_bindings rb WHERE rb.tenant_id = ` + col +
-		` AND rb.principal_id = $1 AND rb.role = ANY($3)))`
+// Visibility is one predicate per resource type, a function of an SQL
+// text[] expression of the tenants the caller reads in (the shape of the
+// graph's read path: bind it to a scope and every batch of the type uses
+// it):
+
+// Visible is an instance's (over instances i): its tenant's readers.
+func Visible(tenants string) string { return `i.tenant_id = ANY(` + tenants + `)` }
+
+// ReservationVisible is a reservation's (over reservations r).
+func ReservationVisible(tenants string) string { return `r.tenant_id = ANY(` + tenants + `)` }
+
+// EventVisible is an instance event's (over instance_events e): its
+// instance's.
+func EventVisible(tenants string) string { return `e.tenant_id = ANY(` + tenants + `)` }
+
+// CapacityVisible is a pool's capacity's (over pools p): the pool's
+// readers, its owner's and those of the tenants it is offered to.
+func CapacityVisible(tenants string) string {
+	return `(p.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = ANY(` + tenants + `)))`
+}
+
+// OwnerView says who reads a pool's per-tenant numbers (over pools p): its
+// owner's readers.
+func OwnerView(tenants string) string { return `p.tenant_id = ANY(` + tenants + `)` }
+
+// scopeOf is the text[] of tenants the reader reads in, from the reader's
+// arguments $1, $2 and the roles parameter roles; NULL for every tenant
+// (the operator). PostgreSQL computes it once per statement.
+func scopeOf(roles string) string {
+	return `(CASE WHEN $2 THEN NULL::text[] ELSE ARRAY(SELECT rb.tenant_id FROM role_bindings rb
+		WHERE rb.principal_id = $1 AND rb.role = ANY(` + roles + `)) END)`
+}
+
+// where binds a predicate to the reader's scope ($1-$3): every tenant (a
+// NULL scope) passes.
+func where(pred func(tenants string) string) string { return whereIn(scopeOf("$3"), pred) }
+
+func whereIn(scope string, pred func(tenants string) string) string {
+	return `(` + scope + ` IS NULL OR ` + pred(scope) + `)`
 }
 
 const permRead = "compute:instances:read"
@@ -82,13 +116,13 @@ type View struct {
 
 // viewCols are the columns of a View over instances i; the reader's
 // arguments are $1-$3.
-const viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.gpus, i.gpu_profile, i.vcpus, i.memory_gib, i.image,
+var viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.gpus, i.gpu_profile, i.vcpus, i.memory_gib, i.image,
 	i.desired_state, i.desired_at, i.state, i.state_reason, i.state_since, i.step_tries, i.reboot_generation, i.rebooted_generation,
 	i.host_node_id, i.client_token, i.request_hash, i.row_version, i.created_at, i.updated_at, i.deleted_at,
 	EXISTS (SELECT 1 FROM pools p WHERE p.pool_id = i.pool_id AND (p.tenant_id = i.tenant_id
 		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = i.tenant_id))) AS pool_visible,
-	(i.host_node_id IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = i.host_node_id AND ` + `($2 OR EXISTS (SELECT 1 FROM role_bindings rb
-		WHERE rb.tenant_id = n.tenant_id AND rb.principal_id = $1 AND rb.role = ANY($4))))) AS host_visible`
+	(i.host_node_id IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = i.host_node_id
+		AND ` + whereIn(scopeOf("$4"), func(t string) string { return `n.tenant_id = ANY(` + t + `)` }) + `)) AS host_visible`
 
 // viewArgs are the reader's arguments for viewCols: $4 the roles that read
 // nodes.
@@ -103,7 +137,7 @@ func ViewsByID(ctx context.Context, q store.Q, ids []string) (map[string]*View, 
 	var rows []View
 	args := append(viewArgs(ctx), ids)
 	if err := q.SelectContext(ctx, &rows, `SELECT `+viewCols+` FROM instances i
-		WHERE i.instance_id = ANY($5) AND `+readable("i.tenant_id"), args...); err != nil {
+		WHERE i.instance_id = ANY($5) AND `+where(Visible), args...); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*View, len(rows))
@@ -160,7 +194,7 @@ func scopeMatch(by Parent) string {
 	return `i.` + string(by) + ` = t.parent AND (t.f_pool = '' OR i.pool_id = t.f_pool)
 		AND (t.f_project = '' OR i.project_id = t.f_project)
 		AND (CASE WHEN t.f_state = '' THEN i.state <> 'deleted' ELSE i.state = t.f_state END)
-		AND ` + readable("i.tenant_id")
+		AND ` + where(Visible)
 }
 
 // scopesAt unnests the five arrays of scopeArrays, from parameter $n on,
@@ -224,7 +258,7 @@ func resMatch(by Parent) string {
 		      WHEN 'expired' THEN r.state = 'active' AND r.ends_at <= now()
 		      WHEN 'active' THEN r.state = 'active' AND r.starts_at <= now() AND r.ends_at > now()
 		      ELSE r.state = 'active' AND r.starts_at > now() END
-		AND ` + readable("r.tenant_id")
+		AND ` + where(ReservationVisible)
 }
 
 type resRow struct {
@@ -289,12 +323,12 @@ func EventPages(ctx context.Context, q store.Q, instanceIDs []string, after stri
 		}
 		return page.Rows[events.Event]{}, err
 	}
-	return events.PagesByInstance(ctx, q, instanceIDs, pos, limit, readable("e.tenant_id"), readerOf(ctx, permRead).args()...)
+	return events.PagesByInstance(ctx, q, instanceIDs, pos, limit, where(EventVisible), readerOf(ctx, permRead).args()...)
 }
 
 // CountEvents counts each readable instance's events.
 func CountEvents(ctx context.Context, q store.Q, instanceIDs []string) (map[string]int, error) {
-	return events.CountByInstance(ctx, q, instanceIDs, readable("e.tenant_id"), readerOf(ctx, permRead).args()...)
+	return events.CountByInstance(ctx, q, instanceIDs, where(EventVisible), readerOf(ctx, permRead).args()...)
 }
 
 // --- capacity -----------------------------------------------------------
@@ -334,7 +368,7 @@ func Capacities(ctx context.Context, q store.Q, poolIDs []string) (map[string]*P
 	r := readerOf(ctx, "compute:pools:read")
 	var rows []capRow
 	err := q.SelectContext(ctx, &rows, `SELECT p.pool_id, p.kind, p.sharing_mode, p.policy::text AS policy,
-			`+readable("p.tenant_id")+` AS owner_view,
+			`+where(OwnerView)+` AS owner_view,
 			COALESCE((SELECT json_agg(json_build_object('nodeId', n.node_id, 'sections', s.sections,
 					'taken', ARRAY(SELECT a.device_id FROM instance_allocations a WHERE a.node_id = n.node_id),
 					'vcpus', (SELECT COALESCE(sum(h.vcpus), 0) FROM instances h WHERE h.host_node_id = n.node_id AND h.state <> 'deleted'),
@@ -349,8 +383,7 @@ func Capacities(ctx context.Context, q store.Q, poolIDs []string) (map[string]*P
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM reservations
 					WHERE pool_id = p.pool_id AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id) a), '[]')::text AS res
 		FROM pools p
-		WHERE p.pool_id = ANY($4) AND (`+readable("p.tenant_id")+` OR EXISTS (SELECT 1 FROM pool_offers o
-			WHERE o.pool_id = p.pool_id AND `+readable("o.to_tenant_id")+`))`, append(r.args(), poolIDs)...)
+		WHERE p.pool_id = ANY($4) AND `+where(CapacityVisible), append(r.args(), poolIDs)...)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
