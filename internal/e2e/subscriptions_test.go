@@ -362,3 +362,75 @@ func TestGraphiQLShowsASubscription(t *testing.T) {
 		t.Fatalf("GraphiQL showed %v, want %s\n%s", got.Seen, want, stderr.String())
 	}
 }
+
+// graphql-sse's own client (distinct connections mode) resumes from a
+// cursor over /graphql/stream and sees a new instance's first moves.
+func TestInstanceEventsWithGraphQLSSEClient(t *testing.T) {
+	t.Parallel()
+	dir := clientsDir(t)
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	first := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "first", 1))).Str("instanceId")
+	waitState(t, e, acme.Member.Token, "acme", first, "running", 20*time.Second)
+	seen := outbox(t, e, "acme", "")
+	cursor := seen[len(seen)-1]
+	second := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "second", 1))).Str("instanceId")
+	q := fmt.Sprintf(`subscription { instanceEvents(tenantId: "acme", after: %q) { type instanceId eventId } }`, cursor)
+	out, err := node(t, dir, "sse.mjs", e.Server.URL+"/graphql/stream", acme.Viewer.Token, q, "3")
+	if err != nil {
+		t.Fatalf("sse.mjs: %v %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || lines[3] != "COMPLETE" {
+		t.Fatalf("graphql-sse client printed:\n%s", out)
+	}
+	var types []string
+	for _, l := range lines[:3] {
+		var r struct {
+			Data struct {
+				InstanceEvents struct{ Type, InstanceID, EventID string }
+			}
+			Errors []any
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Errors != nil || r.Data.InstanceEvents.InstanceID != second {
+			t.Fatalf("result %s (%v)", l, err)
+		}
+		types = append(types, r.Data.InstanceEvents.Type)
+	}
+	if strings.Join(types, ",") != "INSTANCE_CREATED,INSTANCE_PROVISIONING,INSTANCE_RUNNING" {
+		t.Fatalf("types %v", types)
+	}
+}
+
+// One socket runs at most 64 operations at once: the 65th subscribe gets
+// a RATE_LIMITED error message and the socket stays usable; completing one
+// makes room.
+func TestOperationsPerSocketAreBounded(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	for i := 0; i < 64; i++ {
+		w.subscribe(fmt.Sprint("s", i), map[string]any{"t": "acme"})
+	}
+	if got := opError(w.op("over", `{ viewer { kind } }`, nil)); got != "RATE_LIMITED" {
+		t.Fatalf("the 65th operation: %q", got)
+	}
+	w.send(map[string]any{"id": "s0", "type": "complete"})
+	for try := 0; ; try++ {
+		w.send(map[string]any{"id": fmt.Sprint("q", try), "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+		var last map[string]any
+		for last == nil || (last["id"] == fmt.Sprint("q", try) && last["type"] == "next") || last["id"] == "s0" {
+			last = w.next()
+		}
+		if last["type"] == "complete" && last["id"] == fmt.Sprint("q", try) {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("no room after a complete: %v", last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ const (
 	closeSlowConsumer  = 1013 // try again later: the client does not read
 
 	wsWriteTimeout = 10 * time.Second
+	// wsMaxOperations bounds the operations running at once on one socket
+	// (a dashboard needs a handful); past it a subscribe gets an error
+	// message and the socket stays open.
+	wsMaxOperations = 64
 )
 
 // WSTimings are the protocol's timers.
@@ -246,6 +251,13 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.mu.Unlock()
 		c.close(closeDuplicateID, "Subscriber for "+truncate(m.ID, 64)+" already exists")
 		return false
+	}
+	if len(c.ops) >= wsMaxOperations {
+		c.mu.Unlock()
+		b, _ := json.Marshal(gqlerror.List{{Message: fmt.Sprintf("too many operations on this socket (at most %d at once); complete one first", wsMaxOperations),
+			Extensions: map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"reason": "operations", "limit": wsMaxOperations}}}})
+		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
+		return true
 	}
 	ctx, stop := context.WithCancel(c.ctx)
 	c.ops[m.ID] = stop
