@@ -482,8 +482,9 @@ type ComplexityRoot struct {
 	}
 
 	ProfileConnection struct {
-		Edges    func(childComplexity int) int
-		PageInfo func(childComplexity int) int
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
 	}
 
 	ProfileEdge struct {
@@ -2717,6 +2718,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProfileConnection.PageInfo(childComplexity), true
+	case "ProfileConnection.totalCount":
+		if e.ComplexityRoot.ProfileConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProfileConnection.TotalCount(childComplexity), true
 
 	case "ProfileEdge.cursor":
 		if e.ComplexityRoot.ProfileEdge.Cursor == nil {
@@ -4823,6 +4830,8 @@ type ProfileStep {
 type ProfileConnection {
   edges: [ProfileEdge!]!
   pageInfo: PageInfo!
+  "The tenant's own, public and builtin profile versions."
+  totalCount: Int!
 }
 
 type ProfileEdge {
@@ -5965,6 +5974,8 @@ func (ec *executionContext) childFields_ProfileConnection(ctx context.Context, f
 		return ec.fieldContext_ProfileConnection_edges(ctx, field)
 	case "pageInfo":
 		return ec.fieldContext_ProfileConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ProfileConnection_totalCount(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProfileConnection", field.Name)
 }

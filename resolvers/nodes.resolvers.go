@@ -10,7 +10,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/loaders"
@@ -21,7 +20,9 @@ import (
 
 // Pool is the resolver for the pool field.
 func (r *computeNodeResolver) Pool(ctx context.Context, obj *nodes.Node) (*pools.Pool, error) {
-	p, err := loaders.From(ctx).Pool.Load(ctx, obj.PoolID)()
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Pool, obj.NodeID, loaders.KindPool)
+	p, err := l.Pool.Load(ctx, obj.PoolID)()
 	if err == nil && p == nil {
 		return nil, errs.E(errs.NotFound, "pool %s not found", obj.PoolID)
 	}
@@ -40,8 +41,8 @@ func (r *computeNodeResolver) Inventory(ctx context.Context, obj *nodes.Node) (*
 
 // InventoryHistory is the resolver for the inventoryHistory field.
 func (r *computeNodeResolver) InventoryHistory(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.InventorySnapshotConnection, error) {
-	if first != nil && (*first < 1 || *first > 100) {
-		return nil, errs.Invalid("first", "first must be in 1-100")
+	if first != nil && (*first < 1 || *first > inventory.HistoryMaxLimit) {
+		return nil, errs.Invalid("first", "first must be in 1-%d", inventory.HistoryMaxLimit)
 	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeHistory, obj.NodeID, first, after,
 		func(s *inventory.Snapshot) string { return s.ID },
@@ -179,9 +180,6 @@ func (r *mutationResolver) RemoveNode(ctx context.Context, input nodes.NodeChang
 // Nodes is the resolver for the nodes field: the owner's members see the
 // pool's nodes; a tenant the pool is offered to sees none.
 func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error) {
-	if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
-		return &model.ComputeNodeConnection{Edges: []*model.ComputeNodeEdge{}, PageInfo: &model.PageInfo{}}, nil
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolNodes, obj.PoolID, first, after,
 		func(n *nodes.Node) string { return n.NodeID },
 		func(cur string, n *nodes.Node) *model.ComputeNodeEdge {
@@ -196,9 +194,6 @@ func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, a
 // JoinRequests is the resolver for the joinRequests field (the owner's
 // view; empty for tenants the pool is offered to).
 func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error) {
-	if r.decide(ctx, "compute:joinTokens:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
-		return &model.JoinRequestConnection{Edges: []*model.JoinRequestEdge{}, PageInfo: &model.PageInfo{}}, nil
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolJoinReqs, obj.PoolID, first, after,
 		func(j *nodes.JoinRequest) string { return j.JoinRequestID },
 		func(cur string, j *nodes.JoinRequest) *model.JoinRequestEdge {
@@ -210,16 +205,11 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 	return &model.JoinRequestConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
-// ComputeNode is the resolver for the computeNode field.
+// ComputeNode is the resolver for the computeNode field: a node the caller
+// may read, when it is this tenant's (the field names one of the tenant's
+// nodes).
 func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error) {
-	if err := r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
-	n, err := loaders.From(ctx).Node.Load(ctx, nodeID)()
-	if err != nil || n == nil || n.TenantID != obj.TenantID {
-		return nil, err
-	}
-	return n, nil
+	return loaders.From(ctx).TenantNode(ctx, obj.TenantID, nodeID)
 }
 
 // ComputeNode returns graph.ComputeNodeResolver implementation.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/relay"
@@ -48,11 +47,8 @@ func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error)
 }
 
 // Offers is the resolver for the offers field: the owner's members see
-// them; a tenant the pool is offered to sees none.
+// them; a tenant the pool is offered to sees none (the loader's rule).
 func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error) {
-	if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
-		return []*pools.Offer{}, nil
-	}
 	l := loaders.From(ctx)
 	l.PrefetchOffers(ctx, obj.PoolID)
 	list, err := l.PoolOffers.Load(ctx, obj.PoolID)()
@@ -68,9 +64,6 @@ func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Of
 
 // Pools is the resolver for the pools field.
 func (r *tenantResolver) Pools(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.PoolConnection, error) {
-	if err := r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantPools, obj.TenantID, first, after,
 		func(p *pools.Pool) string { return p.PoolID },
 		func(cur string, p *pools.Pool) *model.PoolEdge { return &model.PoolEdge{Cursor: cur, Node: p} })

@@ -7,7 +7,8 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -80,25 +81,30 @@ func (r *profileStepResolver) With(ctx context.Context, obj *profiles.Rendered) 
 	return obj.With, nil
 }
 
-// Profiles is the resolver for the profiles field: profiles.list (own,
-// public and builtin under one keyset) shaped as a connection.
+// Profiles is the resolver for the profiles field: what profiles.list
+// pages (own, public and builtin under one keyset), batched across tenants.
 func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProfileConnection, error) {
 	n, _, err := pageArgs(first, nil)
 	if err != nil {
 		return nil, err
 	}
-	in := profiles.ListInput{TenantID: obj.TenantID, Limit: n}
+	var cursor string
 	if after != nil {
-		in.Cursor = *after
+		cursor = *after
 	}
-	p, err := call[page.Page[profiles.Profile]](ctx, r.Resolver, "profiles.list", in)
+	if len(cursor) > 256 || profiles.CheckCursor(cursor) != nil {
+		return nil, errs.Invalid("after", "after is not a cursor this server returned")
+	}
+	l := loaders.From(ctx)
+	loaders.PrefetchPages(ctx, l, l.TenantProfiles, obj.TenantID, n, cursor)
+	c, err := l.TenantProfiles.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: cursor})()
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.ProfileConnection{Edges: make([]*model.ProfileEdge, len(p.Items)), PageInfo: &model.PageInfo{HasNextPage: p.Cursor != nil}}
-	for i := range p.Items {
-		cur := profiles.CursorOf(&p.Items[i])
-		conn.Edges[i] = &model.ProfileEdge{Cursor: cur, Node: &p.Items[i]}
+	conn := &model.ProfileConnection{Edges: make([]*model.ProfileEdge, len(c.Items)), PageInfo: &model.PageInfo{HasNextPage: c.HasNext}, TotalCount: c.Total}
+	for i := range c.Items {
+		cur := profiles.CursorOf(&c.Items[i])
+		conn.Edges[i] = &model.ProfileEdge{Cursor: cur, Node: &c.Items[i]}
 		if i == 0 {
 			conn.PageInfo.StartCursor = &cur
 		}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/projects"
@@ -29,13 +28,6 @@ func (r *projectResolver) Tenant(ctx context.Context, obj *projects.Project) (*t
 
 // Members is the resolver for the members field.
 func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, first *int, after *string) (*model.ProjectMemberConnection, error) {
-	// Reading the tenant's projects implies reading each one (no statement);
-	// otherwise the project's own relationships decide.
-	if r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil {
-		if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Project, TenantID: obj.TenantID, ID: obj.ProjectID}); err != nil {
-			return nil, err
-		}
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).ProjectMembers, obj.ProjectID, first, after,
 		func(m *projects.Member) string { return m.PrincipalID },
 		func(cur string, m *projects.Member) *model.ProjectMemberEdge {

@@ -1,7 +1,8 @@
 // Package resolvers holds the GraphQL resolvers. They translate: mutations
 // call the method registry (the same validation, decision and audit as the
-// method surface), fields read through the request's dataloaders after one
-// authz.Decide.
+// method surface), fields read through the request's dataloaders, which
+// decide (internal/loaders): resolvers name no permission and hold no
+// visibility rule, and pass every loader error on as the field's error.
 package resolvers
 
 import (
@@ -9,14 +10,13 @@ import (
 	"encoding/json"
 
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
-	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -31,14 +31,9 @@ func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, 
 	return registry.Call[Out](ctx, r.Registry, key, in)
 }
 
-// decide runs the one decision for a graph read.
-func (r *Resolver) decide(ctx context.Context, perm string, res authz.Resource) error {
-	return authz.Decide(ctx, r.DB, reqctx.PrincipalFrom(ctx), perm, res)
-}
-
 // pageArgs checks first/after the way the method surface checks limit/cursor.
 func pageArgs(first *int, after *string) (int, string, error) {
-	n := 50
+	n := page.DefaultLimit
 	if first != nil {
 		n = *first
 	}
@@ -73,8 +68,7 @@ func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cu
 }
 
 // loadConn reads one parent's page through a page loader and shapes it as
-// edges, page info and total: what every batched connection field does
-// once its decision has passed.
+// edges, page info and total: what every batched connection field does.
 func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
 	n, k, err := pageArgs(first, after)
@@ -113,6 +107,15 @@ func plain(v any) (any, error) {
 		return nil, err
 	}
 	return rawJSON(b)
+}
+
+// nodeOf returns a loaded object as a Node: nil (no error) when the
+// loader found nothing the caller may read, the error when it failed.
+func nodeOf[V any](v *V, err error) (relay.Node, error) {
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 func nodePayload(n *nodes.Node, err error) (*model.NodePayload, error) {

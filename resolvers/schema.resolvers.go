@@ -6,7 +6,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/loaders"
@@ -15,7 +14,6 @@ import (
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/tenants"
-	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // CreateTenant is the resolver for the createTenant field.
@@ -107,115 +105,41 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 
 // Tenant is the resolver for the tenant field.
 func (r *queryResolver) Tenant(ctx context.Context, tenantID string) (*tenants.Tenant, error) {
-	if err := r.decide(ctx, "compute:tenants:read", authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
-		return nil, err
-	}
-	t, err := loaders.From(ctx).Tenant.Load(ctx, tenantID)()
-	if err == nil && t == nil {
-		return nil, errs.E(errs.NotFound, "tenant %s not found", tenantID)
-	}
-	return t, err
+	return loaders.From(ctx).NamedTenant(ctx, tenantID)
 }
 
 // Node is the resolver for the node field: the object when the caller may
-// read it, null otherwise (a hidden object and a missing one look the same).
+// read it, null otherwise (a hidden object and a missing one look the
+// same); an error when the read failed.
 func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error) {
 	typ, key, ok := relay.Parse(id)
 	if !ok {
 		return nil, nil
 	}
-	if typ == "Profile" && len(key) == 3 {
-		// Read as its owner tenant names it: visible to principals holding a
-		// role there (public and builtin ones are also visible to everyone
-		// through tenant(tenantId:) { profile(...) }).
+	l := loaders.From(ctx)
+	switch {
+	case typ == "Profile" && len(key) == 3:
 		v, err := strconv.Atoi(key[2])
 		if err != nil {
 			return nil, nil
 		}
-		p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.get", profiles.RefInput{TenantID: key[0], ProfileID: key[1], ProfileVersion: &v})
-		if err != nil || p.TenantID != key[0] {
-			return nil, nil
-		}
-		return p, nil
-	}
-	if typ == "Workflow" && len(key) == 2 {
-		w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.get", workflows.RefInput{TenantID: key[0], WorkflowID: key[1]})
-		if err == nil {
-			return w, nil
-		}
-		switch errs.CodeOf(err) {
-		case errs.NotFound, errs.PermissionDenied, errs.InvalidInput:
-			return nil, nil
-		}
-		return nil, err
-	}
-	if len(key) != 1 {
+		return nodeOf(l.Profile.Load(ctx, profiles.Key{TenantID: key[0], ProfileID: key[1], ProfileVersion: v})())
+	case typ == "Workflow" && len(key) == 2:
+		return nodeOf(l.TenantWorkflow(ctx, key[0], key[1]))
+	case len(key) != 1:
 		return nil, nil
-	}
-	l := loaders.From(ctx)
-	switch typ {
-	case "Tenant":
-		if r.decide(ctx, "compute:tenants:read", authz.Resource{Type: authz.Tenant, TenantID: key[0]}) != nil {
-			return nil, nil
-		}
-		t, err := l.Tenant.Load(ctx, key[0])()
-		if err != nil || t == nil {
-			return nil, err
-		}
-		return t, nil
-	case "Project":
-		p, err := l.Project.Load(ctx, key[0])()
-		if err != nil || p == nil {
-			return nil, err
-		}
-		if r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Project, TenantID: p.TenantID, ID: p.ProjectID}) != nil {
-			return nil, nil
-		}
-		return p, nil
-	case "Pool":
-		p, err := l.Pool.Load(ctx, key[0])()
-		if err != nil || p == nil {
-			return nil, err
-		}
-		// The owner's members, or the caller's own tenant when the pool is
-		// offered to it.
-		if r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: p.TenantID, ID: p.PoolID}) == nil {
-			return p, nil
-		}
-		if pr := reqctx.PrincipalFrom(ctx); pr != nil && pr.TenantID != "" &&
-			r.decide(ctx, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: pr.TenantID, ID: p.PoolID}) == nil {
-			return p, nil
-		}
-		return nil, nil
-	case "ComputeNode":
-		n, err := l.Node.Load(ctx, key[0])()
-		if err != nil || n == nil {
-			return nil, err
-		}
-		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
-			return nil, nil
-		}
-		return n, nil
-	case "Instance":
-		// The loader's batch SQL returns only instances the caller reads.
-		v, err := l.Instances.Instance.Load(ctx, key[0])()
-		if err != nil || v == nil {
-			return nil, err
-		}
-		return v, nil
-	case "InventorySnapshot":
-		snap, err := l.Snapshot.Load(ctx, key[0])()
-		if err != nil || snap == nil {
-			return nil, err
-		}
-		n, err := l.Node.Load(ctx, snap.NodeID)()
-		if err != nil || n == nil {
-			return nil, err
-		}
-		if r.decide(ctx, "compute:nodes:read", authz.Resource{Type: authz.Node, TenantID: n.TenantID, ID: n.NodeID}) != nil {
-			return nil, nil
-		}
-		return snap, nil
+	case typ == "Tenant":
+		return nodeOf(l.Tenant.Load(ctx, key[0])())
+	case typ == "Project":
+		return nodeOf(l.Project.Load(ctx, key[0])())
+	case typ == "Pool":
+		return nodeOf(l.Pool.Load(ctx, key[0])())
+	case typ == "ComputeNode":
+		return nodeOf(l.Node.Load(ctx, key[0])())
+	case typ == "Instance":
+		return nodeOf(l.Instances.Instance.Load(ctx, key[0])())
+	case typ == "InventorySnapshot":
+		return nodeOf(l.Snapshot.Load(ctx, key[0])())
 	}
 	return nil, nil
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/page"
@@ -21,9 +20,6 @@ func (r *tenantResolver) ID(ctx context.Context, obj *tenants.Tenant) (string, e
 
 // Projects is the resolver for the projects field.
 func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProjectConnection, error) {
-	if err := r.decide(ctx, "compute:projects:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantProjects, obj.TenantID, first, after,
 		func(p *projects.Project) string { return p.ProjectID },
 		func(cur string, p *projects.Project) *model.ProjectEdge {
@@ -37,9 +33,6 @@ func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, firs
 
 // Tokens is the resolver for the tokens field.
 func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.TokenConnection, error) {
-	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantTokens, obj.TenantID, first, after,
 		func(t *iam.Token) string { return t.TokenID },
 		func(cur string, t *iam.Token) *model.TokenEdge { return &model.TokenEdge{Cursor: cur, Node: t} })
@@ -51,9 +44,6 @@ func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first 
 
 // Members is the resolver for the members field.
 func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.RoleBindingConnection, error) {
-	if err := r.decide(ctx, "compute:iam:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantMembers, obj.TenantID, first, after,
 		func(b *iam.Binding) string { return b.PrincipalID },
 		func(cur string, b *iam.Binding) *model.RoleBindingEdge {

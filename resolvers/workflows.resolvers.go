@@ -11,7 +11,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/profiles"
@@ -21,9 +20,6 @@ import (
 
 // Workflows is the resolver for the workflows field.
 func (r *computeNodeResolver) Workflows(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.WorkflowConnection, error) {
-	if err := r.decide(ctx, "compute:workflows:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}); err != nil {
-		return nil, err
-	}
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeWorkflows, obj.NodeID, first, after,
 		func(w *workflows.Workflow) string { return w.WorkflowID },
 		func(cur string, w *workflows.Workflow) *model.WorkflowEdge {
@@ -53,13 +49,11 @@ func (r *mutationResolver) CancelWorkflow(ctx context.Context, input workflows.C
 	return &model.WorkflowPayload{Workflow: w}, nil
 }
 
-// Versions is the resolver for the versions field: a reader holding a role
-// on the owner sees every version, anyone else the public ones (all of
-// builtin's).
+// Versions is the resolver for the versions field: the versions the caller
+// may read (a reader of the owner every one, anyone else the public ones,
+// all of builtin's).
 func (r *profileResolver) Versions(ctx context.Context, obj *profiles.Profile, first *int, after *string) (*model.ProfileVersionConnection, error) {
-	publicOnly := obj.TenantID != authz.BuiltinTenant &&
-		r.decide(ctx, "compute:profiles:read", authz.Resource{Type: authz.Tenant, TenantID: obj.TenantID}) != nil
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Versions, profiles.VersionsParent(obj.TenantID, obj.ProfileID, publicOnly), first, after,
+	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Versions, profiles.VersionsParent(obj.TenantID, obj.ProfileID), first, after,
 		func(p *profiles.Profile) string { return strconv.Itoa(p.ProfileVersion) },
 		func(cur string, p *profiles.Profile) *model.ProfileEdge {
 			return &model.ProfileEdge{Cursor: cur, Node: p}
@@ -82,24 +76,17 @@ func (r *workflowResolver) ProfileDocument(ctx context.Context, obj *workflows.W
 
 // Node is the resolver for the node field.
 func (r *workflowResolver) Node(ctx context.Context, obj *workflows.Workflow) (*nodes.Node, error) {
-	n, err := loaders.From(ctx).Node.Load(ctx, obj.NodeID)()
-	if err != nil || n == nil || n.TenantID != obj.TenantID {
-		return nil, err
-	}
-	return n, nil
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Node, obj.WorkflowID, loaders.KindNode)
+	return l.Node.Load(ctx, obj.NodeID)()
 }
 
 // Profile is the resolver for the profile field: the stored version as it
-// is now (null once deleted, or no longer visible to the workflow's tenant).
+// is now (null once deleted, or when the caller may no longer read it).
 func (r *workflowResolver) Profile(ctx context.Context, obj *workflows.Workflow) (*profiles.Profile, error) {
-	p, err := loaders.From(ctx).Profile.Load(ctx, profiles.Key{TenantID: obj.ProfileTenantID, ProfileID: obj.ProfileID, ProfileVersion: obj.ProfileVersion})()
-	if err != nil || p == nil {
-		return nil, err
-	}
-	if p.TenantID != obj.TenantID && p.TenantID != authz.BuiltinTenant && p.Visibility != "public" {
-		return nil, nil
-	}
-	return p, nil
+	l := loaders.From(ctx)
+	loaders.PrefetchKeys(ctx, l, l.Profile, obj.WorkflowID, loaders.KindProfile)
+	return l.Profile.Load(ctx, profiles.Key{TenantID: obj.ProfileTenantID, ProfileID: obj.ProfileID, ProfileVersion: obj.ProfileVersion})()
 }
 
 // With is the resolver for the with field.

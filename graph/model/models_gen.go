@@ -240,6 +240,8 @@ type PoolQuotaInput struct {
 type ProfileConnection struct {
 	Edges    []*ProfileEdge `json:"edges"`
 	PageInfo *PageInfo      `json:"pageInfo"`
+	// The tenant's own, public and builtin profile versions.
+	TotalCount int `json:"totalCount"`
 }
 
 type ProfileEdge struct {

@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -54,13 +53,6 @@ func (r Resource) String() string {
 	}
 }
 
-// memberPerms and adminPerms are the contract's role table; viewer holds
-// every compute:*:read.
-var (
-	memberPerms = []string{"compute:profiles:manage", "compute:projects:create", "compute:instances:manage", "compute:workflows:manage"}
-	adminPerms  = []string{"compute:pools:manage", "compute:nodes:manage", "compute:joinTokens:manage", "compute:joinRequests:approve", "compute:iam:manage"}
-)
-
 // The roles a principal can hold on a tenant.
 const (
 	RoleViewer = "viewer"
@@ -71,31 +63,6 @@ const (
 // Roles are the roles a principal can hold on a tenant.
 var Roles = []string{RoleViewer, RoleMember, RoleAdmin}
 
-// RoleAllows is the single table mapping roles to permissions.
-func RoleAllows(role, perm string) bool {
-	if role == "" {
-		return false
-	}
-	if strings.HasPrefix(perm, "compute:") && strings.HasSuffix(perm, ":read") {
-		return true
-	}
-	if role == "member" || role == "admin" {
-		for _, p := range memberPerms {
-			if p == perm {
-				return true
-			}
-		}
-	}
-	if role == "admin" {
-		for _, p := range adminPerms {
-			if p == perm {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // Visibility is what a resolver says about one resource for one caller.
 type Visibility struct {
 	// Exists is false when the resource does not exist or the named tenant
@@ -104,15 +71,15 @@ type Visibility struct {
 	// Scope limits what the tenant's role grants on the resource: "" grants
 	// everything the role allows (the tenant owns it); otherwise Scope is a
 	// predicate on permissions (an offered pool grants reads only).
-	Scope func(perm string) bool
+	Scope func(perm Permission) bool
 	// Direct are permissions the principal holds on the resource itself,
 	// whatever its role (a project owner, a node's own credential).
-	Direct []string
+	Direct []Permission
 	// Hidden says for which permissions the resource is, to this caller, as
 	// if it did not exist (NOT_FOUND): a pool offered to the tenant can be
 	// read, but only its owner may manage it, and a manage call by anyone
 	// else must not learn more than a call on a pool that does not exist.
-	Hidden func(perm string) bool
+	Hidden func(perm Permission) bool
 }
 
 // Resolver resolves a resource type's relationships in the database.
@@ -131,10 +98,37 @@ func Register(resourceType string, r Resolver) {
 	resolvers[resourceType] = r
 }
 
+type lockKey struct{}
+
+// DecideInTx is Decide for a mutation, inside its transaction tx: the role
+// binding it rests on is read anew and locked FOR SHARE until the
+// transaction ends, so a revocation cannot land between the decision and
+// the write (it waits for the write, or the write sees it). The resource
+// resolvers read on tx too, and the handlers lock the rows they change.
+func DecideInTx(ctx context.Context, tx store.Q, p *reqctx.Principal, perm Permission, r Resource) error {
+	return Decide(context.WithValue(ctx, lockKey{}, true), tx, p, perm, r)
+}
+
+// Locking says the decision runs inside a mutation's transaction
+// (DecideInTx): resource resolvers lock, FOR SHARE, the relationship rows
+// their answer rests on.
+func Locking(ctx context.Context) bool {
+	locked, _ := ctx.Value(lockKey{}).(bool)
+	return locked
+}
+
 // RoleOf returns the principal's role on a tenant, "" for none.
 func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
 	if p == nil || p.Kind == "node" || tenantID == "" {
 		return "", nil
+	}
+	if Locking(ctx) {
+		var role string
+		err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2 FOR SHARE`, tenantID, p.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil
+		}
+		return role, store.Wrap(err)
 	}
 	if r, ok := p.CachedRole(tenantID); ok {
 		return r, nil
@@ -173,23 +167,27 @@ func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string
 // UNAUTHENTICATED, PERMISSION_DENIED or NOT_FOUND, following the contract:
 // no permission on the named tenant is PERMISSION_DENIED whether or not the
 // tenant exists; a resource the tenant cannot see is NOT_FOUND.
-func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r Resource) error {
+func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission, r Resource) error {
 	if p == nil {
 		return errs.E(errs.Unauthenticated, "a bearer token is required")
 	}
-	write := !strings.HasSuffix(perm, ":read")
+	if !known[perm] {
+		// A bug, refused whatever the caller holds.
+		return fmt.Errorf("authz: unknown permission %q", perm)
+	}
+	write := !perm.IsRead()
 	if r.TenantID == BuiltinTenant && write {
 		return errs.E(errs.PermissionDenied, "the builtin tenant is read-only")
 	}
 	if r.Type == Platform {
-		if p.IsOperator() || (perm == "compute:tenants:read" && p.Kind != "node") {
+		if p.IsOperator() || (perm == TenantsRead && p.Kind != "node") {
 			return nil
 		}
 		return denied(perm, r)
 	}
 	var role string
 	if p.IsOperator() {
-		role = "admin"
+		role = RoleAdmin
 	} else {
 		var err error
 		if role, err = RoleOf(ctx, q, p, r.TenantID); err != nil {
@@ -197,7 +195,7 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r 
 		}
 	}
 	if r.TenantID == BuiltinTenant && !write {
-		role = "viewer" // everyone reads what modules ship
+		role = RoleViewer // everyone reads what modules ship
 	}
 	if r.Type == Tenant {
 		if RoleAllows(role, perm) || p.IsOperator() {
@@ -227,7 +225,7 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r 
 	if p.IsOperator() {
 		return nil
 	}
-	granted := func(x string) bool {
+	granted := func(x Permission) bool {
 		for _, d := range v.Direct {
 			if d == x {
 				return true
@@ -241,9 +239,9 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm string, r 
 	return denied(perm, r)
 }
 
-func denied(perm string, r Resource) error {
+func denied(perm Permission, r Resource) error {
 	return errs.E(errs.PermissionDenied, "permission %s denied on %s", perm, r)
 }
 
 // ReadsOnly is a Scope granting only read permissions.
-func ReadsOnly(perm string) bool { return strings.HasSuffix(perm, ":read") }
+func ReadsOnly(perm Permission) bool { return perm.IsRead() }

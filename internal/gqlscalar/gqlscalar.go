@@ -3,11 +3,10 @@
 package gqlscalar
 
 import (
-	"strings"
-
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/pgtext"
 )
 
 // MarshalString writes a String.
@@ -21,7 +20,7 @@ func UnmarshalString(v any) (string, error) {
 	if !ok {
 		return "", errs.E(errs.InvalidInput, "must be a string")
 	}
-	if strings.ContainsRune(s, 0) {
+	if pgtext.HasNUL(s) {
 		return "", errs.E(errs.InvalidInput, "must not contain NUL characters")
 	}
 	return s, nil

@@ -212,36 +212,36 @@ func role() registry.Field { return registry.EnumField("role", RoleEnum, true) }
 func principalID() registry.Field { return registry.ID("principalId", ids.Principal) }
 
 func list() []registry.Field {
-	return []registry.Field{registry.TenantID(), registry.Limit(50, 200), registry.Cursor()}
+	return []registry.Field{registry.TenantID(), registry.PageLimit(), registry.Cursor()}
 }
 
 // Methods are the tokens and members groups' registry entries.
 func Methods() []registry.Method {
-	m := func(group, name string, kind registry.Kind, perm, summary string, notes []string, in []registry.Field) registry.Method {
+	m := func(group, name string, kind registry.Kind, perm authz.Permission, summary string, notes []string, in []registry.Field) registry.Method {
 		return registry.Method{Group: group, Name: name, Kind: kind, Permission: perm, Resource: authz.Tenant,
 			Summary: summary, Notes: notes, Module: "iam", Phase: "v0.1", Input: in}
 	}
 	return []registry.Method{
-		registry.Def(m("tokens", "create", registry.Mutation, "compute:iam:manage",
+		registry.Def(m("tokens", "create", registry.Mutation, authz.IAMManage,
 			"Creates a service principal holding `role` on the tenant and returns a bearer token for it.",
 			[]string{"The secret is in this response only; the server keeps its SHA-256 hash."},
 			[]registry.Field{registry.TenantID(), registry.Name(true), role()}), nil, CreateToken),
-		registry.Def(m("tokens", "list", registry.Read, "compute:iam:read",
+		registry.Def(m("tokens", "list", registry.Read, authz.IAMRead,
 			"Returns a page of the tenant's service tokens, revoked ones included, ordered by id.",
 			[]string{"`limit` defaults to 50 and is at most 200."}, list()), nil, ListTokens),
-		registry.Def(m("tokens", "revoke", registry.Mutation, "compute:iam:manage",
+		registry.Def(m("tokens", "revoke", registry.Mutation, authz.IAMManage,
 			"Revokes a token; it stops authenticating on the next request.",
 			[]string{"`NOT_FOUND` when the tenant has no such token. Revoking a revoked token returns it unchanged."},
 			[]registry.Field{registry.TenantID(), registry.ID("tokenId", ids.Token)}), nil, RevokeToken),
-		registry.Def(m("members", "grant", registry.Mutation, "compute:iam:manage",
+		registry.Def(m("members", "grant", registry.Mutation, authz.IAMManage,
 			"Gives a principal a role on the tenant, replacing the role it held.",
 			[]string{"`NOT_FOUND` when no such user or service principal exists."},
 			[]registry.Field{registry.TenantID(), principalID(), role()}), nil, Grant),
-		registry.Def(m("members", "revoke", registry.Mutation, "compute:iam:manage",
+		registry.Def(m("members", "revoke", registry.Mutation, authz.IAMManage,
 			"Removes a principal's role on the tenant and returns the number removed.",
 			[]string{"`NOT_FOUND` when the principal holds no role on the tenant."},
 			[]registry.Field{registry.TenantID(), principalID()}), nil, RevokeMember),
-		registry.Def(m("members", "list", registry.Read, "compute:iam:read",
+		registry.Def(m("members", "list", registry.Read, authz.IAMRead,
 			"Returns a page of the tenant's role bindings, ordered by principal id.",
 			[]string{"`limit` defaults to 50 and is at most 200."}, list()), nil, ListMembers),
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/page"
-	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -33,34 +32,6 @@ import (
 //     numbers only by the owner's members.
 //
 // Node credentials read nothing here.
-
-// reader is the caller as the batch SQL sees it: $1 the principal id ("" for
-// nobody), $2 whether it reads everything (the operator), $3 the roles that
-// grant the permission.
-type reader struct {
-	id    string
-	all   bool
-	roles []string
-}
-
-func readerOf(ctx context.Context, perm string) reader {
-	p := reqctx.PrincipalFrom(ctx)
-	if p == nil || p.Kind == "node" {
-		return reader{roles: []string{}}
-	}
-	if p.IsOperator() {
-		return reader{all: true, roles: []string{}}
-	}
-	var roles []string
-	for _, r := range authz.Roles {
-		if authz.RoleAllows(r, perm) {
-			roles = append(roles, r)
-		}
-	}
-	return reader{id: p.ID, roles: roles}
-}
-
-func (r reader) args() []any { return []any{r.id, r.all, r.roles} }
 
 // Visibility is one predicate per resource type, a function of an SQL
 // text[] expression of the tenants the caller reads in (the shape of the
@@ -87,23 +58,8 @@ func CapacityVisible(tenants string) string {
 // owner's readers.
 func OwnerView(tenants string) string { return `p.tenant_id = ANY(` + tenants + `)` }
 
-// scopeOf is the text[] of tenants the reader reads in, from the reader's
-// arguments $1, $2 and the roles parameter roles; NULL for every tenant
-// (the operator). PostgreSQL computes it once per statement.
-func scopeOf(roles string) string {
-	return `(CASE WHEN $2 THEN NULL::text[] ELSE ARRAY(SELECT rb.tenant_id FROM role_bindings rb
-		WHERE rb.principal_id = $1 AND rb.role = ANY(` + roles + `)) END)`
-}
-
-// where binds a predicate to the reader's scope ($1-$3): every tenant (a
-// NULL scope) passes.
-func where(pred func(tenants string) string) string { return whereIn(scopeOf("$3"), pred) }
-
-func whereIn(scope string, pred func(tenants string) string) string {
-	return `(` + scope + ` IS NULL OR ` + pred(scope) + `)`
-}
-
-const permRead = "compute:instances:read"
+// where binds a predicate to the scope at $1 (authz.Where).
+func where(pred func(tenants string) string) string { return authz.Where("$1", pred) }
 
 // View is an instance as the graph shows it: with whether the caller may
 // follow it to its pool (the instance's tenant still owns it or is still
@@ -122,22 +78,14 @@ var viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.g
 	EXISTS (SELECT 1 FROM pools p WHERE p.pool_id = i.pool_id AND (p.tenant_id = i.tenant_id
 		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = i.tenant_id))) AS pool_visible,
 	(i.host_node_id IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = i.host_node_id
-		AND ` + whereIn(scopeOf("$4"), func(t string) string { return `n.tenant_id = ANY(` + t + `)` }) + `)) AS host_visible`
-
-// viewArgs are the reader's arguments for viewCols: $4 the roles that read
-// nodes.
-func viewArgs(ctx context.Context) []any {
-	r := readerOf(ctx, permRead)
-	return append(r.args(), readerOf(ctx, "compute:nodes:read").roles)
-}
+		AND ` + authz.Where("$2", func(t string) string { return `n.tenant_id = ANY(` + t + `)` }) + `)) AS host_visible`
 
 // ViewsByID loads the instances the caller may read among ids, in one
 // statement, keyed by id.
-func ViewsByID(ctx context.Context, q store.Q, ids []string) (map[string]*View, error) {
+func ViewsByID(ctx context.Context, q store.Q, scope, hosts authz.Scope, ids []string) (map[string]*View, error) {
 	var rows []View
-	args := append(viewArgs(ctx), ids)
 	if err := q.SelectContext(ctx, &rows, `SELECT `+viewCols+` FROM instances i
-		WHERE i.instance_id = ANY($5) AND `+where(Visible), args...); err != nil {
+		WHERE i.instance_id = ANY($3) AND `+where(Visible), scope.Arg(), hosts.Arg(), ids); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*View, len(rows))
@@ -211,15 +159,15 @@ type viewRow struct {
 
 // ViewPages returns one page of instances (by id) for each scope key of
 // one kind of parent, in one statement, with each scope's total.
-func ViewPages(ctx context.Context, q store.Q, by Parent, keys []string, after string, limit int) (page.Rows[View], error) {
+func ViewPages(ctx context.Context, q store.Q, scope, hosts authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[View], error) {
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []viewRow
-	args := append(viewArgs(ctx), keys, parent, pool, project, state, after, limit+1)
+	args := []any{scope.Arg(), hosts.Arg(), keys, parent, pool, project, state, after, limit + 1}
 	err := q.SelectContext(ctx, &rows, `SELECT t.k AS parent_key,
 			(SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS total_count, x.*
-		FROM `+scopesAt(5)+`
-		CROSS JOIN LATERAL (SELECT `+viewCols+` FROM instances i WHERE `+scopeMatch(by)+` AND i.instance_id > $10
-			ORDER BY i.instance_id LIMIT $11) x`, args...)
+		FROM `+scopesAt(3)+`
+		CROSS JOIN LATERAL (SELECT `+viewCols+` FROM instances i WHERE `+scopeMatch(by)+` AND i.instance_id > $8
+			ORDER BY i.instance_id LIMIT $9) x`, args...)
 	var r page.Rows[View]
 	for _, x := range rows {
 		x.fix()
@@ -229,14 +177,14 @@ func ViewPages(ctx context.Context, q store.Q, by Parent, keys []string, after s
 }
 
 // CountViews counts each scope's instances (the scopes with an empty page).
-func CountViews(ctx context.Context, q store.Q, by Parent, keys []string) (map[string]int, error) {
+func CountViews(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []struct {
 		K string `db:"k"`
 		N int    `db:"n"`
 	}
-	args := append(readerOf(ctx, permRead).args(), keys, parent, pool, project, state)
-	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS n FROM `+scopesAt(4), args...); err != nil {
+	args := []any{scope.Arg(), keys, parent, pool, project, state}
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS n FROM `+scopesAt(2), args...); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]int, len(rows))
@@ -270,16 +218,16 @@ type resRow struct {
 // ReservationPages returns one page of reservations (by id) for each scope
 // key of tenants or pools, in one statement; the caller reads only the
 // reservations of tenants it holds a role on.
-func ReservationPages(ctx context.Context, q store.Q, by Parent, keys []string, after string, limit int) (page.Rows[Reservation], error) {
+func ReservationPages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[Reservation], error) {
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []resRow
-	args := append(readerOf(ctx, permRead).args(), keys, parent, pool, project, state, after, limit+1)
+	args := []any{scope.Arg(), keys, parent, pool, project, state, after, limit + 1}
 	err := q.SelectContext(ctx, &rows, `SELECT t.k AS parent_key,
 			(SELECT count(*) FROM reservations r WHERE `+resMatch(by)+`) AS total_count, x.*
-		FROM `+scopesAt(4)+`
+		FROM `+scopesAt(2)+`
 		CROSS JOIN LATERAL (SELECT r.reservation_id, r.tenant_id, r.pool_id, r.gpus, r.vcpus, r.memory_gib, r.starts_at, r.ends_at,
 				r.state, r.row_version, r.created_at, r.updated_at, r.canceled_at, now() AS tx_now
-			FROM reservations r WHERE `+resMatch(by)+` AND r.reservation_id > $9 ORDER BY r.reservation_id LIMIT $10) x`, args...)
+			FROM reservations r WHERE `+resMatch(by)+` AND r.reservation_id > $7 ORDER BY r.reservation_id LIMIT $8) x`, args...)
 	var out page.Rows[Reservation]
 	for _, x := range rows {
 		x.fix()
@@ -289,14 +237,14 @@ func ReservationPages(ctx context.Context, q store.Q, by Parent, keys []string, 
 }
 
 // CountReservations counts each scope's reservations.
-func CountReservations(ctx context.Context, q store.Q, by Parent, keys []string) (map[string]int, error) {
+func CountReservations(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []struct {
 		K string `db:"k"`
 		N int    `db:"n"`
 	}
-	args := append(readerOf(ctx, permRead).args(), keys, parent, pool, project, state)
-	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM reservations r WHERE `+resMatch(by)+`) AS n FROM `+scopesAt(4), args...); err != nil {
+	args := []any{scope.Arg(), keys, parent, pool, project, state}
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM reservations r WHERE `+resMatch(by)+`) AS n FROM `+scopesAt(2), args...); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]int, len(rows))
@@ -312,7 +260,7 @@ func CountReservations(ctx context.Context, q store.Q, by Parent, keys []string)
 // event id, "" for the start) for each instance the caller may read, in
 // one statement, with each instance's total; a cursor older than the
 // retention is INVALID_STATE (expired-cursor) as on instances.events.
-func EventPages(ctx context.Context, q store.Q, instanceIDs []string, after string, limit int) (page.Rows[events.Event], error) {
+func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string, after string, limit int) (page.Rows[events.Event], error) {
 	pos, err := events.ParseCursor("after", after)
 	if err != nil {
 		return page.Rows[events.Event]{}, err
@@ -323,12 +271,12 @@ func EventPages(ctx context.Context, q store.Q, instanceIDs []string, after stri
 		}
 		return page.Rows[events.Event]{}, err
 	}
-	return events.PagesByInstance(ctx, q, instanceIDs, pos, limit, where(EventVisible), readerOf(ctx, permRead).args()...)
+	return events.PagesByInstance(ctx, q, instanceIDs, pos, limit, where(EventVisible), scope.Arg())
 }
 
 // CountEvents counts each readable instance's events.
-func CountEvents(ctx context.Context, q store.Q, instanceIDs []string) (map[string]int, error) {
-	return events.CountByInstance(ctx, q, instanceIDs, where(EventVisible), readerOf(ctx, permRead).args()...)
+func CountEvents(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string) (map[string]int, error) {
+	return events.CountByInstance(ctx, q, instanceIDs, where(EventVisible), scope.Arg())
 }
 
 // --- capacity -----------------------------------------------------------
@@ -364,8 +312,7 @@ type capTenant struct {
 // poolIDs, in one statement, keyed by pool id; ByTenant is filled only
 // where the caller reads the owner's tenant. The numbers are those of
 // instances.capacity.
-func Capacities(ctx context.Context, q store.Q, poolIDs []string) (map[string]*PoolCapacity, error) {
-	r := readerOf(ctx, "compute:pools:read")
+func Capacities(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]*PoolCapacity, error) {
 	var rows []capRow
 	err := q.SelectContext(ctx, &rows, `SELECT p.pool_id, p.kind, p.sharing_mode, p.policy::text AS policy,
 			`+where(OwnerView)+` AS owner_view,
@@ -383,7 +330,7 @@ func Capacities(ctx context.Context, q store.Q, poolIDs []string) (map[string]*P
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM reservations
 					WHERE pool_id = p.pool_id AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id) a), '[]')::text AS res
 		FROM pools p
-		WHERE p.pool_id = ANY($4) AND `+where(CapacityVisible), append(r.args(), poolIDs)...)
+		WHERE p.pool_id = ANY($2) AND `+where(CapacityVisible), scope.Arg(), poolIDs)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}

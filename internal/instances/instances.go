@@ -24,6 +24,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -173,7 +174,7 @@ func visiblePool(ctx context.Context, q store.Q, tenantID, poolID, lock string) 
 	var p poolRow
 	err := q.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p
 		LEFT JOIN pool_offers o ON o.pool_id = p.pool_id AND o.to_tenant_id = $2
-		WHERE p.pool_id = $1 AND (p.tenant_id = $2 OR o.to_tenant_id IS NOT NULL) `+lock, poolID, tenantID)
+		WHERE p.pool_id = $1 AND `+pools.Visible("ARRAY[$2]")+` `+lock, poolID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errs.E(errs.NotFound, "pool %s not found", poolID).With("path", "poolId")
 	}

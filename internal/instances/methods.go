@@ -5,7 +5,6 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/ids"
-	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -45,7 +44,7 @@ func CapacityOf(ctx context.Context, q store.Q, in *PoolRefInput) (*PoolCapacity
 // Methods are the instances and reservations groups' registry entries; s
 // may have no database when only documents are rendered.
 func Methods(s *Service) []registry.Method {
-	m := func(group, name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(group, name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: group, Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "vps", Phase: "v0.3", Input: in}
 	}
@@ -72,10 +71,10 @@ func Methods(s *Service) []registry.Method {
 	poolFilter.Required, poolFilter.Description = false, "only those of this pool"
 	projectFilter := registry.ID("projectId", ids.Project)
 	projectFilter.Required, projectFilter.Description = false, "only those of this project"
-	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
+	pageFields := []registry.Field{registry.PageLimit(), registry.Cursor()}
 	nodeID := registry.ID("nodeId", ids.Node)
 
-	list := m("instances", "list", registry.Read, "compute:instances:read", authz.Tenant,
+	list := m("instances", "list", registry.Read, authz.InstancesRead, authz.Tenant,
 		"Returns a page of the tenant's instances, ordered by id, filtered by pool, project and state.",
 		[]string{"Deleted instances are listed only when `state` is `deleted`.",
 			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
@@ -87,7 +86,7 @@ func Methods(s *Service) []registry.Method {
 			}()}, pageFields...)...)
 	list.Items = true
 
-	assigned := m("instances", "assigned", registry.Read, nodes.PermReportInstances, authz.Node,
+	assigned := m("instances", "assigned", registry.Read, authz.InstancesReport, authz.Node,
 		"Returns a page of the live instances placed on the calling node, ordered by id, each with the GPU devices it holds.",
 		[]string{"Called with the node's own credential; any other credential is `PERMISSION_DENIED`, as is a node credential naming another node.",
 			"Each item is an instance with `devices`: `deviceId` (a GPU UUID, a MIG device UUID, or `<GPU UUID>/<slice>` for a time slice) and `gpuUuid`.",
@@ -95,7 +94,7 @@ func Methods(s *Service) []registry.Method {
 		append([]registry.Field{nodeID}, pageFields...)...)
 	assigned.Credential = registry.NodeCred
 
-	report := m("instances", "report", registry.Mutation, nodes.PermReportInstances, authz.Node,
+	report := m("instances", "report", registry.Mutation, authz.InstancesReport, authz.Node,
 		"Records what the calling node observes of one of its instances and returns the instance and whether it moved.",
 		[]string{"Called with the node's own credential; any other credential is `PERMISSION_DENIED`.",
 			"`running` completes `provisioning` and `rebooting`; `stopped` completes `stopping`; `deleted` completes `deleting`; `failed` fails the instance from any live state, with `message` as its `stateReason`.",
@@ -107,7 +106,7 @@ func Methods(s *Service) []registry.Method {
 	report.Credential = registry.NodeCred
 	report.Quiet = func(out any) bool { r, ok := out.(*Reported); return ok && !r.Changed }
 
-	resList := m("reservations", "list", registry.Read, "compute:instances:read", authz.Tenant,
+	resList := m("reservations", "list", registry.Read, authz.InstancesRead, authz.Tenant,
 		"Returns a page of the tenant's reservations, ordered by id, optionally of one pool or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		append([]registry.Field{registry.TenantID(), poolFilter,
@@ -122,7 +121,7 @@ func Methods(s *Service) []registry.Method {
 	}
 
 	return []registry.Method{
-		registry.Def(m("instances", "create", registry.Mutation, "compute:instances:manage", authz.Tenant,
+		registry.Def(m("instances", "create", registry.Mutation, authz.InstancesManage, authz.Tenant,
 			"Creates an instance in a VPS pool the tenant owns or is offered; it starts `pending` and the reconciler drives it to `desiredState`.",
 			[]string{"A pool the tenant neither owns nor is offered, or a project not in the tenant, is `NOT_FOUND` (before any other rule). A bare-metal or archived pool is `INVALID_STATE` with `details.reason` `bare-metal` or `archived`.",
 				"An offered tenant's live instances in the pool never exceed the offer's `instances`, nor their GPUs its `gpus`, however many creates run at once: `INVALID_STATE` with `details.reason` `quota`. The owner is bounded by capacity alone. Lowering an offer below current use keeps what runs and refuses new instances.",
@@ -137,34 +136,34 @@ func Methods(s *Service) []registry.Method {
 			registry.Field{Name: "desiredState", Type: registry.String, Enum: []string{Running, Stopped}, Default: Running},
 			registry.Field{Name: "clientToken", Type: registry.String, MaxLength: 64, Pattern: `^[\x21-\x7E]{1,64}$`,
 				Description: "an idempotency token of the caller's choosing"}), nil, s.Create),
-		registry.Def(m("instances", "get", registry.Read, "compute:instances:read", authz.Instance,
+		registry.Def(m("instances", "get", registry.Read, authz.InstancesRead, authz.Instance,
 			"Returns one of the tenant's instances.",
 			[]string{"`NOT_FOUND` when the tenant has no such instance."}, inst()...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("instances", "start", registry.Mutation, "compute:instances:manage", authz.Instance,
+		registry.Def(m("instances", "start", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance running and returns it.",
 			[]string{desiredNote, "Starting a `failed` instance retries it. An instance being deleted is `INVALID_STATE` (`details.reason` `deleted`).",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Start),
-		registry.Def(m("instances", "stop", registry.Mutation, "compute:instances:manage", authz.Instance,
+		registry.Def(m("instances", "stop", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance stopped and returns it.",
 			[]string{desiredNote, "An instance being deleted is `INVALID_STATE` (`details.reason` `deleted`). A stopped instance keeps its host and devices; a `failed` instance stays failed.",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Stop),
-		registry.Def(m("instances", "reboot", registry.Mutation, "compute:instances:manage", authz.Instance,
+		registry.Def(m("instances", "reboot", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Records a reboot request: `rebootGeneration` goes up by one and the reconciler reboots the instance once for it.",
 			[]string{"Only an instance whose desired state is `running` and that has not failed reboots: otherwise `INVALID_STATE` (`details.reason` `not-running` or `deleted`).",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Reboot),
-		registry.Def(m("instances", "delete", registry.Mutation, "compute:instances:manage", authz.Instance,
+		registry.Def(m("instances", "delete", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance deleted and returns it; it frees its quota, devices and name once `deleted`.",
 			[]string{desiredNote, "Deleting a `failed` instance cleans it up. Deleted instances stay readable.",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Delete),
-		registry.Def(m("instances", "events", registry.Read, "compute:instances:read", authz.Instance,
+		registry.Def(m("instances", "events", registry.Read, authz.InstancesRead, authz.Instance,
 			"Returns a page of one instance's events, oldest first: `eventId`, `type`, `instanceId`, `tenantId`, `poolId`, `projectId`, `state`, `desiredState`, `stateReason`, `occurredAt` and `instance` (the instance as of the event).",
 			[]string{"Event types: `instance.created`, `instance.provisioning`, `instance.running`, `instance.stopping`, `instance.stopped`, `instance.rebooting`, `instance.deleting`, `instance.deleted`, `instance.failed`; one per state move, written with the move.",
 				"`eventId` order is commit order: an event that commits later never sorts before one already returned. Pass the last `eventId` as `cursor` to read on (also after the last page, to poll).",
 				"Events are kept for the configured retention (7 days by default); a cursor older than that is `INVALID_STATE` with `details.reason` `expired-cursor`.",
 				"`limit` defaults to 50 and is at most 200."},
-			inst(registry.Limit(50, 200), registry.Field{Name: "cursor", Type: registry.String, Pattern: `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`})...), nil, Events),
-		registry.Def(m("instances", "capacity", registry.Read, "compute:pools:read", authz.Pool,
+			inst(registry.PageLimit(), registry.Field{Name: "cursor", Type: registry.String, Pattern: `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`})...), nil, Events),
+		registry.Def(m("instances", "capacity", registry.Read, authz.PoolsRead, authz.Pool,
 			"Returns a pool's capacity: total, allocated (what instances hold), reserved (what active reservations hold beyond that) and free; the owner also sees what each tenant holds.",
 			[]string{"A hosted pool's total is its ready hosts' GPU devices (after the sharing mode), vCPUs and memory from their latest inventory; a provider pool's is its policy's `capacity` (`bounded: false` and no total when it sets none).",
 				"Tenants the pool is offered to see the totals, never who holds what."},
@@ -176,7 +175,7 @@ func Methods(s *Service) []registry.Method {
 			return locateOwnNode(ctx, in.NodeID), nil
 		}, s.Report),
 
-		registry.Def(m("reservations", "create", registry.Mutation, "compute:instances:manage", authz.Tenant,
+		registry.Def(m("reservations", "create", registry.Mutation, authz.InstancesManage, authz.Tenant,
 			"Reserves capacity in a VPS pool the tenant owns or is offered for [startsAt, endsAt) and returns the reservation.",
 			[]string{"A pool the tenant cannot see is `NOT_FOUND`; a bare-metal or archived pool is `INVALID_STATE`.",
 				"`startsAt` and `endsAt` are RFC 3339 times; `endsAt` must be after `startsAt` and in the future, and a window lasts at most 366 days (`INVALID_INPUT`).",
@@ -185,11 +184,11 @@ func Methods(s *Service) []registry.Method {
 				"While active, no other tenant's instance is placed into the reserved room."},
 			registry.TenantID(), poolID, resSize,
 			timeField("startsAt", "RFC 3339"), timeField("endsAt", "RFC 3339, after startsAt")), nil, CreateReservation),
-		registry.Def(m("reservations", "get", registry.Read, "compute:instances:read", authz.Tenant,
+		registry.Def(m("reservations", "get", registry.Read, authz.InstancesRead, authz.Tenant,
 			"Returns one of the tenant's reservations, with its state (`scheduled`, `active`, `expired`, `canceled`).",
 			[]string{"`NOT_FOUND` when the tenant has no such reservation."}, resRef()...), nil, GetReservation),
 		registry.Def(resList, nil, ListReservations),
-		registry.Def(m("reservations", "cancel", registry.Mutation, "compute:instances:manage", authz.Tenant,
+		registry.Def(m("reservations", "cancel", registry.Mutation, authz.InstancesManage, authz.Tenant,
 			"Cancels a reservation, freeing its room, and returns it.",
 			[]string{"A canceled or expired reservation is `INVALID_STATE`.",
 				"`expectedVersion` is the reservation's rowVersion; a mismatch is `CONFLICT`."},

@@ -60,11 +60,11 @@ func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, erro
 // Subscriptions run it again whenever the caller's role bindings change.
 func AuthorizeEvents(ctx context.Context, q store.Q, p *reqctx.Principal, w Watch) error {
 	tenantID, instanceID, poolID := w.Filter.TenantID, w.Filter.InstanceID, w.Filter.PoolID
-	if err := authz.Decide(ctx, q, p, "compute:instances:read", authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
+	if err := authz.Decide(ctx, q, p, authz.InstancesRead, authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
 		return err
 	}
 	if instanceID != "" {
-		if err := authz.Decide(ctx, q, p, "compute:instances:read", authz.Resource{Type: authz.Instance, TenantID: tenantID, ID: instanceID}); err != nil {
+		if err := authz.Decide(ctx, q, p, authz.InstancesRead, authz.Resource{Type: authz.Instance, TenantID: tenantID, ID: instanceID}); err != nil {
 			if e, ok := errs.As(err); ok && e.Code == errs.NotFound {
 				return errs.E(errs.NotFound, "instance %s not found", instanceID).With("path", "instanceId")
 			}
@@ -72,7 +72,7 @@ func AuthorizeEvents(ctx context.Context, q store.Q, p *reqctx.Principal, w Watc
 		}
 	}
 	if poolID != "" {
-		if err := authz.Decide(ctx, q, p, "compute:pools:read", authz.Resource{Type: authz.Pool, TenantID: tenantID, ID: poolID}); err != nil {
+		if err := authz.Decide(ctx, q, p, authz.PoolsRead, authz.Resource{Type: authz.Pool, TenantID: tenantID, ID: poolID}); err != nil {
 			if e, ok := errs.As(err); ok && e.Code == errs.NotFound {
 				return errs.E(errs.NotFound, "pool %s not found", poolID).With("path", "poolId")
 			}

@@ -220,11 +220,17 @@ func noInventory(nodeID string) error {
 	return errs.E(errs.NotFound, "node %s has no inventory yet", nodeID)
 }
 
+// visible is the visibility predicate over snapshots s: a snapshot is
+// visible where its node is (nodes.Visible). tenants is a text[] expression.
+func visible(tenants string) string {
+	return `EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = s.node_id AND ` + nodes.Visible(tenants) + `)`
+}
+
 // Get returns the node's latest snapshot.
 func Get(ctx context.Context, q store.Q, in *GetInput) (*Snapshot, error) {
 	var s Snapshot
-	err := q.GetContext(ctx, &s, `SELECT `+snapCols+` FROM inventory_snapshots
-		WHERE snapshot_id = (SELECT latest_snapshot_id FROM nodes WHERE node_id = $1 AND tenant_id = $2)`, in.NodeID, in.TenantID)
+	err := q.GetContext(ctx, &s, `SELECT `+snapCols+` FROM inventory_snapshots s
+		WHERE snapshot_id = (SELECT latest_snapshot_id FROM nodes WHERE node_id = $1) AND `+visible("ARRAY[$2]"), in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, noInventory(in.NodeID)
 	}
@@ -244,7 +250,7 @@ func History(ctx context.Context, q store.Q, in *HistoryInput) (*page.Page[Snaps
 	rows := []Snapshot{}
 	err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
 		WHERE s.node_id = $1 AND s.snapshot_id < $2
-		  AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = s.node_id AND n.tenant_id = $3)
+		  AND `+visible("ARRAY[$3]")+`
 		ORDER BY s.snapshot_id DESC LIMIT $4`, in.NodeID, cursor, in.TenantID, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -284,8 +290,9 @@ type pairRow struct {
 
 // Pairs resolves many diffs in one statement. Without to, the latest
 // snapshot is used; without from, the snapshot before to. A reference by
-// hash names the newest of the node's snapshots with that hash.
-func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
+// hash names the newest of the node's snapshots with that hash. A node not
+// visible in scope has no inventory.
+func Pairs(ctx context.Context, q store.Q, scope authz.Scope, keys []DiffKey) ([]DiffPair, error) {
 	nodeIDs, froms, tos := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		nodeIDs[i], froms[i], tos[i] = k.NodeID, k.From, k.To
@@ -293,7 +300,7 @@ func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
 	var rows []pairRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT k.ord,
-		       EXISTS (SELECT 1 FROM inventory_snapshots a WHERE a.node_id = k.node_id) AS has_any,
+		       EXISTS (SELECT 1 FROM inventory_snapshots s WHERE s.node_id = k.node_id AND `+authz.Where("$4", visible)+`) AS has_any,
 		       t.snapshot_id AS to_id, t.hash AS to_hash, t.sections::text AS to_sections, t.collected_at AS to_collected, t.created_at AS to_created,
 		       f.snapshot_id AS from_id, f.hash AS from_hash, f.sections::text AS from_sections, f.collected_at AS from_collected, f.created_at AS from_created
 		FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(node_id, from_ref, to_ref, ord)
@@ -309,7 +316,7 @@ func Pairs(ctx context.Context, q store.Q, keys []DiffKey) ([]DiffPair, error) {
 			           ELSE s.snapshot_id = k.from_ref OR s.hash = k.from_ref END
 			ORDER BY s.snapshot_id DESC LIMIT 1
 		) f ON true
-		ORDER BY k.ord`, nodeIDs, froms, tos)
+		ORDER BY k.ord`, nodeIDs, froms, tos, scope.Arg())
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -363,19 +370,28 @@ func (p DiffPair) Compare() (*DiffResult, error) {
 // the node is the decision's (compute:nodes:read on compute-node/{nodeId}
 // resolves only nodes of the named tenant).
 func DiffSnapshots(ctx context.Context, q store.Q, in *DiffInput) (*DiffResult, error) {
-	pairs, err := Pairs(ctx, q, []DiffKey{{NodeID: in.NodeID, From: in.From, To: in.To}})
+	pairs, err := Pairs(ctx, q, authz.TenantScope(in.TenantID), []DiffKey{{NodeID: in.NodeID, From: in.From, To: in.To}})
 	if err != nil {
 		return nil, err
 	}
 	return pairs[0].Compare()
 }
 
+// History pages are smaller than others (the seed page's bounds); the
+// graph's inventoryHistory keeps the same ones.
+const (
+	HistoryDefaultLimit = 20
+	HistoryMaxLimit     = 100
+)
+
 // --- batched reads for the graph --------------------------------------------
 
-// ByID loads snapshots by id in one statement.
-func ByID(ctx context.Context, q store.Q, snapshotIDs []string) (map[string]*Snapshot, error) {
+// ByID loads the snapshots of snapshotIDs visible in scope in one
+// statement.
+func ByID(ctx context.Context, q store.Q, scope authz.Scope, snapshotIDs []string) (map[string]*Snapshot, error) {
 	var rows []Snapshot
-	if err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots WHERE snapshot_id = ANY($1)`, snapshotIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s WHERE snapshot_id = ANY($1) AND `+authz.Where("$2", visible),
+		snapshotIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Snapshot, len(rows))
@@ -393,20 +409,21 @@ type nodeSnapRow struct {
 
 // PagesByNode returns one page of each node's history, newest first, in one
 // statement; after is a snapshot id ("" for the first page).
-func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Snapshot], error) {
+func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Snapshot], error) {
 	if after == "" {
 		after = "~"
 	}
 	var rows []nodeSnapRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS total_count,
+		       (SELECT count(*) FROM inventory_snapshots s WHERE s.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
 			SELECT `+snapCols+` FROM inventory_snapshots s WHERE s.node_id = t.parent AND s.snapshot_id < $2
+			  AND `+authz.Where("$4", visible)+`
 			ORDER BY s.snapshot_id DESC LIMIT $3
-		) x`, nodeIDs, after, limit+1)
+		) x`, nodeIDs, after, limit+1, scope.Arg())
 	var r page.Rows[Snapshot]
 	for _, x := range rows {
 		x.Snapshot.fix()
@@ -416,9 +433,10 @@ func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string,
 }
 
 // CountByNode counts each node's snapshots.
-func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS n
-		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM inventory_snapshots s WHERE s.node_id = t.parent AND `+authz.Where("$2", visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs, scope.Arg())
 }
 
 // --- registry ------------------------------------------------------------------
@@ -435,14 +453,14 @@ func ValidRef(s string) bool { return refRe.MatchString(s) }
 
 // Methods are the inventory group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, phase, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, phase, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "inventory", Name: name, Kind: kind, Permission: perm, Resource: authz.Node,
 			Summary: summary, Notes: notes, Module: "inventory", Phase: phase, Input: in}
 	}
 	node := func(more ...registry.Field) []registry.Field {
 		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
 	}
-	report := m("report", registry.Mutation, nodes.PermReportInventory, "v0.1",
+	report := m("report", registry.Mutation, authz.InventoryReport, "v0.1",
 		"Stores the node's report as a new snapshot when its canonical hash differs from the latest; returns the snapshot and whether it was stored.",
 		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
 			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU UUID, disk WWN or slot, MAC) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
@@ -463,14 +481,14 @@ func Methods() []registry.Method {
 	}
 	return []registry.Method{
 		registry.Def(report, locateReport, Report),
-		registry.Def(m("get", registry.Read, "compute:nodes:read", "v0.1",
+		registry.Def(m("get", registry.Read, authz.NodesRead, "v0.1",
 			"Returns the node's latest inventory snapshot: its hash, its sections and when it was collected.",
 			[]string{"NOT_FOUND when the node has no inventory yet or is not owned by the tenant."}, node()...), nil, Get),
-		registry.Def(m("history", registry.Read, "compute:nodes:read", "v0.2",
+		registry.Def(m("history", registry.Read, authz.NodesRead, "v0.2",
 			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
 			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned. NOT_FOUND when the node is not owned by the tenant."},
-			node(registry.Limit(20, 100), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
-		registry.Def(m("diff", registry.Read, "compute:nodes:read", "v0.2",
+			node(registry.Limit(HistoryDefaultLimit, HistoryMaxLimit), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
+		registry.Def(m("diff", registry.Read, authz.NodesRead, "v0.2",
 			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
 			[]string{"Without `to`, the latest snapshot is used; without `from`, the snapshot before `to`. A node with a single snapshot diffs against nothing: `from` is empty and there are no changes.",
 				"Change types are `gpu.missing`, `gpu.added`, `disk.replaced`, `driver.changed` and `mig.layout.changed`, each with `before` and `after` values where they apply.",

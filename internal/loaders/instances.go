@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/page"
@@ -81,18 +82,6 @@ func (r *refGroups) prefetch(member, kind string, load func(ids []string)) {
 	o.Do(func() { load(g.refs[kind]) })
 }
 
-func uniq(ids []string) []string {
-	seen := map[string]bool{}
-	out := ids[:0:0]
-	for _, id := range ids {
-		if id != "" && !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 // recordViews records a batch of instances as siblings (for their pages of
 // events) and their links (for pool, project and host).
 func (l *Loaders) recordViews(views []instances.View) {
@@ -138,34 +127,44 @@ func (l *Loaders) PrefetchEventInstances(ctx context.Context, eventID string) {
 	l.Instances.refs.prefetch(eventID, "instance", func(ids []string) { l.Instances.Instance.prime(ctx, ids) })
 }
 
-func newInstanceLoaders(q store.Q, l *Loaders) *InstanceLoaders {
+func newInstanceLoaders(_ store.Q, l *Loaders) *InstanceLoaders {
+	// An instance's host link is read under compute:nodes:read.
+	hosts := func(ctx context.Context) (authz.Scope, error) { return l.scope(ctx, authz.NodesRead) }
 	views := func(by instances.Parent) pageLoader[instances.View] {
-		return pages(q, func(ctx context.Context, q store.Q, keys []string, after string, limit int) (page.Rows[instances.View], error) {
-			r, err := instances.ViewPages(ctx, q, by, keys, after, limit)
+		return pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string, after string, limit int) (page.Rows[instances.View], error) {
+			hs, err := hosts(ctx)
+			if err != nil {
+				return page.Rows[instances.View]{}, err
+			}
+			r, err := instances.ViewPages(ctx, q, scope, hs, by, keys, after, limit)
 			l.recordViews(r.Items)
 			return r, err
-		}, func(ctx context.Context, q store.Q, keys []string) (map[string]int, error) {
-			return instances.CountViews(ctx, q, by, keys)
+		}, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string) (map[string]int, error) {
+			return instances.CountViews(ctx, q, scope, by, keys)
 		})
 	}
 	reservations := func(by instances.Parent) pageLoader[instances.Reservation] {
-		return pages(q, func(ctx context.Context, q store.Q, keys []string, after string, limit int) (page.Rows[instances.Reservation], error) {
-			return instances.ReservationPages(ctx, q, by, keys, after, limit)
-		}, func(ctx context.Context, q store.Q, keys []string) (map[string]int, error) {
-			return instances.CountReservations(ctx, q, by, keys)
+		return pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string, after string, limit int) (page.Rows[instances.Reservation], error) {
+			return instances.ReservationPages(ctx, q, scope, by, keys, after, limit)
+		}, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string) (map[string]int, error) {
+			return instances.CountReservations(ctx, q, scope, by, keys)
 		})
 	}
 	return &InstanceLoaders{
-		Instance: byID(func(ctx context.Context, ids []string) (map[string]*instances.View, error) {
-			return instances.ViewsByID(ctx, q, ids)
+		Instance: byID(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*instances.View, error) {
+			hs, err := hosts(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return instances.ViewsByID(ctx, q, scope, hs, ids)
 		}),
 		TenantInstances:    views(instances.OfTenant),
 		PoolInstances:      views(instances.OfPool),
 		ProjectInstances:   views(instances.OfProject),
 		TenantReservations: reservations(instances.OfTenant),
 		PoolReservations:   reservations(instances.OfPool),
-		Events: pages(q, func(ctx context.Context, q store.Q, ids []string, after string, limit int) (page.Rows[events.Event], error) {
-			r, err := instances.EventPages(ctx, q, ids, after, limit)
+		Events: pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, ids []string, after string, limit int) (page.Rows[events.Event], error) {
+			r, err := instances.EventPages(ctx, q, scope, ids, after, limit)
 			evs, insts := make([]string, len(r.Items)), make([]string, len(r.Items))
 			for i := range r.Items {
 				evs[i], insts[i] = r.Items[i].EventID, r.Items[i].InstanceID
@@ -173,9 +172,7 @@ func newInstanceLoaders(q store.Q, l *Loaders) *InstanceLoaders {
 			l.Instances.refs.add(evs, map[string][]string{"instance": uniq(insts)})
 			return r, err
 		}, instances.CountEvents),
-		Capacity: byID(func(ctx context.Context, ids []string) (map[string]*instances.PoolCapacity, error) {
-			return instances.Capacities(ctx, q, ids)
-		}),
+		Capacity: byID(l, authz.PoolsRead, instances.Capacities),
 	}
 }
 

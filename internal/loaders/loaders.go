@@ -1,14 +1,27 @@
 // Package loaders holds the per-request dataloaders that batch the graph's
 // SQL: every edge of a level resolves through one loader, whose batch
 // function runs one statement (= ANY($1), or unnest + LATERAL for pages).
+//
+// The loaders are the graph's only way to rows, and they decide: each one
+// is declared with the permission its resource type is read under, turns
+// the request's Caller (principal and bindings, loaded once) into a scope,
+// and the domain's batch SQL returns only rows visible in that scope
+// (authz.Where with the type's one predicate). A row the caller may not
+// read is absent (nil, or missing from a page); a failure is an error on
+// the field. Connections of a tenant (its projects, pools, tokens, members,
+// profiles) are decided on the tenant: a tenant the caller holds no
+// permission on is PERMISSION_DENIED, as on the method surface.
 package loaders
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/graph-gophers/dataloader/v7"
 
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
@@ -16,6 +29,7 @@ import (
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/tenants"
 	"github.com/bettercompute/computed/internal/workflows"
@@ -37,6 +51,7 @@ type Loaders struct {
 	TenantTokens   *L[PageKey, *page.Conn[iam.Token]]
 	TenantMembers  *L[PageKey, *page.Conn[iam.Binding]]
 	TenantPools    *L[PageKey, *page.Conn[pools.Pool]]
+	TenantProfiles *L[PageKey, *page.Conn[profiles.Profile]]
 	PoolOffers     *L[string, []pools.Offer]
 	Pool           *L[string, *pools.Pool]
 	Node           *L[string, *nodes.Node]
@@ -46,9 +61,15 @@ type Loaders struct {
 	NodeHistory    *L[PageKey, *page.Conn[inventory.Snapshot]]
 	NodeDiff       *L[inventory.DiffKey, *inventory.DiffPair]
 	NodeWorkflows  *L[PageKey, *page.Conn[workflows.Workflow]]
+	Workflow       *L[string, *workflows.Workflow]
 	Profile        *L[profiles.Key, *profiles.Profile]
 	Versions       *L[PageKey, *page.Conn[profiles.Profile]]
 	Instances      *InstanceLoaders // instances.go
+
+	q          store.Q
+	callerOnce sync.Once
+	caller     *authz.Caller
+	callerErr  error
 
 	sib siblings
 }
@@ -67,76 +88,139 @@ const wait = 2 * time.Millisecond
 // is one statement.
 const capacity = 5000
 
-// New makes a request's loaders over q.
+// New makes a request's loaders over q; they read for the principal of the
+// context their first batch runs in (the operation's).
 func New(q store.Q) *Loaders {
-	l := &Loaders{}
-	*l = Loaders{
-		Tenant: byID(func(ctx context.Context, ids []string) (map[string]*tenants.Tenant, error) {
-			return tenants.ByIDs(ctx, q, ids)
-		}),
-		Project: byID(func(ctx context.Context, ids []string) (map[string]*projects.Project, error) {
-			return projects.ByIDs(ctx, q, ids)
-		}),
-		TenantProjects: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[projects.Project], error) {
-			r, err := projects.PagesByTenant(ctx, q, parents, after, limit)
-			ids := make([]string, len(r.Items))
-			for i := range r.Items {
-				ids[i] = r.Items[i].ProjectID
-			}
-			l.sib.add(ids, nil)
-			return r, err
-		}, projects.CountByTenant),
-		ProjectMembers: pages(q, projects.MemberPagesByProject, projects.CountMembersByProject),
-		TenantTokens:   pages(q, iam.TokenPagesByTenant, iam.CountTokensByTenant),
-		TenantMembers:  pages(q, iam.BindingPagesByTenant, iam.CountBindingsByTenant),
-		TenantPools: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[pools.Pool], error) {
-			r, err := pools.PagesByTenant(ctx, q, parents, after, limit)
-			l.recordPools(r)
-			return r, err
-		}, pools.CountByTenant),
-		PoolOffers: byID(func(ctx context.Context, ids []string) (map[string][]pools.Offer, error) {
-			return pools.OffersByPool(ctx, q, ids)
-		}),
-		Pool: byID(func(ctx context.Context, ids []string) (map[string]*pools.Pool, error) {
-			return pools.ByIDs(ctx, q, ids)
-		}),
-		Node: byID(func(ctx context.Context, ids []string) (map[string]*nodes.Node, error) {
-			return nodes.NodesByID(ctx, q, ids)
-		}),
-		PoolNodes: pages(q, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[nodes.Node], error) {
-			r, err := nodes.NodePagesByPool(ctx, q, parents, after, limit)
-			l.recordNodes(r)
-			return r, err
-		}, nodes.CountNodesByPool),
-		PoolJoinReqs: pages(q, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool),
-		Snapshot: byID(func(ctx context.Context, ids []string) (map[string]*inventory.Snapshot, error) {
-			return inventory.ByID(ctx, q, ids)
-		}),
-		NodeHistory: pages(q, inventory.PagesByNode, inventory.CountByNode),
-		NodeDiff: loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {
-			pairs, err := inventory.Pairs(ctx, q, keys)
-			out := make([]*dataloader.Result[*inventory.DiffPair], len(keys))
-			for i := range keys {
-				out[i] = &dataloader.Result[*inventory.DiffPair]{Error: err}
-				if err == nil {
-					out[i].Data = &pairs[i]
-				}
-			}
-			return out
-		}),
-		NodeWorkflows: pages(q, workflows.PagesByNode, workflows.CountByNode),
-		Profile: loader(func(ctx context.Context, keys []profiles.Key) []*dataloader.Result[*profiles.Profile] {
-			found, err := profiles.ByKeys(ctx, q, keys)
-			out := make([]*dataloader.Result[*profiles.Profile], len(keys))
+	l := &Loaders{q: q}
+	l.Tenant = byID(l, authz.TenantsRead, tenants.ByIDs)
+	l.Project = byID(l, authz.ProjectsRead, projects.ByIDs)
+	l.TenantProjects = tenantPages(l, authz.ProjectsRead, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[projects.Project], error) {
+		r, err := projects.PagesByTenant(ctx, q, parents, after, limit)
+		ids := make([]string, len(r.Items))
+		for i := range r.Items {
+			ids[i] = r.Items[i].ProjectID
+		}
+		l.sib.add(ids, nil)
+		return r, err
+	}, projects.CountByTenant)
+	l.ProjectMembers = pages(l, authz.ProjectsRead, projects.MemberPagesByProject, projects.CountMembersByProject)
+	l.TenantTokens = tenantPages(l, authz.IAMRead, iam.TokenPagesByTenant, iam.CountTokensByTenant)
+	l.TenantMembers = tenantPages(l, authz.IAMRead, iam.BindingPagesByTenant, iam.CountBindingsByTenant)
+	l.TenantPools = tenantPages(l, authz.PoolsRead, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[pools.Pool], error) {
+		r, err := pools.PagesByTenant(ctx, q, parents, after, limit)
+		l.recordPools(r)
+		return r, err
+	}, pools.CountByTenant)
+	l.TenantProfiles = tenantPages(l, authz.ProfilesRead, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[profiles.Profile], error) {
+		r, err := profiles.PagesByTenant(ctx, q, parents, after, limit)
+		l.recordProfiles(r)
+		return r, err
+	}, profiles.CountByTenant)
+	l.PoolOffers = byID(l, authz.PoolsRead, pools.OffersByPool)
+	l.Pool = byID(l, authz.PoolsRead, pools.ByIDs)
+	l.Node = byID(l, authz.NodesRead, nodes.NodesByID)
+	l.PoolNodes = pages(l, authz.NodesRead, func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[nodes.Node], error) {
+		r, err := nodes.NodePagesByPool(ctx, q, scope, parents, after, limit)
+		l.recordNodes(r)
+		return r, err
+	}, nodes.CountNodesByPool)
+	l.PoolJoinReqs = pages(l, authz.JoinTokensRead, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool)
+	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)
+	l.NodeHistory = pages(l, authz.NodesRead, inventory.PagesByNode, inventory.CountByNode)
+	l.NodeDiff = loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {
+		out := make([]*dataloader.Result[*inventory.DiffPair], len(keys))
+		scope, err := l.scope(ctx, authz.NodesRead)
+		pairs := make([]inventory.DiffPair, len(keys))
+		if err == nil && !scope.Nothing() {
+			pairs, err = inventory.Pairs(ctx, q, scope, keys)
+		} else if err == nil {
 			for i, k := range keys {
-				out[i] = &dataloader.Result[*profiles.Profile]{Data: found[k], Error: err}
+				pairs[i].Err = errs.E(errs.NotFound, "node %s not found", k.NodeID)
 			}
-			return out
-		}),
-		Versions: pages(q, profiles.VersionPages, profiles.CountVersions),
-	}
+		}
+		for i := range keys {
+			out[i] = &dataloader.Result[*inventory.DiffPair]{Error: err}
+			if err == nil {
+				out[i].Data = &pairs[i]
+			}
+		}
+		return out
+	})
+	l.NodeWorkflows = pages(l, authz.WorkflowsRead, func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[workflows.Workflow], error) {
+		r, err := workflows.PagesByNode(ctx, q, scope, parents, after, limit)
+		l.recordWorkflows(r)
+		return r, err
+	}, workflows.CountByNode)
+	l.Workflow = byID(l, authz.WorkflowsRead, workflows.ByIDs)
+	l.Profile = loader(func(ctx context.Context, keys []profiles.Key) []*dataloader.Result[*profiles.Profile] {
+		out := make([]*dataloader.Result[*profiles.Profile], len(keys))
+		scope, err := l.scope(ctx, authz.ProfilesRead)
+		var found map[profiles.Key]*profiles.Profile
+		if err == nil && !scope.Nothing() {
+			found, err = profiles.ByKeys(ctx, q, scope, keys)
+		}
+		for i, k := range keys {
+			out[i] = &dataloader.Result[*profiles.Profile]{Data: found[k], Error: err}
+		}
+		return out
+	})
+	l.Versions = pages(l, authz.ProfilesRead, profiles.VersionPages, profiles.CountVersions)
 	l.Instances = newInstanceLoaders(q, l)
 	return l
+}
+
+// Caller is the request's caller; its bindings are loaded on first use,
+// once per request.
+func (l *Loaders) Caller(ctx context.Context) (*authz.Caller, error) {
+	l.callerOnce.Do(func() { l.caller, l.callerErr = authz.LoadCaller(ctx, l.q, reqctx.PrincipalFrom(ctx)) })
+	return l.caller, l.callerErr
+}
+
+// scope is what the caller may read under perm.
+func (l *Loaders) scope(ctx context.Context, perm authz.Permission) (authz.Scope, error) {
+	c, err := l.Caller(ctx)
+	if err != nil {
+		return authz.Scope{}, err
+	}
+	return c.Scope(perm), nil
+}
+
+// TenantNode is one of the tenant's nodes that the caller may read; nil
+// for a node of another tenant, as for a hidden one.
+func (l *Loaders) TenantNode(ctx context.Context, tenantID, nodeID string) (*nodes.Node, error) {
+	n, err := l.Node.Load(ctx, nodeID)()
+	if err != nil || n == nil || n.TenantID != tenantID {
+		return nil, err
+	}
+	return n, nil
+}
+
+// TenantWorkflow is one of the tenant's workflows that the caller may
+// read (a workflow's global id names its tenant); nil otherwise.
+func (l *Loaders) TenantWorkflow(ctx context.Context, tenantID, workflowID string) (*workflows.Workflow, error) {
+	w, err := l.Workflow.Load(ctx, workflowID)()
+	if err != nil || w == nil || w.TenantID != tenantID {
+		return nil, err
+	}
+	return w, nil
+}
+
+// NamedTenant is the tenant a root field names: PERMISSION_DENIED without
+// compute:tenants:read on it (whether or not it exists, as the contract
+// says), NOT_FOUND when it does not exist.
+func (l *Loaders) NamedTenant(ctx context.Context, tenantID string) (*tenants.Tenant, error) {
+	c, err := l.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Check(authz.TenantsRead, tenantID); err != nil {
+		return nil, err
+	}
+	t, err := l.Tenant.Load(ctx, tenantID)()
+	if err == nil && t == nil {
+		return nil, errs.E(errs.NotFound, "tenant %s not found", tenantID)
+	}
+	return t, err
 }
 
 // L is a dataloader that keeps its batch function, so that the sibling
@@ -171,11 +255,16 @@ func opts[K comparable, V any]() []dataloader.Option[K, V] {
 	}
 }
 
-// byID builds a loader from a function loading many ids; results go back in
-// key order, nil for ids that do not exist.
-func byID[V any](fetch func(ctx context.Context, ids []string) (map[string]V, error)) *L[string, V] {
+// byID builds a loader from a function loading the ids visible in a scope
+// (perm's); results go back in key order, nil for ids that do not exist or
+// that the caller may not read.
+func byID[V any](l *Loaders, perm authz.Permission, fetch func(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]V, error)) *L[string, V] {
 	return loader(func(ctx context.Context, keys []string) []*dataloader.Result[V] {
-		found, err := fetch(ctx, keys)
+		scope, err := l.scope(ctx, perm)
+		var found map[string]V
+		if err == nil && !scope.Nothing() {
+			found, err = fetch(ctx, l.q, scope, keys)
+		}
 		out := make([]*dataloader.Result[V], len(keys))
 		for i, k := range keys {
 			out[i] = &dataloader.Result[V]{Data: found[k], Error: err}
@@ -184,25 +273,69 @@ func byID[V any](fetch func(ctx context.Context, ids []string) (map[string]V, er
 	})
 }
 
-type pageFetch[T any] func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[T], error)
-type countFetch func(ctx context.Context, q store.Q, parents []string) (map[string]int, error)
+type pageFetch[T any] func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[T], error)
+type countFetch func(ctx context.Context, q store.Q, scope authz.Scope, parents []string) (map[string]int, error)
 
-// pages builds a connection loader. Keys of one level share first/after, so
-// a level is one statement; parents with an empty page are counted apart.
-func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
+// pages builds a connection loader whose batch SQL keeps the rows visible
+// in perm's scope. Keys of one level share first/after, so a level is one
+// statement; parents with an empty page are counted apart (count nil:
+// the connection has no total).
+func pages[T any](l *Loaders, perm authz.Permission, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
+	return pagesOf(l, perm, false, fetch, count)
+}
+
+// tenantPages builds the loader of a tenant's connection: decided on the
+// parent tenant (no perm on it: PERMISSION_DENIED for that key), then one
+// statement for the allowed parents.
+func tenantPages[T any](l *Loaders, perm authz.Permission,
+	fetch func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[T], error),
+	count func(ctx context.Context, q store.Q, parents []string) (map[string]int, error)) *L[PageKey, *page.Conn[T]] {
+	var c countFetch
+	if count != nil {
+		c = func(ctx context.Context, q store.Q, _ authz.Scope, parents []string) (map[string]int, error) {
+			return count(ctx, q, parents)
+		}
+	}
+	return pagesOf(l, perm, true, func(ctx context.Context, q store.Q, _ authz.Scope, parents []string, after string, limit int) (page.Rows[T], error) {
+		return fetch(ctx, q, parents, after, limit)
+	}, c)
+}
+
+func pagesOf[T any](l *Loaders, perm authz.Permission, gate bool, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
 	return loader(func(ctx context.Context, keys []PageKey) []*dataloader.Result[*page.Conn[T]] {
+		out := make([]*dataloader.Result[*page.Conn[T]], len(keys))
+		c, err := l.Caller(ctx)
+		if err != nil {
+			for i := range out {
+				out[i] = &dataloader.Result[*page.Conn[T]]{Error: err}
+			}
+			return out
+		}
+		scope := c.Scope(perm)
 		type args struct {
 			first int
 			after string
 		}
 		groups := map[args][]string{}
+		results := map[PageKey]*dataloader.Result[*page.Conn[T]]{}
 		for _, k := range keys {
+			if gate {
+				if err := c.Check(perm, k.Parent); err != nil {
+					results[k] = &dataloader.Result[*page.Conn[T]]{Error: err}
+					continue
+				}
+			}
 			a := args{k.First, k.After}
 			groups[a] = append(groups[a], k.Parent)
 		}
-		results := map[PageKey]*dataloader.Result[*page.Conn[T]]{}
 		for a, parents := range groups {
-			rows, err := fetch(ctx, q, parents, a.after, a.first)
+			if scope.Nothing() {
+				for _, p := range parents {
+					results[PageKey{p, a.first, a.after}] = &dataloader.Result[*page.Conn[T]]{Data: &page.Conn[T]{Items: []T{}}}
+				}
+				continue
+			}
+			rows, err := fetch(ctx, l.q, scope, parents, a.after, a.first)
 			conns := page.Group(rows, a.first)
 			var missing []string
 			for _, p := range parents {
@@ -211,8 +344,8 @@ func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *L[PageKey, *
 				}
 			}
 			var totals map[string]int
-			if err == nil && len(missing) > 0 {
-				totals, err = count(ctx, q, missing)
+			if err == nil && len(missing) > 0 && count != nil {
+				totals, err = count(ctx, l.q, scope, missing)
 			}
 			for _, p := range parents {
 				c := conns[p]
@@ -222,7 +355,6 @@ func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *L[PageKey, *
 				results[PageKey{p, a.first, a.after}] = &dataloader.Result[*page.Conn[T]]{Data: c, Error: err}
 			}
 		}
-		out := make([]*dataloader.Result[*page.Conn[T]], len(keys))
 		for i, k := range keys {
 			out[i] = results[k]
 		}

@@ -7,6 +7,8 @@ import (
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pools"
+	"github.com/bettercompute/computed/internal/profiles"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // Siblings makes a level one batch whatever the scheduler does. A loader's
@@ -24,16 +26,21 @@ type siblings struct {
 
 type group struct {
 	ids     []string
-	latest  []string // for nodes: their latest snapshot ids
+	latest  []string       // for nodes: their latest snapshot ids
+	keys    map[string]any // kind -> the keys ([]K) of the siblings' by-id children of that kind
 	mu      sync.Mutex
 	fetched map[any]*sync.Once
 }
 
-func (s *siblings) add(ids, latest []string) {
+func (s *siblings) add(ids, latest []string) { s.addKeys(ids, latest, nil) }
+
+// addKeys records siblings and, per kind, the keys of the objects they
+// point to (a node's pool, a workflow's node), for PrefetchKeys.
+func (s *siblings) addKeys(ids, latest []string, keys map[string]any) {
 	if len(ids) == 0 {
 		return
 	}
-	g := &group{ids: ids, latest: latest, fetched: map[any]*sync.Once{}}
+	g := &group{ids: ids, latest: latest, keys: keys, fetched: map[any]*sync.Once{}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.groups == nil {
@@ -89,13 +96,65 @@ func (l *Loaders) recordPools(r page.Rows[pools.Pool]) {
 func (l *Loaders) recordNodes(r page.Rows[nodes.Node]) {
 	ids := make([]string, len(r.Items))
 	var latest []string
+	poolIDs := make([]string, len(r.Items))
 	for i := range r.Items {
-		ids[i] = r.Items[i].NodeID
+		ids[i], poolIDs[i] = r.Items[i].NodeID, r.Items[i].PoolID
 		if s := r.Items[i].LatestSnapshotID; s != nil {
 			latest = append(latest, *s)
 		}
 	}
-	l.sib.add(ids, latest)
+	l.sib.addKeys(ids, latest, map[string]any{KindPool: uniq(poolIDs)})
+}
+
+func (l *Loaders) recordWorkflows(r page.Rows[workflows.Workflow]) {
+	ids := make([]string, len(r.Items))
+	nodeIDs := make([]string, len(r.Items))
+	profileKeys := make([]profiles.Key, len(r.Items))
+	for i, w := range r.Items {
+		ids[i], nodeIDs[i] = w.WorkflowID, w.NodeID
+		profileKeys[i] = profiles.Key{TenantID: w.ProfileTenantID, ProfileID: w.ProfileID, ProfileVersion: w.ProfileVersion}
+	}
+	l.sib.addKeys(ids, nil, map[string]any{KindNode: uniq(nodeIDs), KindProfile: uniq(profileKeys)})
+}
+
+// recordProfiles makes the profiles of a Tenant.profiles level siblings,
+// under their versions' parent keys.
+func (l *Loaders) recordProfiles(r page.Rows[profiles.Profile]) {
+	keys := make([]string, len(r.Items))
+	for i := range r.Items {
+		keys[i] = profiles.VersionsParent(r.Items[i].TenantID, r.Items[i].ProfileID)
+	}
+	l.sib.add(uniq(keys), nil)
+}
+
+// Kinds of by-id children PrefetchKeys loads for a level's siblings.
+const (
+	KindPool    = "pool"
+	KindNode    = "node"
+	KindProfile = "profile"
+)
+
+// PrefetchKeys loads, once, the kind of by-id child of every sibling of
+// parent through ld (a node's pool, a workflow's node or profile), so the
+// level is one batch whatever the scheduler does.
+func PrefetchKeys[K comparable, V any](ctx context.Context, l *Loaders, ld *L[K, V], parent, kind string) {
+	l.sib.once(parent, kind, func(g *group) {
+		if keys, ok := g.keys[kind].([]K); ok {
+			ld.prime(ctx, keys)
+		}
+	})
+}
+
+func uniq[K comparable](keys []K) []K {
+	seen := make(map[K]bool, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // PrefetchPages asks a page loader for the same page of every sibling of

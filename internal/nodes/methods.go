@@ -76,7 +76,7 @@ func typed[In any](f func(ctx context.Context, q store.Q, in any) (authz.Resourc
 // rendered.
 func Methods(db *store.DB) []registry.Method {
 	s := &service{ca: &caSource{db: db, load: pki.Load}}
-	m := func(group, name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(group, name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: group, Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "nodes", Phase: "v0.2", Input: in}
 	}
@@ -86,7 +86,7 @@ func Methods(db *store.DB) []registry.Method {
 	node := func(more ...registry.Field) []registry.Field {
 		return append([]registry.Field{registry.TenantID(), registry.ID("nodeId", ids.Node)}, more...)
 	}
-	pageFields := []registry.Field{registry.Limit(50, 200), registry.Cursor()}
+	pageFields := []registry.Field{registry.PageLimit(), registry.Cursor()}
 	expected := registry.ExpectedVersion()
 	mac := registry.Field{Name: "mac", Type: registry.String, Pattern: `^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$`,
 		Description: "a MAC address, aa:bb:cc:dd:ee:ff"}
@@ -104,7 +104,7 @@ func Methods(db *store.DB) []registry.Method {
 	machineID := func(in any) (string, string) { x := in.(*MachineRefInput); return x.TenantID, x.MachineID }
 	joinReqID := func(in any) (string, string) { x := in.(*JoinRequestRefInput); return x.TenantID, x.JoinRequestID }
 	denyID := func(in any) (string, string) { x := in.(*DenyInput); return x.TenantID, x.JoinRequestID }
-	denyM := m("joinRequests", "deny", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
+	denyM := m("joinRequests", "deny", registry.Mutation, authz.JoinRequestsApprove, authz.Pool,
 		"Denies a pending or approved join request: it admits nothing.",
 		[]string{"A consumed, denied or expired request is `INVALID_STATE`.",
 			"`reason` (optional) is kept on the request (`denyReason`) and in the audit record.", ownerOnly},
@@ -114,7 +114,7 @@ func Methods(db *store.DB) []registry.Method {
 	denyM.AuditFields = []string{"reason"}
 	deny := registry.Def(denyM, typed[DenyInput](locateBy("join_requests", "join_request_id", "join request", denyID)), DenyJoinRequest)
 
-	nodeList := m("nodes", "list", registry.Read, "compute:nodes:read", authz.Tenant,
+	nodeList := m("nodes", "list", registry.Read, authz.NodesRead, authz.Tenant,
 		"Returns a page of the tenant's nodes ordered by id, filtered by pool, state and labels.",
 		[]string{"Removed nodes are listed only when `state` is `removed`.",
 			"`labels` keeps the nodes that carry every label given.",
@@ -147,37 +147,37 @@ func Methods(db *store.DB) []registry.Method {
 	join.MaxBody = 64 << 10
 
 	return []registry.Method{
-		registry.Def(m("joinTokens", "create", registry.Mutation, "compute:joinTokens:manage", authz.Pool,
+		registry.Def(m("joinTokens", "create", registry.Mutation, authz.JoinTokensManage, authz.Pool,
 			"Creates a join token for a pool and returns it with its secret, shown only here.",
 			[]string{"`ttlSeconds` defaults to 3600 and is at most 2592000 (30 days); `maxUses` defaults to 1 and is at most 10000.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			pool(registry.Field{Name: "ttlSeconds", Type: registry.Integer, Min: registry.Int(60), Max: registry.Int(MaxTokenTTL), Default: int64(DefaultTokenTTL)},
 				registry.Field{Name: "maxUses", Type: registry.Integer, Min: registry.Int(1), Max: registry.Int(MaxTokenUses), Default: int64(1)})...),
 			nil, CreateJoinToken),
-		registry.Def(m("joinTokens", "list", registry.Read, "compute:joinTokens:read", authz.Pool,
+		registry.Def(m("joinTokens", "list", registry.Read, authz.JoinTokensRead, authz.Pool,
 			"Returns a page of a pool's join tokens ordered by id, with their state (active, exhausted, expired, revoked).",
 			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListJoinTokens),
-		registry.Def(m("joinTokens", "revoke", registry.Mutation, "compute:joinTokens:manage", authz.Pool,
+		registry.Def(m("joinTokens", "revoke", registry.Mutation, authz.JoinTokensManage, authz.Pool,
 			"Revokes a join token; it admits nothing from then on.",
 			[]string{"Revoking a revoked token is `INVALID_STATE`.", ownerOnly},
 			registry.TenantID(), registry.ID("joinTokenId", ids.JoinToken)),
 			typed[JoinTokenRefInput](locateBy("join_tokens", "join_token_id", "join token", joinTokenID)), RevokeJoinToken),
 
-		registry.Def(m("machines", "register", registry.Mutation, "compute:nodes:manage", authz.Pool,
+		registry.Def(m("machines", "register", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Registers a machine the discovery attestor admits into the pool.",
 			[]string{"Pass at least one of `systemUuid`, `serial`, `mac`; a placeholder UUID or serial is `INVALID_INPUT`.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			pool(func() registry.Field { f := uuid; return f }(), func() registry.Field { f := serial; f.Pattern = `^[\x21-\x7E](?:[\x20-\x7E]*[\x21-\x7E])?$`; return f }(), mac)...),
 			nil, RegisterMachine),
-		registry.Def(m("machines", "list", registry.Read, "compute:nodes:read", authz.Pool,
+		registry.Def(m("machines", "list", registry.Read, authz.NodesRead, authz.Pool,
 			"Returns a page of the machines a pool expects, ordered by id.",
 			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListMachines),
-		registry.Def(m("machines", "forget", registry.Mutation, "compute:nodes:manage", authz.Pool,
+		registry.Def(m("machines", "forget", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Forgets an expected machine; nodes it already admitted stay.", []string{ownerOnly},
 			registry.TenantID(), registry.ID("machineId", ids.Machine)),
 			typed[MachineRefInput](locateBy("expected_machines", "machine_id", "machine", machineID)), ForgetMachine),
 
-		registry.Def(m("tpmKeys", "allow", registry.Mutation, "compute:nodes:manage", authz.Pool,
+		registry.Def(m("tpmKeys", "allow", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Puts a TPM endorsement key on the pool's allow-list, by hash or by PEM public key.",
 			[]string{"Pass exactly one of `ekHash` (64 lowercase hex) and `ekPublicKey` (PEM `PUBLIC KEY`).",
 				"A key already on the list is `CONFLICT`; an archived pool is `INVALID_STATE`.", ownerOnly},
@@ -185,43 +185,43 @@ func Methods(db *store.DB) []registry.Method {
 				registry.Field{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192},
 				registry.Field{Name: "description", Type: registry.String, MaxLength: 200})...),
 			nil, AllowKey),
-		registry.Def(m("tpmKeys", "list", registry.Read, "compute:nodes:read", authz.Pool,
+		registry.Def(m("tpmKeys", "list", registry.Read, authz.NodesRead, authz.Pool,
 			"Returns a page of the pool's allowed endorsement keys, ordered by hash.",
 			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListKeys),
-		registry.Def(m("tpmKeys", "disallow", registry.Mutation, "compute:nodes:manage", authz.Pool,
+		registry.Def(m("tpmKeys", "disallow", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Takes an endorsement key off the pool's allow-list.", []string{"`NOT_FOUND` when the key is not on it.", ownerOnly},
 			pool(registry.Field{Name: "ekHash", Type: registry.String, Required: true, Pattern: `^[0-9a-f]{64}$`})...),
 			nil, DisallowKey),
 
 		registry.Def(join, nil, s.join),
-		registry.Def(m("nodes", "get", registry.Read, "compute:nodes:read", authz.Node,
+		registry.Def(m("nodes", "get", registry.Read, authz.NodesRead, authz.Node,
 			"Returns one of the tenant's nodes.",
 			[]string{"`NOT_FOUND` when the node is not owned by the tenant (tenants a pool is offered to do not see its nodes)."}, node()...), nil, GetNode),
 		registry.Def(nodeList, nil, ListNodes),
-		registry.Def(m("nodes", "update", registry.Mutation, "compute:nodes:manage", authz.Node,
+		registry.Def(m("nodes", "update", registry.Mutation, authz.NodesManage, authz.Node,
 			"Changes a node's name and/or labels (labels are replaced as a whole) and returns it.",
 			[]string{"Pass `name`, `labels` or both; neither is `INVALID_INPUT`.", "A removed node is `INVALID_STATE`."},
 			node(registry.Name(false), labels, expected)...), nil, UpdateNode),
-		registry.Def(m("nodes", "cordon", registry.Mutation, "compute:nodes:manage", authz.Node,
+		registry.Def(m("nodes", "cordon", registry.Mutation, authz.NodesManage, authz.Node,
 			"Cordons a ready node: no new work lands on it.",
 			[]string{"A node that is not `ready` is `INVALID_STATE`."}, node(expected)...), nil, Cordon),
-		registry.Def(m("nodes", "uncordon", registry.Mutation, "compute:nodes:manage", authz.Node,
+		registry.Def(m("nodes", "uncordon", registry.Mutation, authz.NodesManage, authz.Node,
 			"Returns a cordoned node to ready.",
 			[]string{"A node that is not `cordoned` is `INVALID_STATE`."}, node(expected)...), nil, Uncordon),
-		registry.Def(m("nodes", "remove", registry.Mutation, "compute:nodes:manage", authz.Node,
+		registry.Def(m("nodes", "remove", registry.Mutation, authz.NodesManage, authz.Node,
 			"Removes a node: its credential is revoked at once; its inventory history stays readable.",
 			[]string{"Removing a removed node is `INVALID_STATE`."}, node(expected)...), nil, RemoveNode),
 
-		registry.Def(m("joinRequests", "list", registry.Read, "compute:joinTokens:read", authz.Pool,
+		registry.Def(m("joinRequests", "list", registry.Read, authz.JoinTokensRead, authz.Pool,
 			"Returns a page of a pool's join requests ordered by id, optionally in one state.",
 			[]string{"States: `pending`, `approved`, `consumed`, `denied`, `expired` (a pending request expires after 7 days, an approval unused for 24 hours).",
 				"`limit` defaults to 50 and is at most 200.", ownerOnly},
 			pool(append([]registry.Field{reqState}, pageFields...)...)...), nil, ListJoinRequests),
-		registry.Def(m("joinRequests", "get", registry.Read, "compute:joinTokens:read", authz.Pool,
+		registry.Def(m("joinRequests", "get", registry.Read, authz.JoinTokensRead, authz.Pool,
 			"Returns one join request: why it was deferred, the machine's ids and CSR fingerprint, and its state.",
 			[]string{ownerOnly}, registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
 			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), GetJoinRequest),
-		registry.Def(m("joinRequests", "approve", registry.Mutation, "compute:joinRequests:approve", authz.Pool,
+		registry.Def(m("joinRequests", "approve", registry.Mutation, authz.JoinRequestsApprove, authz.Pool,
 			"Approves a pending join request: the machine's next join with the same CSR is admitted, once.",
 			[]string{"A request that is not `pending` is `INVALID_STATE`.", ownerOnly},
 			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/relay"
@@ -117,12 +118,17 @@ func checkLabels(path string, labels map[string]any) (string, error) {
 	return string(b), nil
 }
 
+// Visible is the one visibility predicate over nodes n: a node is visible
+// to the tenant that owns it (the owner of its pool; tenants the pool is
+// offered to do not see nodes). tenants is a text[] expression.
+func Visible(tenants string) string { return `n.tenant_id = ANY(` + tenants + `)` }
+
 func nodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
 
 // GetNode returns a node the tenant owns.
 func GetNode(ctx context.Context, q store.Q, in *NodeRefInput) (*Node, error) {
 	var n Node
-	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2`, in.NodeID, in.TenantID)
+	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes n WHERE node_id = $1 AND `+Visible("ARRAY[$2]"), in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nodeNotFound(in.NodeID)
 	}
@@ -149,8 +155,8 @@ func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[No
 		labels = &l
 	}
 	rows := []Node{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes
-		WHERE tenant_id = $1 AND node_id > $2
+	err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes n
+		WHERE `+Visible("ARRAY[$1]")+` AND node_id > $2
 		  AND ($3::text IS NULL OR pool_id = $3)
 		  AND (CASE WHEN $4::text IS NULL THEN state <> 'removed' ELSE state = $4 END)
 		  AND ($5::jsonb IS NULL OR labels @> $5::jsonb)
@@ -266,19 +272,21 @@ type poolNodeRow struct {
 	Node
 }
 
-// NodePagesByPool returns one page of each pool's live nodes (the caller has
-// checked the pools belong to the tenant) in one statement.
-func NodePagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
+// NodePagesByPool returns one page of each pool's live nodes visible in
+// scope (compute:nodes:read: the owner's; a tenant the pool is offered to
+// gets an empty page) in one statement.
+func NodePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
 	var rows []poolNodeRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS total_count,
+		       (SELECT count(*) FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND `+authz.Where("$4", Visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
 			SELECT `+nodeCols+` FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND n.node_id > $2
+			  AND `+authz.Where("$4", Visible)+`
 			ORDER BY n.node_id LIMIT $3
-		) x`, poolIDs, after, limit+1)
+		) x`, poolIDs, after, limit+1, scope.Arg())
 	var r page.Rows[Node]
 	for _, x := range rows {
 		x.Node.fix()
@@ -288,15 +296,17 @@ func NodePagesByPool(ctx context.Context, q store.Q, poolIDs []string, after str
 }
 
 // CountNodesByPool counts each pool's live nodes.
-func CountNodesByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS n
-		FROM unnest($1::text[]) AS t(parent)`, poolIDs)
+func CountNodesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND `+authz.Where("$2", Visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
 }
 
-// NodesByID loads nodes by id in one statement, keyed by id.
-func NodesByID(ctx context.Context, q store.Q, nodeIDs []string) (map[string]*Node, error) {
+// NodesByID loads the nodes of nodeIDs visible in scope in one statement,
+// keyed by id.
+func NodesByID(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string) (map[string]*Node, error) {
 	var rows []Node
-	if err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes WHERE node_id = ANY($1)`, nodeIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+nodeCols+` FROM nodes n WHERE node_id = ANY($1) AND `+authz.Where("$2", Visible), nodeIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Node, len(rows))
@@ -312,18 +322,25 @@ type poolReqRow struct {
 	JoinRequest
 }
 
-// JoinRequestPagesByPool returns one page of each pool's join requests.
-func JoinRequestPagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
+// requestVisible is the visibility predicate over join requests r: the
+// pool owner's (compute:joinTokens:read); tenants the pool is offered to do
+// not see them.
+func requestVisible(tenants string) string { return `r.tenant_id = ANY(` + tenants + `)` }
+
+// JoinRequestPagesByPool returns one page of each pool's join requests
+// visible in scope.
+func JoinRequestPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
 	var rows []poolReqRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS total_count,
+		       (SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$4", requestVisible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
 			SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
+			  AND `+authz.Where("$4", requestVisible)+`
 			ORDER BY r.join_request_id LIMIT $3
-		) x`, poolIDs, after, limit+1)
+		) x`, poolIDs, after, limit+1, scope.Arg())
 	var r page.Rows[JoinRequest]
 	for _, x := range rows {
 		x.JoinRequest.fix()
@@ -333,9 +350,10 @@ func JoinRequestPagesByPool(ctx context.Context, q store.Q, poolIDs []string, af
 }
 
 // CountJoinRequestsByPool counts each pool's join requests.
-func CountJoinRequestsByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS n
-		FROM unnest($1::text[]) AS t(parent)`, poolIDs)
+func CountJoinRequestsByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$2", requestVisible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
 }
 
 func sortedKeys[V any](m map[string]V) []string {

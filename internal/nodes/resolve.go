@@ -10,14 +10,10 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// Permissions a node principal holds on its own node, whatever its role
-// (it has none): it reports its inventory, its workflow steps and the
-// instances it hosts.
-const (
-	PermReportInventory = "compute:inventory:report"
-	PermReportWorkflow  = "compute:workflows:report"
-	PermReportInstances = "compute:instances:report"
-)
+// ownNode are the permissions a node principal holds on its own node,
+// whatever its role (it has none): it reports its inventory, its workflow
+// steps and the instances it hosts.
+var ownNode = []authz.Permission{authz.InventoryReport, authz.WorkflowsReport, authz.InstancesReport}
 
 func init() { authz.Register(authz.Node, resolve) }
 
@@ -38,7 +34,7 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, _ string, r au
 		if err != nil {
 			return authz.Visibility{}, store.Wrap(err)
 		}
-		return authz.Visibility{Exists: true, Direct: []string{PermReportInventory, PermReportWorkflow, PermReportInstances}}, nil
+		return authz.Visibility{Exists: true, Direct: ownNode}, nil
 	}
 	var n int
 	err := q.GetContext(ctx, &n, `SELECT count(*) FROM nodes WHERE node_id = $1 AND tenant_id = $2`, r.ID, r.TenantID)

@@ -11,8 +11,14 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 )
 
-// MaxLimit bounds every page.
-const MaxLimit = 200
+// Page sizes, once: a page is DefaultLimit items unless the caller asks
+// for 1 to MaxLimit, on the method surface (limit) and in the graph
+// (first). A seed page may set other bounds for its method (inventory
+// history), stated where that method is defined.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 200
+)
 
 // Page is the method surface's page: items and the next cursor (nil at the end).
 type Page[T any] struct {

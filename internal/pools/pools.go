@@ -9,14 +9,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
@@ -165,8 +164,7 @@ func init() { authz.Register(authz.Pool, resolve) }
 func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r authz.Resource) (authz.Visibility, error) {
 	var owner string
 	err := q.GetContext(ctx, &owner, `SELECT CASE WHEN p.tenant_id = $2 THEN 'owner' ELSE 'offered' END FROM pools p
-		WHERE p.pool_id = $1 AND (p.tenant_id = $2
-			OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, r.ID, r.TenantID)
+		WHERE p.pool_id = $1 AND `+Visible("ARRAY[$2]"), r.ID, r.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return authz.Visibility{}, nil
 	}
@@ -176,7 +174,15 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 	if owner == "owner" {
 		return authz.Visibility{Exists: true}, nil
 	}
-	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm string) bool { return !authz.ReadsOnly(perm) }}, nil
+	return authz.Visibility{Exists: true, Scope: authz.ReadsOnly, Hidden: func(perm authz.Permission) bool { return !authz.ReadsOnly(perm) }}, nil
+}
+
+// Visible is the one owner-or-offered predicate over pools p: a pool is
+// visible to the tenants of the text[] expression tenants when one of them
+// owns it or is offered it. Every read of pools uses it: the decision
+// (resolve), get, list, the graph's batches, and the instances package.
+func Visible(tenants string) string {
+	return `(p.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = ANY(` + tenants + `)))`
 }
 
 func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
@@ -193,37 +199,10 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	if _, ok := v.(map[string]any); !ok {
 		return "", errs.Invalid(path, "%s must be an object", path)
 	}
-	if p := firstNUL(path, v); p != "" {
+	if p := pgtext.FirstNUL(path, v); p != "" {
 		return "", errs.Invalid(p, "%s must not contain NUL characters", p)
 	}
 	return string(raw), nil
-}
-
-// firstNUL returns the path of the first string holding a NUL ("" for
-// none); PostgreSQL's jsonb cannot store them.
-func firstNUL(path string, v any) string {
-	switch t := v.(type) {
-	case string:
-		if strings.ContainsRune(t, 0) {
-			return path
-		}
-	case map[string]any:
-		for k, x := range t {
-			if strings.ContainsRune(k, 0) {
-				return path
-			}
-			if p := firstNUL(path+"."+k, x); p != "" {
-				return p
-			}
-		}
-	case []any:
-		for i, x := range t {
-			if p := firstNUL(fmt.Sprintf("%s[%d]", path, i), x); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
 }
 
 func nameTaken(name, tenantID string) error {
@@ -268,8 +247,7 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Pool, error) {
 // already checked it is visible).
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Pool, error) {
 	var p Pool
-	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools p WHERE pool_id = $1 AND (tenant_id = $2
-		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $2))`, in.PoolID, in.TenantID)
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools p WHERE pool_id = $1 AND `+Visible("ARRAY[$2]"), in.PoolID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(in.PoolID)
 	}
@@ -288,8 +266,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], erro
 	}
 	rows := []Pool{}
 	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools p
-		WHERE (tenant_id = $1 OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = $1))
-		  AND pool_id > $2 ORDER BY pool_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+		WHERE `+Visible("ARRAY[$1]")+` AND pool_id > $2 ORDER BY pool_id LIMIT $3`, in.TenantID, after, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -427,7 +404,7 @@ var Group = registry.Group{Name: "pools", Summary: "A pool groups the nodes of o
 
 // Methods are the pools group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "pools", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "capacity", Phase: "v0.2", Input: in}
 	}
@@ -449,14 +426,14 @@ func Methods() []registry.Method {
 	quota := registry.Field{Name: "quota", Type: registry.Object, Required: true,
 		Fields: []registry.Field{count("gpus"), count("instances")}}
 	ownerOnly := "Only the owner may call it; a pool the tenant does not own is `NOT_FOUND`."
-	list := m("list", registry.Read, "compute:pools:read", authz.Tenant,
+	list := m("list", registry.Read, authz.PoolsRead, authz.Tenant,
 		"Returns a page of the pools the tenant owns and those offered to it, ordered by id.",
 		[]string{"Archived pools are included, with their `state`.",
 			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:pools:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.PoolsManage, authz.Tenant,
 			"Creates a pool owned by the tenant.",
 			[]string{"`provider` is only for pools of kind `vps-provider` (default `sim`); passing it for another kind is `INVALID_INPUT`.",
 				"`CONFLICT` when the tenant already has a pool of that name."},
@@ -469,28 +446,28 @@ func Methods() []registry.Method {
 				Description: "the VPS provider (vps-provider pools only); default sim"},
 			text("providerAccount", false, "the account at the provider"),
 			policy), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:pools:read", authz.Pool,
+		registry.Def(m("get", registry.Read, authz.PoolsRead, authz.Pool,
 			"Returns one pool the tenant owns or is offered.",
 			[]string{"`NOT_FOUND` when the tenant neither owns the pool nor is offered it."}, ref()...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("update", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Changes a pool's name or policy and returns it.",
 			[]string{"Pass `name`, `policy` or both; neither is `INVALID_INPUT`.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			ref(registry.Name(false), policy, expected)...), nil, Update),
-		registry.Def(m("archive", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
 			[]string{"Archiving an archived pool is `INVALID_STATE`.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
 			ref(expected)...), nil, Archive),
-		registry.Def(m("offer", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("offer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Offers a pool to another tenant with a quota and returns the offer.",
 			[]string{"Offering a pool that is already offered to the tenant changes the quota.",
 				"Offering to the owner itself is `INVALID_INPUT`; an unknown `toTenantId` is `NOT_FOUND`.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			ref(toTenant, quota)...), nil, MakeOffer),
-		registry.Def(m("unoffer", registry.Mutation, "compute:pools:manage", authz.Pool,
+		registry.Def(m("unoffer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Withdraws an offer and returns the number removed.",
 			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.", ownerOnly},
 			ref(toTenant)...), nil, Unoffer),
@@ -503,7 +480,7 @@ type tenantRow struct {
 	Pool
 }
 
-const visibleTo = `(p.tenant_id = t.parent OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = t.parent))`
+var visibleTo = Visible("ARRAY[t.parent]")
 
 // PagesByTenant returns one page of each tenant's visible pools (owned or
 // offered to it) in one statement.
@@ -532,10 +509,14 @@ func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[stri
 }
 
 // OffersByPool loads every offer of each pool in one statement, keyed by
-// pool id (a pool has a handful of offers, so they are not paged).
-func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string][]Offer, error) {
+// pool id (a pool has a handful of offers, so they are not paged). Offers
+// are the owner's view: only pools whose owner is in scope (read under
+// compute:pools:read) have them; a tenant the pool is offered to sees none.
+func OffersByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string][]Offer, error) {
 	var rows []offerRow
-	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1) ORDER BY pool_id, to_tenant_id`, poolIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1)
+		AND pool_id IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$2", ownerIn)+`)
+		ORDER BY pool_id, to_tenant_id`, poolIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := map[string][]Offer{}
@@ -545,11 +526,14 @@ func OffersByPool(ctx context.Context, q store.Q, poolIDs []string) (map[string]
 	return out, nil
 }
 
-// ByIDs loads pools by id in one statement, keyed by id (callers decide
-// visibility).
-func ByIDs(ctx context.Context, q store.Q, poolIDs []string) (map[string]*Pool, error) {
+// ownerIn is the owner's-view predicate over pools p.
+func ownerIn(tenants string) string { return `p.tenant_id = ANY(` + tenants + `)` }
+
+// ByIDs loads the pools of ids visible in scope (compute:pools:read: owned
+// or offered) in one statement, keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]*Pool, error) {
 	var rows []Pool
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools WHERE pool_id = ANY($1)`, poolIDs); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM pools p WHERE pool_id = ANY($1) AND `+authz.Where("$2", Visible), poolIDs, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Pool, len(rows))

@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
 )
 
@@ -142,7 +143,7 @@ func checkDocument(raw []byte) (*checked, error) {
 	if !ok {
 		return nil, errs.Invalid("document", "document must be an object")
 	}
-	if p := firstNUL("document", v); p != "" {
+	if p := pgtext.FirstNUL("document", v); p != "" {
 		return nil, errs.Invalid(p, "%s must not contain NUL characters", p)
 	}
 	if err := docSchema.Validate(v); err != nil {
@@ -166,43 +167,6 @@ func toInt(v any) (int, bool) {
 		return 0, false
 	}
 	return int(f), true
-}
-
-// firstNUL returns the path of the first string holding a NUL ("" for none);
-// PostgreSQL's jsonb cannot store them.
-func firstNUL(path string, v any) string {
-	switch t := v.(type) {
-	case string:
-		if strings.ContainsRune(t, 0) {
-			return path
-		}
-	case map[string]any:
-		keys := sortedKeys(t)
-		for _, k := range keys {
-			if strings.ContainsRune(k, 0) {
-				return path + "." + k
-			}
-			if p := firstNUL(path+"."+k, t[k]); p != "" {
-				return p
-			}
-		}
-	case []any:
-		for i, e := range t {
-			if p := firstNUL(fmt.Sprintf("%s[%d]", path, i), e); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
-	return keys
 }
 
 // fieldOrder is the order fields are reported in: the document's own order.

@@ -17,15 +17,16 @@ type Key struct {
 	ProfileVersion int
 }
 
-// ByKeys loads profile versions (stored ones not deleted, and shipped ones)
-// in at most one statement, keyed by Key.
-func ByKeys(ctx context.Context, q store.Q, keys []Key) (map[Key]*Profile, error) {
+// ByKeys loads the profile versions of keys visible in scope (stored ones
+// through Visible, shipped ones to every reader) in at most one statement,
+// keyed by Key.
+func ByKeys(ctx context.Context, q store.Q, scope authz.Scope, keys []Key) (map[Key]*Profile, error) {
 	out := make(map[Key]*Profile, len(keys))
 	var tenants, ids []string
 	var versions []int
 	for _, k := range keys {
 		if k.TenantID == authz.BuiltinTenant {
-			if p, ok := builtin(k.ProfileID, k.ProfileVersion); ok {
+			if p, ok := builtin(k.ProfileID, k.ProfileVersion); ok && scope.Has(authz.BuiltinTenant) {
 				out[k] = p
 			}
 			continue
@@ -36,9 +37,9 @@ func ByKeys(ctx context.Context, q store.Q, keys []Key) (map[Key]*Profile, error
 		return out, nil
 	}
 	var rows []Profile
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles p
 		WHERE (tenant_id, profile_id, profile_version) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]))
-		  AND deleted_at IS NULL`, tenants, ids, versions)
+		  AND `+authz.Where("$4", Visible), tenants, ids, versions, scope.Arg())
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -49,14 +50,10 @@ func ByKeys(ctx context.Context, q store.Q, keys []Key) (map[Key]*Profile, error
 	return out, nil
 }
 
-// VersionsParent is the parent key of a versions connection: the owner,
-// the profile id, and whether only public versions may be read.
-func VersionsParent(owner, profileID string, publicOnly bool) string {
-	p := "all"
-	if publicOnly {
-		p = "public"
-	}
-	return owner + "\x00" + profileID + "\x00" + p
+// VersionsParent is the parent key of a versions connection: the owner and
+// the profile id.
+func VersionsParent(owner, profileID string) string {
+	return owner + "\x00" + profileID
 }
 
 type versionRow struct {
@@ -77,15 +74,15 @@ func versionAfter(after string) int {
 	return n
 }
 
-// VersionPages returns one page of each parent's versions (ascending) in
-// one statement; shipped profiles come from code.
-func VersionPages(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[Profile], error) {
+// VersionPages returns one page of each parent's versions visible in scope
+// (ascending) in one statement; shipped profiles come from code.
+func VersionPages(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[Profile], error) {
 	from := versionAfter(after)
 	var r page.Rows[Profile]
 	var stored []string
 	for _, parent := range parents {
 		parts := strings.Split(parent, "\x00")
-		if len(parts) != 3 {
+		if len(parts) != 2 {
 			continue
 		}
 		if parts[0] != authz.BuiltinTenant {
@@ -94,6 +91,9 @@ func VersionPages(ctx context.Context, q store.Q, parents []string, after string
 		}
 		var all []Profile
 		for _, b := range builtins {
+			if !scope.Has(authz.BuiltinTenant) {
+				break
+			}
 			if b.ProfileID == parts[1] {
 				all = append(all, b)
 			}
@@ -113,18 +113,17 @@ func VersionPages(ctx context.Context, q store.Q, parents []string, after string
 	var rows []versionRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM profiles c WHERE c.tenant_id = split_part(t.parent, E'\x01', 1)
-		          AND c.profile_id = split_part(t.parent, E'\x01', 2) AND c.deleted_at IS NULL
-		          AND (split_part(t.parent, E'\x01', 3) = 'all' OR c.visibility = 'public')) AS total_count,
+		       (SELECT count(*) FROM profiles p WHERE p.tenant_id = split_part(t.parent, E'\x01', 1)
+		          AND p.profile_id = split_part(t.parent, E'\x01', 2) AND `+authz.Where("$4", Visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM profiles p
 			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)
-			  AND p.deleted_at IS NULL AND (split_part(t.parent, E'\x01', 3) = 'all' OR p.visibility = 'public')
+			  AND `+authz.Where("$4", Visible)+`
 			  AND p.profile_version > $2
 			ORDER BY p.profile_version LIMIT $3
-		) x`, sep(stored), from, limit+1)
+		) x`, sep(stored), from, limit+1, scope.Arg())
 	if err != nil {
 		return r, store.Wrap(err)
 	}
@@ -135,15 +134,15 @@ func VersionPages(ctx context.Context, q store.Q, parents []string, after string
 	return r, nil
 }
 
-// CountVersions counts each parent's readable versions.
-func CountVersions(ctx context.Context, q store.Q, parents []string) (map[string]int, error) {
+// CountVersions counts each parent's versions visible in scope.
+func CountVersions(ctx context.Context, q store.Q, scope authz.Scope, parents []string) (map[string]int, error) {
 	out := map[string]int{}
 	var stored []string
 	for _, parent := range parents {
 		parts := strings.Split(parent, "\x00")
-		if len(parts) == 3 && parts[0] == authz.BuiltinTenant {
+		if len(parts) == 2 && parts[0] == authz.BuiltinTenant {
 			for _, b := range builtins {
-				if b.ProfileID == parts[1] {
+				if b.ProfileID == parts[1] && scope.Has(authz.BuiltinTenant) {
 					out[parent]++
 				}
 			}
@@ -154,10 +153,10 @@ func CountVersions(ctx context.Context, q store.Q, parents []string) (map[string
 	if len(stored) == 0 {
 		return out, nil
 	}
-	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles c
-			WHERE c.tenant_id = split_part(t.parent, E'\x01', 1) AND c.profile_id = split_part(t.parent, E'\x01', 2)
-			  AND c.deleted_at IS NULL AND (split_part(t.parent, E'\x01', 3) = 'all' OR c.visibility = 'public')) AS n
-		FROM unnest($1::text[]) AS t(parent)`, sep(stored))
+	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles p
+			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)
+			  AND `+authz.Where("$2", Visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, sep(stored), scope.Arg())
 	for k, v := range m {
 		out[unsep(k)] = v
 	}

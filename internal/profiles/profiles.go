@@ -97,6 +97,15 @@ const cols = `tenant_id, profile_id, profile_version, visibility, document::text
 
 func init() { authz.Register(authz.Profile, resolve) }
 
+// Visible is the one visibility predicate over stored profile versions p:
+// a version is visible to the tenants of the text[] expression tenants when
+// one of them owns it or it is public, and it is not deleted. (Builtin
+// profiles ship in code and are visible to every reader.) Every read uses
+// it: the decision, get, list, and the graph's batches.
+func Visible(tenants string) string {
+	return `(p.deleted_at IS NULL AND (p.tenant_id = ANY(` + tenants + `) OR p.visibility = 'public'))`
+}
+
 // resolve is the resolver of compute-profile: a profile is visible to the
 // named tenant when the tenant stores a version of it, another tenant
 // publishes one, or a module ships it. Writes only ever touch the tenant's
@@ -108,8 +117,8 @@ func resolve(ctx context.Context, q store.Q, _ *reqctx.Principal, _ string, r au
 		return authz.Visibility{Exists: true}, nil
 	}
 	var ok bool
-	err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM profiles
-		WHERE profile_id = $1 AND deleted_at IS NULL AND (tenant_id = $2 OR visibility = 'public'))`, r.ID, r.TenantID)
+	err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM profiles p
+		WHERE profile_id = $1 AND `+Visible("ARRAY[$2]")+`)`, r.ID, r.TenantID)
 	if err != nil {
 		return authz.Visibility{}, store.Wrap(err)
 	}
@@ -127,8 +136,8 @@ func notFound(id string, version *int) error {
 // public stored one, then one a module ships; the latest when version is nil.
 func lookup(ctx context.Context, q store.Q, tenantID, id string, version *int) (*Profile, error) {
 	var p Profile
-	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM profiles
-		WHERE profile_id = $2 AND deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
+	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM profiles p
+		WHERE profile_id = $2 AND `+Visible("ARRAY[$1]")+`
 		  AND ($3::int IS NULL OR profile_version = $3)
 		ORDER BY (tenant_id = $1) DESC, profile_version DESC, tenant_id COLLATE "C"
 		LIMIT 1`, tenantID, id, version)
@@ -230,39 +239,100 @@ func (a listKey) less(b listKey) bool {
 
 // List pages the tenant's own, public and builtin profiles by (profileId,
 // profileVersion, owner). The cursor is the key of the last item, so rows
-// added before it never shift a page.
+// added before it never shift a page. It is the graph's Tenant.profiles
+// batch for one tenant.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Profile], error) {
-	var after listKey
-	has, err := page.Decode(in.Cursor, &after.ID, &after.Version, &after.Owner)
+	if err := CheckCursor(in.Cursor); err != nil {
+		return nil, err
+	}
+	r, err := PagesByTenant(ctx, q, []string{in.TenantID}, in.Cursor, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	rows := []Profile{}
-	err = q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles
-		WHERE deleted_at IS NULL AND (tenant_id = $1 OR visibility = 'public')
-		  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
-		       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
-		ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
-		LIMIT $6`, in.TenantID, has, after.ID, after.Version, after.Owner, in.Limit+1)
+	items, cur := page.Trim(r.Items, in.Limit, func(p Profile) string { return CursorOf(&p) })
+	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
+}
+
+// CheckCursor refuses a list cursor this server did not return.
+func CheckCursor(cursor string) error {
+	var after listKey
+	_, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
+	return err
+}
+
+type tenantRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	Profile
+}
+
+// PagesByTenant returns, in one statement, one page (limit+1 rows, to tell
+// a next page) of each tenant's own, public and builtin profiles after the
+// cursor, ordered as List orders them, with the number of them all. Each
+// tenant also gets one row with an empty profile id that only carries its
+// total, so a tenant whose page holds no stored profile still has one.
+func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor string, limit int) (page.Rows[Profile], error) {
+	var after listKey
+	has, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return page.Rows[Profile]{}, err
 	}
-	for i := range rows {
-		rows[i].fix()
+	var rows []tenantRow
+	err = q.SelectContext(ctx, &rows, `
+		SELECT t.parent AS parent_key, c.n AS total_count, x.*
+		FROM unnest($1::text[]) AS t(parent)
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM profiles p WHERE `+Visible("ARRAY[t.parent]")+`) c
+		CROSS JOIN LATERAL ((
+			SELECT `+cols+` FROM profiles p
+			WHERE `+Visible("ARRAY[t.parent]")+`
+			  AND (NOT $2::bool OR profile_id COLLATE "C" > $3
+			       OR (profile_id = $3 AND (profile_version > $4 OR (profile_version = $4 AND md5(tenant_id) COLLATE "C" > $5))))
+			ORDER BY profile_id COLLATE "C", profile_version, md5(tenant_id) COLLATE "C"
+			LIMIT $6
+		) UNION ALL
+			SELECT '', '', 0, '', '', 0, false, 'epoch'::timestamptz, 'epoch'::timestamptz, ''
+		) x`, tenantIDs, has, after.ID, after.Version, after.Owner, limit+1)
+	if err != nil {
+		return page.Rows[Profile]{}, store.Wrap(err)
 	}
-	for i := range builtins {
-		b := builtins[i]
-		b.fix()
-		if !has || after.less(keyOf(&b)) {
-			rows = append(rows, b)
+	byTenant := make(map[string][]Profile, len(tenantIDs))
+	totals := make(map[string]int, len(tenantIDs))
+	for _, x := range rows {
+		totals[x.Parent] = x.Total + len(builtins)
+		if x.ProfileID != "" {
+			byTenant[x.Parent] = append(byTenant[x.Parent], *x.Profile.fix())
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return keyOf(&rows[i]).less(keyOf(&rows[j])) })
-	if len(rows) > in.Limit+1 {
-		rows = rows[:in.Limit+1]
+	var out page.Rows[Profile]
+	for _, t := range tenantIDs {
+		list := byTenant[t]
+		for i := range builtins {
+			b := builtins[i]
+			b.fix()
+			if !has || after.less(keyOf(&b)) {
+				list = append(list, b)
+			}
+		}
+		sort.SliceStable(list, func(i, j int) bool { return keyOf(&list[i]).less(keyOf(&list[j])) })
+		if len(list) > limit+1 {
+			list = list[:limit+1]
+		}
+		for _, p := range list {
+			out.Parents, out.Totals, out.Items = append(out.Parents, t), append(out.Totals, totals[t]), append(out.Items, p)
+		}
 	}
-	items, cur := page.Trim(rows, in.Limit, func(p Profile) string { return CursorOf(&p) })
-	return &page.Page[Profile]{Items: items, Cursor: cur}, nil
+	return out, nil
+}
+
+// CountByTenant counts each tenant's own, public and builtin profiles (for
+// tenants whose page is empty: past the end).
+func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[string]int, error) {
+	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles p WHERE `+Visible("ARRAY[t.parent]")+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, tenantIDs)
+	for k := range m {
+		m[k] += len(builtins)
+	}
+	return m, err
 }
 
 // Update replaces the document and/or the visibility of one of the tenant's
@@ -341,7 +411,7 @@ var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores
 
 // Methods are the profiles group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "profiles", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "provision", Phase: "v0.2", Input: in}
 	}
@@ -350,32 +420,32 @@ func Methods() []registry.Method {
 	visibility := registry.EnumField("visibility", VisibilityEnum, false)
 	createVis := visibility
 	createVis.Default = "private"
-	list := m("list", registry.Read, "compute:profiles:read", authz.Tenant,
+	list := m("list", registry.Read, authz.ProfilesRead, authz.Tenant,
 		"Returns a page of the tenant's stored profiles, public ones and those modules ship, ordered by id and version.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:profiles:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.ProfilesManage, authz.Tenant,
 			"Stores a new profile version from a profile document, private unless `visibility` says public.",
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
 				"`CONFLICT` when that id and version already exist; create the next version instead."},
 			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("get", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
 			[]string{"The lookup prefers the tenant's own profile, then a public stored one, then one a module ships. `NOT_FOUND` when none matches."},
 			ref()...), nil, Get),
-		registry.Def(m("validate", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("validate", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Expands a profile version against the registered steps and returns `valid` with every issue found, such as a `use` that does not resolve or a `with` its step rejects.",
 			[]string{"Problems in the profile are returned as issues rather than thrown; an unknown profile is `NOT_FOUND`."},
 			ref()...), nil, Validate),
-		registry.Def(m("render", registry.Read, "compute:profiles:read", authz.Profile,
+		registry.Def(m("render", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns the profile document and the expanded steps a workflow of this version would run, with their phases.",
 			[]string{"`INVALID_INPUT` when the profile does not resolve, with the problems in `details.issues`; `NOT_FOUND` for an unknown profile."},
 			ref()...), nil, RenderProfile),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:profiles:manage", authz.Profile,
+		registry.Def(m("update", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Replaces the document of one of the tenant's profile versions, or changes its visibility, and returns the profile.",
 			[]string{"Pass `document`, `visibility` or both; neither is `INVALID_INPUT`.",
 				"A version a workflow has used keeps its document: `INVALID_STATE`. Its visibility can still change.",
@@ -385,7 +455,7 @@ func Methods() []registry.Method {
 			registry.TenantID(), profileID(), version(true),
 			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
 			registry.ExpectedVersion()), nil, Update),
-		registry.Def(m("delete", registry.Mutation, "compute:profiles:manage", authz.Profile,
+		registry.Def(m("delete", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
 			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have."},
 			ref()...), nil, Delete),

@@ -84,8 +84,8 @@ type (
 const cols = `project_id, tenant_id, name, description, row_version, created_at, updated_at`
 
 var (
-	ownerPerms  = []string{"compute:projects:read", "compute:projects:manage"}
-	memberPerms = []string{"compute:projects:read"}
+	ownerPerms  = []authz.Permission{authz.ProjectsRead, authz.ProjectsManage}
+	memberPerms = []authz.Permission{authz.ProjectsRead}
 )
 
 func init() { authz.Register(authz.Project, resolve) }
@@ -103,6 +103,16 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r
 	}
 	if err != nil {
 		return authz.Visibility{}, store.Wrap(err)
+	}
+	if authz.Locking(ctx) && rel.Valid {
+		// A mutation: hold the relation until the write commits, so a
+		// removal in flight is waited for and then seen.
+		err := q.GetContext(ctx, &rel, `SELECT relation FROM project_relations WHERE project_id = $1 AND principal_id = $2 FOR SHARE`, r.ID, p.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			rel = sql.NullString{}
+		} else if err != nil {
+			return authz.Visibility{}, store.Wrap(err)
+		}
 	}
 	v := authz.Visibility{Exists: true}
 	switch {
@@ -253,48 +263,48 @@ var Group = registry.Group{Name: "projects", Summary: "Projects group a tenant's
 
 // Methods are the projects group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "projects", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "core", Phase: "v0.1", Input: in}
 	}
 	ref := []registry.Field{registry.TenantID(), registry.ID("projectId", ids.Project)}
 	desc := registry.Field{Name: "description", Type: registry.String, MaxLength: 2000}
 	principal := registry.ID("principalId", ids.Principal)
-	list := m("list", registry.Read, "compute:projects:read", authz.Tenant,
+	list := m("list", registry.Read, authz.ProjectsRead, authz.Tenant,
 		"Returns a page of the tenant's projects, ordered by id.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-		registry.TenantID(), registry.Limit(50, 200), registry.Cursor())
+		registry.TenantID(), registry.PageLimit(), registry.Cursor())
 	list.Items = true
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:projects:create", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.ProjectsCreate, authz.Tenant,
 			"Creates a project; the caller becomes its owner.",
 			[]string{"`CONFLICT` when the tenant already has a project of that name."},
 			registry.TenantID(), registry.Name(true), desc), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:projects:read", authz.Project,
+		registry.Def(m("get", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns one project.", []string{"`NOT_FOUND` when the tenant has no such project."}, ref...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("update", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("update", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Changes a project's name or description and returns it.",
 			[]string{"Pass `name`, `description` or both; neither is `INVALID_INPUT`.",
 				"`expectedVersion` is the project's rowVersion; a mismatch is `CONFLICT`.",
 				"Project owners and tenant admins may update."},
 			append(append([]registry.Field{}, ref...), registry.Name(false), desc,
 				registry.ExpectedVersion())...), nil, Update),
-		registry.Def(m("delete", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("delete", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Deletes a project and its relationships and returns the number deleted.", nil, ref...), nil, Delete),
-		registry.Def(m("addMember", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("addMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Relates a principal to the project as member (default) or owner.",
 			[]string{"`NOT_FOUND` when no such user or service principal exists."},
 			append(append([]registry.Field{}, ref...), principal,
 				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), nil, AddMember),
-		registry.Def(m("removeMember", registry.Mutation, "compute:projects:manage", authz.Project,
+		registry.Def(m("removeMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Removes a principal's relationship to the project.",
 			[]string{"`NOT_FOUND` when the principal is not related to the project."},
 			append(append([]registry.Field{}, ref...), principal)...), nil, RemoveMember),
-		registry.Def(m("listMembers", registry.Read, "compute:projects:read", authz.Project,
+		registry.Def(m("listMembers", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns a page of the project's owners and members, ordered by principal id.",
 			[]string{"`limit` defaults to 50 and is at most 200."},
-			append(append([]registry.Field{}, ref...), registry.Limit(50, 200), registry.Cursor())...), nil, ListMembers),
+			append(append([]registry.Field{}, ref...), registry.PageLimit(), registry.Cursor())...), nil, ListMembers),
 	}
 }
 
@@ -333,17 +343,30 @@ type memberRow struct {
 	Member
 }
 
-// MemberPagesByProject returns one page of relationships for each project.
-func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
+// visible is the visibility predicate over projects pr for the graph: a
+// project is visible to readers of its tenant (tenants, a text[]
+// expression) and to its own owner and members (principal, an SQL text
+// expression). The method surface decides the same through resolve.
+func visible(principal string) func(tenants string) string {
+	return func(tenants string) string {
+		return `(pr.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM project_relations r
+			WHERE r.project_id = pr.project_id AND r.principal_id = ` + principal + `))`
+	}
+}
+
+// MemberPagesByProject returns one page of relationships for each project
+// visible in scope.
+func MemberPagesByProject(ctx context.Context, q store.Q, scope authz.Scope, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
 	var rows []memberRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
 		       (SELECT count(*) FROM project_relations c WHERE c.project_id = t.parent) AS total_count,
 		       m.project_id, m.principal_id, m.relation, m.created_at
 		FROM unnest($1::text[]) AS t(parent)
+		JOIN projects pr ON pr.project_id = t.parent AND `+authz.Where("$4", visible("$5"))+`
 		CROSS JOIN LATERAL (
 			SELECT * FROM project_relations WHERE project_id = t.parent AND principal_id > $2 ORDER BY principal_id LIMIT $3
-		) m`, projectIDs, after, limit+1)
+		) m`, projectIDs, after, limit+1, scope.Arg(), scope.Principal())
 	var r page.Rows[Member]
 	for _, x := range rows {
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Member)
@@ -352,14 +375,17 @@ func MemberPagesByProject(ctx context.Context, q store.Q, projectIDs []string, a
 }
 
 // CountMembersByProject counts each project's relationships.
-func CountMembersByProject(ctx context.Context, q store.Q, projectIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT project_id AS k, count(*) AS n FROM project_relations WHERE project_id = ANY($1) GROUP BY project_id`, projectIDs)
+func CountMembersByProject(ctx context.Context, q store.Q, scope authz.Scope, projectIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT c.project_id AS k, count(*) AS n FROM project_relations c
+		JOIN projects pr ON pr.project_id = c.project_id AND `+authz.Where("$2", visible("$3"))+`
+		WHERE c.project_id = ANY($1) GROUP BY c.project_id`, projectIDs, scope.Arg(), scope.Principal())
 }
 
-// ByIDs loads projects by id, keyed by id.
-func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Project, error) {
+// ByIDs loads the projects of ids visible in scope, keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Project, error) {
 	var rows []Project
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects WHERE project_id = ANY($1)`, ids); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects pr WHERE project_id = ANY($1) AND `+authz.Where("$2", visible("$3")),
+		ids, scope.Arg(), scope.Principal()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Project, len(rows))

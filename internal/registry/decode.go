@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/pgtext"
 )
 
 // A body is decoded once, by one pass that follows the method's fields: it
@@ -246,7 +247,7 @@ func (d *decoder) value(f *Field, level int) (*value, error) {
 // and jsonb cannot hold them).
 func (d *decoder) string() (string, error) {
 	s := d.token()
-	if strings.IndexByte(s, 0) >= 0 {
+	if pgtext.HasNUL(s) {
 		return "", d.invalid("%p must not contain NUL characters")
 	}
 	return s, nil
@@ -300,7 +301,7 @@ func (d *decoder) object(f *Field, level int) (*value, error) {
 			d.space()
 		}
 		k := d.token()
-		if strings.IndexByte(k, 0) >= 0 {
+		if pgtext.HasNUL(k) {
 			if len(d.path) == 0 {
 				return nil, d.invalid("the body's keys must not contain NUL characters")
 			}

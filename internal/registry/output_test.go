@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/bettercompute/computed/internal/authz"
 	"reflect"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ var _ = registry.DefineSchema("TestDoc", `{"$schema": "x", "$id": "y", "type": "
 
 // The reflection follows encoding/json.
 func TestOutputReflection(t *testing.T) {
-	m := registry.Def(registry.Method{Group: "t", Name: "sample", Kind: registry.Read, Module: "t", Phase: "v0"}, nil,
+	m := registry.Def(registry.Method{Group: "t", Name: "sample", Kind: registry.Read, Permission: authz.PoolsRead, Resource: authz.Tenant, Module: "t", Phase: "v0"}, nil,
 		func(context.Context, store.Q, *struct{}) (*sample, error) { return nil, nil })
 	reg := registry.New(nil, nil, nil, nil, []registry.Method{m})
 	out := reg.OutputSchema(reg.Methods()[0])

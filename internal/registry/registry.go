@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -57,9 +58,9 @@ type Method struct {
 	Notes      []string // rules, in the seed pages' words
 	Kind       Kind
 	Credential Credential
-	Permission string // e.g. compute:profiles:manage
-	Resource   string // authz resource type
-	Items      bool   // "+ items": decided on the tenant, items filtered
+	Permission authz.Permission // e.g. authz.ProfilesManage
+	Resource   string           // authz resource type
+	Items      bool             // "+ items": decided on the tenant, items filtered
 	Module     string
 	Phase      string
 	Status     string
@@ -92,10 +93,10 @@ func (m *Method) Authorization() string {
 	case NodeCred:
 		return "the node's own credential"
 	}
-	if m.Resource == authz.Platform && m.Permission != "compute:tenants:read" {
+	if m.Resource == authz.Platform && m.Permission != authz.TenantsRead {
 		return "operator"
 	}
-	s := m.Permission + " @ " + m.Resource
+	s := string(m.Permission) + " @ " + m.Resource
 	if m.Items {
 		s += " + items"
 	}
@@ -186,6 +187,10 @@ func New(db *store.DB, logger *slog.Logger, reg prometheus.Registerer, groups []
 			if _, dup := r.methods[m.Key()]; dup {
 				panic("registry: duplicate method " + m.Key())
 			}
+			if m.Credential != JoinToken {
+				// A misspelled permission stops the server at start-up.
+				authz.CheckKnown(m.Permission, "method "+m.Key())
+			}
 			r.methods[m.Key()] = &m
 			r.order = append(r.order, &m)
 		}
@@ -262,32 +267,46 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	if err != nil {
 		return nil, err
 	}
-	var res authz.Resource
-	switch m.Credential {
-	case Bearer, NodeCred:
-		res = defaultResource(m.Resource, v)
+	if m.Credential == NodeCred && p.Kind != "node" {
+		err := errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
+		if m.Kind == Mutation {
+			r.auditFailure(ctx, m, defaultResource(m.Resource, v), err)
+		}
+		return nil, err
+	}
+	// decide locates the resource and decides on q: the pool for reads,
+	// the transaction for mutations (DecideInTx).
+	decide := func(q store.Q) (authz.Resource, error) {
+		if m.Credential == JoinToken {
+			return authz.Resource{Type: m.Resource}, nil
+		}
+		res := defaultResource(m.Resource, v)
 		if m.locate != nil {
-			if res, err = m.locate(ctx, r.db, in); err != nil {
-				return nil, err
+			var err error
+			if res, err = m.locate(ctx, q, in); err != nil {
+				return res, err
 			}
 		}
-		if m.Credential == NodeCred && p.Kind != "node" {
-			return nil, errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
+		if m.Kind == Mutation {
+			return res, authz.DecideInTx(ctx, q, p, m.Permission, res)
 		}
-		if err := authz.Decide(ctx, r.db, p, m.Permission, res); err != nil {
-			if m.Kind == Mutation {
-				r.auditFailure(ctx, m, res, err)
-			}
-			return nil, err
-		}
-	case JoinToken:
-		res = authz.Resource{Type: m.Resource}
+		return res, authz.Decide(ctx, q, p, m.Permission, res)
 	}
 	if m.Kind == Read {
+		if _, err := decide(r.db); err != nil {
+			return nil, err
+		}
 		return m.run(ctx, r.db, in)
 	}
+	// A mutation is decided inside its transaction, with the rows the
+	// decision rests on locked, so nothing changes between the decision
+	// and the write.
+	res := defaultResource(m.Resource, v)
 	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
 		var rerr error
+		if res, rerr = decide(tx); rerr != nil {
+			return rerr
+		}
 		out, rerr = m.run(ctx, tx, in)
 		if rerr != nil {
 			return rerr
@@ -349,7 +368,7 @@ func (r *Registry) auditFailure(ctx context.Context, m *Method, res authz.Resour
 		return
 	}
 	if aerr := audit.Write(context.WithoutCancel(ctx), r.db, m.Key(), res.String(), string(errs.CodeOf(err)), nil); aerr != nil {
-		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "err", aerr)
+		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
 	}
 }
 
@@ -379,7 +398,11 @@ func ExpectedVersion() Field {
 		Description: "the rowVersion the caller last read; a mismatch is CONFLICT"}
 }
 
-// Limit is the page size field.
+// PageLimit is the page size field of a list: page.DefaultLimit, at most
+// page.MaxLimit.
+func PageLimit() Field { return Limit(page.DefaultLimit, page.MaxLimit) }
+
+// Limit is the page size field with bounds of its own (a seed page's).
 func Limit(def, max int64) Field {
 	return Field{Name: "limit", Type: Integer, Min: Int(1), Max: Int(max), Default: def}
 }

@@ -44,7 +44,7 @@ func (r *Registry) Index() map[string]any {
 	comps := r.Components()
 	for _, m := range r.order {
 		list = append(list, IndexEntry{Group: m.Group, Method: m.Name, Path: m.Path(), Summary: m.Summary,
-			Kind: m.Kind, Authorization: m.Authorization(), Permission: m.Permission, Resource: m.Resource,
+			Kind: m.Kind, Authorization: m.Authorization(), Permission: string(m.Permission), Resource: m.Resource,
 			Items: m.Items, Credential: m.Credential, Module: m.Module, Phase: m.Phase, Status: m.Status,
 			InputSchema: selfContained(m.InputSchema(), comps), OutputSchema: selfContained(r.OutputSchema(m), comps),
 			Errors: m.Errors()})

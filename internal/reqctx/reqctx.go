@@ -41,6 +41,14 @@ func (p *Principal) CacheAllRoles(roles map[string]string) {
 	p.roles, p.allRoles = roles, true
 }
 
+// AllRoles returns every binding of the principal when the request has
+// loaded them all.
+func (p *Principal) AllRoles() (map[string]string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.roles, p.allRoles
+}
+
 // CacheRole memoises a role lookup for the rest of the request.
 func (p *Principal) CacheRole(tenantID, role string) {
 	p.mu.Lock()

@@ -90,7 +90,7 @@ func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg 
 // WriteError writes the contract's error body with its status.
 // kv names the method for the log line of an internal error.
 func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error, kv ...any) {
-	e := PublicError(r.Context(), h.Log, err, kv...)
+	e := PublicError(r.Context(), h.Log, err, append(kv, "path", r.URL.Path)...)
 	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}

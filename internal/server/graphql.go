@@ -41,7 +41,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.Use(&opMetrics{hist: s.gqlHist})
 	srv.SetErrorPresenter(s.presentError)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
-		s.Log.ErrorContext(ctx, "panic in resolver", "panic", v, "requestId", reqctx.RequestID(ctx))
+		s.Log.ErrorContext(ctx, "panic in resolver", "panic", v, "requestId", reqctx.RequestID(ctx), "operation", operationName(ctx), "field", fieldPath(ctx))
 		return errs.E(errs.Internal, "internal error")
 	})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
@@ -77,7 +77,7 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		out.Extensions = map[string]any{"code": string(errs.InvalidInput), "details": details}
 		return out
 	}
-	e := s.public(ctx, ge.Err)
+	e := s.public(ctx, ge.Err, pathString(ge.Path))
 	if e.Code == errs.InvalidInput && e.Details["path"] == nil {
 		if p := pathString(ge.Path); p != "" {
 			e = e.With("path", p)
@@ -92,13 +92,34 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 }
 
 // public is errs.Public for the graph, logging internal errors with the
-// request id and the operation.
-func (s *Server) public(ctx context.Context, err error) *errs.Error {
-	op := ""
-	if graphql.HasOperationContext(ctx) {
-		op = graphql.GetOperationContext(ctx).OperationName
+// request id, the operation and the field that failed (the line a
+// client's details.requestId names).
+func (s *Server) public(ctx context.Context, err error, field string) *errs.Error {
+	return rest.PublicError(ctx, s.Log, err, "operation", operationName(ctx), "field", field)
+}
+
+// operationName names the operation for log lines: its name, or its kind
+// for an anonymous one.
+func operationName(ctx context.Context) string {
+	if !graphql.HasOperationContext(ctx) {
+		return ""
 	}
-	return rest.PublicError(ctx, s.Log, err, "operation", op)
+	oc := graphql.GetOperationContext(ctx)
+	switch {
+	case oc.Operation != nil && oc.Operation.Name != "":
+		return oc.Operation.Name
+	case oc.Operation != nil:
+		return "anonymous " + string(oc.Operation.Operation)
+	}
+	return oc.OperationName
+}
+
+// fieldPath is the path of the field resolving in ctx, if any.
+func fieldPath(ctx context.Context) string {
+	if fc := graphql.GetFieldContext(ctx); fc != nil {
+		return pathString(fc.Path())
+	}
+	return ""
 }
 
 // pathString renders a GraphQL path as details.path does on the method

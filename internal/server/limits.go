@@ -43,8 +43,6 @@ const (
 	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
 	// with their latest inventory, about 25000) with headroom.
 	MaxComplexity = 50000
-	// defaultFirst is the page size of a connection asked without first.
-	defaultFirst = 50
 )
 
 // refusal is an INVALID_INPUT refusal of a whole operation, with
@@ -332,7 +330,7 @@ func (cw *costWalker) set(sel ast.SelectionSet) int {
 func pageSize(args map[string]any) int {
 	v, ok := args["first"]
 	if !ok || v == nil {
-		return defaultFirst
+		return page.DefaultLimit
 	}
 	var n int64
 	switch x := v.(type) {

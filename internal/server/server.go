@@ -300,7 +300,7 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 		}
 		p, err := s.bearer(r)
 		if err != nil {
-			e := rest.PublicError(r.Context(), s.Log, err)
+			e := rest.PublicError(r.Context(), s.Log, err, "path", r.URL.Path, "step", "authentication")
 			if e.Code == errs.RateLimited {
 				w.Header().Set("Retry-After", "1")
 			}

@@ -292,7 +292,7 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 			c.close(closeForbidden, "Forbidden: the bearer token was revoked")
 			return
 		}
-		fail(rest.PublicError(ctx, c.s.Log, err))
+		fail(rest.PublicError(ctx, c.s.Log, err, "transport", "websocket", "step", "authentication"))
 		return
 	}
 	ctx = reqctx.WithPrincipal(ctx, p)

@@ -95,7 +95,12 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 type counterKey struct{}
 
 // Counter counts the statements sent on contexts derived from WithCounter.
-type Counter struct{ n atomic.Int64 }
+// Hook, when set, sees each statement's SQL before it is sent (tests stop
+// the database at a chosen statement).
+type Counter struct {
+	n    atomic.Int64
+	Hook func(sql string)
+}
 
 // N is the number of statements counted so far.
 func (c *Counter) N() int64 { return c.n.Load() }
@@ -123,6 +128,9 @@ func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQuer
 	totalStatements.Add(1)
 	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
 		c.n.Add(1)
+		if c.Hook != nil {
+			c.Hook(d.SQL)
+		}
 	}
 	return ctx
 }
@@ -266,12 +274,12 @@ func Classify(err error) *errs.Error {
 
 // CountBy runs a "SELECT <key> AS k, count(*) AS n ... GROUP BY" query over
 // keys and returns the counts by key (absent keys count 0).
-func CountBy(ctx context.Context, q Q, query string, keys []string) (map[string]int, error) {
+func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any) (map[string]int, error) {
 	var rows []struct {
 		K string `db:"k"`
 		N int    `db:"n"`
 	}
-	if err := q.SelectContext(ctx, &rows, query, keys); err != nil {
+	if err := q.SelectContext(ctx, &rows, query, append([]any{keys}, args...)...); err != nil {
 		return nil, Wrap(err)
 	}
 	out := make(map[string]int, len(rows))

@@ -90,25 +90,27 @@ func Methods() []registry.Method {
 		registry.Def(registry.Method{Group: "tenants", Name: "create", Kind: registry.Mutation,
 			Summary:    "Creates a tenant.",
 			Notes:      []string{"Only the operator creates tenants.", "`CONFLICT` when the id is taken; `builtin` is reserved."},
-			Permission: "compute:tenants:create", Resource: authz.Platform, Module: "core", Phase: "v0.1",
+			Permission: authz.TenantsCreate, Resource: authz.Platform, Module: "core", Phase: "v0.1",
 			Input: []registry.Field{registry.TenantID(), registry.Name(true)}}, nil, Create),
 		registry.Def(registry.Method{Group: "tenants", Name: "get", Kind: registry.Read,
 			Summary:    "Returns one tenant.",
 			Notes:      []string{"Any role on the tenant may read it; a caller with none gets `PERMISSION_DENIED`, whether or not the tenant exists."},
-			Permission: "compute:tenants:read", Resource: authz.Tenant, Module: "core", Phase: "v0.1",
+			Permission: authz.TenantsRead, Resource: authz.Tenant, Module: "core", Phase: "v0.1",
 			Input: []registry.Field{registry.TenantID()}}, nil, Get),
 		registry.Def(registry.Method{Group: "tenants", Name: "list", Kind: registry.Read, Items: true,
 			Summary:    "Returns a page of the tenants the caller holds a role on (every tenant for the operator), ordered by id.",
 			Notes:      []string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
-			Permission: "compute:tenants:read", Resource: authz.Platform, Module: "core", Phase: "v0.1",
-			Input: []registry.Field{registry.Limit(50, 200), registry.Cursor()}}, nil, List),
+			Permission: authz.TenantsRead, Resource: authz.Platform, Module: "core", Phase: "v0.1",
+			Input: []registry.Field{registry.PageLimit(), registry.Cursor()}}, nil, List),
 	}
 }
 
-// ByIDs loads tenants by id, keyed by id.
-func ByIDs(ctx context.Context, q store.Q, ids []string) (map[string]*Tenant, error) {
+// ByIDs loads the tenants of ids in scope (compute:tenants:read), keyed by
+// id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Tenant, error) {
 	var rows []Tenant
-	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, name, created_at FROM tenants WHERE tenant_id = ANY($1)`, ids); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT tenant_id, name, created_at FROM tenants t WHERE tenant_id = ANY($1)
+		AND `+authz.Where("$2", func(ts string) string { return `t.tenant_id = ANY(` + ts + `)` }), ids, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*Tenant, len(rows))

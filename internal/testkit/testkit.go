@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,7 +134,18 @@ type Env struct {
 	Srv       *server.Server
 	Proxy     *Proxy // nil unless Options.Proxy
 
-	counts *sync.Map // request id -> statements
+	counts *sync.Map                         // request id -> statements
+	hook   *atomic.Pointer[func(sql string)] // shared by copies of the Env
+}
+
+// OnStatement calls f with the SQL of every statement a request served by
+// the test server sends, before it is sent (nil: stop calling).
+func (e *Env) OnStatement(f func(sql string)) {
+	if f == nil {
+		e.hook.Store(nil)
+		return
+	}
+	e.hook.Store(&f)
 }
 
 // OperatorToken is the bootstrap secret tests use.
@@ -197,11 +209,15 @@ func StartWith(t testing.TB, o Options) *Env {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	go srv.Run(runCtx) //nolint:errcheck // ends with the test
 	t.Cleanup(stopRun)
-	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, Srv: srv, Proxy: proxy, counts: &sync.Map{}}
+	env := &Env{T: t, DB: d, Operator: OperatorToken, Instances: inst, Srv: srv, Proxy: proxy, counts: &sync.Map{}, hook: &atomic.Pointer[func(sql string)]{}}
 	h := srv.Handler()
 	// Count each request's SQL statements, keyed by its request id.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &store.Counter{}
+		c := &store.Counter{Hook: func(sql string) {
+			if f := env.hook.Load(); f != nil {
+				(*f)(sql)
+			}
+		}}
 		h.ServeHTTP(w, r.WithContext(store.WithCounter(r.Context(), c)))
 		env.counts.Store(w.Header().Get("X-Request-Id"), c.N())
 	}))

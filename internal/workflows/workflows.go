@@ -17,7 +17,6 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
-	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/registry"
@@ -216,9 +215,14 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) 
 	return w, nil
 }
 
+// visible is the visibility predicate over workflows w: a workflow is
+// visible to its tenant (compute:workflows:read), the owner of its node.
+// tenants is a text[] expression.
+func visible(tenants string) string { return `w.tenant_id = ANY(` + tenants + `)` }
+
 // Get returns one of the tenant's workflows.
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Workflow, error) {
-	w, err := one(ctx, q, `SELECT `+cols+` FROM workflows WHERE workflow_id = $1 AND tenant_id = $2`, in.WorkflowID, in.TenantID)
+	w, err := one(ctx, q, `SELECT `+cols+` FROM workflows w WHERE workflow_id = $1 AND `+visible("ARRAY[$2]"), in.WorkflowID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(in.WorkflowID)
 	}
@@ -233,8 +237,8 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], 
 		return nil, err
 	}
 	rows := []Workflow{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows
-		WHERE tenant_id = $1 AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w
+		WHERE `+visible("ARRAY[$1]")+` AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
 		ORDER BY workflow_id LIMIT $5`, in.TenantID, in.NodeID, in.State, after, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -381,7 +385,7 @@ var Group = registry.Group{Name: "workflows", Summary: "A workflow runs one prof
 
 // Methods are the workflows group's registry entries.
 func Methods() []registry.Method {
-	m := func(name string, kind registry.Kind, perm, res, summary string, notes []string, in ...registry.Field) registry.Method {
+	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "workflows", Name: name, Kind: kind, Permission: perm, Resource: res,
 			Summary: summary, Notes: notes, Module: "bare-metal", Phase: "v0.2", Input: in}
 	}
@@ -392,7 +396,7 @@ func Methods() []registry.Method {
 	nodeFilter := nodeID
 	nodeFilter.Required, nodeFilter.Description = false, "only the workflows of this node"
 	expected := registry.ExpectedVersion()
-	list := m("list", registry.Read, "compute:workflows:read", authz.Tenant,
+	list := m("list", registry.Read, authz.WorkflowsRead, authz.Tenant,
 		"Returns a page of the tenant's workflows, ordered by id (creation order), optionally only those of one node or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		registry.TenantID(), nodeFilter,
@@ -401,9 +405,9 @@ func Methods() []registry.Method {
 			f.Description = "only the workflows in this state"
 			return f
 		}(),
-		registry.Limit(50, 200), registry.Cursor())
+		registry.PageLimit(), registry.Cursor())
 	list.Items = true
-	report := m("reportStep", registry.Mutation, nodes.PermReportWorkflow, authz.Node,
+	report := m("reportStep", registry.Mutation, authz.WorkflowsReport, authz.Node,
 		"Records the node's report on one step of its workflow and returns the workflow.",
 		[]string{"Decided as `compute:workflows:report` on `compute-node/{nodeId}`, which only the node's own credential holds: any other credential is `PERMISSION_DENIED`, as is a node credential naming another node (or a removed one).",
 			"Steps run in order: a step may start or finish only when every earlier step succeeded, and a step that succeeded or failed is final (`INVALID_STATE`). `running` again on a running step replaces its message.",
@@ -417,18 +421,18 @@ func Methods() []registry.Method {
 		registry.Field{Name: "message", Type: registry.String, MaxLength: MaxMessage, Description: "what the node says about the step"})
 	report.Credential = registry.NodeCred
 	return []registry.Method{
-		registry.Def(m("create", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+		registry.Def(m("create", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Starts a workflow of a profile version on one of the tenant's nodes and returns it, with the profile document and the rendered steps snapshotted and every step `pending`.",
 			[]string{"The profile resolves like `profiles.get`: the tenant's own, then a public stored one, then one a module ships; the latest version when `profileVersion` is omitted. `NOT_FOUND` when none matches.",
 				"A profile that does not render is `INVALID_INPUT` with `details.path` `profileId` and the problems in `details.issues` (as `profiles.render` gives them).",
 				"The node must be one the tenant owns and not removed (`NOT_FOUND` otherwise); a cordoned node is `INVALID_STATE`. A node runs one workflow at a time: `CONFLICT` while another is pending or running on it.",
 				"From then on the profile version is `used`: its document can no longer change. The first use bumps the stored version's `rowVersion` and `updatedAt`. An update of the document that races the first use either commits first (and the workflow snapshots the new document) or is refused with `INVALID_STATE`."},
 			registry.TenantID(), nodeID, profiles.IDField(), profiles.VersionField(false)), nil, Create),
-		registry.Def(m("get", registry.Read, "compute:workflows:read", authz.Tenant,
+		registry.Def(m("get", registry.Read, authz.WorkflowsRead, authz.Tenant,
 			"Returns one of the tenant's workflows.",
 			[]string{"`NOT_FOUND` when the tenant has no such workflow."}, ref()...), nil, Get),
 		registry.Def(list, nil, List),
-		registry.Def(m("cancel", registry.Mutation, "compute:workflows:manage", authz.Tenant,
+		registry.Def(m("cancel", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Cancels a pending or running workflow and returns it; the node is free for another workflow.",
 			[]string{"Steps that had not started become `skipped`; a running step becomes `failed` with the message `canceled while running`.",
 				"A finished (succeeded, failed or canceled) workflow is `INVALID_STATE`.",
@@ -445,18 +449,19 @@ type nodeRow struct {
 	Workflow
 }
 
-// PagesByNode returns one page of each node's workflows, by id, in one
-// statement (the caller has decided the nodes are visible).
-func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
+// PagesByNode returns one page of each node's workflows visible in scope,
+// by id, in one statement.
+func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
 	var rows []nodeRow
 	err := q.SelectContext(ctx, &rows, `
 		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS total_count,
+		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count,
 		       x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (
-			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 ORDER BY w.workflow_id LIMIT $3
-		) x`, nodeIDs, after, limit+1)
+			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 AND `+authz.Where("$4", visible)+`
+			ORDER BY w.workflow_id LIMIT $3
+		) x`, nodeIDs, after, limit+1, scope.Arg())
 	var r page.Rows[Workflow]
 	if err != nil {
 		return r, store.Wrap(err)
@@ -471,7 +476,26 @@ func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string,
 }
 
 // CountByNode counts each node's workflows.
-func CountByNode(ctx context.Context, q store.Q, nodeIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent) AS n
-		FROM unnest($1::text[]) AS t(parent)`, nodeIDs)
+func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$2", visible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, nodeIDs, scope.Arg())
+}
+
+// ByIDs loads the workflows of ids visible in scope in one statement,
+// keyed by id.
+func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Workflow, error) {
+	var rows []Workflow
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w WHERE workflow_id = ANY($1) AND `+authz.Where("$2", visible),
+		ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Workflow, len(rows))
+	for i := range rows {
+		if err := rows[i].fix(); err != nil {
+			return nil, err
+		}
+		out[rows[i].WorkflowID] = &rows[i]
+	}
+	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -653,7 +654,7 @@ func TestWorkflowsByNode(t *testing.T) {
 	onB := e.Must(create(e, member, "acme", nodeB, "gpu", 0)).Str("workflowId")
 
 	ctx := context.Background()
-	rows, err := workflows.PagesByNode(ctx, e.DB, []string{nodeA, nodeB, nodeC}, "", 2)
+	rows, err := workflows.PagesByNode(ctx, e.DB, authz.TenantScope("acme"), []string{nodeA, nodeB, nodeC}, "", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,14 +672,14 @@ func TestWorkflowsByNode(t *testing.T) {
 	if g[nodeC] != nil {
 		t.Fatalf("node C has a page: %+v", g[nodeC])
 	}
-	rows, err = workflows.PagesByNode(ctx, e.DB, []string{nodeA}, onA[1], 2)
+	rows, err = workflows.PagesByNode(ctx, e.DB, authz.TenantScope("acme"), []string{nodeA}, onA[1], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a := page.Group(rows, 2)[nodeA]; a == nil || len(a.Items) != 1 || a.HasNext || a.Items[0].WorkflowID != onA[2] {
 		t.Fatalf("node A after the cursor: %+v", a)
 	}
-	n, err := workflows.CountByNode(ctx, e.DB, []string{nodeA, nodeB, nodeC})
+	n, err := workflows.CountByNode(ctx, e.DB, authz.TenantScope("acme"), []string{nodeA, nodeB, nodeC})
 	if err != nil {
 		t.Fatal(err)
 	}

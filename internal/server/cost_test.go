@@ -1,0 +1,100 @@
+package server
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/internal/page"
+)
+
+// Every connection of the schema is costed by the one rule (1 + first ×
+// its children): the walk finds each field that returns a list of edges
+// with pageInfo, whatever its type is called, and fails unless the rule
+// recognises it (IsConnection) and it takes first and after. A list field
+// that is not a connection is unpaged and must stay small: it is listed
+// here, so adding one is a decision.
+func TestEveryConnectionHasACost(t *testing.T) {
+	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
+	unpaged := map[string]bool{} // Type.field of list fields that are not connections
+	looksLikeConnection := func(typeName string) bool {
+		def := schema.Types[typeName]
+		if def == nil || def.Kind != ast.Object {
+			return false
+		}
+		edges, info := def.Fields.ForName("edges"), def.Fields.ForName("pageInfo")
+		return edges != nil && edges.Type.Elem != nil && info != nil
+	}
+	var names []string
+	for name := range schema.Types {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	connections := 0
+	for _, name := range names {
+		def := schema.Types[name]
+		if def.Kind != ast.Object || def.BuiltIn || len(name) > 1 && name[:2] == "__" || looksLikeConnection(name) {
+			continue
+		}
+		for _, f := range def.Fields {
+			switch {
+			case looksLikeConnection(f.Type.Name()):
+				connections++
+				if !IsConnection(f) {
+					t.Errorf("%s.%s returns a connection (%s) that the cost rule does not recognise: name its type ...Connection", name, f.Name, f.Type.Name())
+				}
+				if f.Arguments.ForName("first") == nil || f.Arguments.ForName("after") == nil {
+					t.Errorf("%s.%s is a connection without first and after", name, f.Name)
+				}
+				if schema.Types[f.Type.Name()].Fields.ForName("totalCount") == nil {
+					t.Errorf("%s has no totalCount (the contract's connections have edges, pageInfo and totalCount)", f.Type.Name())
+				}
+			case IsConnection(f):
+				t.Errorf("%s.%s returns %s, named like a connection but without edges and pageInfo", name, f.Name, f.Type.Name())
+			case f.Type.Elem != nil:
+				unpaged[name+"."+f.Name] = true
+			}
+		}
+	}
+	if connections == 0 {
+		t.Fatal("the walk found no connection")
+	}
+	// Lists of a bounded size, unpaged and costed as one field: devices of
+	// one snapshot, steps of one document or workflow, a pool's handful of
+	// offers, issues of one validation, a diff's changes, one machine's
+	// MACs. A new list is a connection or joins this list knowingly.
+	bounded := map[string]bool{}
+	for _, k := range []string{"Gpu.migDevices", "InventoryDiff.changes", "InventorySnapshot.disks", "InventorySnapshot.drivers",
+		"InventorySnapshot.gpus", "InventorySnapshot.nics", "NodeHardware.macs", "Pool.offers", "PoolCapacity.byTenant", "Profile.rendered",
+		"ProfileValidation.issues", "Workflow.steps"} {
+		bounded[k] = true
+	}
+	for _, k := range keys(unpaged) {
+		if !bounded[k] {
+			t.Errorf("%s is a list that is neither a connection nor a known bounded list: page it as a connection", k)
+		}
+	}
+
+	// The rule itself: a connection costs 1 + first × its children, nested
+	// connections multiply, and a missing first counts the default.
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ viewer { tenants(first: 3) { edges { node { tenantId projects { totalCount } } } } } }`, nil)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	// viewer 1 + tenants (1 + 3 × (edges 1 + node 1 + tenantId 1 + projects (1 + 50 × totalCount 1)))
+	if got, want := OperationCost(schema, doc.Operations[0], nil), 1+1+3*(1+1+1+1+page.DefaultLimit*1); got != want {
+		t.Fatalf("cost %d, want %d", got, want)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
