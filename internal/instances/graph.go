@@ -18,9 +18,10 @@ import (
 
 // The graph's reads of instances, reservations, events and capacity: batch
 // functions for the per-request dataloaders, one statement for many
-// parents. Each one decides in its own SQL: it reads the caller from the
-// context and returns only the rows the caller may read, with the same rule
-// as the method surface (instances.get, instances.list, reservations.*,
+// parents. Each one decides in its own SQL: the loader passes the caller's
+// authz.Scope for the permission the type is read under, the statement
+// binds the type's one predicate to it (authz.Where), and only the rows the
+// caller may read come back, with the same rule as the method surface (instances.get, instances.list, reservations.*,
 // instances.events, instances.capacity):
 //
 //   - an instance, a reservation and an instance's events are readable by
@@ -70,8 +71,8 @@ type View struct {
 	HostVisible bool `json:"-" db:"host_visible"`
 }
 
-// viewCols are the columns of a View over instances i; the reader's
-// arguments are $1-$3.
+// viewCols are the columns of a View over instances i: $1 is the
+// instances scope, $2 the nodes scope (the host link).
 var viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.gpus, i.gpu_profile, i.vcpus, i.memory_gib, i.image,
 	i.desired_state, i.desired_at, i.state, i.state_reason, i.state_since, i.step_tries, i.reboot_generation, i.rebooted_generation,
 	i.host_node_id, i.client_token, i.request_hash, i.row_version, i.created_at, i.updated_at, i.deleted_at,

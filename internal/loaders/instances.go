@@ -12,9 +12,9 @@ import (
 )
 
 // InstanceLoaders read instances, their events, reservations and pool
-// capacity. Their batch functions decide in their SQL (package instances):
-// they read the caller from the request's context and return only what it
-// may read, so a resolver never sees a row it must hide.
+// capacity. Their batch functions decide in their SQL (package instances)
+// with the caller's scope, as every loader does: they return only what the
+// caller may read, so a resolver never sees a row it must hide.
 //
 // Page loaders of instances and reservations take an instances.Scope's Key
 // as PageKey.Parent (the parent id with the list's filters).
