@@ -12,11 +12,15 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/gqlscalar"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
 
+type InstanceEventResolver interface {
+	Instance(ctx context.Context, obj *events.Event) (*instances.View, error)
+}
 type SubscriptionResolver interface {
 	InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error)
 }
@@ -297,6 +301,38 @@ func (ec *executionContext) fieldContext_InstanceEvent_occurredAt(_ context.Cont
 	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "Time")
 }
 
+func (ec *executionContext) _InstanceEvent_instance(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InstanceEvent_instance(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.InstanceEvent().Instance(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
+			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_InstanceEvent_instance(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "InstanceEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Instance(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Subscription_instanceEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -367,53 +403,59 @@ func (ec *executionContext) _InstanceEvent(ctx context.Context, sel ast.Selectio
 		case "eventId":
 			out.Values[i] = ec._InstanceEvent_eventId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "type":
 			out.Values[i] = ec._InstanceEvent_type(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "instanceId":
 			out.Values[i] = ec._InstanceEvent_instanceId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "tenantId":
 			out.Values[i] = ec._InstanceEvent_tenantId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "poolId":
 			out.Values[i] = ec._InstanceEvent_poolId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "projectId":
 			out.Values[i] = ec._InstanceEvent_projectId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "state":
 			out.Values[i] = ec._InstanceEvent_state(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "desiredState":
 			out.Values[i] = ec._InstanceEvent_desiredState(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "stateReason":
 			out.Values[i] = ec._InstanceEvent_stateReason(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "occurredAt":
 			out.Values[i] = ec._InstanceEvent_occurredAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "instance":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_instance(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

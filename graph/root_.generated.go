@@ -29,10 +29,13 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	ComputeNode() ComputeNodeResolver
+	Instance() InstanceResolver
+	InstanceEvent() InstanceEventResolver
 	InventoryChange() InventoryChangeResolver
 	JoinRequest() JoinRequestResolver
 	Mutation() MutationResolver
 	Pool() PoolResolver
+	PoolCapacity() PoolCapacityResolver
 	Profile() ProfileResolver
 	ProfileStep() ProfileStepResolver
 	Project() ProjectResolver
@@ -99,6 +102,10 @@ type ComplexityRoot struct {
 	ComputeNodeEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	CreateInstancePayload struct {
+		Instance func(childComplexity int) int
 	}
 
 	CreateJoinTokenPayload struct {
@@ -175,9 +182,45 @@ type ComplexityRoot struct {
 		Binding func(childComplexity int) int
 	}
 
+	Instance struct {
+		CreatedAt        func(childComplexity int) int
+		DeletedAt        func(childComplexity int) int
+		DesiredState     func(childComplexity int) int
+		Events           func(childComplexity int, first *int, after *string) int
+		Host             func(childComplexity int) int
+		HostNodeID       func(childComplexity int) int
+		ID               func(childComplexity int) int
+		Image            func(childComplexity int) int
+		InstanceID       func(childComplexity int) int
+		Name             func(childComplexity int) int
+		Pool             func(childComplexity int) int
+		PoolID           func(childComplexity int) int
+		Project          func(childComplexity int) int
+		ProjectID        func(childComplexity int) int
+		RebootGeneration func(childComplexity int) int
+		RowVersion       func(childComplexity int) int
+		Size             func(childComplexity int) int
+		State            func(childComplexity int) int
+		StateReason      func(childComplexity int) int
+		TenantID         func(childComplexity int) int
+		UpdatedAt        func(childComplexity int) int
+	}
+
+	InstanceConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	InstanceEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	InstanceEvent struct {
 		DesiredState func(childComplexity int) int
 		EventID      func(childComplexity int) int
+		Instance     func(childComplexity int) int
 		InstanceID   func(childComplexity int) int
 		OccurredAt   func(childComplexity int) int
 		PoolID       func(childComplexity int) int
@@ -186,6 +229,28 @@ type ComplexityRoot struct {
 		StateReason  func(childComplexity int) int
 		TenantID     func(childComplexity int) int
 		Type         func(childComplexity int) int
+	}
+
+	InstanceEventConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	InstanceEventEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	InstancePayload struct {
+		Instance func(childComplexity int) int
+	}
+
+	InstanceSize struct {
+		GPUProfile func(childComplexity int) int
+		GPUs       func(childComplexity int) int
+		MemoryGiB  func(childComplexity int) int
+		VCPUs      func(childComplexity int) int
 	}
 
 	InventoryChange struct {
@@ -279,15 +344,19 @@ type ComplexityRoot struct {
 		AllowTpmKey         func(childComplexity int, input model.AllowTpmKeyInput) int
 		ApproveJoinRequest  func(childComplexity int, input nodes.JoinRequestRefInput) int
 		ArchivePool         func(childComplexity int, input pools.ArchiveInput) int
+		CancelReservation   func(childComplexity int, input model.CancelReservationInput) int
 		CancelWorkflow      func(childComplexity int, input workflows.CancelInput) int
 		CordonNode          func(childComplexity int, input nodes.NodeChangeInput) int
+		CreateInstance      func(childComplexity int, input model.CreateInstanceInput) int
 		CreateJoinToken     func(childComplexity int, input model.CreateJoinTokenInput) int
 		CreatePool          func(childComplexity int, input model.CreatePoolInput) int
 		CreateProfile       func(childComplexity int, input model.CreateProfileInput) int
 		CreateProject       func(childComplexity int, input projects.CreateInput) int
+		CreateReservation   func(childComplexity int, input model.CreateReservationInput) int
 		CreateTenant        func(childComplexity int, input tenants.CreateInput) int
 		CreateToken         func(childComplexity int, input iam.TokenCreateInput) int
 		CreateWorkflow      func(childComplexity int, input workflows.CreateInput) int
+		DeleteInstance      func(childComplexity int, input model.ChangeInstanceInput) int
 		DeleteProfile       func(childComplexity int, input model.DeleteProfileInput) int
 		DeleteProject       func(childComplexity int, input projects.RefInput) int
 		DenyJoinRequest     func(childComplexity int, input nodes.DenyInput) int
@@ -295,12 +364,15 @@ type ComplexityRoot struct {
 		ForgetMachine       func(childComplexity int, input nodes.MachineRefInput) int
 		GrantMember         func(childComplexity int, input iam.GrantInput) int
 		OfferPool           func(childComplexity int, input model.OfferPoolInput) int
+		RebootInstance      func(childComplexity int, input model.ChangeInstanceInput) int
 		RegisterMachine     func(childComplexity int, input nodes.MachineRegisterInput) int
 		RemoveNode          func(childComplexity int, input nodes.NodeChangeInput) int
 		RemoveProjectMember func(childComplexity int, input projects.MemberInput) int
 		RevokeJoinToken     func(childComplexity int, input nodes.JoinTokenRefInput) int
 		RevokeMember        func(childComplexity int, input iam.MemberRefInput) int
 		RevokeToken         func(childComplexity int, input iam.TokenRefInput) int
+		StartInstance       func(childComplexity int, input model.ChangeInstanceInput) int
+		StopInstance        func(childComplexity int, input model.ChangeInstanceInput) int
 		UncordonNode        func(childComplexity int, input nodes.NodeChangeInput) int
 		UnofferPool         func(childComplexity int, input pools.UnofferInput) int
 		UpdateNode          func(childComplexity int, input model.UpdateNodeInput) int
@@ -337,9 +409,11 @@ type ComplexityRoot struct {
 	}
 
 	Pool struct {
+		Capacity        func(childComplexity int) int
 		CreatedAt       func(childComplexity int) int
 		GPUModel        func(childComplexity int) int
 		ID              func(childComplexity int) int
+		Instances       func(childComplexity int, first *int, after *string, projectID *string, state *string) int
 		JoinRequests    func(childComplexity int, first *int, after *string) int
 		Kind            func(childComplexity int) int
 		Name            func(childComplexity int) int
@@ -349,12 +423,23 @@ type ComplexityRoot struct {
 		PoolID          func(childComplexity int) int
 		Provider        func(childComplexity int) int
 		ProviderAccount func(childComplexity int) int
+		Reservations    func(childComplexity int, first *int, after *string, state *string) int
 		RowVersion      func(childComplexity int) int
 		SharingMode     func(childComplexity int) int
 		Site            func(childComplexity int) int
 		State           func(childComplexity int) int
 		TenantID        func(childComplexity int) int
 		UpdatedAt       func(childComplexity int) int
+	}
+
+	PoolCapacity struct {
+		Allocated func(childComplexity int) int
+		Bounded   func(childComplexity int) int
+		ByTenant  func(childComplexity int) int
+		Free      func(childComplexity int) int
+		PoolID    func(childComplexity int) int
+		Reserved  func(childComplexity int) int
+		Total     func(childComplexity int) int
 	}
 
 	PoolConnection struct {
@@ -436,6 +521,7 @@ type ComplexityRoot struct {
 		CreatedAt   func(childComplexity int) int
 		Description func(childComplexity int) int
 		ID          func(childComplexity int) int
+		Instances   func(childComplexity int, first *int, after *string, poolID *string, state *string) int
 		Members     func(childComplexity int, first *int, after *string) int
 		Name        func(childComplexity int) int
 		ProjectID   func(childComplexity int) int
@@ -492,6 +578,41 @@ type ComplexityRoot struct {
 		Removed func(childComplexity int) int
 	}
 
+	Reservation struct {
+		CanceledAt    func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		EndsAt        func(childComplexity int) int
+		PoolID        func(childComplexity int) int
+		ReservationID func(childComplexity int) int
+		RowVersion    func(childComplexity int) int
+		Size          func(childComplexity int) int
+		StartsAt      func(childComplexity int) int
+		State         func(childComplexity int) int
+		TenantID      func(childComplexity int) int
+		UpdatedAt     func(childComplexity int) int
+	}
+
+	ReservationConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ReservationEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	ReservationPayload struct {
+		Reservation func(childComplexity int) int
+	}
+
+	ResourceAmounts struct {
+		GPUs      func(childComplexity int) int
+		MemoryGiB func(childComplexity int) int
+		VCPUs     func(childComplexity int) int
+	}
+
 	RevokeJoinTokenPayload struct {
 		JoinToken func(childComplexity int) int
 	}
@@ -529,17 +650,19 @@ type ComplexityRoot struct {
 	}
 
 	Tenant struct {
-		ComputeNode func(childComplexity int, nodeID string) int
-		CreatedAt   func(childComplexity int) int
-		ID          func(childComplexity int) int
-		Members     func(childComplexity int, first *int, after *string) int
-		Name        func(childComplexity int) int
-		Pools       func(childComplexity int, first *int, after *string) int
-		Profile     func(childComplexity int, profileID string, profileVersion *int) int
-		Profiles    func(childComplexity int, first *int, after *string) int
-		Projects    func(childComplexity int, first *int, after *string) int
-		TenantID    func(childComplexity int) int
-		Tokens      func(childComplexity int, first *int, after *string) int
+		ComputeNode  func(childComplexity int, nodeID string) int
+		CreatedAt    func(childComplexity int) int
+		ID           func(childComplexity int) int
+		Instances    func(childComplexity int, first *int, after *string, poolID *string, projectID *string, state *string) int
+		Members      func(childComplexity int, first *int, after *string) int
+		Name         func(childComplexity int) int
+		Pools        func(childComplexity int, first *int, after *string) int
+		Profile      func(childComplexity int, profileID string, profileVersion *int) int
+		Profiles     func(childComplexity int, first *int, after *string) int
+		Projects     func(childComplexity int, first *int, after *string) int
+		Reservations func(childComplexity int, first *int, after *string, poolID *string, state *string) int
+		TenantID     func(childComplexity int) int
+		Tokens       func(childComplexity int, first *int, after *string) int
 	}
 
 	TenantConnection struct {
@@ -551,6 +674,11 @@ type ComplexityRoot struct {
 	TenantEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	TenantHolding struct {
+		Held     func(childComplexity int) int
+		TenantID func(childComplexity int) int
 	}
 
 	Token struct {
@@ -873,6 +1001,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ComputeNodeEdge.Node(childComplexity), true
 
+	case "CreateInstancePayload.instance":
+		if e.ComplexityRoot.CreateInstancePayload.Instance == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateInstancePayload.Instance(childComplexity), true
+
 	case "CreateJoinTokenPayload.joinToken":
 		if e.ComplexityRoot.CreateJoinTokenPayload.JoinToken == nil {
 			break
@@ -1079,6 +1214,170 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.GrantMemberPayload.Binding(childComplexity), true
 
+	case "Instance.createdAt":
+		if e.ComplexityRoot.Instance.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.CreatedAt(childComplexity), true
+	case "Instance.deletedAt":
+		if e.ComplexityRoot.Instance.DeletedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.DeletedAt(childComplexity), true
+	case "Instance.desiredState":
+		if e.ComplexityRoot.Instance.DesiredState == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.DesiredState(childComplexity), true
+	case "Instance.events":
+		if e.ComplexityRoot.Instance.Events == nil {
+			break
+		}
+
+		args, err := ec.field_Instance_events_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Instance.Events(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Instance.host":
+		if e.ComplexityRoot.Instance.Host == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Host(childComplexity), true
+	case "Instance.hostNodeId":
+		if e.ComplexityRoot.Instance.HostNodeID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.HostNodeID(childComplexity), true
+	case "Instance.id":
+		if e.ComplexityRoot.Instance.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.ID(childComplexity), true
+	case "Instance.image":
+		if e.ComplexityRoot.Instance.Image == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Image(childComplexity), true
+	case "Instance.instanceId":
+		if e.ComplexityRoot.Instance.InstanceID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.InstanceID(childComplexity), true
+	case "Instance.name":
+		if e.ComplexityRoot.Instance.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Name(childComplexity), true
+	case "Instance.pool":
+		if e.ComplexityRoot.Instance.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Pool(childComplexity), true
+	case "Instance.poolId":
+		if e.ComplexityRoot.Instance.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.PoolID(childComplexity), true
+	case "Instance.project":
+		if e.ComplexityRoot.Instance.Project == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Project(childComplexity), true
+	case "Instance.projectId":
+		if e.ComplexityRoot.Instance.ProjectID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.ProjectID(childComplexity), true
+	case "Instance.rebootGeneration":
+		if e.ComplexityRoot.Instance.RebootGeneration == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.RebootGeneration(childComplexity), true
+	case "Instance.rowVersion":
+		if e.ComplexityRoot.Instance.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.RowVersion(childComplexity), true
+	case "Instance.size":
+		if e.ComplexityRoot.Instance.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.Size(childComplexity), true
+	case "Instance.state":
+		if e.ComplexityRoot.Instance.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.State(childComplexity), true
+	case "Instance.stateReason":
+		if e.ComplexityRoot.Instance.StateReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.StateReason(childComplexity), true
+	case "Instance.tenantId":
+		if e.ComplexityRoot.Instance.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.TenantID(childComplexity), true
+	case "Instance.updatedAt":
+		if e.ComplexityRoot.Instance.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Instance.UpdatedAt(childComplexity), true
+
+	case "InstanceConnection.edges":
+		if e.ComplexityRoot.InstanceConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceConnection.Edges(childComplexity), true
+	case "InstanceConnection.pageInfo":
+		if e.ComplexityRoot.InstanceConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceConnection.PageInfo(childComplexity), true
+	case "InstanceConnection.totalCount":
+		if e.ComplexityRoot.InstanceConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceConnection.TotalCount(childComplexity), true
+
+	case "InstanceEdge.cursor":
+		if e.ComplexityRoot.InstanceEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEdge.Cursor(childComplexity), true
+	case "InstanceEdge.node":
+		if e.ComplexityRoot.InstanceEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEdge.Node(childComplexity), true
+
 	case "InstanceEvent.desiredState":
 		if e.ComplexityRoot.InstanceEvent.DesiredState == nil {
 			break
@@ -1091,6 +1390,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.InstanceEvent.EventID(childComplexity), true
+	case "InstanceEvent.instance":
+		if e.ComplexityRoot.InstanceEvent.Instance == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEvent.Instance(childComplexity), true
 	case "InstanceEvent.instanceId":
 		if e.ComplexityRoot.InstanceEvent.InstanceID == nil {
 			break
@@ -1139,6 +1444,70 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.InstanceEvent.Type(childComplexity), true
+
+	case "InstanceEventConnection.edges":
+		if e.ComplexityRoot.InstanceEventConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEventConnection.Edges(childComplexity), true
+	case "InstanceEventConnection.pageInfo":
+		if e.ComplexityRoot.InstanceEventConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEventConnection.PageInfo(childComplexity), true
+	case "InstanceEventConnection.totalCount":
+		if e.ComplexityRoot.InstanceEventConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEventConnection.TotalCount(childComplexity), true
+
+	case "InstanceEventEdge.cursor":
+		if e.ComplexityRoot.InstanceEventEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEventEdge.Cursor(childComplexity), true
+	case "InstanceEventEdge.node":
+		if e.ComplexityRoot.InstanceEventEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceEventEdge.Node(childComplexity), true
+
+	case "InstancePayload.instance":
+		if e.ComplexityRoot.InstancePayload.Instance == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstancePayload.Instance(childComplexity), true
+
+	case "InstanceSize.gpuProfile":
+		if e.ComplexityRoot.InstanceSize.GPUProfile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceSize.GPUProfile(childComplexity), true
+	case "InstanceSize.gpus":
+		if e.ComplexityRoot.InstanceSize.GPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceSize.GPUs(childComplexity), true
+	case "InstanceSize.memoryGiB":
+		if e.ComplexityRoot.InstanceSize.MemoryGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceSize.MemoryGiB(childComplexity), true
+	case "InstanceSize.vcpus":
+		if e.ComplexityRoot.InstanceSize.VCPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InstanceSize.VCPUs(childComplexity), true
 
 	case "InventoryChange.after":
 		if e.ComplexityRoot.InventoryChange.After == nil {
@@ -1530,6 +1899,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ArchivePool(childComplexity, args["input"].(pools.ArchiveInput)), true
+	case "Mutation.cancelReservation":
+		if e.ComplexityRoot.Mutation.CancelReservation == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelReservation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelReservation(childComplexity, args["input"].(model.CancelReservationInput)), true
 	case "Mutation.cancelWorkflow":
 		if e.ComplexityRoot.Mutation.CancelWorkflow == nil {
 			break
@@ -1552,6 +1932,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CordonNode(childComplexity, args["input"].(nodes.NodeChangeInput)), true
+	case "Mutation.createInstance":
+		if e.ComplexityRoot.Mutation.CreateInstance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createInstance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateInstance(childComplexity, args["input"].(model.CreateInstanceInput)), true
 	case "Mutation.createJoinToken":
 		if e.ComplexityRoot.Mutation.CreateJoinToken == nil {
 			break
@@ -1596,6 +1987,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateProject(childComplexity, args["input"].(projects.CreateInput)), true
+	case "Mutation.createReservation":
+		if e.ComplexityRoot.Mutation.CreateReservation == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createReservation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateReservation(childComplexity, args["input"].(model.CreateReservationInput)), true
 	case "Mutation.createTenant":
 		if e.ComplexityRoot.Mutation.CreateTenant == nil {
 			break
@@ -1629,6 +2031,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateWorkflow(childComplexity, args["input"].(workflows.CreateInput)), true
+	case "Mutation.deleteInstance":
+		if e.ComplexityRoot.Mutation.DeleteInstance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteInstance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteInstance(childComplexity, args["input"].(model.ChangeInstanceInput)), true
 	case "Mutation.deleteProfile":
 		if e.ComplexityRoot.Mutation.DeleteProfile == nil {
 			break
@@ -1706,6 +2119,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.OfferPool(childComplexity, args["input"].(model.OfferPoolInput)), true
+	case "Mutation.rebootInstance":
+		if e.ComplexityRoot.Mutation.RebootInstance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rebootInstance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RebootInstance(childComplexity, args["input"].(model.ChangeInstanceInput)), true
 	case "Mutation.registerMachine":
 		if e.ComplexityRoot.Mutation.RegisterMachine == nil {
 			break
@@ -1772,6 +2196,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["input"].(iam.TokenRefInput)), true
+	case "Mutation.startInstance":
+		if e.ComplexityRoot.Mutation.StartInstance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_startInstance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StartInstance(childComplexity, args["input"].(model.ChangeInstanceInput)), true
+	case "Mutation.stopInstance":
+		if e.ComplexityRoot.Mutation.StopInstance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stopInstance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StopInstance(childComplexity, args["input"].(model.ChangeInstanceInput)), true
 	case "Mutation.uncordonNode":
 		if e.ComplexityRoot.Mutation.UncordonNode == nil {
 			break
@@ -1916,6 +2362,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Pool.capacity":
+		if e.ComplexityRoot.Pool.Capacity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Capacity(childComplexity), true
 	case "Pool.createdAt":
 		if e.ComplexityRoot.Pool.CreatedAt == nil {
 			break
@@ -1934,6 +2386,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.ID(childComplexity), true
+	case "Pool.instances":
+		if e.ComplexityRoot.Pool.Instances == nil {
+			break
+		}
+
+		args, err := ec.field_Pool_instances_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Pool.Instances(childComplexity, args["first"].(*int), args["after"].(*string), args["projectId"].(*string), args["state"].(*string)), true
 	case "Pool.joinRequests":
 		if e.ComplexityRoot.Pool.JoinRequests == nil {
 			break
@@ -1998,6 +2461,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.ProviderAccount(childComplexity), true
+	case "Pool.reservations":
+		if e.ComplexityRoot.Pool.Reservations == nil {
+			break
+		}
+
+		args, err := ec.field_Pool_reservations_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Pool.Reservations(childComplexity, args["first"].(*int), args["after"].(*string), args["state"].(*string)), true
 	case "Pool.rowVersion":
 		if e.ComplexityRoot.Pool.RowVersion == nil {
 			break
@@ -2034,6 +2508,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.UpdatedAt(childComplexity), true
+
+	case "PoolCapacity.allocated":
+		if e.ComplexityRoot.PoolCapacity.Allocated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.Allocated(childComplexity), true
+	case "PoolCapacity.bounded":
+		if e.ComplexityRoot.PoolCapacity.Bounded == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.Bounded(childComplexity), true
+	case "PoolCapacity.byTenant":
+		if e.ComplexityRoot.PoolCapacity.ByTenant == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.ByTenant(childComplexity), true
+	case "PoolCapacity.free":
+		if e.ComplexityRoot.PoolCapacity.Free == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.Free(childComplexity), true
+	case "PoolCapacity.poolId":
+		if e.ComplexityRoot.PoolCapacity.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.PoolID(childComplexity), true
+	case "PoolCapacity.reserved":
+		if e.ComplexityRoot.PoolCapacity.Reserved == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.Reserved(childComplexity), true
+	case "PoolCapacity.total":
+		if e.ComplexityRoot.PoolCapacity.Total == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolCapacity.Total(childComplexity), true
 
 	case "PoolConnection.edges":
 		if e.ComplexityRoot.PoolConnection.Edges == nil {
@@ -2321,6 +2838,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Project.ID(childComplexity), true
+	case "Project.instances":
+		if e.ComplexityRoot.Project.Instances == nil {
+			break
+		}
+
+		args, err := ec.field_Project_instances_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Project.Instances(childComplexity, args["first"].(*int), args["after"].(*string), args["poolId"].(*string), args["state"].(*string)), true
 	case "Project.members":
 		if e.ComplexityRoot.Project.Members == nil {
 			break
@@ -2508,6 +3036,131 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RemovedPayload.Removed(childComplexity), true
 
+	case "Reservation.canceledAt":
+		if e.ComplexityRoot.Reservation.CanceledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.CanceledAt(childComplexity), true
+	case "Reservation.createdAt":
+		if e.ComplexityRoot.Reservation.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.CreatedAt(childComplexity), true
+	case "Reservation.endsAt":
+		if e.ComplexityRoot.Reservation.EndsAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.EndsAt(childComplexity), true
+	case "Reservation.poolId":
+		if e.ComplexityRoot.Reservation.PoolID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.PoolID(childComplexity), true
+	case "Reservation.reservationId":
+		if e.ComplexityRoot.Reservation.ReservationID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.ReservationID(childComplexity), true
+	case "Reservation.rowVersion":
+		if e.ComplexityRoot.Reservation.RowVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.RowVersion(childComplexity), true
+	case "Reservation.size":
+		if e.ComplexityRoot.Reservation.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.Size(childComplexity), true
+	case "Reservation.startsAt":
+		if e.ComplexityRoot.Reservation.StartsAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.StartsAt(childComplexity), true
+	case "Reservation.state":
+		if e.ComplexityRoot.Reservation.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.State(childComplexity), true
+	case "Reservation.tenantId":
+		if e.ComplexityRoot.Reservation.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.TenantID(childComplexity), true
+	case "Reservation.updatedAt":
+		if e.ComplexityRoot.Reservation.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reservation.UpdatedAt(childComplexity), true
+
+	case "ReservationConnection.edges":
+		if e.ComplexityRoot.ReservationConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationConnection.Edges(childComplexity), true
+	case "ReservationConnection.pageInfo":
+		if e.ComplexityRoot.ReservationConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationConnection.PageInfo(childComplexity), true
+	case "ReservationConnection.totalCount":
+		if e.ComplexityRoot.ReservationConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationConnection.TotalCount(childComplexity), true
+
+	case "ReservationEdge.cursor":
+		if e.ComplexityRoot.ReservationEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationEdge.Cursor(childComplexity), true
+	case "ReservationEdge.node":
+		if e.ComplexityRoot.ReservationEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationEdge.Node(childComplexity), true
+
+	case "ReservationPayload.reservation":
+		if e.ComplexityRoot.ReservationPayload.Reservation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReservationPayload.Reservation(childComplexity), true
+
+	case "ResourceAmounts.gpus":
+		if e.ComplexityRoot.ResourceAmounts.GPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ResourceAmounts.GPUs(childComplexity), true
+	case "ResourceAmounts.memoryGiB":
+		if e.ComplexityRoot.ResourceAmounts.MemoryGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ResourceAmounts.MemoryGiB(childComplexity), true
+	case "ResourceAmounts.vcpus":
+		if e.ComplexityRoot.ResourceAmounts.VCPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ResourceAmounts.VCPUs(childComplexity), true
+
 	case "RevokeJoinTokenPayload.joinToken":
 		if e.ComplexityRoot.RevokeJoinTokenPayload.JoinToken == nil {
 			break
@@ -2633,6 +3286,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Tenant.ID(childComplexity), true
+	case "Tenant.instances":
+		if e.ComplexityRoot.Tenant.Instances == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_instances_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.Instances(childComplexity, args["first"].(*int), args["after"].(*string), args["poolId"].(*string), args["projectId"].(*string), args["state"].(*string)), true
 	case "Tenant.members":
 		if e.ComplexityRoot.Tenant.Members == nil {
 			break
@@ -2694,6 +3358,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Tenant.Projects(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Tenant.reservations":
+		if e.ComplexityRoot.Tenant.Reservations == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_reservations_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.Reservations(childComplexity, args["first"].(*int), args["after"].(*string), args["poolId"].(*string), args["state"].(*string)), true
 	case "Tenant.tenantId":
 		if e.ComplexityRoot.Tenant.TenantID == nil {
 			break
@@ -2743,6 +3418,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TenantEdge.Node(childComplexity), true
+
+	case "TenantHolding.held":
+		if e.ComplexityRoot.TenantHolding.Held == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantHolding.Held(childComplexity), true
+	case "TenantHolding.tenantId":
+		if e.ComplexityRoot.TenantHolding.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TenantHolding.TenantID(childComplexity), true
 
 	case "Token.createdAt":
 		if e.ComplexityRoot.Token.CreatedAt == nil {
@@ -3086,12 +3774,16 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("AddProjectMemberInput", ec.unmarshalInputAddProjectMemberInput),
 			graphql.NewInputUnmarshaler("AllowTpmKeyInput", ec.unmarshalInputAllowTpmKeyInput),
 			graphql.NewInputUnmarshaler("ArchivePoolInput", ec.unmarshalInputArchivePoolInput),
+			graphql.NewInputUnmarshaler("CancelReservationInput", ec.unmarshalInputCancelReservationInput),
 			graphql.NewInputUnmarshaler("CancelWorkflowInput", ec.unmarshalInputCancelWorkflowInput),
+			graphql.NewInputUnmarshaler("ChangeInstanceInput", ec.unmarshalInputChangeInstanceInput),
 			graphql.NewInputUnmarshaler("ChangeNodeInput", ec.unmarshalInputChangeNodeInput),
+			graphql.NewInputUnmarshaler("CreateInstanceInput", ec.unmarshalInputCreateInstanceInput),
 			graphql.NewInputUnmarshaler("CreateJoinTokenInput", ec.unmarshalInputCreateJoinTokenInput),
 			graphql.NewInputUnmarshaler("CreatePoolInput", ec.unmarshalInputCreatePoolInput),
 			graphql.NewInputUnmarshaler("CreateProfileInput", ec.unmarshalInputCreateProfileInput),
 			graphql.NewInputUnmarshaler("CreateProjectInput", ec.unmarshalInputCreateProjectInput),
+			graphql.NewInputUnmarshaler("CreateReservationInput", ec.unmarshalInputCreateReservationInput),
 			graphql.NewInputUnmarshaler("CreateTenantInput", ec.unmarshalInputCreateTenantInput),
 			graphql.NewInputUnmarshaler("CreateTokenInput", ec.unmarshalInputCreateTokenInput),
 			graphql.NewInputUnmarshaler("CreateWorkflowInput", ec.unmarshalInputCreateWorkflowInput),
@@ -3102,10 +3794,12 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("DisallowTpmKeyInput", ec.unmarshalInputDisallowTpmKeyInput),
 			graphql.NewInputUnmarshaler("ForgetMachineInput", ec.unmarshalInputForgetMachineInput),
 			graphql.NewInputUnmarshaler("GrantMemberInput", ec.unmarshalInputGrantMemberInput),
+			graphql.NewInputUnmarshaler("InstanceSizeInput", ec.unmarshalInputInstanceSizeInput),
 			graphql.NewInputUnmarshaler("OfferPoolInput", ec.unmarshalInputOfferPoolInput),
 			graphql.NewInputUnmarshaler("PoolQuotaInput", ec.unmarshalInputPoolQuotaInput),
 			graphql.NewInputUnmarshaler("RegisterMachineInput", ec.unmarshalInputRegisterMachineInput),
 			graphql.NewInputUnmarshaler("RemoveProjectMemberInput", ec.unmarshalInputRemoveProjectMemberInput),
+			graphql.NewInputUnmarshaler("ResourceAmountsInput", ec.unmarshalInputResourceAmountsInput),
 			graphql.NewInputUnmarshaler("RevokeJoinTokenInput", ec.unmarshalInputRevokeJoinTokenInput),
 			graphql.NewInputUnmarshaler("RevokeMemberInput", ec.unmarshalInputRevokeMemberInput),
 			graphql.NewInputUnmarshaler("RevokeTokenInput", ec.unmarshalInputRevokeTokenInput),
@@ -3225,6 +3919,13 @@ type InstanceEvent {
   desiredState: String!
   stateReason: String
   occurredAt: Time!
+  """
+  The instance as it is now, through the request's loader (not as of the
+  event: the event's state and desiredState are); null once the caller no
+  longer reads it (its role on the tenant was revoked). Deleted instances
+  stay readable.
+  """
+  instance: Instance
 }
 
 "The instance.* event types (instance.created is INSTANCE_CREATED)."
@@ -3340,6 +4041,255 @@ enum Role {
   VIEWER
   MEMBER
   ADMIN
+}
+`, BuiltIn: false},
+	{Name: "../schema/instances.graphqls", Input: `"""
+A VM in a VPS pool. After createInstance every mutation changes only
+desiredState; the vps.instances reconciler moves state and writes an
+InstanceEvent for each move. Readable by the principals holding a role on
+the instance's tenant: a pool's owner does not see other tenants' instances.
+"""
+type Instance implements Node {
+  id: ID!
+  instanceId: String!
+  tenantId: String!
+  poolId: String!
+  projectId: String
+  name: String!
+  size: InstanceSize!
+  image: String
+  desiredState: InstanceDesiredState!
+  state: InstanceState!
+  "Why the instance is in its state (waiting for room, a failure)."
+  stateReason: String
+  "The host node of a hosted pool's instance, once placed."
+  hostNodeId: String
+  "Goes up by one with every reboot request."
+  rebootGeneration: Int!
+  "What expectedVersion is compared with."
+  rowVersion: Int!
+  createdAt: Time!
+  updatedAt: Time!
+  deletedAt: Time
+  "The pool; null once the instance's tenant neither owns it nor is offered it."
+  pool: Pool
+  "The project; null when the instance has none (or it was deleted)."
+  project: Project
+  "The host node; null before placement, in provider pools, and for callers who do not read the host's tenant (tenants a pool is offered to)."
+  host: ComputeNode
+  "The instance's events, oldest first (instances.events); a cursor is an event's position."
+  events(first: Int = 50, after: String): InstanceEventConnection!
+}
+
+type InstanceSize {
+  "Whole GPUs, MIG devices of gpuProfile or GPU time slices, after the pool's sharing mode."
+  gpus: Int!
+  vcpus: Int!
+  memoryGiB: Int!
+  "The MIG profile (mig vps-hosted pools)."
+  gpuProfile: String
+}
+
+type InstanceConnection {
+  edges: [InstanceEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type InstanceEdge {
+  cursor: String!
+  node: Instance!
+}
+
+type InstanceEventConnection {
+  edges: [InstanceEventEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type InstanceEventEdge {
+  cursor: String!
+  node: InstanceEvent!
+}
+
+"GPUs, vCPUs and GiB of memory."
+type ResourceAmounts {
+  gpus: Int!
+  vcpus: Int!
+  memoryGiB: Int!
+}
+
+"Capacity held in one pool for [startsAt, endsAt), counted against the tenant's quota and honoured by placement."
+type Reservation {
+  reservationId: String!
+  tenantId: String!
+  poolId: String!
+  size: ResourceAmounts!
+  startsAt: Time!
+  endsAt: Time!
+  state: ReservationState!
+  rowVersion: Int!
+  createdAt: Time!
+  updatedAt: Time!
+  canceledAt: Time
+}
+
+type ReservationConnection {
+  edges: [ReservationEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type ReservationEdge {
+  cursor: String!
+  node: Reservation!
+}
+
+"""
+A pool's room, as instances.capacity computes it: total (null when the pool
+sets no bound), what instances hold, what active reservations hold beyond
+that, and what is free.
+"""
+type PoolCapacity {
+  poolId: String!
+  bounded: Boolean!
+  total: ResourceAmounts
+  allocated: ResourceAmounts!
+  reserved: ResourceAmounts!
+  free: ResourceAmounts
+  "What each tenant holds (numbers only), for the pool owner's members; null for tenants the pool is offered to."
+  byTenant: [TenantHolding!]
+}
+
+type TenantHolding {
+  tenantId: String!
+  "The larger of what the tenant's instances hold and what its active reservations hold."
+  held: ResourceAmounts!
+}
+
+extend type Tenant {
+  "The tenant's instances by id, as instances.list filters them (deleted ones only when state is DELETED)."
+  instances(first: Int = 50, after: String, poolId: String, projectId: String, state: InstanceState): InstanceConnection!
+  "The tenant's reservations by id, as reservations.list filters them."
+  reservations(first: Int = 50, after: String, poolId: String, state: ReservationState): ReservationConnection!
+}
+
+extend type Pool {
+  "The caller's own instances in the pool (those of the tenants it holds a role on), never another tenant's."
+  instances(first: Int = 50, after: String, projectId: String, state: InstanceState): InstanceConnection!
+  "The caller's own reservations in the pool."
+  reservations(first: Int = 50, after: String, state: ReservationState): ReservationConnection!
+  "The pool's room; null for a pool the caller cannot read."
+  capacity: PoolCapacity
+}
+
+extend type Project {
+  "The project's instances, for callers who read its tenant's instances."
+  instances(first: Int = 50, after: String, poolId: String, state: InstanceState): InstanceConnection!
+}
+
+input InstanceSizeInput {
+  gpus: Int!
+  vcpus: Int!
+  memoryGiB: Int!
+  gpuProfile: String
+}
+
+input CreateInstanceInput {
+  tenantId: String!
+  poolId: String!
+  name: String!
+  size: InstanceSizeInput!
+  projectId: String
+  image: String
+  "RUNNING (the default) or STOPPED."
+  desiredState: InstanceDesiredState
+  "An idempotency token: a retry with the same token and input returns the first instance."
+  clientToken: String
+}
+
+type CreateInstancePayload {
+  instance: Instance!
+}
+
+input ChangeInstanceInput {
+  tenantId: String!
+  instanceId: String!
+  "The instance's rowVersion; a mismatch is CONFLICT."
+  expectedVersion: Int
+}
+
+type InstancePayload {
+  instance: Instance!
+}
+
+input ResourceAmountsInput {
+  gpus: Int!
+  vcpus: Int!
+  memoryGiB: Int!
+}
+
+input CreateReservationInput {
+  tenantId: String!
+  poolId: String!
+  size: ResourceAmountsInput!
+  startsAt: Time!
+  endsAt: Time!
+}
+
+input CancelReservationInput {
+  tenantId: String!
+  reservationId: String!
+  expectedVersion: Int
+}
+
+type ReservationPayload {
+  reservation: Reservation!
+}
+
+extend type Mutation {
+  "instances.create"
+  createInstance(input: CreateInstanceInput!): CreateInstancePayload!
+  "instances.start"
+  startInstance(input: ChangeInstanceInput!): InstancePayload!
+  "instances.stop"
+  stopInstance(input: ChangeInstanceInput!): InstancePayload!
+  "instances.reboot"
+  rebootInstance(input: ChangeInstanceInput!): InstancePayload!
+  "instances.delete"
+  deleteInstance(input: ChangeInstanceInput!): InstancePayload!
+  "reservations.create"
+  createReservation(input: CreateReservationInput!): ReservationPayload!
+  "reservations.cancel"
+  cancelReservation(input: CancelReservationInput!): ReservationPayload!
+}
+
+"An instance's observed state; failed is left by a start or a delete, deleted is final. The method surface spells the values in lower case (pending, provisioning, running, stopping, stopped, rebooting, deleting, deleted, failed)."
+enum InstanceState {
+  PENDING
+  PROVISIONING
+  RUNNING
+  STOPPING
+  STOPPED
+  REBOOTING
+  DELETING
+  DELETED
+  FAILED
+}
+
+"The state a caller asks for. The method surface spells the values in lower case (running, stopped, deleted)."
+enum InstanceDesiredState {
+  RUNNING
+  STOPPED
+  DELETED
+}
+
+"Scheduled before its window, active in it, expired after it, or canceled. The method surface spells the values in lower case (scheduled, active, expired, canceled)."
+enum ReservationState {
+  SCHEDULED
+  ACTIVE
+  EXPIRED
+  CANCELED
 }
 `, BuiltIn: false},
 	{Name: "../schema/nodes.graphqls", Input: `"A 64-bit integer within ±2^53 (so JavaScript reads it exactly): byte sizes and speeds."
@@ -4348,6 +5298,14 @@ func (ec *executionContext) childFields_ComputeNodeEdge(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type ComputeNodeEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_CreateInstancePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "instance":
+		return ec.fieldContext_CreateInstancePayload_instance(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateInstancePayload", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateJoinTokenPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "joinToken":
@@ -4496,6 +5454,76 @@ func (ec *executionContext) childFields_GrantMemberPayload(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type GrantMemberPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_Instance(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Instance_id(ctx, field)
+	case "instanceId":
+		return ec.fieldContext_Instance_instanceId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_Instance_tenantId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_Instance_poolId(ctx, field)
+	case "projectId":
+		return ec.fieldContext_Instance_projectId(ctx, field)
+	case "name":
+		return ec.fieldContext_Instance_name(ctx, field)
+	case "size":
+		return ec.fieldContext_Instance_size(ctx, field)
+	case "image":
+		return ec.fieldContext_Instance_image(ctx, field)
+	case "desiredState":
+		return ec.fieldContext_Instance_desiredState(ctx, field)
+	case "state":
+		return ec.fieldContext_Instance_state(ctx, field)
+	case "stateReason":
+		return ec.fieldContext_Instance_stateReason(ctx, field)
+	case "hostNodeId":
+		return ec.fieldContext_Instance_hostNodeId(ctx, field)
+	case "rebootGeneration":
+		return ec.fieldContext_Instance_rebootGeneration(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_Instance_rowVersion(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Instance_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Instance_updatedAt(ctx, field)
+	case "deletedAt":
+		return ec.fieldContext_Instance_deletedAt(ctx, field)
+	case "pool":
+		return ec.fieldContext_Instance_pool(ctx, field)
+	case "project":
+		return ec.fieldContext_Instance_project(ctx, field)
+	case "host":
+		return ec.fieldContext_Instance_host(ctx, field)
+	case "events":
+		return ec.fieldContext_Instance_events(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Instance", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_InstanceConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_InstanceConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_InstanceConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_InstanceEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_InstanceEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_InstanceEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "eventId":
@@ -4518,8 +5546,54 @@ func (ec *executionContext) childFields_InstanceEvent(ctx context.Context, field
 		return ec.fieldContext_InstanceEvent_stateReason(ctx, field)
 	case "occurredAt":
 		return ec.fieldContext_InstanceEvent_occurredAt(ctx, field)
+	case "instance":
+		return ec.fieldContext_InstanceEvent_instance(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type InstanceEvent", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceEventConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_InstanceEventConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_InstanceEventConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_InstanceEventConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceEventConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceEventEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_InstanceEventEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_InstanceEventEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceEventEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_InstancePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "instance":
+		return ec.fieldContext_InstancePayload_instance(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstancePayload", field.Name)
+}
+
+func (ec *executionContext) childFields_InstanceSize(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "gpus":
+		return ec.fieldContext_InstanceSize_gpus(ctx, field)
+	case "vcpus":
+		return ec.fieldContext_InstanceSize_vcpus(ctx, field)
+	case "memoryGiB":
+		return ec.fieldContext_InstanceSize_memoryGiB(ctx, field)
+	case "gpuProfile":
+		return ec.fieldContext_InstanceSize_gpuProfile(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InstanceSize", field.Name)
 }
 
 func (ec *executionContext) childFields_InventoryChange(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4782,12 +5856,38 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_updatedAt(ctx, field)
 	case "offers":
 		return ec.fieldContext_Pool_offers(ctx, field)
+	case "instances":
+		return ec.fieldContext_Pool_instances(ctx, field)
+	case "reservations":
+		return ec.fieldContext_Pool_reservations(ctx, field)
+	case "capacity":
+		return ec.fieldContext_Pool_capacity(ctx, field)
 	case "nodes":
 		return ec.fieldContext_Pool_nodes(ctx, field)
 	case "joinRequests":
 		return ec.fieldContext_Pool_joinRequests(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolCapacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "poolId":
+		return ec.fieldContext_PoolCapacity_poolId(ctx, field)
+	case "bounded":
+		return ec.fieldContext_PoolCapacity_bounded(ctx, field)
+	case "total":
+		return ec.fieldContext_PoolCapacity_total(ctx, field)
+	case "allocated":
+		return ec.fieldContext_PoolCapacity_allocated(ctx, field)
+	case "reserved":
+		return ec.fieldContext_PoolCapacity_reserved(ctx, field)
+	case "free":
+		return ec.fieldContext_PoolCapacity_free(ctx, field)
+	case "byTenant":
+		return ec.fieldContext_PoolCapacity_byTenant(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolCapacity", field.Name)
 }
 
 func (ec *executionContext) childFields_PoolConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4962,6 +6062,8 @@ func (ec *executionContext) childFields_Project(ctx context.Context, field graph
 		return ec.fieldContext_Project_tenant(ctx, field)
 	case "members":
 		return ec.fieldContext_Project_members(ctx, field)
+	case "instances":
+		return ec.fieldContext_Project_instances(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Project", field.Name)
 }
@@ -5048,6 +6150,76 @@ func (ec *executionContext) childFields_RemovedPayload(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type RemovedPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_Reservation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "reservationId":
+		return ec.fieldContext_Reservation_reservationId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_Reservation_tenantId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_Reservation_poolId(ctx, field)
+	case "size":
+		return ec.fieldContext_Reservation_size(ctx, field)
+	case "startsAt":
+		return ec.fieldContext_Reservation_startsAt(ctx, field)
+	case "endsAt":
+		return ec.fieldContext_Reservation_endsAt(ctx, field)
+	case "state":
+		return ec.fieldContext_Reservation_state(ctx, field)
+	case "rowVersion":
+		return ec.fieldContext_Reservation_rowVersion(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Reservation_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Reservation_updatedAt(ctx, field)
+	case "canceledAt":
+		return ec.fieldContext_Reservation_canceledAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Reservation", field.Name)
+}
+
+func (ec *executionContext) childFields_ReservationConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ReservationConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ReservationConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ReservationConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReservationConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ReservationEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ReservationEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ReservationEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReservationEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_ReservationPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "reservation":
+		return ec.fieldContext_ReservationPayload_reservation(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReservationPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_ResourceAmounts(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "gpus":
+		return ec.fieldContext_ResourceAmounts_gpus(ctx, field)
+	case "vcpus":
+		return ec.fieldContext_ResourceAmounts_vcpus(ctx, field)
+	case "memoryGiB":
+		return ec.fieldContext_ResourceAmounts_memoryGiB(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ResourceAmounts", field.Name)
+}
+
 func (ec *executionContext) childFields_RevokeJoinTokenPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "joinToken":
@@ -5128,6 +6300,10 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "instances":
+		return ec.fieldContext_Tenant_instances(ctx, field)
+	case "reservations":
+		return ec.fieldContext_Tenant_reservations(ctx, field)
 	case "computeNode":
 		return ec.fieldContext_Tenant_computeNode(ctx, field)
 	case "pools":
@@ -5160,6 +6336,16 @@ func (ec *executionContext) childFields_TenantEdge(ctx context.Context, field gr
 		return ec.fieldContext_TenantEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TenantEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_TenantHolding(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "tenantId":
+		return ec.fieldContext_TenantHolding_tenantId(ctx, field)
+	case "held":
+		return ec.fieldContext_TenantHolding_held(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantHolding", field.Name)
 }
 
 func (ec *executionContext) childFields_Token(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -15,6 +15,11 @@ import (
 	"github.com/bettercompute/computed/internal/reqctx"
 )
 
+// Instance is the resolver for the instance field.
+func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
+	return loadInstance(ctx, obj.EventID, obj.InstanceID)
+}
+
 // InstanceEvents is the resolver for the instanceEvents field.
 func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error) {
 	w, err := instances.ParseWatch(tenantID, instanceID, poolID, after)
@@ -42,7 +47,13 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 	return sub.C, nil
 }
 
+// InstanceEvent returns graph.InstanceEventResolver implementation.
+func (r *Resolver) InstanceEvent() graph.InstanceEventResolver { return &instanceEventResolver{r} }
+
 // Subscription returns graph.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() graph.SubscriptionResolver { return &subscriptionResolver{r} }
 
-type subscriptionResolver struct{ *Resolver }
+type (
+	instanceEventResolver struct{ *Resolver }
+	subscriptionResolver  struct{ *Resolver }
+)

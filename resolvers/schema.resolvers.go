@@ -136,6 +136,8 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		return nodeOf(l.Pool.Load(ctx, key[0])())
 	case typ == "ComputeNode":
 		return nodeOf(l.Node.Load(ctx, key[0])())
+	case typ == "Instance":
+		return nodeOf(l.Instances.Instance.Load(ctx, key[0])())
 	case typ == "InventorySnapshot":
 		return nodeOf(l.Snapshot.Load(ctx, key[0])())
 	}

@@ -3,7 +3,11 @@
 package model
 
 import (
+	"time"
+
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -33,6 +37,19 @@ type ArchivePoolPayload struct {
 	Pool *pools.Pool `json:"pool"`
 }
 
+type CancelReservationInput struct {
+	TenantID        string `json:"tenantId"`
+	ReservationID   string `json:"reservationId"`
+	ExpectedVersion *int   `json:"expectedVersion,omitempty"`
+}
+
+type ChangeInstanceInput struct {
+	TenantID   string `json:"tenantId"`
+	InstanceID string `json:"instanceId"`
+	// The instance's rowVersion; a mismatch is CONFLICT.
+	ExpectedVersion *int `json:"expectedVersion,omitempty"`
+}
+
 type ComputeNodeConnection struct {
 	Edges      []*ComputeNodeEdge `json:"edges"`
 	PageInfo   *PageInfo          `json:"pageInfo"`
@@ -42,6 +59,23 @@ type ComputeNodeConnection struct {
 type ComputeNodeEdge struct {
 	Cursor string      `json:"cursor"`
 	Node   *nodes.Node `json:"node"`
+}
+
+type CreateInstanceInput struct {
+	TenantID  string             `json:"tenantId"`
+	PoolID    string             `json:"poolId"`
+	Name      string             `json:"name"`
+	Size      *InstanceSizeInput `json:"size"`
+	ProjectID *string            `json:"projectId,omitempty"`
+	Image     *string            `json:"image,omitempty"`
+	// RUNNING (the default) or STOPPED.
+	DesiredState *string `json:"desiredState,omitempty"`
+	// An idempotency token: a retry with the same token and input returns the first instance.
+	ClientToken *string `json:"clientToken,omitempty"`
+}
+
+type CreateInstancePayload struct {
+	Instance *instances.View `json:"instance"`
 }
 
 type CreateJoinTokenInput struct {
@@ -81,6 +115,14 @@ type CreateProjectPayload struct {
 	Project *projects.Project `json:"project"`
 }
 
+type CreateReservationInput struct {
+	TenantID string                `json:"tenantId"`
+	PoolID   string                `json:"poolId"`
+	Size     *ResourceAmountsInput `json:"size"`
+	StartsAt time.Time             `json:"startsAt"`
+	EndsAt   time.Time             `json:"endsAt"`
+}
+
 type CreateTenantPayload struct {
 	Tenant *tenants.Tenant `json:"tenant"`
 }
@@ -97,6 +139,39 @@ type DeleteProfileInput struct {
 
 type GrantMemberPayload struct {
 	Binding *iam.Binding `json:"binding"`
+}
+
+type InstanceConnection struct {
+	Edges      []*InstanceEdge `json:"edges"`
+	PageInfo   *PageInfo       `json:"pageInfo"`
+	TotalCount int             `json:"totalCount"`
+}
+
+type InstanceEdge struct {
+	Cursor string          `json:"cursor"`
+	Node   *instances.View `json:"node"`
+}
+
+type InstanceEventConnection struct {
+	Edges      []*InstanceEventEdge `json:"edges"`
+	PageInfo   *PageInfo            `json:"pageInfo"`
+	TotalCount int                  `json:"totalCount"`
+}
+
+type InstanceEventEdge struct {
+	Cursor string        `json:"cursor"`
+	Node   *events.Event `json:"node"`
+}
+
+type InstancePayload struct {
+	Instance *instances.View `json:"instance"`
+}
+
+type InstanceSizeInput struct {
+	Gpus       int     `json:"gpus"`
+	Vcpus      int     `json:"vcpus"`
+	MemoryGiB  int     `json:"memoryGiB"`
+	GpuProfile *string `json:"gpuProfile,omitempty"`
 }
 
 type InventorySnapshotConnection struct {
@@ -214,6 +289,27 @@ type RegisterMachinePayload struct {
 	Machine *nodes.ExpectedMachine `json:"machine"`
 }
 
+type ReservationConnection struct {
+	Edges      []*ReservationEdge `json:"edges"`
+	PageInfo   *PageInfo          `json:"pageInfo"`
+	TotalCount int                `json:"totalCount"`
+}
+
+type ReservationEdge struct {
+	Cursor string                 `json:"cursor"`
+	Node   *instances.Reservation `json:"node"`
+}
+
+type ReservationPayload struct {
+	Reservation *instances.Reservation `json:"reservation"`
+}
+
+type ResourceAmountsInput struct {
+	Gpus      int `json:"gpus"`
+	Vcpus     int `json:"vcpus"`
+	MemoryGiB int `json:"memoryGiB"`
+}
+
 type RevokeJoinTokenPayload struct {
 	JoinToken *nodes.JoinToken `json:"joinToken"`
 }
@@ -245,6 +341,12 @@ type TenantConnection struct {
 type TenantEdge struct {
 	Cursor string          `json:"cursor"`
 	Node   *tenants.Tenant `json:"node"`
+}
+
+type TenantHolding struct {
+	TenantID string `json:"tenantId"`
+	// The larger of what the tenant's instances hold and what its active reservations hold.
+	Held *instances.Resources `json:"held"`
 }
 
 type TokenConnection struct {

@@ -25,6 +25,7 @@ type crossTenantWorld struct {
 	offered, private    string // pool ids
 	node, cred          string
 	snapshot, workflow  string
+	instance            string
 	project             string
 	privProf, pubProf   string // profile ids (version 1)
 	globalIDs           map[string][]string
@@ -38,7 +39,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 	w := &crossTenantWorld{e: e, acme: newTenant(t, e, "acme"), guest: newTenant(t, e, "guest"), other: newTenant(t, e, "other")}
 	admin := w.acme.Admin.Token
 	w.offered = e.Pool(admin, "acme", "offered")
-	w.private = e.Pool(admin, "acme", "private")
+	w.private = vpsPool(t, e, admin, "acme", "private", nil) // a VPS pool, for an instance
 	e.Must(e.Call(admin, "pools/offer", map[string]any{"tenantId": "acme", "poolId": w.offered, "toTenantId": "guest",
 		"quota": map[string]any{"gpus": 1, "instances": 1}}))
 	w.node, w.cred = e.Node(admin, "acme", w.offered)
@@ -50,6 +51,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 	e.Must(createProfile(t, e, admin, "acme", profileDoc(w.pubProf, 1), "public"))
 	e.Must(createProfile(t, e, admin, "acme", profileDoc(w.pubProf, 2), "private"))
 	w.workflow = e.Must(e.Call(admin, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": w.node, "profileId": w.privProf})).Str("workflowId")
+	w.instance = e.Must(e.Call(w.acme.Member.Token, "instances/create", instanceIn("acme", w.private, "vm", 0))).Str("instanceId")
 
 	w.globalIDs = map[string][]string{
 		"Tenant":            {relay.ID("Tenant", "acme")},
@@ -59,6 +61,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 		"InventorySnapshot": {relay.ID("InventorySnapshot", w.snapshot)},
 		"Profile":           {relay.ID("Profile", "acme", w.privProf, "1"), relay.ID("Profile", "acme", w.pubProf, "1"), relay.ID("Profile", "acme", w.pubProf, "2")},
 		"Workflow":          {relay.ID("Workflow", "acme", w.workflow)},
+		"Instance":          {relay.ID("Instance", w.instance)},
 	}
 	w.offeredID, w.publicID = relay.ID("Pool", w.offered), relay.ID("Profile", "acme", w.pubProf, "1")
 	for _, ids := range w.globalIDs {
@@ -95,7 +98,8 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 const nodeFields = `__typename
 	... on Tenant { tenantId } ... on Project { projectId tenantId } ... on Pool { poolId tenantId }
 	... on ComputeNode { nodeId tenantId } ... on InventorySnapshot { snapshotId nodeId }
-	... on Profile { profileId profileVersion tenantId } ... on Workflow { workflowId tenantId nodeId }`
+	... on Profile { profileId profileVersion tenantId } ... on Workflow { workflowId tenantId nodeId }
+	... on Instance { instanceId tenantId poolId }`
 
 // The permission matrix of the graph's reads, over every type the schema
 // says implements Node: through node(id:) a caller who may read an object
@@ -386,6 +390,13 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	// Tenant.profiles: stopped at the profiles batch.
 	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { profiles(first: 5) { edges { node { profileId } } } } }`, "FROM profiles p")
 	unavailable(r, "profiles")
+
+	// Tenant.instances: stopped at the instances batch.
+	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { instances(first: 5) { totalCount edges { node { instanceId events(first: 2) { totalCount } } } } } }`, "FROM instances i")
+	unavailable(r, "instances")
+	if strings.Contains(string(r.Raw), `"totalCount":0`) || strings.Contains(string(r.Raw), `"edges":[]`) {
+		t.Fatalf("an empty list during the outage: %s", r.Raw)
+	}
 
 	// After the outage the same queries read everything again.
 	raw := string(mustJSON(t, gqlOK(t, e.GraphQL(admin, poolsQ, nil))))

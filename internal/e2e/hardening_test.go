@@ -476,9 +476,10 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 	newProject(t, e, acme.Member.Token, "acme", "web")
 	must(t, e.Call(acme.Member.Token, "profiles/create", map[string]any{"tenantId": "acme", "document": profileDoc("base", 1)}))
 	must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "base"}))
+	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil), "vm", 0)))
 
 	d := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") {
-		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id }
+		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id } instances(first: 5) { edges { node { id } } }
 		pools(first: 5) { edges { node { id nodes(first: 5) { edges { node { id inventory { id } workflows(first: 5) { edges { node { id } } } } } } } } } } }`, nil))
 	ids := map[string]string{}
 	var walk func(typ string, v any)
@@ -491,7 +492,7 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 					continue
 				}
 				walk(map[string]string{"projects": "Project", "profile": "Profile", "pools": "Pool", "nodes": "ComputeNode",
-					"inventory": "InventorySnapshot", "workflows": "Workflow", "tenant": "Tenant"}[k]+"|"+typ, c)
+					"inventory": "InventorySnapshot", "workflows": "Workflow", "tenant": "Tenant", "instances": "Instance"}[k]+"|"+typ, c)
 			}
 		case []any:
 			for _, c := range x {
@@ -512,7 +513,7 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 	}
 	types := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ __type(name: "Node") { possibleTypes { name } } }`, nil))
 	possible := obj(t, types, "__type")["possibleTypes"].([]any)
-	if len(possible) < 7 {
+	if len(possible) < 8 {
 		t.Fatalf("Node has %d implementations", len(possible))
 	}
 	q := `query($id: ID!) { node(id: $id) { __typename id } }`

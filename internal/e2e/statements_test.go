@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
 )
@@ -119,4 +120,50 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 			smallTenants, largeTenants, smallFleet, largeFleet)
 	}
 	t.Logf("%d statements for the tenant connections, %d for the fleet", smallTenants, smallFleet)
+}
+
+// Instances through the graph batch like the rest: the statement count of
+// a query over pools, instances, their events, links, reservations and
+// capacity does not grow with the number of pools and instances.
+func TestInstanceStatementsDoNotGrow(t *testing.T) {
+	// Not parallel: counted batches need the CPU to themselves.
+	query := `{ tenant(tenantId: "acme") {
+		instances(first: 50) { totalCount edges { node { id name state pool { poolId capacity { free { gpus } } } project { projectId } host { nodeId }
+			events(first: 5) { totalCount edges { node { type instance { instanceId } } } } } } }
+		pools(first: 20) { edges { node { poolId
+			instances(first: 10) { totalCount edges { node { instanceId events(first: 2) { totalCount } } } }
+			reservations(first: 5) { totalCount edges { node { reservationId state } } }
+			capacity { total { gpus } allocated { gpus } byTenant { tenantId held { gpus } } } } } }
+		reservations(first: 5) { totalCount }
+		projects(first: 5) { edges { node { instances(first: 5) { totalCount edges { node { instanceId } } } } } } } }`
+	count := func(pools, perPool int) int64 {
+		e := testkit.Start(t)
+		admin, member, _ := e.Tenant("acme")
+		prj := e.Must(e.Call(member, "projects/create", map[string]any{"tenantId": "acme", "name": "web"})).Str("projectId")
+		for i := 0; i < pools; i++ {
+			pool := vpsPool(t, e, admin, "acme", fmt.Sprintf("p%02d", i), map[string]any{"capacity": map[string]any{"gpus": 64}})
+			e.Must(e.Call(member, "reservations/create", rsvIn("acme", pool, 1, -time.Minute, time.Hour)))
+			for j := 0; j < perPool; j++ {
+				in := instanceIn("acme", pool, fmt.Sprintf("i%02d-%02d", i, j), 1)
+				in["projectId"] = prj
+				e.Must(e.Call(member, "instances/create", in))
+			}
+		}
+		best := int64(-1)
+		for i := 0; i < 3; i++ {
+			r := e.GraphQL(member, query, nil)
+			if r.Status != 200 || r.Body["errors"] != nil {
+				t.Fatalf("%s", r.Raw)
+			}
+			if n := e.Statements(r); best < 0 || n < best {
+				best = n
+			}
+		}
+		return best
+	}
+	small, large := count(2, 2), count(6, 5)
+	if small != large {
+		t.Fatalf("statements: %d for 2 pools of 2 instances, %d for 6 of 5", small, large)
+	}
+	t.Logf("%d statements", small)
 }

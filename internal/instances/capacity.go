@@ -51,12 +51,18 @@ func byTenant(rows []tenantRes) map[string]Resources {
 	return out
 }
 
+// holdsRoom says which rows of instances hold room in their pool: every
+// placed or created one until it is deleted, except a failed one whose host
+// was removed (its VM went with the host, and its devices were freed).
+const holdsRoom = `instances.state NOT IN ('pending', 'deleted')
+	AND NOT (instances.state = 'failed' AND EXISTS (SELECT 1 FROM nodes hn WHERE hn.node_id = instances.host_node_id AND hn.state = 'removed'))`
+
 // allocated sums what each tenant's placed instances hold in a pool
 // (except one instance, the one being placed).
 func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]Resources, error) {
 	var rows []tenantRes
 	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
-		FROM instances WHERE pool_id = $1 AND state NOT IN ('pending', 'deleted') AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
+		FROM instances WHERE pool_id = $1 AND `+holdsRoom+` AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
 	return byTenant(rows), store.Wrap(err)
 }
 
@@ -143,20 +149,8 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		if err != nil {
 			return nil, fmt.Errorf("host %s inventory: %w", r.NodeID, err)
 		}
-		h := Host{NodeID: r.NodeID, GPUs: sec.GPUs, Taken: map[string]bool{}}
-		if sec.CPU != nil {
-			switch {
-			case sec.CPU.Threads != nil:
-				h.VCPUs = *sec.CPU.Threads
-			case sec.CPU.Cores != nil:
-				h.VCPUs = *sec.CPU.Cores
-			}
-		}
-		if sec.Memory != nil && sec.Memory.TotalBytes != nil {
-			h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
-		}
 		idx[r.NodeID] = len(out)
-		out = append(out, h)
+		out = append(out, hostOf(r.NodeID, sec, nil, 0, 0))
 	}
 	for _, t := range taken {
 		out[idx[t.NodeID]].Taken[t.DeviceID] = true
@@ -165,6 +159,27 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		out[idx[u.NodeID]].UsedVCPUs, out[idx[u.NodeID]].UsedMemoryGiB = u.VCPUs, u.MemoryGiB
 	}
 	return out, nil
+}
+
+// hostOf is a host's room from its inventory, with the devices and the
+// vCPUs and memory its instances hold.
+func hostOf(nodeID string, sec *inventory.Sections, taken []string, vcpus, memGiB int) Host {
+	h := Host{NodeID: nodeID, GPUs: sec.GPUs, Taken: map[string]bool{}, UsedVCPUs: vcpus, UsedMemoryGiB: memGiB}
+	if sec.CPU != nil {
+		switch {
+		case sec.CPU.Threads != nil:
+			h.VCPUs = *sec.CPU.Threads
+		case sec.CPU.Cores != nil:
+			h.VCPUs = *sec.CPU.Cores
+		}
+	}
+	if sec.Memory != nil && sec.Memory.TotalBytes != nil {
+		h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
+	}
+	for _, d := range taken {
+		h.Taken[d] = true
+	}
+	return h
 }
 
 // hostedTotal is a hosted pool's capacity: its ready hosts' devices, vCPUs
@@ -267,6 +282,12 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 	if err != nil {
 		return nil, err
 	}
+	return capacityOf(poolID, total, bounded, alloc, res, owner), nil
+}
+
+// capacityOf is the capacity arithmetic of one pool: what each tenant holds
+// is the larger of its allocation and its active reservations.
+func capacityOf(poolID string, total Resources, bounded bool, alloc, res map[string]Resources, owner bool) *PoolCapacity {
 	c := &PoolCapacity{PoolID: poolID, Bounded: bounded}
 	held := map[string]Resources{}
 	for t, a := range alloc {
@@ -289,5 +310,5 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 	if owner {
 		c.ByTenant = held
 	}
-	return c, nil
+	return c
 }

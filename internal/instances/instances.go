@@ -48,8 +48,8 @@ type Instance struct {
 	Name             string     `json:"name" db:"name"`
 	Size             Size       `json:"size" db:"-"`
 	Image            *string    `json:"image" db:"image"`
-	DesiredState     string     `json:"desiredState" db:"desired_state"`
-	State            string     `json:"state" db:"state"`
+	DesiredState     string     `json:"desiredState" db:"desired_state" schema:"InstanceDesiredState"`
+	State            string     `json:"state" db:"state" schema:"InstanceState"`
 	StateReason      *string    `json:"stateReason" db:"state_reason"`
 	HostNodeID       *string    `json:"hostNodeId" db:"host_node_id"`
 	RebootGeneration int        `json:"rebootGeneration" db:"reboot_generation"`

@@ -14,6 +14,13 @@ var (
 	// InstanceAtEventSchema describes an event's instance field.
 	InstanceAtEventSchema = registry.DefineSchemaOf[Instance]("InstanceAtEvent")
 
+	// The closed sets both surfaces share (GraphQL spells running as
+	// RUNNING): the method fields and outputs name them, the graph's enums
+	// are them.
+	StateEnum            = registry.DefineEnum("InstanceState", "an instance's observed state; failed is left by a start or a delete, deleted is final", States...)
+	DesiredStateEnum     = registry.DefineEnum("InstanceDesiredState", "the state a caller asks for; after create, every call changes only this", DesiredStates...)
+	ReservationStateEnum = registry.DefineEnum("ReservationState", "scheduled before its window, active in it, expired after it, or canceled", ReservationStates...)
+
 	Group             = registry.Group{Name: "instances", Summary: "Instances are VMs in a VPS pool: hosted pools place them on a host through capacity, and provider pools create them through the pool's provider account. After `create`, every call only changes `desiredState`; the `vps.instances` reconciler converges the instance and publishes `instance.*` events as its `state` moves. Instances are also the sandbox primitive today. See [Instances](../guides/vps/instances.md)."}
 	ReservationsGroup = registry.Group{Name: "reservations", Summary: "A reservation holds capacity (`gpus`, `vcpus`, `memoryGiB`) in one pool for `[startsAt, endsAt)`. It counts against the tenant's quota in that pool, no other tenant can place into the reserved room while it is active, and the reserving tenant's instances use it first."}
 )
@@ -72,7 +79,11 @@ func Methods(s *Service) []registry.Method {
 		[]string{"Deleted instances are listed only when `state` is `deleted`.",
 			"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		append([]registry.Field{registry.TenantID(), poolFilter, projectFilter,
-			{Name: "state", Type: registry.String, Enum: States, Description: "only the instances in this state"}}, pageFields...)...)
+			func() registry.Field {
+				f := registry.EnumField("state", StateEnum, false)
+				f.Description = "only the instances in this state"
+				return f
+			}()}, pageFields...)...)
 	list.Items = true
 
 	assigned := m("instances", "assigned", registry.Read, authz.InstancesReport, authz.Node,
@@ -99,7 +110,7 @@ func Methods(s *Service) []registry.Method {
 		"Returns a page of the tenant's reservations, ordered by id, optionally of one pool or in one state.",
 		[]string{"`limit` defaults to 50 and is at most 200; pass the returned cursor to read the next page."},
 		append([]registry.Field{registry.TenantID(), poolFilter,
-			{Name: "state", Type: registry.String, Enum: ReservationStates}}, pageFields...)...)
+			registry.EnumField("state", ReservationStateEnum, false)}, pageFields...)...)
 	resList.Items = true
 	resRef := func(more ...registry.Field) []registry.Field {
 		return append([]registry.Field{registry.TenantID(), registry.ID("reservationId", ids.Reservation)}, more...)

@@ -407,7 +407,10 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 	}
 	next := Next(i)
 	switch {
-	case i.State == Pending && next == Provisioning, i.State == Failed && next == Provisioning && (i.HostNodeID == nil || host == "removed"):
+	// A failed instance that is started again is placed anew unless its
+	// host is ready: a cordoned host takes no new work and a removed one is
+	// gone. (A stopped instance starts where its VM is, cordoned or not.)
+	case i.State == Pending && next == Provisioning, i.State == Failed && next == Provisioning && host != "ready":
 		placed, reason, err := s.placeHosted(ctx, q, i, p, pol)
 		if err != nil {
 			return stepResult{}, err

@@ -35,7 +35,7 @@ type Reservation struct {
 	Size          Resources  `json:"size" db:"-"`
 	StartsAt      time.Time  `json:"startsAt" db:"starts_at"`
 	EndsAt        time.Time  `json:"endsAt" db:"ends_at"`
-	State         string     `json:"state" db:"-"`
+	State         string     `json:"state" db:"-" schema:"ReservationState"`
 	RowVersion    int        `json:"rowVersion" db:"row_version"`
 	CreatedAt     time.Time  `json:"createdAt" db:"created_at"`
 	UpdatedAt     time.Time  `json:"updatedAt" db:"updated_at"`

@@ -64,6 +64,7 @@ type Loaders struct {
 	Workflow       *L[string, *workflows.Workflow]
 	Profile        *L[profiles.Key, *profiles.Profile]
 	Versions       *L[PageKey, *page.Conn[profiles.Profile]]
+	Instances      *InstanceLoaders // instances.go
 
 	q          store.Q
 	callerOnce sync.Once
@@ -164,6 +165,7 @@ func New(q store.Q) *Loaders {
 		return out
 	})
 	l.Versions = pages(l, authz.ProfilesRead, profiles.VersionPages, profiles.CountVersions)
+	l.Instances = newInstanceLoaders(q, l)
 	return l
 }
 

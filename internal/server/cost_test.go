@@ -68,7 +68,7 @@ func TestEveryConnectionHasACost(t *testing.T) {
 	// MACs. A new list is a connection or joins this list knowingly.
 	bounded := map[string]bool{}
 	for _, k := range []string{"Gpu.migDevices", "InventoryDiff.changes", "InventorySnapshot.disks", "InventorySnapshot.drivers",
-		"InventorySnapshot.gpus", "InventorySnapshot.nics", "NodeHardware.macs", "Pool.offers", "Profile.rendered",
+		"InventorySnapshot.gpus", "InventorySnapshot.nics", "NodeHardware.macs", "Pool.offers", "PoolCapacity.byTenant", "Profile.rendered",
 		"ProfileValidation.issues", "Workflow.steps"} {
 		bounded[k] = true
 	}

@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// TestCordonedAndRemovedHosts: placement never puts an instance on a
+// cordoned or removed host; a cordoned host keeps (and its daemon still
+// drives) the instances it has; a failed instance started again is placed
+// anew off a host that is not ready; a removed host's instances fail with a
+// stateReason naming the host, free their devices, and start again
+// elsewhere; uncordoning lets waiting instances in.
+func TestCordonedAndRemovedHosts(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
+	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	wg.Add(1)
+	go daemon(t, e, nodeA, credA, stop, &wg)
+
+	get := func(id string) testkit.Resp {
+		return must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+	}
+	create := func(name string) string {
+		return must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, name, 1))).Str("instanceId")
+	}
+	ref := func(id string) map[string]any { return map[string]any{"tenantId": "acme", "instanceId": id} }
+	node := func(op, id string) {
+		must(t, e.Call(acme.Admin.Token, "nodes/"+op, map[string]any{"tenantId": "acme", "nodeId": id}))
+	}
+	// waiting asserts an instance stays pending, unplaced, with a reason.
+	waiting := func(id string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for get(id).Str("stateReason") == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %s never said why it waits: %s", id, get(id).Raw)
+			}
+			time.Sleep(30 * time.Millisecond)
+		}
+		time.Sleep(1500 * time.Millisecond) // more than one sweep and one snooze
+		if g := get(id); g.Str("state") != "pending" || g.Str("hostNodeId") != "" || !strings.Contains(g.Str("stateReason"), "waiting for capacity") {
+			t.Fatalf("instance %s was placed: %s", id, g.Raw)
+		}
+	}
+
+	i1 := create("i1")
+	waitState(t, e, acme.Viewer.Token, "acme", i1, "running", 10*time.Second)
+	if hostOf(t, e, acme.Viewer.Token, i1) != nodeA {
+		t.Fatalf("i1 not on A")
+	}
+
+	// Cordoned: A has a free GPU but takes no new instance.
+	node("cordon", nodeA)
+	i2 := create("i2")
+	waiting(i2)
+	// What runs on A stays and is still driven by A's daemon.
+	must(t, e.Call(acme.Member.Token, "instances/stop", ref(i1)))
+	waitState(t, e, acme.Viewer.Token, "acme", i1, "stopped", 10*time.Second)
+	must(t, e.Call(acme.Member.Token, "instances/start", ref(i1)))
+	waitState(t, e, acme.Viewer.Token, "acme", i1, "running", 10*time.Second)
+	if hostOf(t, e, acme.Viewer.Token, i1) != nodeA {
+		t.Fatalf("a stopped instance starts where its VM is")
+	}
+	// The host reports i1 failed: started again, it is placed anew, off
+	// the cordoned host, once there is room.
+	must(t, e.Call(credA, "instances/report", map[string]any{"nodeId": nodeA, "instanceId": i1, "state": "failed", "message": "GPU fell off the bus"}))
+	if g := get(i1); g.Str("state") != "failed" || g.Str("stateReason") != "GPU fell off the bus" {
+		t.Fatalf("a reported failure: %s", g.Raw)
+	}
+	nodeB, credB := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	wg.Add(1)
+	go daemon(t, e, nodeB, credB, stop, &wg)
+	waitState(t, e, acme.Viewer.Token, "acme", i2, "running", 10*time.Second)
+	if hostOf(t, e, acme.Viewer.Token, i2) != nodeB {
+		t.Fatalf("i2 not on B")
+	}
+	must(t, e.Call(acme.Member.Token, "instances/start", ref(i1)))
+	waitState(t, e, acme.Viewer.Token, "acme", i1, "running", 10*time.Second)
+	if hostOf(t, e, acme.Viewer.Token, i1) != nodeB {
+		t.Fatalf("a failed instance restarted on its cordoned host")
+	}
+	i3 := create("i3") // B is full, A cordoned
+	waiting(i3)
+	// The graph's capacity of a hosted pool is the method's: B's GPUs,
+	// vCPUs and memory (A is cordoned), two GPUs held.
+	c := must(t, e.Call(acme.Viewer.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
+	d := gqlOK(t, e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { pools(first: 1) { edges { node {
+		capacity { bounded total { gpus vcpus memoryGiB } allocated { gpus vcpus memoryGiB } reserved { gpus } free { gpus vcpus memoryGiB } byTenant { tenantId held { gpus } } } } } } } }`, nil))
+	gc := dig(t, nodesOf(t, dig(t, d, "tenant", "pools"))[0], "capacity").(map[string]any)
+	for _, k := range []string{"total", "allocated", "free"} {
+		for _, f := range []string{"gpus", "vcpus", "memoryGiB"} {
+			if dig(t, gc, k, f) != obj(t, c.Body, k)[f] {
+				t.Fatalf("capacity %s.%s: graph %v, method %s", k, f, gc, c.Raw)
+			}
+		}
+	}
+	if dig(t, gc, "total", "gpus") != float64(2) || dig(t, gc, "allocated", "gpus") != float64(2) || dig(t, gc, "byTenant", 0, "held", "gpus") != float64(2) {
+		t.Fatalf("hosted capacity: %v", gc)
+	}
+
+	// Removed: B's instances fail, naming the host, and free B's GPUs.
+	node("remove", nodeB)
+	for _, id := range []string{i1, i2} {
+		g := waitState(t, e, acme.Viewer.Token, "acme", id, "failed", 10*time.Second)
+		if !strings.Contains(str(g["stateReason"]), nodeB) || !strings.Contains(str(g["stateReason"]), "removed") {
+			t.Fatalf("failed without a reason naming the host: %v", g)
+		}
+	}
+	var held int
+	if err := e.DB.QueryRow(`SELECT count(*) FROM instance_allocations WHERE node_id = $1`, nodeB).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("the removed host's devices are still held: %d %v", held, err)
+	}
+	// The graph shows them failed, with the reason.
+	d = gqlOK(t, e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { instances(first: 10, state: FAILED) { totalCount edges { node { instanceId stateReason hostNodeId } } } } }`, nil))
+	if dig(t, d, "tenant", "instances", "totalCount") != float64(2) {
+		t.Fatalf("failed instances in the graph: %v", d)
+	}
+	// Uncordoned, A takes the waiting instance and a restarted failed one.
+	node("uncordon", nodeA)
+	waitState(t, e, acme.Viewer.Token, "acme", i3, "running", 10*time.Second)
+	must(t, e.Call(acme.Member.Token, "instances/start", ref(i2)))
+	waitState(t, e, acme.Viewer.Token, "acme", i2, "running", 10*time.Second)
+	if hostOf(t, e, acme.Viewer.Token, i2) != nodeA || hostOf(t, e, acme.Viewer.Token, i3) != nodeA {
+		t.Fatalf("not placed on the uncordoned host")
+	}
+	// i1 waits for room (A is full now), failed, asking to run.
+	if g := get(i1); g.Str("state") != "failed" {
+		t.Fatalf("i1: %s", g.Raw)
+	}
+}
+
+// TestOfferedTenantOnAHost: a tenant a hosted pool is offered to reads its
+// instance (placed on the owner's node) without the host node, which
+// belongs to the owner; the owner reads the host's holdings as numbers and
+// never the instance.
+func TestOfferedTenantOnAHost(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	guest := newTenant(t, e, "guest")
+	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "guest",
+		"quota": map[string]any{"gpus": 1, "instances": 1}}))
+	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	wg.Add(1)
+	go daemon(t, e, nodeA, credA, stop, &wg)
+	g := must(t, e.Call(guest.Member.Token, "instances/create", instanceIn("guest", pool, "g", 1))).Str("instanceId")
+	waitState(t, e, guest.Viewer.Token, "guest", g, "running", 10*time.Second)
+	a := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "a", 1))).Str("instanceId")
+	waitState(t, e, acme.Viewer.Token, "acme", a, "running", 10*time.Second)
+
+	q := `query($t: String!) { tenant(tenantId: $t) { instances(first: 5) { edges { node { id instanceId hostNodeId host { nodeId } pool { poolId } } } }
+		pools(first: 5) { edges { node { instances(first: 5) { totalCount edges { node { instanceId } } } capacity { allocated { gpus } byTenant { tenantId held { gpus } } } } } } } }`
+	gd := gqlOK(t, e.GraphQL(guest.Viewer.Token, q, map[string]any{"t": "guest"}))
+	gi := nodesOf(t, dig(t, gd, "tenant", "instances"))
+	if len(gi) != 1 || gi[0]["instanceId"] != g || gi[0]["hostNodeId"] != nodeA || gi[0]["host"] != nil || dig(t, gi[0], "pool", "poolId") != pool {
+		t.Fatalf("guest's instance: %v", gi)
+	}
+	gp := nodesOf(t, dig(t, gd, "tenant", "pools"))[0]
+	if dig(t, gp, "instances", "totalCount") != float64(1) || dig(t, gp, "capacity", "byTenant") != nil || dig(t, gp, "capacity", "allocated", "gpus") != float64(2) {
+		t.Fatalf("guest's pool: %v", gp)
+	}
+	ad := gqlOK(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme"}))
+	ai := nodesOf(t, dig(t, ad, "tenant", "instances"))
+	if len(ai) != 1 || ai[0]["instanceId"] != a || dig(t, ai[0], "host", "nodeId") != nodeA {
+		t.Fatalf("acme's instance: %v", ai)
+	}
+	ap := nodesOf(t, dig(t, ad, "tenant", "pools"))[0]
+	if n := nodesOf(t, ap["instances"]); len(n) != 1 || n[0]["instanceId"] != a {
+		t.Fatalf("the owner's Pool.instances: %v", ap)
+	}
+	if len(dig(t, ap, "capacity", "byTenant").([]any)) != 2 || strings.Contains(fmt.Sprint(ad), g) {
+		t.Fatalf("the owner's view: %v", ad)
+	}
+	if n := gqlOK(t, e.GraphQL(acme.Admin.Token, `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": gi[0]["id"]}))["node"]; n != nil {
+		t.Fatalf("the owner reads the guest's instance: %v", n)
+	}
+}
