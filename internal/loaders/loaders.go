@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/tenants"
 	"github.com/bettercompute/computed/internal/workflows"
@@ -71,7 +72,7 @@ func New(q store.Q) *Loaders {
 	l := &Loaders{}
 	*l = Loaders{
 		Tenant: byID(func(ctx context.Context, ids []string) (map[string]*tenants.Tenant, error) {
-			return tenants.ByIDs(ctx, q, ids)
+			return tenantsByID(ctx, q, ids)
 		}),
 		Project: byID(func(ctx context.Context, ids []string) (map[string]*projects.Project, error) {
 			return projects.ByIDs(ctx, q, ids)
@@ -226,6 +227,30 @@ func pages[T any](q store.Q, fetch pageFetch[T], count countFetch) *L[PageKey, *
 		}
 		return out
 	})
+}
+
+// tenantsByID loads tenants, taking those the caller is bound to from what
+// authentication read with its token in this request (no statement), and
+// the others from the database.
+func tenantsByID(ctx context.Context, q store.Q, ids []string) (map[string]*tenants.Tenant, error) {
+	p := reqctx.PrincipalFrom(ctx)
+	out := make(map[string]*tenants.Tenant, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if t, ok := p.BoundTenant(id); ok {
+			out[id] = &tenants.Tenant{TenantID: id, Name: t.Name, CreatedAt: t.CreatedAt}
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	found, err := tenants.ByIDs(ctx, q, missing)
+	for id, t := range found {
+		out[id] = t
+	}
+	return out, err
 }
 
 type ctxKey struct{}
