@@ -399,10 +399,12 @@ func PagesByNode(ctx context.Context, q store.Q, nodeIDs []string, after string,
 	}
 	var rows []nodeSnapRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM inventory_snapshots c WHERE c.node_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+snapCols+` FROM inventory_snapshots s WHERE s.node_id = t.parent AND s.snapshot_id < $2
 			ORDER BY s.snapshot_id DESC LIMIT $3

@@ -271,10 +271,12 @@ type poolNodeRow struct {
 func NodePagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
 	var rows []poolNodeRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM nodes c WHERE c.pool_id = t.parent AND c.state <> 'removed') AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+nodeCols+` FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND n.node_id > $2
 			ORDER BY n.node_id LIMIT $3
@@ -316,10 +318,12 @@ type poolReqRow struct {
 func JoinRequestPagesByPool(ctx context.Context, q store.Q, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
 	var rows []poolReqRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM join_requests c WHERE c.pool_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
 			ORDER BY r.join_request_id LIMIT $3
