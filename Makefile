@@ -39,6 +39,7 @@ test: deps browser audit-deps
 
 generate:
 	$(GO) tool gqlgen generate
+	$(GO) run ./internal/gqlfast
 	$(GO) run ./internal/docgen/cmd
 
 # Records one request and answer per method from a run of the e2e and

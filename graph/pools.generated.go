@@ -168,6 +168,9 @@ func (ec *executionContext) fieldContext_Pool_id(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Pool_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -191,6 +194,9 @@ func (ec *executionContext) fieldContext_Pool_poolId(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_tenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -214,6 +220,9 @@ func (ec *executionContext) fieldContext_Pool_tenantId(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_name(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -237,6 +246,9 @@ func (ec *executionContext) fieldContext_Pool_name(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_site(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Site)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -260,6 +272,9 @@ func (ec *executionContext) fieldContext_Pool_site(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_gpuModel(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.GPUModel)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -283,6 +298,9 @@ func (ec *executionContext) fieldContext_Pool_gpuModel(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_sharingMode(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolSharingMode2string(ctx, field.Selections, obj.SharingMode)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -306,6 +324,9 @@ func (ec *executionContext) fieldContext_Pool_sharingMode(_ context.Context, fie
 }
 
 func (ec *executionContext) _Pool_kind(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolKind2string(ctx, field.Selections, obj.Kind)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -329,6 +350,9 @@ func (ec *executionContext) fieldContext_Pool_kind(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_provider(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Provider)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -352,6 +376,9 @@ func (ec *executionContext) fieldContext_Pool_provider(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_providerAccount(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProviderAccount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -398,6 +425,9 @@ func (ec *executionContext) fieldContext_Pool_policy(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_state(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -421,6 +451,9 @@ func (ec *executionContext) fieldContext_Pool_state(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Pool_rowVersion(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -674,6 +707,9 @@ func (ec *executionContext) fieldContext_PoolConnection_pageInfo(_ context.Conte
 }
 
 func (ec *executionContext) _PoolConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.PoolConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -697,6 +733,9 @@ func (ec *executionContext) fieldContext_PoolConnection_totalCount(_ context.Con
 }
 
 func (ec *executionContext) _PoolEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.PoolEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -752,6 +791,9 @@ func (ec *executionContext) fieldContext_PoolEdge_node(_ context.Context, field 
 }
 
 func (ec *executionContext) _PoolOffer_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -775,6 +817,9 @@ func (ec *executionContext) fieldContext_PoolOffer_poolId(_ context.Context, fie
 }
 
 func (ec *executionContext) _PoolOffer_toTenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ToTenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -853,6 +898,9 @@ func (ec *executionContext) fieldContext_PoolOffer_createdAt(_ context.Context, 
 }
 
 func (ec *executionContext) _PoolQuota_gpus(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -876,6 +924,9 @@ func (ec *executionContext) fieldContext_PoolQuota_gpus(_ context.Context, field
 }
 
 func (ec *executionContext) _PoolQuota_instances(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Instances)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1126,7 +1177,7 @@ func (ec *executionContext) _CreatePoolPayload(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, createPoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1159,7 +1210,7 @@ func (ec *executionContext) _OfferPoolPayload(ctx context.Context, sel ast.Selec
 	fields := graphql.CollectFields(ec.OperationContext, sel, offerPoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1192,7 +1243,7 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1315,7 +1366,7 @@ func (ec *executionContext) _PoolConnection(ctx context.Context, sel ast.Selecti
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1358,7 +1409,7 @@ func (ec *executionContext) _PoolEdge(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1396,7 +1447,7 @@ func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolOfferImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1444,7 +1495,7 @@ func (ec *executionContext) _PoolQuota(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolQuotaImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":

@@ -120,6 +120,9 @@ func (ec *executionContext) fieldContext_CreateProjectPayload_project(_ context.
 }
 
 func (ec *executionContext) _DeleteProjectPayload_deleted(ctx context.Context, field graphql.CollectedField, obj *projects.Deleted) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Deleted)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -166,6 +169,9 @@ func (ec *executionContext) fieldContext_Project_id(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Project_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -189,6 +195,9 @@ func (ec *executionContext) fieldContext_Project_projectId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Project_tenantId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -212,6 +221,9 @@ func (ec *executionContext) fieldContext_Project_tenantId(_ context.Context, fie
 }
 
 func (ec *executionContext) _Project_name(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -235,6 +247,9 @@ func (ec *executionContext) fieldContext_Project_name(_ context.Context, field g
 }
 
 func (ec *executionContext) _Project_description(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -258,6 +273,9 @@ func (ec *executionContext) fieldContext_Project_description(_ context.Context, 
 }
 
 func (ec *executionContext) _Project_rowVersion(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -467,6 +485,9 @@ func (ec *executionContext) fieldContext_ProjectConnection_pageInfo(_ context.Co
 }
 
 func (ec *executionContext) _ProjectConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -490,6 +511,9 @@ func (ec *executionContext) fieldContext_ProjectConnection_totalCount(_ context.
 }
 
 func (ec *executionContext) _ProjectEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -545,6 +569,9 @@ func (ec *executionContext) fieldContext_ProjectEdge_node(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProjectMember_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -568,6 +595,9 @@ func (ec *executionContext) fieldContext_ProjectMember_projectId(_ context.Conte
 }
 
 func (ec *executionContext) _ProjectMember_principalId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -591,6 +621,9 @@ func (ec *executionContext) fieldContext_ProjectMember_principalId(_ context.Con
 }
 
 func (ec *executionContext) _ProjectMember_relation(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Relation)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -701,6 +734,9 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_pageInfo(_ cont
 }
 
 func (ec *executionContext) _ProjectMemberConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -724,6 +760,9 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_totalCount(_ co
 }
 
 func (ec *executionContext) _ProjectMemberEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -779,6 +818,9 @@ func (ec *executionContext) fieldContext_ProjectMemberEdge_node(_ context.Contex
 }
 
 func (ec *executionContext) _RemoveProjectMemberPayload_removed(ctx context.Context, field graphql.CollectedField, obj *projects.Removed) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1145,7 +1187,7 @@ func (ec *executionContext) _AddProjectMemberPayload(ctx context.Context, sel as
 	fields := graphql.CollectFields(ec.OperationContext, sel, addProjectMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1178,7 +1220,7 @@ func (ec *executionContext) _CreateProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, createProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1211,7 +1253,7 @@ func (ec *executionContext) _DeleteProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, deleteProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1244,7 +1286,7 @@ func (ec *executionContext) _Project(ctx context.Context, sel ast.SelectionSet, 
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1325,7 +1367,7 @@ func (ec *executionContext) _ProjectConnection(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1368,7 +1410,7 @@ func (ec *executionContext) _ProjectEdge(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1406,7 +1448,7 @@ func (ec *executionContext) _ProjectMember(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1454,7 +1496,7 @@ func (ec *executionContext) _ProjectMemberConnection(ctx context.Context, sel as
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1497,7 +1539,7 @@ func (ec *executionContext) _ProjectMemberEdge(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1535,7 +1577,7 @@ func (ec *executionContext) _RemoveProjectMemberPayload(ctx context.Context, sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, removeProjectMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1568,7 +1610,7 @@ func (ec *executionContext) _UpdateProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, updateProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":

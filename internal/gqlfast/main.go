@@ -1,0 +1,117 @@
+// Command gqlfast rewrites gqlgen's generated executor (graph/*.generated.go)
+// after `gqlgen generate`, in two places where gqlgen pays for features
+// that a field or object does not use (make generate runs it; make
+// check-generated therefore checks its output too):
+//
+//   - Leaf fields read straight from the bound struct (`return obj.X, nil`)
+//     of a scalar or enum type whose marshaller cannot fail are marshalled
+//     directly when graph.DirectLeaves is true: gqlgen's ResolveField would
+//     allocate a field context, a context value, closures and an interface
+//     box per value (about 8 allocations; a fleet query has 100000 such
+//     values). Nothing in such a field can fail, panic or need its path.
+//   - Objects build their @defer group only when one of their fields is
+//     deferred (graph.newDeferredGroup): gqlgen builds one per object, path
+//     included, whether or not the query uses @defer.
+//
+// See docs/performance.md for the measurements.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// leaf matches a generated field function whose resolver reads a struct
+// field and whose marshaller is named after a GraphQL type.
+var leaf = regexp.MustCompile(`(?m)^(func \(ec \*executionContext\) _\w+\(ctx context\.Context, field graphql\.CollectedField, obj [^)]+\) \(ret graphql\.Marshaler\) \{\n)` +
+	`(\treturn graphql\.ResolveField\(\n` +
+	`\t\tctx,\n\t\tec\.OperationContext,\n\t\tfield,\n` +
+	`\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{\n\t\t\treturn ec\.fieldContext_\w+\(ctx, field\)\n\t\t\},\n` +
+	`\t\tfunc\(ctx context\.Context\) \(any, error\) \{\n\t\t\treturn (obj\.[A-Za-z0-9_]+), nil\n\t\t\},\n` +
+	`\t\tnil,\n` +
+	`\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v ([^)]+)\) graphql\.Marshaler \{\n\t\t\treturn ec\.(marshal([NO])([A-Za-z0-9]+)2[^(]+)\(ctx, selections, v\)\n\t\t\},\n)`)
+
+// Go types whose values the leaf marshallers write without a possible
+// null (non-null fields); nullable fields may also be pointers.
+var valueTypes = map[string]bool{"string": true, "int": true, "int32": true, "int64": true, "bool": true, "float64": true}
+var pointerTypes = map[string]bool{"*string": true, "*int": true, "*int32": true, "*int64": true, "*bool": true, "*float64": true, "*time.Time": true}
+
+// Scalars whose marshallers cannot return null for a value of the types
+// above (Time can: a zero time; it is only taken nullable, as a pointer).
+var scalars = map[string]bool{"String": true, "Int": true, "Long": true, "Boolean": true, "Float": true, "ID": true, "Time": true}
+
+const deferredOld = "\tdeferred := graphql.NewDeferredGroup(ctx)\n"
+const deferredNew = "\tdeferred := newDeferredGroup(ctx, fields)\n"
+
+func main() {
+	dir, schemaGlob := "graph", "schema/*.graphqls"
+	if len(os.Args) > 1 {
+		dir = os.Args[1]
+	}
+	enums, err := enumNames(schemaGlob)
+	if err != nil {
+		fail(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.generated.go"))
+	var leaves, groups int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		src := string(b)
+		n := 0
+		src = leaf.ReplaceAllStringFunc(src, func(m string) string {
+			g := leaf.FindStringSubmatch(m)
+			expr, vtype, marshal, nullable, gqlType := g[3], g[4], g[5], g[6] == "O", g[7]
+			if !scalars[gqlType] && !enums[gqlType] {
+				return m
+			}
+			switch {
+			case valueTypes[vtype] && gqlType != "Time":
+			case nullable && pointerTypes[vtype]:
+			default:
+				return m
+			}
+			n++
+			return g[1] + fmt.Sprintf("\tif DirectLeaves {\n\t\treturn ec.%s(ctx, field.Selections, %s)\n\t}\n", marshal, expr) + g[2]
+		})
+		groups += strings.Count(src, deferredOld)
+		src = strings.ReplaceAll(src, deferredOld, deferredNew)
+		leaves += n
+		if src != string(b) {
+			if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+				fail(err)
+			}
+		}
+	}
+	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups\n", leaves, groups)
+}
+
+var enumDecl = regexp.MustCompile(`(?m)^\s*enum\s+([A-Za-z_][A-Za-z0-9_]*)`)
+
+func enumNames(glob string) (map[string]bool, error) {
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no schema files at %s", glob)
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range enumDecl.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "gqlfast:", err)
+	os.Exit(1)
+}
