@@ -212,6 +212,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	logf("load average after: %s", loadavg())
+	for _, t := range targets {
+		logf("%s: peak resident memory %d MB", t.name, t.p.peakRSS()>>20)
+	}
 	summarize(out, cfg, results)
 	return nil
 }

@@ -93,6 +93,21 @@ func (p *proc) waitHTTP(ctx context.Context, url string, post string) error {
 // /proc/<pid>/stat reports it; threads included).
 func (p *proc) cpu() time.Duration { return pidCPU(p.cmd.Process.Pid, false) }
 
+// peakRSS is the process's peak resident memory (VmHWM).
+func (p *proc) peakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 var clockTick = 100.0 // sysconf(_SC_CLK_TCK) on Linux
 
 // pidCPU reads utime+stime of pid, and with children the CPU time of its
