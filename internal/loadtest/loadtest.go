@@ -299,9 +299,11 @@ func measure(ctx context.Context, cfg Config, t *target, q string, conns int, st
 	if errCount > 0 {
 		fmt.Fprintf(cfg.Out, "# %s %s: %d failed requests, the first: %s\n", t.name, q, errCount, firstErr)
 	}
+	// Throughput counts answers with data; CPU and memory are shared by
+	// every request sent.
 	n := float64(m.Requests)
 	r := Result{Target: t.name, Query: q, Conns: conns, Requests: m.Requests, Errors: errCount, Seconds: elapsed.Seconds(),
-		Throughput: n / elapsed.Seconds(), P50: m.Latencies.P50, P99: m.Latencies.P99,
+		Throughput: float64(m.Requests-errCount) / elapsed.Seconds(), P50: m.Latencies.P50, P99: m.Latencies.P99,
 		CPUPerReq: time.Duration(float64(cpu1-cpu0) / n), DBCPUPerReq: time.Duration(float64(db1-db0) / n)}
 	if before != nil && after != nil {
 		r.BytesPerReq = (after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]) / n
@@ -392,13 +394,13 @@ func summarize(out io.Writer, cfg Config, rs []Result) {
 	for _, k := range keys {
 		a := agg[k]
 		n := float64(a.Requests)
-		a.Throughput = n / a.Seconds
+		a.Throughput = float64(a.Requests-a.Errors) / a.Seconds
 		a.CPUPerReq = time.Duration(float64(a.CPUPerReq) / n)
 		a.DBCPUPerReq = time.Duration(float64(a.DBCPUPerReq) / n)
 		ratio := "–"
 		if k.target == "computed" {
-			if g := agg[key{k.q, k.c, "postgraphile"}]; g != nil && g.Requests > 0 {
-				ratio = fmt.Sprintf("%.2f×", a.Throughput/(float64(g.Requests)/g.Seconds))
+			if g := agg[key{k.q, k.c, "postgraphile"}]; g != nil && g.Requests > g.Errors {
+				ratio = fmt.Sprintf("%.2f×", a.Throughput/(float64(g.Requests-g.Errors)/g.Seconds))
 			}
 		}
 		mem := "– | – | –"

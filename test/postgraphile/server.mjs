@@ -40,7 +40,9 @@ const preset = {
 
 const pgl = postgraphile(preset);
 const serv = pgl.createServ(grafserv);
-const server = createServer();
+// Keep connections open as long as the load generator does (Node closes
+// idle keep-alive connections after 5 s and resets some mid-run).
+const server = createServer({ keepAliveTimeout: 120_000, headersTimeout: 125_000, requestTimeout: 0 });
 server.once("listening", () => { console.log(`postgraphile listening on 127.0.0.1:${port}`); });
 await serv.addTo(server);
 server.listen(port, "127.0.0.1");
