@@ -1546,7 +1546,7 @@ func (ec *executionContext) marshalNRoleBindingConnection2ᚖgithubᚗcomᚋbett
 }
 
 func (ec *executionContext) marshalNRoleBindingEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRoleBindingEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.RoleBindingEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNRoleBindingEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRoleBindingEdge(ctx, sel, v[i])
@@ -1590,7 +1590,7 @@ func (ec *executionContext) marshalNTokenConnection2ᚖgithubᚗcomᚋbettercomp
 }
 
 func (ec *executionContext) marshalNTokenEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTokenEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TokenEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNTokenEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTokenEdge(ctx, sel, v[i])

@@ -5823,7 +5823,7 @@ func (ec *executionContext) marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputed
 }
 
 func (ec *executionContext) marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Disk) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
@@ -5843,7 +5843,7 @@ func (ec *executionContext) marshalNDriver2githubᚗcomᚋbettercomputeᚋcomput
 }
 
 func (ec *executionContext) marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriverᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Driver) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx, sel, v[i])
@@ -5876,7 +5876,7 @@ func (ec *executionContext) marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputed�
 }
 
 func (ec *executionContext) marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.GPU) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
@@ -6102,7 +6102,7 @@ func (ec *executionContext) marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcom
 }
 
 func (ec *executionContext) marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.MIGDevice) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
@@ -6122,7 +6122,7 @@ func (ec *executionContext) marshalNNic2githubᚗcomᚋbettercomputeᚋcomputed�
 }
 
 func (ec *executionContext) marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.NIC) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])

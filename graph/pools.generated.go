@@ -1626,7 +1626,7 @@ var (
 )
 
 func (ec *executionContext) marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOfferᚄ(ctx context.Context, sel ast.SelectionSet, v []*pools.Offer) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx, sel, v[i])

@@ -1572,7 +1572,7 @@ func (ec *executionContext) marshalNProfileEdge2ᚖgithubᚗcomᚋbettercompute�
 }
 
 func (ec *executionContext) marshalNProfileIssue2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssueᚄ(ctx context.Context, sel ast.SelectionSet, v []*profiles.Issue) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileIssue2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssue(ctx, sel, v[i])

@@ -1737,7 +1737,7 @@ func (ec *executionContext) marshalNProjectMemberConnection2ᚖgithubᚗcomᚋbe
 }
 
 func (ec *executionContext) marshalNProjectMemberEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProjectMemberEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ProjectMemberEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProjectMemberEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProjectMemberEdge(ctx, sel, v[i])

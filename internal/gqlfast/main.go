@@ -12,6 +12,11 @@
 //   - Objects build their @defer group only when one of their fields is
 //     deferred (graph.newDeferredGroup): gqlgen builds one per object, path
 //     included, whether or not the query uses @defer.
+//   - Lists of objects that resolve nothing (no resolver field at any depth:
+//     a node's GPUs) are marshalled in the calling goroutine
+//     (graph.marshalSliceInline) instead of one goroutine per element. Lists
+//     whose elements load anything keep their goroutines, so that a level's
+//     loads still meet in one batch.
 //
 // See docs/performance.md for the measurements.
 package main
@@ -56,7 +61,16 @@ func main() {
 		fail(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.generated.go"))
-	var leaves, groups int
+	var all strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		all.Write(b)
+	}
+	pure := purity(all.String(), enums)
+	var leaves, groups, lists int
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -79,6 +93,14 @@ func main() {
 			n++
 			return g[1] + fmt.Sprintf("\tif DirectLeaves {\n\t\treturn ec.%s(ctx, field.Selections, %s)\n\t}\n", marshal, expr) + g[2]
 		})
+		src = sliceMarshal.ReplaceAllStringFunc(src, func(m string) string {
+			g := sliceMarshal.FindStringSubmatch(m)
+			if !pure(g[2]) {
+				return m
+			}
+			lists++
+			return g[1] + "marshalSliceInline(ctx, len(v), "
+		})
 		groups += strings.Count(src, deferredOld)
 		src = strings.ReplaceAll(src, deferredOld, deferredNew)
 		leaves += n
@@ -88,7 +110,67 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups\n", leaves, groups)
+	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups, %d lists marshalled inline\n", leaves, groups, lists)
+}
+
+// sliceMarshal matches the start of a generated list marshaller.
+var sliceMarshal = regexp.MustCompile(`(func \(ec \*executionContext\) marshal[NO]([A-Za-z0-9]+)2ᚕ[^(]*\(ctx context\.Context, sel ast\.SelectionSet, v [^)]+\) graphql\.Marshaler \{\n\tret := )graphql\.MarshalSliceConcurrently\(ctx, len\(v\), 0, false, `)
+
+var (
+	objectFunc = regexp.MustCompile(`(?m)^func \(ec \*executionContext\) _([A-Za-z0-9]+)\(ctx context\.Context, sel ast\.SelectionSet, obj [^)]+\) graphql\.Marshaler \{\n`)
+	fieldFunc  = regexp.MustCompile(`(?m)^func \(ec \*executionContext\) _([A-Za-z0-9]+)_([A-Za-z0-9_]+)\(ctx context\.Context, field graphql\.CollectedField, obj [^)]+\) \(ret graphql\.Marshaler\) \{\n`)
+	marshalOf  = regexp.MustCompile(`return ec\.marshal[NO]([A-Za-z0-9]+)2`)
+)
+
+// purity returns whether marshalling a value of a GraphQL type resolves
+// nothing: a scalar or enum, or an object none of whose fields, at any
+// depth, is resolved concurrently (a resolver). Unknown types (interfaces,
+// unions) and cycles count as impure.
+func purity(src string, enums map[string]bool) func(string) bool {
+	body := func(loc []int) string {
+		end := strings.Index(src[loc[1]:], "\n}\n")
+		if end < 0 {
+			return src[loc[1]:]
+		}
+		return src[loc[1] : loc[1]+end]
+	}
+	objects := map[string]string{}
+	for _, loc := range objectFunc.FindAllStringSubmatchIndex(src, -1) {
+		objects[src[loc[2]:loc[3]]] = body(loc)
+	}
+	fieldTypes := map[string][]string{} // object -> its fields' types
+	for _, loc := range fieldFunc.FindAllStringSubmatchIndex(src, -1) {
+		obj := src[loc[2]:loc[3]]
+		m := marshalOf.FindStringSubmatch(body(loc))
+		t := "?"
+		if m != nil {
+			t = m[1]
+		}
+		fieldTypes[obj] = append(fieldTypes[obj], t)
+	}
+	memo := map[string]bool{}
+	var pure func(t string) bool
+	pure = func(t string) bool {
+		if scalars[t] || enums[t] {
+			return true
+		}
+		if v, ok := memo[t]; ok {
+			return v
+		}
+		memo[t] = false // a cycle is impure
+		b, ok := objects[t]
+		if !ok || !strings.Contains(b, "graphql.CollectFields(") || strings.Contains(b, ".(type)") || strings.Contains(b, "ResolveConcurrently") {
+			return false
+		}
+		for _, ft := range fieldTypes[t] {
+			if !pure(ft) {
+				return false
+			}
+		}
+		memo[t] = true
+		return true
+	}
+	return pure
 }
 
 var enumDecl = regexp.MustCompile(`(?m)^\s*enum\s+([A-Za-z_][A-Za-z0-9_]*)`)
