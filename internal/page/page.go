@@ -82,11 +82,17 @@ type Rows[T any] struct {
 // Group turns batched rows (fetched with LIMIT limit+1 per parent) into
 // per-parent pages.
 func Group[T any](r Rows[T], limit int) map[string]*Conn[T] {
-	out := map[string]*Conn[T]{}
+	// Each parent's items are allocated once at their final size (2000
+	// nodes of 50 pools were otherwise copied 7 times while growing).
+	counts := map[string]int{}
+	for _, p := range r.Parents {
+		counts[p]++
+	}
+	out := make(map[string]*Conn[T], len(counts))
 	for i, p := range r.Parents {
 		c := out[p]
 		if c == nil {
-			c = &Conn[T]{Total: r.Totals[i]}
+			c = &Conn[T]{Total: r.Totals[i], Items: make([]T, 0, min(counts[p], limit))}
 			out[p] = c
 		}
 		if len(c.Items) == limit {
