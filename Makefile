@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO    ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: run build test deps browser generate examples check-generated lint bench fuzz audit-deps ci clean
+.PHONY: run build test deps browser generate examples check-generated lint bench loadtest postgraphile-deps fuzz audit-deps ci clean
 
 # The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
 deps:
@@ -39,6 +39,7 @@ test: deps browser audit-deps
 
 generate:
 	$(GO) tool gqlgen generate
+	$(GO) run ./internal/gqlfast
 	$(GO) run ./internal/docgen/cmd
 
 # Records one request and answer per method from a run of the e2e and
@@ -60,6 +61,19 @@ lint:
 
 bench: deps
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+
+# PostGraphile v5 for the load benchmark's comparison (npm registry).
+postgraphile-deps:
+	@if [ ! -d test/postgraphile/node_modules ] || [ test/postgraphile/package-lock.json -nt test/postgraphile/node_modules ]; then \
+		(cd test/postgraphile && npm ci --no-audit --no-fund --loglevel=error); fi
+
+# The load benchmark (not part of make test: several minutes): the server as
+# a separate process and PostGraphile on the same seeded fleet, at 8 and 32
+# connections, alternating. The fleet is seeded once into .loadtest/.
+# LOADTEST_FLAGS passes flags (go run ./cmd/loadtest -h).
+loadtest: deps build postgraphile-deps
+	$(GO) build -o bin/loadtest ./cmd/loadtest
+	./bin/loadtest $(LOADTEST_FLAGS)
 
 # A few seconds of each fuzz target (seed corpora live in testdata/fuzz).
 fuzz:

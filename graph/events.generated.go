@@ -72,6 +72,9 @@ func (ec *executionContext) field_Subscription_instanceEvents_args(ctx context.C
 // region    **************************** field.gotpl *****************************
 
 func (ec *executionContext) _InstanceEvent_eventId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.EventID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -95,6 +98,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_eventId(_ context.Context
 }
 
 func (ec *executionContext) _InstanceEvent_type(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInstanceEventType2string(ctx, field.Selections, obj.Type)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -118,6 +124,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_type(_ context.Context, f
 }
 
 func (ec *executionContext) _InstanceEvent_instanceId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -141,6 +150,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_instanceId(_ context.Cont
 }
 
 func (ec *executionContext) _InstanceEvent_tenantId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -164,6 +176,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_tenantId(_ context.Contex
 }
 
 func (ec *executionContext) _InstanceEvent_poolId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -187,6 +202,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_poolId(_ context.Context,
 }
 
 func (ec *executionContext) _InstanceEvent_projectId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -210,6 +228,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_projectId(_ context.Conte
 }
 
 func (ec *executionContext) _InstanceEvent_state(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -233,6 +254,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_state(_ context.Context, 
 }
 
 func (ec *executionContext) _InstanceEvent_desiredState(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.DesiredState)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -256,6 +280,9 @@ func (ec *executionContext) fieldContext_InstanceEvent_desiredState(_ context.Co
 }
 
 func (ec *executionContext) _InstanceEvent_stateReason(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -395,7 +422,7 @@ func (ec *executionContext) _InstanceEvent(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceEventImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":

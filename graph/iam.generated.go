@@ -60,6 +60,9 @@ func (ec *executionContext) fieldContext_CreateTokenPayload_token(_ context.Cont
 }
 
 func (ec *executionContext) _CreateTokenPayload_secret(ctx context.Context, field graphql.CollectedField, obj *iam.CreatedToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Secret)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -115,6 +118,9 @@ func (ec *executionContext) fieldContext_GrantMemberPayload_binding(_ context.Co
 }
 
 func (ec *executionContext) _RevokeMemberPayload_revoked(ctx context.Context, field graphql.CollectedField, obj *iam.Revoked) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Revoked)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -170,6 +176,9 @@ func (ec *executionContext) fieldContext_RevokeTokenPayload_token(_ context.Cont
 }
 
 func (ec *executionContext) _RoleBinding_tenantId(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -193,6 +202,9 @@ func (ec *executionContext) fieldContext_RoleBinding_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _RoleBinding_principalId(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -216,6 +228,9 @@ func (ec *executionContext) fieldContext_RoleBinding_principalId(_ context.Conte
 }
 
 func (ec *executionContext) _RoleBinding_principalKind(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalKind)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -239,6 +254,9 @@ func (ec *executionContext) fieldContext_RoleBinding_principalKind(_ context.Con
 }
 
 func (ec *executionContext) _RoleBinding_principalName(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalName)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -262,6 +280,9 @@ func (ec *executionContext) fieldContext_RoleBinding_principalName(_ context.Con
 }
 
 func (ec *executionContext) _RoleBinding_role(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNRole2string(ctx, field.Selections, obj.Role)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -372,6 +393,9 @@ func (ec *executionContext) fieldContext_RoleBindingConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _RoleBindingConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.RoleBindingConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -395,6 +419,9 @@ func (ec *executionContext) fieldContext_RoleBindingConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _RoleBindingEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.RoleBindingEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -450,6 +477,9 @@ func (ec *executionContext) fieldContext_RoleBindingEdge_node(_ context.Context,
 }
 
 func (ec *executionContext) _Token_tokenId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TokenID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -473,6 +503,9 @@ func (ec *executionContext) fieldContext_Token_tokenId(_ context.Context, field 
 }
 
 func (ec *executionContext) _Token_tenantId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -496,6 +529,9 @@ func (ec *executionContext) fieldContext_Token_tenantId(_ context.Context, field
 }
 
 func (ec *executionContext) _Token_principalId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -519,6 +555,9 @@ func (ec *executionContext) fieldContext_Token_principalId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Token_name(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -542,6 +581,9 @@ func (ec *executionContext) fieldContext_Token_name(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Token_role(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNRole2string(ctx, field.Selections, obj.Role)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -588,6 +630,9 @@ func (ec *executionContext) fieldContext_Token_createdAt(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Token_revokedAt(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RevokedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -675,6 +720,9 @@ func (ec *executionContext) fieldContext_TokenConnection_pageInfo(_ context.Cont
 }
 
 func (ec *executionContext) _TokenConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.TokenConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -698,6 +746,9 @@ func (ec *executionContext) fieldContext_TokenConnection_totalCount(_ context.Co
 }
 
 func (ec *executionContext) _TokenEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.TokenEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -980,7 +1031,7 @@ func (ec *executionContext) _CreateTokenPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, createTokenPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1018,7 +1069,7 @@ func (ec *executionContext) _GrantMemberPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, grantMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1051,7 +1102,7 @@ func (ec *executionContext) _RevokeMemberPayload(ctx context.Context, sel ast.Se
 	fields := graphql.CollectFields(ec.OperationContext, sel, revokeMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1084,7 +1135,7 @@ func (ec *executionContext) _RevokeTokenPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, revokeTokenPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1117,7 +1168,7 @@ func (ec *executionContext) _RoleBinding(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, roleBindingImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1175,7 +1226,7 @@ func (ec *executionContext) _RoleBindingConnection(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, roleBindingConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1218,7 +1269,7 @@ func (ec *executionContext) _RoleBindingEdge(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, roleBindingEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1256,7 +1307,7 @@ func (ec *executionContext) _Token(ctx context.Context, sel ast.SelectionSet, ob
 	fields := graphql.CollectFields(ec.OperationContext, sel, tokenImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1319,7 +1370,7 @@ func (ec *executionContext) _TokenConnection(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, tokenConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1362,7 +1413,7 @@ func (ec *executionContext) _TokenEdge(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, tokenEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1495,7 +1546,7 @@ func (ec *executionContext) marshalNRoleBindingConnection2ᚖgithubᚗcomᚋbett
 }
 
 func (ec *executionContext) marshalNRoleBindingEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRoleBindingEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.RoleBindingEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNRoleBindingEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRoleBindingEdge(ctx, sel, v[i])
@@ -1539,7 +1590,7 @@ func (ec *executionContext) marshalNTokenConnection2ᚖgithubᚗcomᚋbettercomp
 }
 
 func (ec *executionContext) marshalNTokenEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTokenEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TokenEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNTokenEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTokenEdge(ctx, sel, v[i])

@@ -120,6 +120,9 @@ func (ec *executionContext) fieldContext_Instance_id(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Instance_instanceId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -143,6 +146,9 @@ func (ec *executionContext) fieldContext_Instance_instanceId(_ context.Context, 
 }
 
 func (ec *executionContext) _Instance_tenantId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -166,6 +172,9 @@ func (ec *executionContext) fieldContext_Instance_tenantId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Instance_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -189,6 +198,9 @@ func (ec *executionContext) fieldContext_Instance_poolId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Instance_projectId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -212,6 +224,9 @@ func (ec *executionContext) fieldContext_Instance_projectId(_ context.Context, f
 }
 
 func (ec *executionContext) _Instance_name(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -267,6 +282,9 @@ func (ec *executionContext) fieldContext_Instance_size(_ context.Context, field 
 }
 
 func (ec *executionContext) _Instance_image(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Image)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -290,6 +308,9 @@ func (ec *executionContext) fieldContext_Instance_image(_ context.Context, field
 }
 
 func (ec *executionContext) _Instance_desiredState(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInstanceDesiredState2string(ctx, field.Selections, obj.DesiredState)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -313,6 +334,9 @@ func (ec *executionContext) fieldContext_Instance_desiredState(_ context.Context
 }
 
 func (ec *executionContext) _Instance_state(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInstanceState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -336,6 +360,9 @@ func (ec *executionContext) fieldContext_Instance_state(_ context.Context, field
 }
 
 func (ec *executionContext) _Instance_stateReason(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -359,6 +386,9 @@ func (ec *executionContext) fieldContext_Instance_stateReason(_ context.Context,
 }
 
 func (ec *executionContext) _Instance_hostNodeId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.HostNodeID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -382,6 +412,9 @@ func (ec *executionContext) fieldContext_Instance_hostNodeId(_ context.Context, 
 }
 
 func (ec *executionContext) _Instance_rebootGeneration(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RebootGeneration)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -405,6 +438,9 @@ func (ec *executionContext) fieldContext_Instance_rebootGeneration(_ context.Con
 }
 
 func (ec *executionContext) _Instance_rowVersion(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -474,6 +510,9 @@ func (ec *executionContext) fieldContext_Instance_updatedAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Instance_deletedAt(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.DeletedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -701,6 +740,9 @@ func (ec *executionContext) fieldContext_InstanceConnection_pageInfo(_ context.C
 }
 
 func (ec *executionContext) _InstanceConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InstanceConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -724,6 +766,9 @@ func (ec *executionContext) fieldContext_InstanceConnection_totalCount(_ context
 }
 
 func (ec *executionContext) _InstanceEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -843,6 +888,9 @@ func (ec *executionContext) fieldContext_InstanceEventConnection_pageInfo(_ cont
 }
 
 func (ec *executionContext) _InstanceEventConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEventConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -866,6 +914,9 @@ func (ec *executionContext) fieldContext_InstanceEventConnection_totalCount(_ co
 }
 
 func (ec *executionContext) _InstanceEventEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEventEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -953,6 +1004,9 @@ func (ec *executionContext) fieldContext_InstancePayload_instance(_ context.Cont
 }
 
 func (ec *executionContext) _InstanceSize_gpus(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -976,6 +1030,9 @@ func (ec *executionContext) fieldContext_InstanceSize_gpus(_ context.Context, fi
 }
 
 func (ec *executionContext) _InstanceSize_vcpus(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.VCPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -999,6 +1056,9 @@ func (ec *executionContext) fieldContext_InstanceSize_vcpus(_ context.Context, f
 }
 
 func (ec *executionContext) _InstanceSize_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.MemoryGiB)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1022,6 +1082,9 @@ func (ec *executionContext) fieldContext_InstanceSize_memoryGiB(_ context.Contex
 }
 
 func (ec *executionContext) _InstanceSize_gpuProfile(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.GPUProfile)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1045,6 +1108,9 @@ func (ec *executionContext) fieldContext_InstanceSize_gpuProfile(_ context.Conte
 }
 
 func (ec *executionContext) _PoolCapacity_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1068,6 +1134,9 @@ func (ec *executionContext) fieldContext_PoolCapacity_poolId(_ context.Context, 
 }
 
 func (ec *executionContext) _PoolCapacity_bounded(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Bounded)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1251,6 +1320,9 @@ func (ec *executionContext) fieldContext_PoolCapacity_byTenant(_ context.Context
 }
 
 func (ec *executionContext) _Reservation_reservationId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ReservationID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1274,6 +1346,9 @@ func (ec *executionContext) fieldContext_Reservation_reservationId(_ context.Con
 }
 
 func (ec *executionContext) _Reservation_tenantId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1297,6 +1372,9 @@ func (ec *executionContext) fieldContext_Reservation_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _Reservation_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1398,6 +1476,9 @@ func (ec *executionContext) fieldContext_Reservation_endsAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Reservation_state(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNReservationState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1421,6 +1502,9 @@ func (ec *executionContext) fieldContext_Reservation_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _Reservation_rowVersion(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1490,6 +1574,9 @@ func (ec *executionContext) fieldContext_Reservation_updatedAt(_ context.Context
 }
 
 func (ec *executionContext) _Reservation_canceledAt(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.CanceledAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1577,6 +1664,9 @@ func (ec *executionContext) fieldContext_ReservationConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _ReservationConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ReservationConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1600,6 +1690,9 @@ func (ec *executionContext) fieldContext_ReservationConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _ReservationEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ReservationEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1687,6 +1780,9 @@ func (ec *executionContext) fieldContext_ReservationPayload_reservation(_ contex
 }
 
 func (ec *executionContext) _ResourceAmounts_gpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1710,6 +1806,9 @@ func (ec *executionContext) fieldContext_ResourceAmounts_gpus(_ context.Context,
 }
 
 func (ec *executionContext) _ResourceAmounts_vcpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.VCPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1733,6 +1832,9 @@ func (ec *executionContext) fieldContext_ResourceAmounts_vcpus(_ context.Context
 }
 
 func (ec *executionContext) _ResourceAmounts_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.MemoryGiB)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1756,6 +1858,9 @@ func (ec *executionContext) fieldContext_ResourceAmounts_memoryGiB(_ context.Con
 }
 
 func (ec *executionContext) _TenantHolding_tenantId(ctx context.Context, field graphql.CollectedField, obj *model.TenantHolding) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2220,7 +2325,7 @@ func (ec *executionContext) _CreateInstancePayload(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, createInstancePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2253,7 +2358,7 @@ func (ec *executionContext) _Instance(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2391,7 +2496,7 @@ func (ec *executionContext) _InstanceConnection(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2434,7 +2539,7 @@ func (ec *executionContext) _InstanceEdge(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2472,7 +2577,7 @@ func (ec *executionContext) _InstanceEventConnection(ctx context.Context, sel as
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceEventConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2515,7 +2620,7 @@ func (ec *executionContext) _InstanceEventEdge(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceEventEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2553,7 +2658,7 @@ func (ec *executionContext) _InstancePayload(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, instancePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2586,7 +2691,7 @@ func (ec *executionContext) _InstanceSize(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceSizeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2634,7 +2739,7 @@ func (ec *executionContext) _PoolCapacity(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolCapacityImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2698,7 +2803,7 @@ func (ec *executionContext) _Reservation(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, reservationImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2781,7 +2886,7 @@ func (ec *executionContext) _ReservationConnection(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, reservationConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2824,7 +2929,7 @@ func (ec *executionContext) _ReservationEdge(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, reservationEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2862,7 +2967,7 @@ func (ec *executionContext) _ReservationPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, reservationPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2895,7 +3000,7 @@ func (ec *executionContext) _ResourceAmounts(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, resourceAmountsImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -2938,7 +3043,7 @@ func (ec *executionContext) _TenantHolding(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, tenantHoldingImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -3176,7 +3281,7 @@ func (ec *executionContext) marshalNReservationConnection2ᚖgithubᚗcomᚋbett
 }
 
 func (ec *executionContext) marshalNReservationEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐReservationEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ReservationEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNReservationEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐReservationEdge(ctx, sel, v[i])

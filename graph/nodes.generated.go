@@ -144,6 +144,9 @@ func (ec *executionContext) fieldContext_AllowTpmKeyPayload_key(_ context.Contex
 }
 
 func (ec *executionContext) _AllowedTpmKey_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -167,6 +170,9 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_poolId(_ context.Context,
 }
 
 func (ec *executionContext) _AllowedTpmKey_ekHash(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.EKHash)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -190,6 +196,9 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_ekHash(_ context.Context,
 }
 
 func (ec *executionContext) _AllowedTpmKey_description(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -291,6 +300,9 @@ func (ec *executionContext) fieldContext_ComputeNode_id(_ context.Context, field
 }
 
 func (ec *executionContext) _ComputeNode_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -314,6 +326,9 @@ func (ec *executionContext) fieldContext_ComputeNode_nodeId(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -337,6 +352,9 @@ func (ec *executionContext) fieldContext_ComputeNode_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _ComputeNode_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -360,6 +378,9 @@ func (ec *executionContext) fieldContext_ComputeNode_poolId(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_name(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -406,6 +427,9 @@ func (ec *executionContext) fieldContext_ComputeNode_labels(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_state(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNNodeState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -429,6 +453,9 @@ func (ec *executionContext) fieldContext_ComputeNode_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _ComputeNode_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNAttestor2string(ctx, field.Selections, obj.Attestor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -507,6 +534,9 @@ func (ec *executionContext) fieldContext_ComputeNode_certificateExpiresAt(_ cont
 }
 
 func (ec *executionContext) _ComputeNode_joinRequestId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.JoinRequestID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -530,6 +560,9 @@ func (ec *executionContext) fieldContext_ComputeNode_joinRequestId(_ context.Con
 }
 
 func (ec *executionContext) _ComputeNode_rowVersion(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -599,6 +632,9 @@ func (ec *executionContext) fieldContext_ComputeNode_updatedAt(_ context.Context
 }
 
 func (ec *executionContext) _ComputeNode_removedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RemovedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -882,6 +918,9 @@ func (ec *executionContext) fieldContext_ComputeNodeConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _ComputeNodeConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ComputeNodeConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -905,6 +944,9 @@ func (ec *executionContext) fieldContext_ComputeNodeConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _ComputeNodeEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ComputeNodeEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -992,6 +1034,9 @@ func (ec *executionContext) fieldContext_CreateJoinTokenPayload_joinToken(_ cont
 }
 
 func (ec *executionContext) _CreateJoinTokenPayload_secret(ctx context.Context, field graphql.CollectedField, obj *nodes.CreatedJoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Secret)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1047,6 +1092,9 @@ func (ec *executionContext) fieldContext_DecideJoinRequestPayload_joinRequest(_ 
 }
 
 func (ec *executionContext) _Disk_wwn(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.WWN)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1070,6 +1118,9 @@ func (ec *executionContext) fieldContext_Disk_wwn(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Disk_serial(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Serial)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1093,6 +1144,9 @@ func (ec *executionContext) fieldContext_Disk_serial(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Disk_model(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Model)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1116,6 +1170,9 @@ func (ec *executionContext) fieldContext_Disk_model(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Disk_sizeBytes(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOLong2ᚖint64(ctx, field.Selections, obj.SizeBytes)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1139,6 +1196,9 @@ func (ec *executionContext) fieldContext_Disk_sizeBytes(_ context.Context, field
 }
 
 func (ec *executionContext) _Disk_slot(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Slot)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1162,6 +1222,9 @@ func (ec *executionContext) fieldContext_Disk_slot(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Driver_name(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1185,6 +1248,9 @@ func (ec *executionContext) fieldContext_Driver_name(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Driver_version(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Version)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1208,6 +1274,9 @@ func (ec *executionContext) fieldContext_Driver_version(_ context.Context, field
 }
 
 func (ec *executionContext) _ExpectedMachine_machineId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.MachineID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1231,6 +1300,9 @@ func (ec *executionContext) fieldContext_ExpectedMachine_machineId(_ context.Con
 }
 
 func (ec *executionContext) _ExpectedMachine_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1254,6 +1326,9 @@ func (ec *executionContext) fieldContext_ExpectedMachine_poolId(_ context.Contex
 }
 
 func (ec *executionContext) _ExpectedMachine_systemUuid(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.SystemUUID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1277,6 +1352,9 @@ func (ec *executionContext) fieldContext_ExpectedMachine_systemUuid(_ context.Co
 }
 
 func (ec *executionContext) _ExpectedMachine_serial(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Serial)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1300,6 +1378,9 @@ func (ec *executionContext) fieldContext_ExpectedMachine_serial(_ context.Contex
 }
 
 func (ec *executionContext) _ExpectedMachine_mac(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.MAC)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1346,6 +1427,9 @@ func (ec *executionContext) fieldContext_ExpectedMachine_createdAt(_ context.Con
 }
 
 func (ec *executionContext) _Gpu_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.UUID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1369,6 +1453,9 @@ func (ec *executionContext) fieldContext_Gpu_uuid(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Gpu_index(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOInt2ᚖint(ctx, field.Selections, obj.Index)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1392,6 +1479,9 @@ func (ec *executionContext) fieldContext_Gpu_index(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Gpu_model(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Model)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1415,6 +1505,9 @@ func (ec *executionContext) fieldContext_Gpu_model(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Gpu_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOInt2ᚖint(ctx, field.Selections, obj.MemoryMiB)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1438,6 +1531,9 @@ func (ec *executionContext) fieldContext_Gpu_memoryMiB(_ context.Context, field 
 }
 
 func (ec *executionContext) _Gpu_pciBusId(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PCIBusID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1461,6 +1557,9 @@ func (ec *executionContext) fieldContext_Gpu_pciBusId(_ context.Context, field g
 }
 
 func (ec *executionContext) _Gpu_migMode(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.MigMode)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1516,6 +1615,9 @@ func (ec *executionContext) fieldContext_Gpu_migDevices(_ context.Context, field
 }
 
 func (ec *executionContext) _InventoryChange_type(ctx context.Context, field graphql.CollectedField, obj *inventory.Change) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInventoryChangeType2string(ctx, field.Selections, obj.Type)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1539,6 +1641,9 @@ func (ec *executionContext) fieldContext_InventoryChange_type(_ context.Context,
 }
 
 func (ec *executionContext) _InventoryChange_deviceId(ctx context.Context, field graphql.CollectedField, obj *inventory.Change) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.DeviceID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1608,6 +1713,9 @@ func (ec *executionContext) fieldContext_InventoryChange_after(_ context.Context
 }
 
 func (ec *executionContext) _InventoryDiff_from(ctx context.Context, field graphql.CollectedField, obj *inventory.DiffResult) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.From)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1631,6 +1739,9 @@ func (ec *executionContext) fieldContext_InventoryDiff_from(_ context.Context, f
 }
 
 func (ec *executionContext) _InventoryDiff_to(ctx context.Context, field graphql.CollectedField, obj *inventory.DiffResult) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.To)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1709,6 +1820,9 @@ func (ec *executionContext) fieldContext_InventorySnapshot_id(_ context.Context,
 }
 
 func (ec *executionContext) _InventorySnapshot_snapshotId(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1732,6 +1846,9 @@ func (ec *executionContext) fieldContext_InventorySnapshot_snapshotId(_ context.
 }
 
 func (ec *executionContext) _InventorySnapshot_nodeId(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1755,6 +1872,9 @@ func (ec *executionContext) fieldContext_InventorySnapshot_nodeId(_ context.Cont
 }
 
 func (ec *executionContext) _InventorySnapshot_hash(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Hash)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2039,6 +2159,9 @@ func (ec *executionContext) fieldContext_InventorySnapshotConnection_pageInfo(_ 
 }
 
 func (ec *executionContext) _InventorySnapshotConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InventorySnapshotConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2062,6 +2185,9 @@ func (ec *executionContext) fieldContext_InventorySnapshotConnection_totalCount(
 }
 
 func (ec *executionContext) _InventorySnapshotEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InventorySnapshotEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2117,6 +2243,9 @@ func (ec *executionContext) fieldContext_InventorySnapshotEdge_node(_ context.Co
 }
 
 func (ec *executionContext) _JoinRequest_joinRequestId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.JoinRequestID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2140,6 +2269,9 @@ func (ec *executionContext) fieldContext_JoinRequest_joinRequestId(_ context.Con
 }
 
 func (ec *executionContext) _JoinRequest_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2163,6 +2295,9 @@ func (ec *executionContext) fieldContext_JoinRequest_poolId(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2186,6 +2321,9 @@ func (ec *executionContext) fieldContext_JoinRequest_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _JoinRequest_joinTokenId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.JoinTokenID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2209,6 +2347,9 @@ func (ec *executionContext) fieldContext_JoinRequest_joinTokenId(_ context.Conte
 }
 
 func (ec *executionContext) _JoinRequest_state(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNJoinRequestState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2232,6 +2373,9 @@ func (ec *executionContext) fieldContext_JoinRequest_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _JoinRequest_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNAttestor2string(ctx, field.Selections, obj.Attestor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2278,6 +2422,9 @@ func (ec *executionContext) fieldContext_JoinRequest_reasons(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinRequest_csrFingerprint(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.CSRFingerprint)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2324,6 +2471,9 @@ func (ec *executionContext) fieldContext_JoinRequest_hardware(_ context.Context,
 }
 
 func (ec *executionContext) _JoinRequest_ekHash(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.EKHash)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2347,6 +2497,9 @@ func (ec *executionContext) fieldContext_JoinRequest_ekHash(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.NodeID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2370,6 +2523,9 @@ func (ec *executionContext) fieldContext_JoinRequest_nodeId(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_decidedBy(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.DecidedBy)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2393,6 +2549,9 @@ func (ec *executionContext) fieldContext_JoinRequest_decidedBy(_ context.Context
 }
 
 func (ec *executionContext) _JoinRequest_decidedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.DecidedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2416,6 +2575,9 @@ func (ec *executionContext) fieldContext_JoinRequest_decidedAt(_ context.Context
 }
 
 func (ec *executionContext) _JoinRequest_denyReason(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.DenyReason)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2572,6 +2734,9 @@ func (ec *executionContext) fieldContext_JoinRequestConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _JoinRequestConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.JoinRequestConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2595,6 +2760,9 @@ func (ec *executionContext) fieldContext_JoinRequestConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _JoinRequestEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JoinRequestEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2650,6 +2818,9 @@ func (ec *executionContext) fieldContext_JoinRequestEdge_node(_ context.Context,
 }
 
 func (ec *executionContext) _JoinToken_joinTokenId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.JoinTokenID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2673,6 +2844,9 @@ func (ec *executionContext) fieldContext_JoinToken_joinTokenId(_ context.Context
 }
 
 func (ec *executionContext) _JoinToken_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2696,6 +2870,9 @@ func (ec *executionContext) fieldContext_JoinToken_poolId(_ context.Context, fie
 }
 
 func (ec *executionContext) _JoinToken_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2742,6 +2919,9 @@ func (ec *executionContext) fieldContext_JoinToken_expiresAt(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinToken_maxUses(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.MaxUses)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2765,6 +2945,9 @@ func (ec *executionContext) fieldContext_JoinToken_maxUses(_ context.Context, fi
 }
 
 func (ec *executionContext) _JoinToken_uses(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Uses)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2788,6 +2971,9 @@ func (ec *executionContext) fieldContext_JoinToken_uses(_ context.Context, field
 }
 
 func (ec *executionContext) _JoinToken_state(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNJoinTokenState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2834,6 +3020,9 @@ func (ec *executionContext) fieldContext_JoinToken_createdAt(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinToken_revokedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RevokedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2857,6 +3046,9 @@ func (ec *executionContext) fieldContext_JoinToken_revokedAt(_ context.Context, 
 }
 
 func (ec *executionContext) _MigDevice_profile(ctx context.Context, field graphql.CollectedField, obj *inventory.MIGDevice) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Profile)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2880,6 +3072,9 @@ func (ec *executionContext) fieldContext_MigDevice_profile(_ context.Context, fi
 }
 
 func (ec *executionContext) _MigDevice_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.MIGDevice) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.UUID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2903,6 +3098,9 @@ func (ec *executionContext) fieldContext_MigDevice_uuid(_ context.Context, field
 }
 
 func (ec *executionContext) _Nic_mac(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.MAC)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2926,6 +3124,9 @@ func (ec *executionContext) fieldContext_Nic_mac(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Nic_name(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2949,6 +3150,9 @@ func (ec *executionContext) fieldContext_Nic_name(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Nic_speedMbps(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOLong2ᚖint64(ctx, field.Selections, obj.SpeedMbps)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2972,6 +3176,9 @@ func (ec *executionContext) fieldContext_Nic_speedMbps(_ context.Context, field 
 }
 
 func (ec *executionContext) _NodeHardware_systemUuid(ctx context.Context, field graphql.CollectedField, obj *nodes.Hardware) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.SystemUUID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2995,6 +3202,9 @@ func (ec *executionContext) fieldContext_NodeHardware_systemUuid(_ context.Conte
 }
 
 func (ec *executionContext) _NodeHardware_serial(ctx context.Context, field graphql.CollectedField, obj *nodes.Hardware) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Serial)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3105,6 +3315,9 @@ func (ec *executionContext) fieldContext_RegisterMachinePayload_machine(_ contex
 }
 
 func (ec *executionContext) _RemovedPayload_removed(ctx context.Context, field graphql.CollectedField, obj *nodes.RemovedCount) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3160,6 +3373,9 @@ func (ec *executionContext) fieldContext_RevokeJoinTokenPayload_joinToken(_ cont
 }
 
 func (ec *executionContext) _UnofferPoolPayload_removed(ctx context.Context, field graphql.CollectedField, obj *pools.Removed) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4002,7 +4218,7 @@ func (ec *executionContext) _AllowTpmKeyPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, allowTpmKeyPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4035,7 +4251,7 @@ func (ec *executionContext) _AllowedTpmKey(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, allowedTpmKeyImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4083,7 +4299,7 @@ func (ec *executionContext) _ArchivePoolPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, archivePoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4116,7 +4332,7 @@ func (ec *executionContext) _ComputeNode(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, computeNodeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4249,7 +4465,7 @@ func (ec *executionContext) _ComputeNodeConnection(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, computeNodeConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4292,7 +4508,7 @@ func (ec *executionContext) _ComputeNodeEdge(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, computeNodeEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4330,7 +4546,7 @@ func (ec *executionContext) _CreateJoinTokenPayload(ctx context.Context, sel ast
 	fields := graphql.CollectFields(ec.OperationContext, sel, createJoinTokenPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4368,7 +4584,7 @@ func (ec *executionContext) _DecideJoinRequestPayload(ctx context.Context, sel a
 	fields := graphql.CollectFields(ec.OperationContext, sel, decideJoinRequestPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4401,7 +4617,7 @@ func (ec *executionContext) _Disk(ctx context.Context, sel ast.SelectionSet, obj
 	fields := graphql.CollectFields(ec.OperationContext, sel, diskImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4454,7 +4670,7 @@ func (ec *executionContext) _Driver(ctx context.Context, sel ast.SelectionSet, o
 	fields := graphql.CollectFields(ec.OperationContext, sel, driverImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4492,7 +4708,7 @@ func (ec *executionContext) _ExpectedMachine(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, expectedMachineImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4550,7 +4766,7 @@ func (ec *executionContext) _Gpu(ctx context.Context, sel ast.SelectionSet, obj 
 	fields := graphql.CollectFields(ec.OperationContext, sel, gpuImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4613,7 +4829,7 @@ func (ec *executionContext) _InventoryChange(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, inventoryChangeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4663,7 +4879,7 @@ func (ec *executionContext) _InventoryDiff(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, inventoryDiffImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4706,7 +4922,7 @@ func (ec *executionContext) _InventorySnapshot(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, inventorySnapshotImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4789,7 +5005,7 @@ func (ec *executionContext) _InventorySnapshotConnection(ctx context.Context, se
 	fields := graphql.CollectFields(ec.OperationContext, sel, inventorySnapshotConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4832,7 +5048,7 @@ func (ec *executionContext) _InventorySnapshotEdge(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, inventorySnapshotEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4870,7 +5086,7 @@ func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinRequestImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -4985,7 +5201,7 @@ func (ec *executionContext) _JoinRequestConnection(ctx context.Context, sel ast.
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinRequestConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5028,7 +5244,7 @@ func (ec *executionContext) _JoinRequestEdge(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinRequestEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5066,7 +5282,7 @@ func (ec *executionContext) _JoinToken(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinTokenImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5139,7 +5355,7 @@ func (ec *executionContext) _MigDevice(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, migDeviceImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5177,7 +5393,7 @@ func (ec *executionContext) _Nic(ctx context.Context, sel ast.SelectionSet, obj 
 	fields := graphql.CollectFields(ec.OperationContext, sel, nicImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5220,7 +5436,7 @@ func (ec *executionContext) _NodeHardware(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, nodeHardwareImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5263,7 +5479,7 @@ func (ec *executionContext) _NodePayload(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, nodePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5296,7 +5512,7 @@ func (ec *executionContext) _RegisterMachinePayload(ctx context.Context, sel ast
 	fields := graphql.CollectFields(ec.OperationContext, sel, registerMachinePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5329,7 +5545,7 @@ func (ec *executionContext) _RemovedPayload(ctx context.Context, sel ast.Selecti
 	fields := graphql.CollectFields(ec.OperationContext, sel, removedPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5362,7 +5578,7 @@ func (ec *executionContext) _RevokeJoinTokenPayload(ctx context.Context, sel ast
 	fields := graphql.CollectFields(ec.OperationContext, sel, revokeJoinTokenPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5395,7 +5611,7 @@ func (ec *executionContext) _UnofferPoolPayload(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, unofferPoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5428,7 +5644,7 @@ func (ec *executionContext) _UpdatePoolPayload(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, updatePoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5607,7 +5823,7 @@ func (ec *executionContext) marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputed
 }
 
 func (ec *executionContext) marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiskᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Disk) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
@@ -5627,7 +5843,7 @@ func (ec *executionContext) marshalNDriver2githubᚗcomᚋbettercomputeᚋcomput
 }
 
 func (ec *executionContext) marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriverᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Driver) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx, sel, v[i])
@@ -5660,7 +5876,7 @@ func (ec *executionContext) marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputed�
 }
 
 func (ec *executionContext) marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.GPU) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
@@ -5886,7 +6102,7 @@ func (ec *executionContext) marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcom
 }
 
 func (ec *executionContext) marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDeviceᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.MIGDevice) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
@@ -5906,7 +6122,7 @@ func (ec *executionContext) marshalNNic2githubᚗcomᚋbettercomputeᚋcomputed�
 }
 
 func (ec *executionContext) marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNICᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.NIC) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])

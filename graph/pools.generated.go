@@ -240,6 +240,9 @@ func (ec *executionContext) fieldContext_Pool_id(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Pool_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -263,6 +266,9 @@ func (ec *executionContext) fieldContext_Pool_poolId(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_tenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -286,6 +292,9 @@ func (ec *executionContext) fieldContext_Pool_tenantId(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_name(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -309,6 +318,9 @@ func (ec *executionContext) fieldContext_Pool_name(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_site(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Site)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -332,6 +344,9 @@ func (ec *executionContext) fieldContext_Pool_site(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_gpuModel(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.GPUModel)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -355,6 +370,9 @@ func (ec *executionContext) fieldContext_Pool_gpuModel(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_sharingMode(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolSharingMode2string(ctx, field.Selections, obj.SharingMode)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -378,6 +396,9 @@ func (ec *executionContext) fieldContext_Pool_sharingMode(_ context.Context, fie
 }
 
 func (ec *executionContext) _Pool_kind(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolKind2string(ctx, field.Selections, obj.Kind)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -401,6 +422,9 @@ func (ec *executionContext) fieldContext_Pool_kind(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_provider(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Provider)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -424,6 +448,9 @@ func (ec *executionContext) fieldContext_Pool_provider(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_providerAccount(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProviderAccount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -470,6 +497,9 @@ func (ec *executionContext) fieldContext_Pool_policy(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_state(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNPoolState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -493,6 +523,9 @@ func (ec *executionContext) fieldContext_Pool_state(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Pool_rowVersion(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -866,6 +899,9 @@ func (ec *executionContext) fieldContext_PoolConnection_pageInfo(_ context.Conte
 }
 
 func (ec *executionContext) _PoolConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.PoolConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -889,6 +925,9 @@ func (ec *executionContext) fieldContext_PoolConnection_totalCount(_ context.Con
 }
 
 func (ec *executionContext) _PoolEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.PoolEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -944,6 +983,9 @@ func (ec *executionContext) fieldContext_PoolEdge_node(_ context.Context, field 
 }
 
 func (ec *executionContext) _PoolOffer_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -967,6 +1009,9 @@ func (ec *executionContext) fieldContext_PoolOffer_poolId(_ context.Context, fie
 }
 
 func (ec *executionContext) _PoolOffer_toTenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ToTenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1045,6 +1090,9 @@ func (ec *executionContext) fieldContext_PoolOffer_createdAt(_ context.Context, 
 }
 
 func (ec *executionContext) _PoolQuota_gpus(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1068,6 +1116,9 @@ func (ec *executionContext) fieldContext_PoolQuota_gpus(_ context.Context, field
 }
 
 func (ec *executionContext) _PoolQuota_instances(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Instances)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1318,7 +1369,7 @@ func (ec *executionContext) _CreatePoolPayload(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, createPoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1351,7 +1402,7 @@ func (ec *executionContext) _OfferPoolPayload(ctx context.Context, sel ast.Selec
 	fields := graphql.CollectFields(ec.OperationContext, sel, offerPoolPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1384,7 +1435,7 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1525,7 +1576,7 @@ func (ec *executionContext) _PoolConnection(ctx context.Context, sel ast.Selecti
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1568,7 +1619,7 @@ func (ec *executionContext) _PoolEdge(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1606,7 +1657,7 @@ func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolOfferImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1654,7 +1705,7 @@ func (ec *executionContext) _PoolQuota(ctx context.Context, sel ast.SelectionSet
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolQuotaImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1785,7 +1836,7 @@ var (
 )
 
 func (ec *executionContext) marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOfferᚄ(ctx context.Context, sel ast.SelectionSet, v []*pools.Offer) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx, sel, v[i])

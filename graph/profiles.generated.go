@@ -94,6 +94,9 @@ func (ec *executionContext) fieldContext_CreateProfilePayload_profile(_ context.
 }
 
 func (ec *executionContext) _DeleteProfilePayload_deleted(ctx context.Context, field graphql.CollectedField, obj *profiles.Deleted) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Deleted)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -140,6 +143,9 @@ func (ec *executionContext) fieldContext_Profile_id(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Profile_tenantId(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -163,6 +169,9 @@ func (ec *executionContext) fieldContext_Profile_tenantId(_ context.Context, fie
 }
 
 func (ec *executionContext) _Profile_profileId(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -186,6 +195,9 @@ func (ec *executionContext) fieldContext_Profile_profileId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Profile_profileVersion(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.ProfileVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -209,6 +221,9 @@ func (ec *executionContext) fieldContext_Profile_profileVersion(_ context.Contex
 }
 
 func (ec *executionContext) _Profile_visibility(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNProfileVisibility2string(ctx, field.Selections, obj.Visibility)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -255,6 +270,9 @@ func (ec *executionContext) fieldContext_Profile_document(_ context.Context, fie
 }
 
 func (ec *executionContext) _Profile_rowVersion(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -278,6 +296,9 @@ func (ec *executionContext) fieldContext_Profile_rowVersion(_ context.Context, f
 }
 
 func (ec *executionContext) _Profile_used(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Used)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -519,6 +540,9 @@ func (ec *executionContext) fieldContext_ProfileConnection_pageInfo(_ context.Co
 }
 
 func (ec *executionContext) _ProfileConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProfileConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -542,6 +566,9 @@ func (ec *executionContext) fieldContext_ProfileConnection_totalCount(_ context.
 }
 
 func (ec *executionContext) _ProfileEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProfileEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -597,6 +624,9 @@ func (ec *executionContext) fieldContext_ProfileEdge_node(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileIssue_path(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Path)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -620,6 +650,9 @@ func (ec *executionContext) fieldContext_ProfileIssue_path(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileIssue_code(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNProfileIssueCode2string(ctx, field.Selections, obj.Code)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -643,6 +676,9 @@ func (ec *executionContext) fieldContext_ProfileIssue_code(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileIssue_message(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Message)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -666,6 +702,9 @@ func (ec *executionContext) fieldContext_ProfileIssue_message(_ context.Context,
 }
 
 func (ec *executionContext) _ProfileStep_index(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Index)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -689,6 +728,9 @@ func (ec *executionContext) fieldContext_ProfileStep_index(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileStep_name(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -712,6 +754,9 @@ func (ec *executionContext) fieldContext_ProfileStep_name(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileStep_use(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Use)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -735,6 +780,9 @@ func (ec *executionContext) fieldContext_ProfileStep_use(_ context.Context, fiel
 }
 
 func (ec *executionContext) _ProfileStep_phase(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNStepPhase2string(ctx, field.Selections, obj.Phase)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -781,6 +829,9 @@ func (ec *executionContext) fieldContext_ProfileStep_with(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileValidation_valid(ctx context.Context, field graphql.CollectedField, obj *model.ProfileValidation) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Valid)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1074,7 +1125,7 @@ func (ec *executionContext) _CreateProfilePayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, createProfilePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1107,7 +1158,7 @@ func (ec *executionContext) _DeleteProfilePayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, deleteProfilePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1140,7 +1191,7 @@ func (ec *executionContext) _Profile(ctx context.Context, sel ast.SelectionSet, 
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1238,7 +1289,7 @@ func (ec *executionContext) _ProfileConnection(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1281,7 +1332,7 @@ func (ec *executionContext) _ProfileEdge(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1319,7 +1370,7 @@ func (ec *executionContext) _ProfileIssue(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileIssueImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1362,7 +1413,7 @@ func (ec *executionContext) _ProfileStep(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileStepImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1416,7 +1467,7 @@ func (ec *executionContext) _ProfileValidation(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileValidationImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1454,7 +1505,7 @@ func (ec *executionContext) _UpdateProfilePayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, updateProfilePayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1552,7 +1603,7 @@ func (ec *executionContext) marshalNProfileEdge2ᚖgithubᚗcomᚋbettercompute�
 }
 
 func (ec *executionContext) marshalNProfileIssue2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssueᚄ(ctx context.Context, sel ast.SelectionSet, v []*profiles.Issue) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileIssue2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐIssue(ctx, sel, v[i])

@@ -159,6 +159,9 @@ func (ec *executionContext) fieldContext_CreateProjectPayload_project(_ context.
 }
 
 func (ec *executionContext) _DeleteProjectPayload_deleted(ctx context.Context, field graphql.CollectedField, obj *projects.Deleted) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Deleted)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -205,6 +208,9 @@ func (ec *executionContext) fieldContext_Project_id(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Project_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -228,6 +234,9 @@ func (ec *executionContext) fieldContext_Project_projectId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Project_tenantId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -251,6 +260,9 @@ func (ec *executionContext) fieldContext_Project_tenantId(_ context.Context, fie
 }
 
 func (ec *executionContext) _Project_name(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -274,6 +286,9 @@ func (ec *executionContext) fieldContext_Project_name(_ context.Context, field g
 }
 
 func (ec *executionContext) _Project_description(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -297,6 +312,9 @@ func (ec *executionContext) fieldContext_Project_description(_ context.Context, 
 }
 
 func (ec *executionContext) _Project_rowVersion(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -550,6 +568,9 @@ func (ec *executionContext) fieldContext_ProjectConnection_pageInfo(_ context.Co
 }
 
 func (ec *executionContext) _ProjectConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -573,6 +594,9 @@ func (ec *executionContext) fieldContext_ProjectConnection_totalCount(_ context.
 }
 
 func (ec *executionContext) _ProjectEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -628,6 +652,9 @@ func (ec *executionContext) fieldContext_ProjectEdge_node(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProjectMember_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -651,6 +678,9 @@ func (ec *executionContext) fieldContext_ProjectMember_projectId(_ context.Conte
 }
 
 func (ec *executionContext) _ProjectMember_principalId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -674,6 +704,9 @@ func (ec *executionContext) fieldContext_ProjectMember_principalId(_ context.Con
 }
 
 func (ec *executionContext) _ProjectMember_relation(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Relation)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -784,6 +817,9 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_pageInfo(_ cont
 }
 
 func (ec *executionContext) _ProjectMemberConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -807,6 +843,9 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_totalCount(_ co
 }
 
 func (ec *executionContext) _ProjectMemberEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -862,6 +901,9 @@ func (ec *executionContext) fieldContext_ProjectMemberEdge_node(_ context.Contex
 }
 
 func (ec *executionContext) _RemoveProjectMemberPayload_removed(ctx context.Context, field graphql.CollectedField, obj *projects.Removed) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1228,7 +1270,7 @@ func (ec *executionContext) _AddProjectMemberPayload(ctx context.Context, sel as
 	fields := graphql.CollectFields(ec.OperationContext, sel, addProjectMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1261,7 +1303,7 @@ func (ec *executionContext) _CreateProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, createProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1294,7 +1336,7 @@ func (ec *executionContext) _DeleteProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, deleteProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1327,7 +1369,7 @@ func (ec *executionContext) _Project(ctx context.Context, sel ast.SelectionSet, 
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1414,7 +1456,7 @@ func (ec *executionContext) _ProjectConnection(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1457,7 +1499,7 @@ func (ec *executionContext) _ProjectEdge(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1495,7 +1537,7 @@ func (ec *executionContext) _ProjectMember(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1543,7 +1585,7 @@ func (ec *executionContext) _ProjectMemberConnection(ctx context.Context, sel as
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1586,7 +1628,7 @@ func (ec *executionContext) _ProjectMemberEdge(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, projectMemberEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1624,7 +1666,7 @@ func (ec *executionContext) _RemoveProjectMemberPayload(ctx context.Context, sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, removeProjectMemberPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1657,7 +1699,7 @@ func (ec *executionContext) _UpdateProjectPayload(ctx context.Context, sel ast.S
 	fields := graphql.CollectFields(ec.OperationContext, sel, updateProjectPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1784,7 +1826,7 @@ func (ec *executionContext) marshalNProjectMemberConnection2ᚖgithubᚗcomᚋbe
 }
 
 func (ec *executionContext) marshalNProjectMemberEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProjectMemberEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ProjectMemberEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProjectMemberEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProjectMemberEdge(ctx, sel, v[i])

@@ -3833,9 +3833,10 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 					return nil
 				}
 			}
-			var buf bytes.Buffer
-			data.MarshalGQL(&buf)
+			buf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))
+			data.MarshalGQL(buf)
 			response.Data = buf.Bytes()
+			rememberResponseSize(opCtx.RawQuery, len(response.Data))
 			if atomic.LoadInt32(&ec.Deferred) > 0 {
 				hasNext := atomic.LoadInt32(&ec.PendingDeferred) > 0
 				response.HasNext = &hasNext

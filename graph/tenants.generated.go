@@ -352,6 +352,9 @@ func (ec *executionContext) fieldContext_Tenant_id(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Tenant_tenantId(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -375,6 +378,9 @@ func (ec *executionContext) fieldContext_Tenant_tenantId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Tenant_name(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -881,6 +887,9 @@ func (ec *executionContext) fieldContext_TenantConnection_pageInfo(_ context.Con
 }
 
 func (ec *executionContext) _TenantConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.TenantConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -904,6 +913,9 @@ func (ec *executionContext) fieldContext_TenantConnection_totalCount(_ context.C
 }
 
 func (ec *executionContext) _TenantEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.TenantEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -959,6 +971,9 @@ func (ec *executionContext) fieldContext_TenantEdge_node(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Viewer_principalId(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -982,6 +997,9 @@ func (ec *executionContext) fieldContext_Viewer_principalId(_ context.Context, f
 }
 
 func (ec *executionContext) _Viewer_kind(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Kind)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1005,6 +1023,9 @@ func (ec *executionContext) fieldContext_Viewer_kind(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Viewer_name(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1028,6 +1049,9 @@ func (ec *executionContext) fieldContext_Viewer_name(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Viewer_tenantId(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1161,7 +1185,7 @@ func (ec *executionContext) _CreateTenantPayload(ctx context.Context, sel ast.Se
 	fields := graphql.CollectFields(ec.OperationContext, sel, createTenantPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1194,7 +1218,7 @@ func (ec *executionContext) _Tenant(ctx context.Context, sel ast.SelectionSet, o
 	fields := graphql.CollectFields(ec.OperationContext, sel, tenantImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1297,7 +1321,7 @@ func (ec *executionContext) _TenantConnection(ctx context.Context, sel ast.Selec
 	fields := graphql.CollectFields(ec.OperationContext, sel, tenantConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1340,7 +1364,7 @@ func (ec *executionContext) _TenantEdge(ctx context.Context, sel ast.SelectionSe
 	fields := graphql.CollectFields(ec.OperationContext, sel, tenantEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1378,7 +1402,7 @@ func (ec *executionContext) _Viewer(ctx context.Context, sel ast.SelectionSet, o
 	fields := graphql.CollectFields(ec.OperationContext, sel, viewerImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":

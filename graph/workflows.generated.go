@@ -105,6 +105,9 @@ func (ec *executionContext) fieldContext_ProfileVersionConnection_pageInfo(_ con
 }
 
 func (ec *executionContext) _ProfileVersionConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProfileVersionConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -151,6 +154,9 @@ func (ec *executionContext) fieldContext_Workflow_id(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Workflow_workflowId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.WorkflowID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -174,6 +180,9 @@ func (ec *executionContext) fieldContext_Workflow_workflowId(_ context.Context, 
 }
 
 func (ec *executionContext) _Workflow_tenantId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -197,6 +206,9 @@ func (ec *executionContext) fieldContext_Workflow_tenantId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Workflow_nodeId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -220,6 +232,9 @@ func (ec *executionContext) fieldContext_Workflow_nodeId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Workflow_profileTenantId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileTenantID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -243,6 +258,9 @@ func (ec *executionContext) fieldContext_Workflow_profileTenantId(_ context.Cont
 }
 
 func (ec *executionContext) _Workflow_profileId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileID)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -266,6 +284,9 @@ func (ec *executionContext) fieldContext_Workflow_profileId(_ context.Context, f
 }
 
 func (ec *executionContext) _Workflow_profileVersion(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.ProfileVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -344,6 +365,9 @@ func (ec *executionContext) fieldContext_Workflow_steps(_ context.Context, field
 }
 
 func (ec *executionContext) _Workflow_state(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNWorkflowState2string(ctx, field.Selections, obj.State)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -367,6 +391,9 @@ func (ec *executionContext) fieldContext_Workflow_state(_ context.Context, field
 }
 
 func (ec *executionContext) _Workflow_rowVersion(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -436,6 +463,9 @@ func (ec *executionContext) fieldContext_Workflow_updatedAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Workflow_finishedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.FinishedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -587,6 +617,9 @@ func (ec *executionContext) fieldContext_WorkflowConnection_pageInfo(_ context.C
 }
 
 func (ec *executionContext) _WorkflowConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.WorkflowConnection) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -610,6 +643,9 @@ func (ec *executionContext) fieldContext_WorkflowConnection_totalCount(_ context
 }
 
 func (ec *executionContext) _WorkflowEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.WorkflowEdge) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -697,6 +733,9 @@ func (ec *executionContext) fieldContext_WorkflowPayload_workflow(_ context.Cont
 }
 
 func (ec *executionContext) _WorkflowStep_index(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.Index)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -720,6 +759,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_index(_ context.Context, f
 }
 
 func (ec *executionContext) _WorkflowStep_name(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -743,6 +785,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_name(_ context.Context, fi
 }
 
 func (ec *executionContext) _WorkflowStep_use(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Use)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -766,6 +811,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_use(_ context.Context, fie
 }
 
 func (ec *executionContext) _WorkflowStep_phase(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNStepPhase2string(ctx, field.Selections, obj.Phase)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -812,6 +860,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_with(_ context.Context, fi
 }
 
 func (ec *executionContext) _WorkflowStep_status(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalNStepState2string(ctx, field.Selections, obj.Status)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -835,6 +886,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_status(_ context.Context, 
 }
 
 func (ec *executionContext) _WorkflowStep_startedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.StartedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -858,6 +912,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_startedAt(_ context.Contex
 }
 
 func (ec *executionContext) _WorkflowStep_finishedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.FinishedAt)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -881,6 +938,9 @@ func (ec *executionContext) fieldContext_WorkflowStep_finishedAt(_ context.Conte
 }
 
 func (ec *executionContext) _WorkflowStep_message(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
+	if DirectLeaves {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Message)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1040,7 +1100,7 @@ func (ec *executionContext) _ProfileVersionConnection(ctx context.Context, sel a
 	fields := graphql.CollectFields(ec.OperationContext, sel, profileVersionConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1083,7 +1143,7 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1195,7 +1255,7 @@ func (ec *executionContext) _WorkflowConnection(ctx context.Context, sel ast.Sel
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1238,7 +1298,7 @@ func (ec *executionContext) _WorkflowEdge(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1276,7 +1336,7 @@ func (ec *executionContext) _WorkflowPayload(ctx context.Context, sel ast.Select
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -1309,7 +1369,7 @@ func (ec *executionContext) _WorkflowStep(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, workflowStepImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
+	deferred := newDeferredGroup(ctx, fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":

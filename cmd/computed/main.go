@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +37,7 @@ import (
 func main() {
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	slog.SetDefault(logger)
+	gcDefaults()
 	m := &Main{Log: logger}
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -60,6 +63,8 @@ type Main struct {
 	Bootstrap string
 	RateLimit float64
 	Origins   []string
+	// DebugAddr, when set, serves net/http/pprof there (never on Addr).
+	DebugAddr string
 	// Timeouts and the pool.
 	RequestTimeout   time.Duration
 	StatementTimeout time.Duration
@@ -102,6 +107,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "database connections per replica (COMPUTE_DB_MAX_CONNS)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
 	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
@@ -198,7 +204,15 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Log.Error("event fan-out stopped", "err", err)
 		}
 	}()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	if m.DebugAddr != "" {
+		go func() {
+			if err := serveDebug(ctx, m.DebugAddr); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("debug listener: %w", err)
+			}
+		}()
+		m.Log.Info("serving pprof", "addr", m.DebugAddr)
+	}
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
 	select {
@@ -217,6 +231,40 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Log.Info("shutting down: stopping the instance reconciler")
 	return inst.Shutdown(sctx)
+}
+
+// gcDefaults sets the garbage collector's defaults where the environment
+// does not (GOGC and GOMEMLIMIT, when set, win). The server's live heap is
+// small (caches and in-flight requests) and its requests allocate much (a
+// fleet query about 57 MB), so at Go's GOGC=100 it collected several times
+// per request: GOGC=400 cut CPU per request by about 30% in make loadtest
+// (docs/performance.md). The soft memory limit of 1 GiB makes the collector
+// work harder instead of letting the heap grow past it under many
+// concurrent large queries; it never refuses memory.
+func gcDefaults() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(1 << 30)
+	}
+}
+
+// serveDebug serves the profiler on its own listener, so that it is never
+// reachable through the public address (it shows the heap and the stacks).
+func serveDebug(ctx context.Context, addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ds := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = ds.Close()
+	}()
+	return ds.ListenAndServe()
 }
 
 // parseRetention reads a Go duration or a number of days ("7d").

@@ -257,9 +257,12 @@ type tokenRow struct {
 func TokenPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Token], error) {
 	var rows []tokenRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key, (SELECT count(*) FROM tokens c WHERE c.tenant_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM tokens c WHERE c.tenant_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       k.token_id, k.tenant_id, k.principal_id, k.name, k.role, k.created_at, k.revoked_at
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (SELECT * FROM tokens WHERE tenant_id = t.parent AND token_id > $2 ORDER BY token_id LIMIT $3) k`,
 		tenantIDs, after, limit+1)
 	var r page.Rows[Token]
@@ -284,9 +287,12 @@ type bindingRow struct {
 func BindingPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Binding], error) {
 	var rows []bindingRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key, (SELECT count(*) FROM role_bindings c WHERE c.tenant_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM role_bindings c WHERE c.tenant_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       b.tenant_id, b.principal_id, b.kind, b.name, b.role, b.created_at
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT rb.tenant_id, rb.principal_id, p.kind, p.name, rb.role, rb.created_at
 			FROM role_bindings rb JOIN principals p ON p.principal_id = rb.principal_id

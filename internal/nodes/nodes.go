@@ -278,10 +278,12 @@ type poolNodeRow struct {
 func NodePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
 	var rows []poolNodeRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND `+authz.Where("$4", Visible)+`) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND `+authz.Where("$4", Visible)+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+nodeCols+` FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND n.node_id > $2
 			  AND `+authz.Where("$4", Visible)+`
@@ -332,10 +334,12 @@ func requestVisible(tenants string) string { return `r.tenant_id = ANY(` + tenan
 func JoinRequestPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
 	var rows []poolReqRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$4", requestVisible)+`) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$4", requestVisible)+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
 			  AND `+authz.Where("$4", requestVisible)+`

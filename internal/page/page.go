@@ -85,14 +85,35 @@ type Rows[T any] struct {
 	Items   []T
 }
 
+// Parents is the FROM item of a batched page statement's parents, named
+// t(parent), and its argument: unnest($1::text[]) for several parents, a
+// scalar $1 for one. PostgreSQL plans a statement over an array parameter
+// anew on every execution (a generic plan cannot know the array's length,
+// so it never looks as cheap as a custom one), about 0.25 ms for a page
+// statement; over a scalar it switches to one plan per connection after a
+// few executions. One parent is the common case of a root connection
+// (tenant(tenantId:) { pools }).
+func Parents(ids []string) (from string, arg any) {
+	if len(ids) == 1 {
+		return `(SELECT $1::text AS parent) AS t`, ids[0]
+	}
+	return `unnest($1::text[]) AS t(parent)`, ids
+}
+
 // Group turns batched rows (fetched with LIMIT limit+1 per parent) into
 // per-parent pages.
 func Group[T any](r Rows[T], limit int) map[string]*Conn[T] {
-	out := map[string]*Conn[T]{}
+	// Each parent's items are allocated once at their final size (2000
+	// nodes of 50 pools were otherwise copied 7 times while growing).
+	counts := map[string]int{}
+	for _, p := range r.Parents {
+		counts[p]++
+	}
+	out := make(map[string]*Conn[T], len(counts))
 	for i, p := range r.Parents {
 		c := out[p]
 		if c == nil {
-			c = &Conn[T]{Total: r.Totals[i]}
+			c = &Conn[T]{Total: r.Totals[i], Items: make([]T, 0, min(counts[p], limit))}
 			out[p] = c
 		}
 		if len(c.Items) == limit {

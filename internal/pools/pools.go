@@ -486,14 +486,17 @@ var visibleTo = Visible("ARRAY[t.parent]")
 // offered to it) in one statement.
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Pool], error) {
 	var rows []tenantRow
+	parents, arg := page.Parents(tenantIDs)
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS total_count
+			FROM `+parents+`)
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM pools p WHERE `+visibleTo+` AND p.pool_id > $2 ORDER BY p.pool_id LIMIT $3
-		) x`, tenantIDs, after, limit+1)
+		) x`, arg, after, limit+1)
 	var r page.Rows[Pool]
 	for _, x := range rows {
 		x.Pool.fix()

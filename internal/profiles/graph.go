@@ -112,11 +112,14 @@ func VersionPages(ctx context.Context, q store.Q, scope authz.Scope, parents []s
 	}
 	var rows []versionRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM profiles p WHERE p.tenant_id = split_part(t.parent, E'\x01', 1)
-		          AND p.profile_id = split_part(t.parent, E'\x01', 2) AND `+authz.Where("$4", Visible)+`) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent,
+			       (SELECT count(*) FROM profiles p WHERE p.tenant_id = split_part(t.parent, E'\x01', 1)
+			          AND p.profile_id = split_part(t.parent, E'\x01', 2) AND `+authz.Where("$4", Visible)+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM profiles p
 			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)

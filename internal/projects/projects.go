@@ -318,10 +318,12 @@ type tenantRow struct {
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Project], error) {
 	var rows []tenantRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM projects c WHERE c.tenant_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM projects c WHERE c.tenant_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       p.project_id, p.tenant_id, p.name, p.description, p.row_version, p.created_at, p.updated_at
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT * FROM projects WHERE tenant_id = t.parent AND project_id > $2 ORDER BY project_id LIMIT $3
 		) p`, tenantIDs, after, limit+1)
@@ -359,10 +361,12 @@ func visible(principal string) func(tenants string) string {
 func MemberPagesByProject(ctx context.Context, q store.Q, scope authz.Scope, projectIDs []string, after string, limit int) (page.Rows[Member], error) {
 	var rows []memberRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM project_relations c WHERE c.project_id = t.parent) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM project_relations c WHERE c.project_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       m.project_id, m.principal_id, m.relation, m.created_at
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		JOIN projects pr ON pr.project_id = t.parent AND `+authz.Where("$4", visible("$5"))+`
 		CROSS JOIN LATERAL (
 			SELECT * FROM project_relations WHERE project_id = t.parent AND principal_id > $2 ORDER BY principal_id LIMIT $3

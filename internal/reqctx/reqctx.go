@@ -4,6 +4,7 @@ package reqctx
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Principal is the authenticated caller.
@@ -18,6 +19,33 @@ type Principal struct {
 	mu       sync.Mutex
 	roles    map[string]string // tenantId -> role, memoised per request
 	allRoles bool              // roles holds every binding of the principal
+	tenants  map[string]BoundTenant
+}
+
+// BoundTenant is a tenant the principal holds a role on, as authentication
+// read it with the bindings (in the same statement as the token).
+type BoundTenant struct {
+	Name      string
+	CreatedAt time.Time
+}
+
+// SetBoundTenants memoises the tenants of the principal's bindings for the
+// request.
+func (p *Principal) SetBoundTenants(t map[string]BoundTenant) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tenants = t
+}
+
+// BoundTenant returns a tenant authentication read with the bindings.
+func (p *Principal) BoundTenant(id string) (BoundTenant, bool) {
+	if p == nil {
+		return BoundTenant{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tenants[id]
+	return t, ok
 }
 
 // IsOperator reports the platform-wide operator.

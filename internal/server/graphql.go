@@ -33,12 +33,13 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.AddTransport(httpTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
-	srv.Use(newBounds())
-	srv.Use(extension.Introspection{})
-	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	srv.Use(&cost{})
-	srv.Use(&charge{s: s})
-	srv.Use(&opMetrics{hist: s.gqlHist})
+	for _, x := range []graphql.HandlerExtension{newBounds(), extension.Introspection{},
+		extension.AutomaticPersistedQuery{Cache: lru.New[string](100)}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
+		if _, ok := x.(graphql.FieldInterceptor); ok {
+			graph.DirectLeaves = false // it must see every field (graph/fastpath.go)
+		}
+		srv.Use(x)
+	}
 	srv.SetErrorPresenter(s.presentError)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
 		s.Log.ErrorContext(ctx, "panic in resolver", "panic", v, "requestId", reqctx.RequestID(ctx), "operation", operationName(ctx), "field", fieldPath(ctx))

@@ -240,8 +240,9 @@ func writeRequestError(w http.ResponseWriter, ct string, status int, e *errs.Err
 	writeResponse(w, ct, status, &graphql.Response{Errors: gqlerror.List{ge}})
 }
 
-// writeResponse writes a response without re-encoding its data: gqlgen has
-// marshalled it already, and json.Marshal would scan and copy it again.
+// writeResponse writes a response without re-encoding or copying its data:
+// gqlgen has marshalled it already (a fleet answer is 2.4 MB), so the
+// envelope is written around it, with a Content-Length.
 func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.Response) {
 	if status == http.StatusTooManyRequests {
 		for _, e := range resp.Errors {
@@ -252,33 +253,36 @@ func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.R
 			}
 		}
 	}
-	w.Header().Set("Content-Type", ct)
-	w.WriteHeader(status)
-	var b bytes.Buffer
-	b.WriteByte('{')
+	var head, tail bytes.Buffer
+	head.WriteByte('{')
 	sep := ""
 	if len(resp.Errors) > 0 {
 		eb, _ := json.Marshal(resp.Errors)
-		b.WriteString(`"errors":`)
-		b.Write(eb)
+		head.WriteString(`"errors":`)
+		head.Write(eb)
 		sep = ","
 	}
 	// A request error carries no data entry; an executed operation does
 	// (null when its root failed).
+	var data []byte
 	if resp.Data != nil || len(resp.Errors) == 0 {
-		b.WriteString(sep + `"data":`)
-		if resp.Data == nil {
-			b.WriteString("null")
-		} else {
-			b.Write(resp.Data)
+		head.WriteString(sep + `"data":`)
+		data = resp.Data
+		if data == nil {
+			data = []byte("null")
 		}
 		sep = ","
 	}
 	if len(resp.Extensions) > 0 {
 		xb, _ := json.Marshal(resp.Extensions)
-		b.WriteString(sep + `"extensions":`)
-		b.Write(xb)
+		tail.WriteString(sep + `"extensions":`)
+		tail.Write(xb)
 	}
-	b.WriteByte('}')
-	_, _ = w.Write(b.Bytes())
+	tail.WriteByte('}')
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(head.Len()+len(data)+tail.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(head.Bytes())
+	_, _ = w.Write(data)
+	_, _ = w.Write(tail.Bytes())
 }

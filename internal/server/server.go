@@ -108,6 +108,8 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	metrics.MustRegister(s.gqlHist, s.httpReq, collectors.NewDBStatsCollector(database.DB.DB, "compute"),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sql_statements_total", Help: "SQL statements sent."},
 			func() float64 { return float64(store.TotalStatements()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sql_request_statements_total", Help: "SQL statements sent for HTTP requests (background work excluded)."},
+			func() float64 { return float64(store.RequestStatements()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_subscriptions", Help: "Open instance event subscriptions."},
 			func() float64 { return float64(s.Live.Subscribers()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
@@ -184,7 +186,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(reqctx.WithRequestID(r.Context(), id)))
+		next.ServeHTTP(w, r.WithContext(store.ForRequest(reqctx.WithRequestID(r.Context(), id))))
 	})
 }
 

@@ -110,10 +110,22 @@ func WithCounter(ctx context.Context, c *Counter) context.Context {
 	return context.WithValue(ctx, counterKey{}, c)
 }
 
-var totalStatements atomic.Int64
+var totalStatements, requestStatements atomic.Int64
 
 // TotalStatements counts every statement this process sent.
 func TotalStatements() int64 { return totalStatements.Load() }
+
+type requestKey struct{}
+
+// ForRequest marks ctx as serving a client's request: its statements are
+// counted in RequestStatements (the load benchmark's statements per
+// request, without the reconciler's and the event hub's background work).
+func ForRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, requestKey{}, true)
+}
+
+// RequestStatements counts the statements sent on contexts from ForRequest.
+func RequestStatements() int64 { return requestStatements.Load() }
 
 type counter struct{}
 
@@ -126,6 +138,9 @@ func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQuer
 		fmt.Fprintf(os.Stderr, "SQL: %s\n", strings.Join(strings.Fields(d.SQL), " "))
 	}
 	totalStatements.Add(1)
+	if ctx.Value(requestKey{}) != nil {
+		requestStatements.Add(1)
+	}
 	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
 		c.n.Add(1)
 		if c.Hook != nil {

@@ -454,10 +454,12 @@ type nodeRow struct {
 func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
 	var rows []nodeRow
 	err := q.SelectContext(ctx, &rows, `
-		SELECT t.parent AS parent_key,
-		       (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count,
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
-		FROM unnest($1::text[]) AS t(parent)
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM workflows w WHERE w.node_id = t.parent AND w.workflow_id > $2 AND `+authz.Where("$4", visible)+`
 			ORDER BY w.workflow_id LIMIT $3

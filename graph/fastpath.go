@@ -1,0 +1,86 @@
+package graph
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/99designs/gqlgen/graphql"
+)
+
+// DirectLeaves lets the executor marshal leaf fields read straight from the
+// bound struct without gqlgen's per-field machinery (field context, field
+// middleware, panic guard): see internal/gqlfast, which writes the calls.
+// Such fields cannot fail or panic; but a field interceptor (an extension
+// implementing graphql.FieldInterceptor) would not see them, so the server
+// turns this off when it installs one.
+var DirectLeaves = true
+
+// newDeferredGroup is graphql.NewDeferredGroup for an object with a
+// deferred field (@defer), and an empty group otherwise: gqlgen's own
+// builds the object's path, a field set and a map for every object of
+// every query. ResolveConcurrently touches the group only for deferred
+// fields, and an empty group is never processed.
+func newDeferredGroup(ctx context.Context, fields []graphql.CollectedField) graphql.DeferredGroup {
+	for i := range fields {
+		if fields[i].IsDeferred() {
+			return graphql.NewDeferredGroup(ctx)
+		}
+	}
+	return graphql.DeferredGroup{}
+}
+
+// marshalSliceInline is graphql.MarshalSliceConcurrently without a goroutine
+// per element, for lists whose elements resolve nothing (every field, at
+// every depth, is read from the bound value; internal/gqlfast decides):
+// starting a goroutine per GPU of a fleet query cost more than marshalling
+// the GPU. Each element still gets its index in the path and its own panic
+// guard, as there.
+func marshalSliceInline(ctx context.Context, length int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) graphql.Array {
+	ret := make(graphql.Array, length)
+	for i := range ret {
+		ret[i] = marshalElementInline(ctx, i, marshalElement)
+	}
+	return ret
+}
+
+func marshalElementInline(ctx context.Context, i int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) (res graphql.Marshaler) {
+	idx := i
+	childCtx := graphql.WithFieldContext(ctx, &graphql.FieldContext{Index: &idx})
+	defer func() {
+		if r := recover(); r != nil {
+			graphql.AddError(childCtx, graphql.Recover(childCtx, r))
+			res = graphql.Null
+		}
+	}()
+	return marshalElement(childCtx, i)
+}
+
+// Response buffers are sized from the last answer to the same query text,
+// so that a large answer (2.4 MB for a fleet query) is not built by
+// doubling a buffer from 64 bytes: about twice its size in garbage, and a
+// copy per doubling. At most maxSizeHints query texts are remembered.
+var (
+	sizeHints  sync.Map // query text -> int
+	sizeHintsN atomic.Int64
+)
+
+const maxSizeHints = 1000
+
+func responseSizeHint(query string) int {
+	if v, ok := sizeHints.Load(query); ok {
+		n := v.(int)
+		return n + n/8 + 512
+	}
+	return 0
+}
+
+func rememberResponseSize(query string, n int) {
+	if n < 4096 {
+		return // the buffer's own growth costs little
+	}
+	if _, loaded := sizeHints.Swap(query, n); !loaded && sizeHintsN.Add(1) > maxSizeHints {
+		sizeHints.Clear()
+		sizeHintsN.Store(0)
+	}
+}

@@ -1,0 +1,212 @@
+// Command gqlfast rewrites gqlgen's generated executor (graph/*.generated.go)
+// after `gqlgen generate`, in two places where gqlgen pays for features
+// that a field or object does not use (make generate runs it; make
+// check-generated therefore checks its output too):
+//
+//   - Leaf fields read straight from the bound struct (`return obj.X, nil`)
+//     of a scalar or enum type whose marshaller cannot fail are marshalled
+//     directly when graph.DirectLeaves is true: gqlgen's ResolveField would
+//     allocate a field context, a context value, closures and an interface
+//     box per value (about 8 allocations; a fleet query has 100000 such
+//     values). Nothing in such a field can fail, panic or need its path.
+//   - Objects build their @defer group only when one of their fields is
+//     deferred (graph.newDeferredGroup): gqlgen builds one per object, path
+//     included, whether or not the query uses @defer.
+//   - Lists of objects that resolve nothing (no resolver field at any depth:
+//     a node's GPUs) are marshalled in the calling goroutine
+//     (graph.marshalSliceInline) instead of one goroutine per element. Lists
+//     whose elements load anything keep their goroutines, so that a level's
+//     loads still meet in one batch.
+//   - A query's response buffer starts at the size of the last answer to
+//     the same query text (graph.responseSizeHint) instead of growing by
+//     doubling to 2.4 MB for a fleet query.
+//
+// See docs/performance.md for the measurements.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// leaf matches a generated field function whose resolver reads a struct
+// field and whose marshaller is named after a GraphQL type.
+var leaf = regexp.MustCompile(`(?m)^(func \(ec \*executionContext\) _\w+\(ctx context\.Context, field graphql\.CollectedField, obj [^)]+\) \(ret graphql\.Marshaler\) \{\n)` +
+	`(\treturn graphql\.ResolveField\(\n` +
+	`\t\tctx,\n\t\tec\.OperationContext,\n\t\tfield,\n` +
+	`\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{\n\t\t\treturn ec\.fieldContext_\w+\(ctx, field\)\n\t\t\},\n` +
+	`\t\tfunc\(ctx context\.Context\) \(any, error\) \{\n\t\t\treturn (obj\.[A-Za-z0-9_]+), nil\n\t\t\},\n` +
+	`\t\tnil,\n` +
+	`\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v ([^)]+)\) graphql\.Marshaler \{\n\t\t\treturn ec\.(marshal([NO])([A-Za-z0-9]+)2[^(]+)\(ctx, selections, v\)\n\t\t\},\n)`)
+
+// Go types whose values the leaf marshallers write without a possible
+// null (non-null fields); nullable fields may also be pointers.
+var valueTypes = map[string]bool{"string": true, "int": true, "int32": true, "int64": true, "bool": true, "float64": true}
+var pointerTypes = map[string]bool{"*string": true, "*int": true, "*int32": true, "*int64": true, "*bool": true, "*float64": true, "*time.Time": true}
+
+// Scalars whose marshallers cannot return null for a value of the types
+// above (Time can: a zero time; it is only taken nullable, as a pointer).
+var scalars = map[string]bool{"String": true, "Int": true, "Long": true, "Boolean": true, "Float": true, "ID": true, "Time": true}
+
+// The query's response buffer, sized from the last answer to the same
+// query text (graph.responseSizeHint).
+const bufferOld = "\t\t\tvar buf bytes.Buffer\n\t\t\tdata.MarshalGQL(&buf)\n\t\t\tresponse.Data = buf.Bytes()\n"
+const bufferNew = "\t\t\tbuf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))\n\t\t\tdata.MarshalGQL(buf)\n\t\t\tresponse.Data = buf.Bytes()\n\t\t\trememberResponseSize(opCtx.RawQuery, len(response.Data))\n"
+
+const deferredOld = "\tdeferred := graphql.NewDeferredGroup(ctx)\n"
+const deferredNew = "\tdeferred := newDeferredGroup(ctx, fields)\n"
+
+func main() {
+	dir, schemaGlob := "graph", "schema/*.graphqls"
+	if len(os.Args) > 1 {
+		dir = os.Args[1]
+	}
+	enums, err := enumNames(schemaGlob)
+	if err != nil {
+		fail(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.generated.go"))
+	var all strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		all.Write(b)
+	}
+	pure := purity(all.String(), enums)
+	var leaves, groups, lists, buffers int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail(err)
+		}
+		src := string(b)
+		n := 0
+		src = leaf.ReplaceAllStringFunc(src, func(m string) string {
+			g := leaf.FindStringSubmatch(m)
+			expr, vtype, marshal, nullable, gqlType := g[3], g[4], g[5], g[6] == "O", g[7]
+			if !scalars[gqlType] && !enums[gqlType] {
+				return m
+			}
+			switch {
+			case valueTypes[vtype] && gqlType != "Time":
+			case nullable && pointerTypes[vtype]:
+			default:
+				return m
+			}
+			n++
+			return g[1] + fmt.Sprintf("\tif DirectLeaves {\n\t\treturn ec.%s(ctx, field.Selections, %s)\n\t}\n", marshal, expr) + g[2]
+		})
+		src = sliceMarshal.ReplaceAllStringFunc(src, func(m string) string {
+			g := sliceMarshal.FindStringSubmatch(m)
+			if !pure(g[2]) {
+				return m
+			}
+			lists++
+			return g[1] + "marshalSliceInline(ctx, len(v), "
+		})
+		buffers += strings.Count(src, bufferOld)
+		src = strings.ReplaceAll(src, bufferOld, bufferNew)
+		groups += strings.Count(src, deferredOld)
+		src = strings.ReplaceAll(src, deferredOld, deferredNew)
+		leaves += n
+		if src != string(b) {
+			if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+				fail(err)
+			}
+		}
+	}
+	if buffers != 1 && !strings.Contains(all.String(), bufferNew) {
+		fail(fmt.Errorf("found %d query response buffers, want 1: has gqlgen's executor template changed?", buffers))
+	}
+	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups, %d lists marshalled inline, response buffers sized\n", leaves, groups, lists)
+}
+
+// sliceMarshal matches the start of a generated list marshaller.
+var sliceMarshal = regexp.MustCompile(`(func \(ec \*executionContext\) marshal[NO]([A-Za-z0-9]+)2ᚕ[^(]*\(ctx context\.Context, sel ast\.SelectionSet, v [^)]+\) graphql\.Marshaler \{\n\tret := )graphql\.MarshalSliceConcurrently\(ctx, len\(v\), 0, false, `)
+
+var (
+	objectFunc = regexp.MustCompile(`(?m)^func \(ec \*executionContext\) _([A-Za-z0-9]+)\(ctx context\.Context, sel ast\.SelectionSet, obj [^)]+\) graphql\.Marshaler \{\n`)
+	fieldFunc  = regexp.MustCompile(`(?m)^func \(ec \*executionContext\) _([A-Za-z0-9]+)_([A-Za-z0-9_]+)\(ctx context\.Context, field graphql\.CollectedField, obj [^)]+\) \(ret graphql\.Marshaler\) \{\n`)
+	marshalOf  = regexp.MustCompile(`return ec\.marshal[NO]([A-Za-z0-9]+)2`)
+)
+
+// purity returns whether marshalling a value of a GraphQL type resolves
+// nothing: a scalar or enum, or an object none of whose fields, at any
+// depth, is resolved concurrently (a resolver). Unknown types (interfaces,
+// unions) and cycles count as impure.
+func purity(src string, enums map[string]bool) func(string) bool {
+	body := func(loc []int) string {
+		end := strings.Index(src[loc[1]:], "\n}\n")
+		if end < 0 {
+			return src[loc[1]:]
+		}
+		return src[loc[1] : loc[1]+end]
+	}
+	objects := map[string]string{}
+	for _, loc := range objectFunc.FindAllStringSubmatchIndex(src, -1) {
+		objects[src[loc[2]:loc[3]]] = body(loc)
+	}
+	fieldTypes := map[string][]string{} // object -> its fields' types
+	for _, loc := range fieldFunc.FindAllStringSubmatchIndex(src, -1) {
+		obj := src[loc[2]:loc[3]]
+		m := marshalOf.FindStringSubmatch(body(loc))
+		t := "?"
+		if m != nil {
+			t = m[1]
+		}
+		fieldTypes[obj] = append(fieldTypes[obj], t)
+	}
+	memo := map[string]bool{}
+	var pure func(t string) bool
+	pure = func(t string) bool {
+		if scalars[t] || enums[t] {
+			return true
+		}
+		if v, ok := memo[t]; ok {
+			return v
+		}
+		memo[t] = false // a cycle is impure
+		b, ok := objects[t]
+		if !ok || !strings.Contains(b, "graphql.CollectFields(") || strings.Contains(b, ".(type)") || strings.Contains(b, "ResolveConcurrently") {
+			return false
+		}
+		for _, ft := range fieldTypes[t] {
+			if !pure(ft) {
+				return false
+			}
+		}
+		memo[t] = true
+		return true
+	}
+	return pure
+}
+
+var enumDecl = regexp.MustCompile(`(?m)^\s*enum\s+([A-Za-z_][A-Za-z0-9_]*)`)
+
+func enumNames(glob string) (map[string]bool, error) {
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no schema files at %s", glob)
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range enumDecl.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = true
+		}
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "gqlfast:", err)
+	os.Exit(1)
+}
