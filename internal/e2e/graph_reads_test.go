@@ -363,12 +363,17 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	var q strings.Builder
 	q.WriteString("{ viewer { kind }")
 	var names []string
+	bound := relay.ID("Tenant", "acme") // authentication read it with the token: no statement
 	for i, id := range w.allIDs {
 		fmt.Fprintf(&q, " n%d: node(id: %q) { id }", i, id)
-		names = append(names, fmt.Sprintf("n%d", i))
+		if id != bound {
+			names = append(names, fmt.Sprintf("n%d", i))
+		}
 	}
 	q.WriteString(" }")
-	r = stopAt(admin, q.String(), "role_bindings", "FROM tenants t", "FROM pools p", "FROM nodes n", "FROM projects pr",
+	// (Authentication reads the role bindings with the token, before any
+	// field: the database stops after it, at the first object read.)
+	r = stopAt(admin, q.String(), "FROM tenants t", "FROM pools p", "FROM nodes n", "FROM projects pr",
 		"FROM inventory_snapshots s", "FROM profiles p", "FROM workflows w")
 	unavailable(r, names...)
 

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -26,8 +28,9 @@ import (
 // subscribers of one tenant (graphql-transport-ws, instanceEvents), one
 // event published per iteration straight into the outbox. Reports the time
 // from the publishing transaction's COMMIT to each delivery (p50, p99), the
-// server's memory per subscription (resident set and Go heap plus stacks,
-// measured against the server before the sockets opened), and the events
+// server's memory per subscription (Go heap plus stacks after a garbage
+// collection, and the resident set, measured against the server before the
+// sockets opened), and the events
 // per second sustained to 1,000 subscribers (bursts from 4 writers).
 //
 // The subscribers run in this process and the server in its own, so the
@@ -36,14 +39,22 @@ import (
 func BenchmarkSubscribers(b *testing.B) {
 	e := testkit.StartDB(b)
 	const token = "bco_bench-subscribers-operator"
-	srv := startReplica(b, e.DB.URL, token)
+	// The server's pprof listener lets the benchmark collect garbage before
+	// it reads the memory a subscription holds.
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	debug := dl.Addr().String()
+	dl.Close()
+	srv := startReplica(b, e.DB.URL, token, "COMPUTE_DEBUG_ADDR="+debug)
 	srv.call(b, token, "tenants/create", map[string]any{"tenantId": "bench", "name": "Bench"})
 	_, tok := srv.call(b, token, "tokens/create", map[string]any{"tenantId": "bench", "name": "dash", "role": "viewer"})
 	viewer := tok["secret"].(string)
 
 	f := &subFleet{addr: srv.addr, token: viewer}
 	b.Cleanup(f.close)
-	before := serverMemory(b, srv)
+	before := serverMemory(b, srv, debug)
 	counts := []int{1000, 10000}
 	if v := os.Getenv("BENCH_SUBSCRIBERS"); v != "" { // e.g. 1000 for a quick run
 		counts = nil
@@ -57,7 +68,7 @@ func BenchmarkSubscribers(b *testing.B) {
 	}
 	for _, n := range counts {
 		f.grow(b, n)
-		after := serverMemory(b, srv)
+		after := serverMemory(b, srv, debug)
 		b.Run(fmt.Sprintf("latency/%d", n), func(b *testing.B) {
 			f.reset()
 			for i := 0; i < b.N; i++ {
@@ -273,10 +284,17 @@ func (f *subFleet) close() {
 type memory struct{ rss, goBytes, goroutines float64 }
 
 // serverMemory is the server process's resident set (from /proc) and its Go
-// heap and stacks in use (from /metrics), after a second to settle.
-func serverMemory(b *testing.B, r *replica) memory {
+// heap and stacks in use (from /metrics) after a garbage collection (the
+// pprof listener's heap profile with gc=1 runs one).
+func serverMemory(b *testing.B, r *replica, debug string) memory {
 	b.Helper()
 	time.Sleep(time.Second)
+	res, err := http.Get("http://" + debug + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
 	var m memory
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
 	if err != nil {
