@@ -38,7 +38,7 @@ func instanceConn(ctx context.Context, ld scopedLoader[instances.View], parent s
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(c, func(v *instances.View) string { return v.InstanceID },
+	edges, info, total := connection(ctx, c, func(v *instances.View) string { return v.InstanceID },
 		func(cur string, v *instances.View) *model.InstanceEdge {
 			return &model.InstanceEdge{Cursor: cur, Node: v}
 		})
@@ -50,7 +50,7 @@ func reservationConn(ctx context.Context, ld scopedLoader[instances.Reservation]
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(c, func(r *instances.Reservation) string { return r.ReservationID },
+	edges, info, total := connection(ctx, c, func(r *instances.Reservation) string { return r.ReservationID },
 		func(cur string, r *instances.Reservation) *model.ReservationEdge {
 			return &model.ReservationEdge{Cursor: cur, Node: r}
 		})

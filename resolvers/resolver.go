@@ -9,6 +9,9 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/live"
@@ -53,18 +56,68 @@ func pageArgs(first *int, after *string) (int, string, error) {
 }
 
 // connection turns a loaded page into edges, page info and the total.
-func connection[T any, E any](c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
+// An edge's cursor is encoded only when the query selects edges { cursor }
+// (ctx is the connection field's); pageInfo's start and end cursors always
+// are.
+func connection[T any, E any](ctx context.Context, c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
 	edges := make([]E, 0, len(c.Items))
 	info := &model.PageInfo{HasNextPage: c.HasNext}
-	for i := range c.Items {
-		cur := page.Encode(key(&c.Items[i]))
-		edges = append(edges, edge(cur, &c.Items[i]))
-		if i == 0 {
-			info.StartCursor = &cur
+	if n := len(c.Items); n > 0 {
+		start, end := page.Encode(key(&c.Items[0])), ""
+		if n > 1 {
+			end = page.Encode(key(&c.Items[n-1]))
+		} else {
+			end = start
 		}
-		info.EndCursor = &cur
+		info.StartCursor, info.EndCursor = &start, &end
+	}
+	cursors := edgeCursorsSelected(ctx)
+	for i := range c.Items {
+		var cur string
+		if cursors {
+			cur = page.Encode(key(&c.Items[i]))
+		}
+		edges = append(edges, edge(cur, &c.Items[i]))
 	}
 	return edges, info, c.Total
+}
+
+// edgeCursorsSelected says whether the field of ctx (a connection) may
+// select edges { cursor }: through any fragment, whatever its type
+// condition or directives, so that it errs towards encoding. Without a
+// field context it says yes.
+func edgeCursorsSelected(ctx context.Context) bool {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return true
+	}
+	return selects(fc.Field.Selections, "edges", func(edges *ast.Field) bool {
+		return selects(edges.SelectionSet, "cursor", nil)
+	})
+}
+
+// selects says whether set has a field named name (for which then holds,
+// when given), looking into fragments.
+func selects(set ast.SelectionSet, name string, then func(*ast.Field) bool) bool {
+	for _, s := range set {
+		switch s := s.(type) {
+		case *ast.Field:
+			if s.Name == name && (then == nil || then(s)) {
+				return true
+			}
+		case *ast.InlineFragment:
+			if selects(s.SelectionSet, name, then) {
+				return true
+			}
+		case *ast.FragmentSpread:
+			if s.Definition == nil || selects(s.Definition.SelectionSet, name, then) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // loadConn reads one parent's page through a page loader and shapes it as
@@ -81,7 +134,7 @@ func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	edges, info, total := connection(c, key, edge)
+	edges, info, total := connection(ctx, c, key, edge)
 	return edges, info, total, nil
 }
 

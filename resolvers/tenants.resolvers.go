@@ -65,7 +65,7 @@ func (r *viewerResolver) Tenants(ctx context.Context, obj *model.Viewer, first *
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(c, func(t *tenants.Tenant) string { return t.TenantID },
+	edges, info, total := connection(ctx, c, func(t *tenants.Tenant) string { return t.TenantID },
 		func(cur string, t *tenants.Tenant) *model.TenantEdge { return &model.TenantEdge{Cursor: cur, Node: t} })
 	return &model.TenantConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }

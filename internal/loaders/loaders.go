@@ -257,14 +257,23 @@ func (l *Loaders) NamedTenant(ctx context.Context, tenantID string) (*tenants.Te
 
 // L is a dataloader that keeps its batch function, so that the sibling
 // prefetches (siblings.go) can run one batch for a whole level and prime
-// the cache with it.
+// the cache with it. The dataloader itself (its cache, options and batch
+// state) is built on first use: a request uses a few of its loaders, and a
+// subscription keeps its loaders as long as it is open.
 type L[K comparable, V any] struct {
-	*dataloader.Loader[K, V]
+	once  sync.Once
+	ld    *dataloader.Loader[K, V]
 	batch dataloader.BatchFunc[K, V]
 	// known answers a key without a batch when it can (the tenants the
 	// caller is bound to, read with its token): no wait for the batch
 	// window.
 	known func(ctx context.Context, key K) (V, bool)
+}
+
+// loader is the dataloader, built on first use.
+func (l *L[K, V]) loader() *dataloader.Loader[K, V] {
+	l.once.Do(func() { l.ld = dataloader.NewBatchedLoader(l.batch, opts[K, V]()...) })
+	return l.ld
 }
 
 // Load is the dataloader's Load, answering at once what known knows.
@@ -274,11 +283,21 @@ func (l *L[K, V]) Load(ctx context.Context, key K) dataloader.Thunk[V] {
 			return func() (V, error) { return v, nil }
 		}
 	}
-	return l.Loader.Load(ctx, key)
+	return l.loader().Load(ctx, key)
+}
+
+// Prime puts a value in the cache (the dataloader's Prime).
+func (l *L[K, V]) Prime(ctx context.Context, key K, value V) dataloader.Interface[K, V] {
+	return l.loader().Prime(ctx, key, value)
+}
+
+// Clear drops key from the cache (the dataloader's Clear).
+func (l *L[K, V]) Clear(ctx context.Context, key K) dataloader.Interface[K, V] {
+	return l.loader().Clear(ctx, key)
 }
 
 func loader[K comparable, V any](fn dataloader.BatchFunc[K, V]) *L[K, V] {
-	return &L[K, V]{Loader: dataloader.NewBatchedLoader(fn, opts[K, V]()...), batch: fn}
+	return &L[K, V]{batch: fn}
 }
 
 // prime runs one batch for keys and puts the results in the cache.
