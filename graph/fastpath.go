@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // DirectLeaves lets the executor marshal leaf fields read straight from the
@@ -42,6 +43,59 @@ func marshalSliceInline(ctx context.Context, length int, marshalElement func(ctx
 		ret[i] = marshalElementInline(ctx, i, marshalElement)
 	}
 	return ret
+}
+
+// marshalSliceAuto marshals a list of typ, an object with fields that load,
+// inline when the selection sel reaches none of them (a tenant's pools
+// asked for their names and sites), and with a goroutine per element
+// otherwise, so that the elements' loads meet in one batch.
+func marshalSliceAuto(ctx context.Context, typ string, sel ast.SelectionSet, length int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) graphql.Array {
+	if length > 1 && !selectsResolved(typ, sel, 0) {
+		return marshalSliceInline(ctx, length, marshalElement)
+	}
+	return graphql.MarshalSliceConcurrently(ctx, length, 0, false, marshalElement)
+}
+
+type fieldInfo struct {
+	typ      string
+	resolved bool
+}
+
+// selectsResolved says whether sel, on an object of type typ, may reach a
+// field resolved concurrently, at any depth. It errs towards yes: fragments
+// count whatever their type condition and directives, and an unknown type
+// or field (an interface, a union) is a yes.
+func selectsResolved(typ string, sel ast.SelectionSet, depth int) bool {
+	fields, ok := objectFields[typ]
+	if !ok || depth > 32 {
+		return true
+	}
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			if s.Name == "__typename" {
+				continue
+			}
+			f, ok := fields[s.Name]
+			if !ok || f.resolved {
+				return true
+			}
+			if len(s.SelectionSet) > 0 && selectsResolved(f.typ, s.SelectionSet, depth+1) {
+				return true
+			}
+		case *ast.InlineFragment:
+			if selectsResolved(typ, s.SelectionSet, depth+1) {
+				return true
+			}
+		case *ast.FragmentSpread:
+			if s.Definition == nil || selectsResolved(typ, s.Definition.SelectionSet, depth+1) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 func marshalElementInline(ctx context.Context, i int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) (res graphql.Marshaler) {

@@ -3152,7 +3152,7 @@ var (
 )
 
 func (ec *executionContext) marshalNInstanceEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstanceEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.InstanceEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "InstanceEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNInstanceEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstanceEdge(ctx, sel, v[i])
@@ -3184,7 +3184,7 @@ func (ec *executionContext) marshalNInstanceEventConnection2ᚖgithubᚗcomᚋbe
 }
 
 func (ec *executionContext) marshalNInstanceEventEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstanceEventEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.InstanceEventEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "InstanceEventEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNInstanceEventEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstanceEventEdge(ctx, sel, v[i])

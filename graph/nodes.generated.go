@@ -5759,7 +5759,7 @@ func (ec *executionContext) marshalNComputeNodeConnection2ᚖgithubᚗcomᚋbett
 }
 
 func (ec *executionContext) marshalNComputeNodeEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐComputeNodeEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ComputeNodeEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "ComputeNodeEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNComputeNodeEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐComputeNodeEdge(ctx, sel, v[i])
@@ -5896,7 +5896,7 @@ func (ec *executionContext) marshalNInventoryChange2githubᚗcomᚋbettercompute
 }
 
 func (ec *executionContext) marshalNInventoryChange2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐChangeᚄ(ctx context.Context, sel ast.SelectionSet, v []inventory.Change) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "InventoryChange", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNInventoryChange2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐChange(ctx, sel, v[i])
@@ -5960,7 +5960,7 @@ func (ec *executionContext) marshalNInventorySnapshotConnection2ᚖgithubᚗcom�
 }
 
 func (ec *executionContext) marshalNInventorySnapshotEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInventorySnapshotEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.InventorySnapshotEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "InventorySnapshotEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNInventorySnapshotEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInventorySnapshotEdge(ctx, sel, v[i])
@@ -6000,7 +6000,7 @@ func (ec *executionContext) marshalNJoinRequestConnection2ᚖgithubᚗcomᚋbett
 }
 
 func (ec *executionContext) marshalNJoinRequestEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinRequestEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.JoinRequestEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "JoinRequestEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNJoinRequestEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinRequestEdge(ctx, sel, v[i])

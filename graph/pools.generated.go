@@ -1784,7 +1784,7 @@ func (ec *executionContext) marshalNPoolConnection2ᚖgithubᚗcomᚋbettercompu
 }
 
 func (ec *executionContext) marshalNPoolEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.PoolEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "PoolEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNPoolEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolEdge(ctx, sel, v[i])

@@ -1579,7 +1579,7 @@ func (ec *executionContext) marshalNProfileConnection2ᚖgithubᚗcomᚋbetterco
 }
 
 func (ec *executionContext) marshalNProfileEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProfileEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ProfileEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "ProfileEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐProfileEdge(ctx, sel, v[i])

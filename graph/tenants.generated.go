@@ -1484,7 +1484,7 @@ func (ec *executionContext) marshalNTenantConnection2ᚖgithubᚗcomᚋbettercom
 }
 
 func (ec *executionContext) marshalNTenantEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TenantEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "TenantEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNTenantEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEdge(ctx, sel, v[i])

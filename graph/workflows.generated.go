@@ -1508,7 +1508,7 @@ func (ec *executionContext) marshalNWorkflowConnection2ᚖgithubᚗcomᚋbetterc
 }
 
 func (ec *executionContext) marshalNWorkflowEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐWorkflowEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.WorkflowEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "WorkflowEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNWorkflowEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐWorkflowEdge(ctx, sel, v[i])
@@ -1576,7 +1576,7 @@ func (ec *executionContext) marshalNWorkflowStep2githubᚗcomᚋbettercomputeᚋ
 }
 
 func (ec *executionContext) marshalNWorkflowStep2ᚕgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐStepᚄ(ctx context.Context, sel ast.SelectionSet, v []workflows.Step) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "WorkflowStep", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNWorkflowStep2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐStep(ctx, sel, v[i])
