@@ -474,20 +474,16 @@ func Methods() []registry.Method {
 	}
 }
 
-type tenantRow struct {
-	Parent string `db:"parent_key"`
-	Total  int    `db:"total_count"`
-	Pool
-}
-
 var visibleTo = Visible("ARRAY[t.parent]")
 
 // PagesByTenant returns one page of each tenant's visible pools (owned or
 // offered to it) in one statement.
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Pool], error) {
-	var rows []tenantRow
+	var r page.Rows[Pool]
 	parents, arg := page.Parents(tenantIDs)
-	err := q.SelectContext(ctx, &rows, `
+	// Scanned column by column (the order of cols), not by sqlx's
+	// reflection: this is the statement of every tenant's pools page.
+	rows, err := q.QueryContext(ctx, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS total_count
 			FROM `+parents+`)
@@ -497,12 +493,25 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after str
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM pools p WHERE `+visibleTo+` AND p.pool_id > $2 ORDER BY p.pool_id LIMIT $3
 		) x`, arg, after, limit+1)
-	var r page.Rows[Pool]
-	for _, x := range rows {
-		x.Pool.fix()
-		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Pool)
+	if err != nil {
+		return r, store.Wrap(err)
 	}
-	return r, store.Wrap(err)
+	defer rows.Close()
+	for rows.Next() {
+		var parent string
+		var total int
+		var p Pool
+		if err := rows.Scan(&parent, &total, &p.PoolID, &p.TenantID, &p.Name, &p.Site, &p.GPUModel, &p.SharingMode, &p.Kind,
+			&p.Provider, &p.ProviderAccount, &p.PolicyText, &p.State, &p.RowVersion, &p.CreatedAt, &p.UpdatedAt); err != nil {
+			return page.Rows[Pool]{}, store.Wrap(err)
+		}
+		p.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, parent), append(r.Totals, total), append(r.Items, p)
+	}
+	if err := rows.Err(); err != nil {
+		return page.Rows[Pool]{}, store.Wrap(err)
+	}
+	return r, nil
 }
 
 // CountByTenant counts each tenant's visible pools.
