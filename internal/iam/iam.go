@@ -256,15 +256,16 @@ type tokenRow struct {
 // TokenPagesByTenant returns one page of tokens for each tenant in one statement.
 func TokenPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Token], error) {
 	var rows []tokenRow
+	parents, arg := page.Parents(tenantIDs)
 	err := q.SelectContext(ctx, &rows, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM tokens c WHERE c.tenant_id = t.parent) AS total_count
-			FROM unnest($1::text[]) AS t(parent))
+			FROM `+parents+`)
 		SELECT t.parent AS parent_key, t.total_count,
 		       k.token_id, k.tenant_id, k.principal_id, k.name, k.role, k.created_at, k.revoked_at
 		FROM t
 		CROSS JOIN LATERAL (SELECT * FROM tokens WHERE tenant_id = t.parent AND token_id > $2 ORDER BY token_id LIMIT $3) k`,
-		tenantIDs, after, limit+1)
+		arg, after, limit+1)
 	var r page.Rows[Token]
 	for _, x := range rows {
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Token)
@@ -286,10 +287,11 @@ type bindingRow struct {
 // BindingPagesByTenant returns one page of role bindings for each tenant.
 func BindingPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Binding], error) {
 	var rows []bindingRow
+	parents, arg := page.Parents(tenantIDs)
 	err := q.SelectContext(ctx, &rows, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM role_bindings c WHERE c.tenant_id = t.parent) AS total_count
-			FROM unnest($1::text[]) AS t(parent))
+			FROM `+parents+`)
 		SELECT t.parent AS parent_key, t.total_count,
 		       b.tenant_id, b.principal_id, b.kind, b.name, b.role, b.created_at
 		FROM t
@@ -297,7 +299,7 @@ func BindingPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, af
 			SELECT rb.tenant_id, rb.principal_id, p.kind, p.name, rb.role, rb.created_at
 			FROM role_bindings rb JOIN principals p ON p.principal_id = rb.principal_id
 			WHERE rb.tenant_id = t.parent AND rb.principal_id > $2 ORDER BY rb.principal_id LIMIT $3) b`,
-		tenantIDs, after, limit+1)
+		arg, after, limit+1)
 	var r page.Rows[Binding]
 	for _, x := range rows {
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Binding)

@@ -317,16 +317,17 @@ type tenantRow struct {
 // PagesByTenant returns one page of projects for each tenant in one statement.
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after string, limit int) (page.Rows[Project], error) {
 	var rows []tenantRow
+	parents, arg := page.Parents(tenantIDs)
 	err := q.SelectContext(ctx, &rows, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM projects c WHERE c.tenant_id = t.parent) AS total_count
-			FROM unnest($1::text[]) AS t(parent))
+			FROM `+parents+`)
 		SELECT t.parent AS parent_key, t.total_count,
 		       p.project_id, p.tenant_id, p.name, p.description, p.row_version, p.created_at, p.updated_at
 		FROM t
 		CROSS JOIN LATERAL (
 			SELECT * FROM projects WHERE tenant_id = t.parent AND project_id > $2 ORDER BY project_id LIMIT $3
-		) p`, tenantIDs, after, limit+1)
+		) p`, arg, after, limit+1)
 	var r page.Rows[Project]
 	for _, x := range rows {
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.Project)
