@@ -29,6 +29,7 @@ package main
 
 import (
 	"fmt"
+	"go/format"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -83,7 +84,11 @@ func main() {
 	}
 	pure := purity(all.String(), enums)
 	fields := objectFields(all.String())
-	if err := os.WriteFile(filepath.Join(dir, "fields.gqlfast.go"), []byte(fieldsSource(fields)), 0o644); err != nil {
+	table, err := format.Source([]byte(fieldsSource(fields)))
+	if err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fields.gqlfast.go"), table, 0o644); err != nil {
 		fail(err)
 	}
 	var leaves, groups, lists, autos, buffers int
