@@ -387,9 +387,10 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	}
 
 	// Every connection of a tenant: stopped at the first page batch (they
-	// all unnest their parents), each field is an error.
+	// all select from their parents, page.Parents: an unnest, or one
+	// tenant as a scalar), each field is an error.
 	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { name projects(first: 5) { totalCount } tokens(first: 5) { totalCount }
-		members(first: 5) { totalCount } pools(first: 5) { totalCount } profiles(first: 5) { totalCount } } }`, "AS t(parent)")
+		members(first: 5) { totalCount } pools(first: 5) { totalCount } profiles(first: 5) { totalCount } } }`, "AS t(parent)", "AS parent) AS t")
 	unavailable(r, "projects", "tokens", "members", "pools", "profiles")
 
 	// Tenant.profiles: stopped at the profiles batch.
