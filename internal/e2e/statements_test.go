@@ -22,20 +22,7 @@ func TestStatementCountDoesNotGrowWithLists(t *testing.T) {
 				e.Must(e.Call(e.Operator, "projects/create", map[string]any{"tenantId": id, "name": fmt.Sprintf("p%02d", j)}))
 			}
 		}
-		// Loaders batch keys that arrive within a 2 ms window; on a starved
-		// CPU a level can split in two. An N+1 grows on every run, so the
-		// best of six is the query's statement count.
-		best := int64(-1)
-		for i := 0; i < 6; i++ {
-			r := e.GraphQL(e.Operator, query, nil)
-			if r.Status != 200 || r.Body["errors"] != nil {
-				t.Fatalf("%s", r.Raw)
-			}
-			if n := e.Statements(r); best < 0 || n < best {
-				best = n
-			}
-		}
-		return best
+		return fewestStatements(t, e, e.Operator, query, nil)
 	}
 	small, large := count(2, 2), count(12, 15)
 	if small != large {
@@ -67,22 +54,6 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		nodes(first: 10) { totalCount edges { node { nodeId pool { poolId } inventory { hash }
 			inventoryHistory(first: 2) { totalCount edges { node { snapshotId } } }
 			workflows(first: 2) { totalCount edges { node { workflowId node { nodeId } profile { profileId } } } } } } } } } } } }`
-	best := func(e *testkit.Env, token, q string, vars map[string]any) int64 {
-		// Loaders batch keys that arrive within a 2 ms window; on a starved
-		// CPU a level can split in two. An N+1 grows on every run, so the
-		// best of six is the query's statement count.
-		n := int64(-1)
-		for i := 0; i < 6; i++ {
-			r := e.GraphQL(token, q, vars)
-			if r.Status != 200 || r.Body["errors"] != nil {
-				t.Fatalf("%.3000s", r.Raw)
-			}
-			if s := e.Statements(r); n < 0 || s < n {
-				n = s
-			}
-		}
-		return n
-	}
 	count := func(tenants, per int) (int64, int64) {
 		e := testkit.Start(t)
 		e.Must(e.Call(e.Operator, "tenants/create", map[string]any{"tenantId": "guest", "name": "guest"}))
@@ -111,7 +82,7 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		for _, n := range items(t, nodes) {
 			e.Must(e.Call(admin, "workflows/create", map[string]any{"tenantId": "t00", "nodeId": n["nodeId"], "profileId": "rocky-9-base"}))
 		}
-		return best(e, e.Operator, tenantsQuery, nil), best(e, admin, fleetQuery, map[string]any{"t": "t00"})
+		return fewestStatements(t, e, e.Operator, tenantsQuery, nil), fewestStatements(t, e, admin, fleetQuery, map[string]any{"t": "t00"})
 	}
 	smallTenants, smallFleet := count(2, 2)
 	largeTenants, largeFleet := count(6, 5)
@@ -149,17 +120,7 @@ func TestInstanceStatementsDoNotGrow(t *testing.T) {
 				e.Must(e.Call(member, "instances/create", in))
 			}
 		}
-		best := int64(-1)
-		for i := 0; i < 6; i++ {
-			r := e.GraphQL(member, query, nil)
-			if r.Status != 200 || r.Body["errors"] != nil {
-				t.Fatalf("%s", r.Raw)
-			}
-			if n := e.Statements(r); best < 0 || n < best {
-				best = n
-			}
-		}
-		return best
+		return fewestStatements(t, e, member, query, nil)
 	}
 	small, large := count(2, 2), count(6, 5)
 	if small != large {
@@ -179,16 +140,7 @@ func TestSmallQueryIsTwoStatements(t *testing.T) {
 		e.Pool(admin, "acme", fmt.Sprintf("pool-%d", i))
 	}
 	q := `{ tenant(tenantId: "acme") { pools(first: 50) { edges { node { name site } } } } }`
-	best := int64(-1)
-	for i := 0; i < 6; i++ {
-		r := e.GraphQL(admin, q, nil)
-		if r.Status != 200 || r.Body["errors"] != nil {
-			t.Fatalf("%s", r.Raw)
-		}
-		if n := e.Statements(r); best < 0 || n < best {
-			best = n
-		}
-	}
+	best := fewestStatements(t, e, admin, q, nil)
 	if best > 2 {
 		t.Fatalf("%d statements for the small query, want at most 2", best)
 	}
@@ -197,4 +149,23 @@ func TestSmallQueryIsTwoStatements(t *testing.T) {
 	if bound.Status != 200 || bound.Body["errors"] != nil || string(bound.Raw) != string(loaded.Raw) {
 		t.Fatalf("the tenant read with the bindings differs from the one read from its table:\n%s\n%s", bound.Raw, loaded.Raw)
 	}
+}
+
+// fewestStatements runs a query six times and returns the fewest statements
+// one run sent. Loaders batch keys that arrive within a 2 ms window; on a
+// starved CPU a level can split in two. An N+1 grows on every run, so the
+// fewest is the query's statement count.
+func fewestStatements(t *testing.T, e *testkit.Env, token, q string, vars map[string]any) int64 {
+	t.Helper()
+	best := int64(-1)
+	for i := 0; i < 6; i++ {
+		r := e.GraphQL(token, q, vars)
+		if r.Status != 200 || r.Body["errors"] != nil {
+			t.Fatalf("%.3000s", r.Raw)
+		}
+		if n := e.Statements(r); best < 0 || n < best {
+			best = n
+		}
+	}
+	return best
 }
