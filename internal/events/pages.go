@@ -22,8 +22,13 @@ func PagesByInstance(ctx context.Context, q store.Q, instanceIDs []string, after
 		row
 	}
 	match := `e.instance_id = t.parent AND e.xid < pg_snapshot_xmin(pg_current_snapshot()) AND ` + visible
-	err := q.SelectContext(ctx, &rows, `SELECT t.parent AS parent_key, (SELECT count(*) FROM instance_events e WHERE `+match+`) AS total_count, x.*
-		FROM unnest($2::text[]) AS t(parent)
+	// The count is taken once per parent in a materialized CTE, not in the
+	// select list, where PostgreSQL would run it once per output row.
+	err := q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM instance_events e WHERE `+match+`) AS total_count
+			FROM unnest($2::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count, x.*
+		FROM t
 		CROSS JOIN LATERAL (
 			SELECT e.xid::text AS xid, e.seq, e.type, e.tenant_id, e.pool_id, e.instance_id, e.project_id,
 				e.state, e.desired_state, e.state_reason, e.occurred_at, e.instance::text AS instance

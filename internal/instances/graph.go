@@ -164,9 +164,12 @@ func ViewPages(ctx context.Context, q store.Q, scope, hosts authz.Scope, by Pare
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []viewRow
 	args := []any{scope.Arg(), hosts.Arg(), keys, parent, pool, project, state, after, limit + 1}
-	err := q.SelectContext(ctx, &rows, `SELECT t.k AS parent_key,
-			(SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS total_count, x.*
-		FROM `+scopesAt(3)+`
+	// Counts once per scope (a materialized CTE), not once per output row.
+	err := q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
+			SELECT t.*, (SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS total_count
+			FROM `+scopesAt(3)+`)
+		SELECT t.k AS parent_key, t.total_count, x.*
+		FROM t
 		CROSS JOIN LATERAL (SELECT `+viewCols+` FROM instances i WHERE `+scopeMatch(by)+` AND i.instance_id > $8
 			ORDER BY i.instance_id LIMIT $9) x`, args...)
 	var r page.Rows[View]
@@ -223,9 +226,11 @@ func ReservationPages(ctx context.Context, q store.Q, scope authz.Scope, by Pare
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []resRow
 	args := []any{scope.Arg(), keys, parent, pool, project, state, after, limit + 1}
-	err := q.SelectContext(ctx, &rows, `SELECT t.k AS parent_key,
-			(SELECT count(*) FROM reservations r WHERE `+resMatch(by)+`) AS total_count, x.*
-		FROM `+scopesAt(2)+`
+	err := q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
+			SELECT t.*, (SELECT count(*) FROM reservations r WHERE `+resMatch(by)+`) AS total_count
+			FROM `+scopesAt(2)+`)
+		SELECT t.k AS parent_key, t.total_count, x.*
+		FROM t
 		CROSS JOIN LATERAL (SELECT r.reservation_id, r.tenant_id, r.pool_id, r.gpus, r.vcpus, r.memory_gib, r.starts_at, r.ends_at,
 				r.state, r.row_version, r.created_at, r.updated_at, r.canceled_at, now() AS tx_now
 			FROM reservations r WHERE `+resMatch(by)+` AND r.reservation_id > $7 ORDER BY r.reservation_id LIMIT $8) x`, args...)

@@ -110,22 +110,27 @@ func (p *proc) peakRSS() int64 {
 
 var clockTick = 100.0 // sysconf(_SC_CLK_TCK) on Linux
 
-// pidCPU reads utime+stime of pid, and with children the CPU time of its
-// children that it has waited for (cutime+cstime).
-func pidCPU(pid int, children bool) time.Duration {
+// statFields are the fields of /proc/<pid>/stat after the command name
+// (field 2, which may hold spaces): f[0] is field 3 (state); nil when the
+// process is gone.
+func statFields(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
-	// The command name (field 2) may hold spaces: fields count from its ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return nil
 	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime, stime, cutime and cstime are
-	// fields 14 to 17.
+	return strings.Fields(s[i+1:])
+}
+
+// pidCPU reads utime+stime of pid, and with children the CPU time of its
+// children that it has waited for (cutime+cstime).
+func pidCPU(pid int, children bool) time.Duration {
+	// utime, stime, cutime and cstime are fields 14 to 17.
+	f := statFields(pid)
 	if len(f) < 15 {
 		return 0
 	}
@@ -142,16 +147,7 @@ func pidCPU(pid int, children bool) time.Duration {
 }
 
 func pidParent(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := statFields(pid) // field 4 is the parent's pid
 	if len(f) < 2 {
 		return 0
 	}
