@@ -186,23 +186,19 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		return denied(perm, r)
 	}
 	var role string
-	if p.IsOperator() {
-		role = RoleAdmin
-	} else {
+	if !p.IsOperator() {
 		var err error
 		if role, err = RoleOf(ctx, q, p, r.TenantID); err != nil {
 			return err
 		}
 	}
-	if r.TenantID == BuiltinTenant && !write {
-		role = RoleViewer // everyone reads what modules ship
-	}
 	if r.Type == Tenant {
-		if RoleAllows(role, perm) || p.IsOperator() {
+		if TenantGrants(p, role, perm, r.TenantID) {
 			return nil
 		}
 		return denied(perm, r)
 	}
+	role = effectiveRole(p, role, perm, r.TenantID)
 	mu.RLock()
 	resolve, ok := resolvers[r.Type]
 	mu.RUnlock()
@@ -237,6 +233,38 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		return nil
 	}
 	return denied(perm, r)
+}
+
+// TenantGrants is the one tenant-level rule, used by Decide on the method
+// surface and by the graph's Caller (Allows, Scope): whether p, holding role
+// on tenantID ("" for none), may perform perm on the tenant itself. The
+// operator may do anything but write the builtin tenant (and decides other
+// resources as an admin); everyone reads the
+// builtin tenant (it holds what modules ship) and no one writes it; anyone
+// else holds what the role table grants the role. Node credentials hold
+// nothing on a tenant.
+func TenantGrants(p *reqctx.Principal, role string, perm Permission, tenantID string) bool {
+	if p.IsOperator() {
+		return known[perm] && !(tenantID == BuiltinTenant && !perm.IsRead())
+	}
+	return RoleAllows(effectiveRole(p, role, perm, tenantID), perm)
+}
+
+// effectiveRole is the role the tenant-level rule decides with: admin for
+// the operator, viewer for reads of the builtin tenant, none for its writes
+// or for a node credential.
+func effectiveRole(p *reqctx.Principal, role string, perm Permission, tenantID string) string {
+	switch {
+	case p == nil || p.Kind == "node":
+		return ""
+	case tenantID == BuiltinTenant && !perm.IsRead():
+		return ""
+	case p.IsOperator():
+		return RoleAdmin
+	case tenantID == BuiltinTenant:
+		return RoleViewer // everyone reads what modules ship
+	}
+	return role
 }
 
 func denied(perm Permission, r Resource) error {

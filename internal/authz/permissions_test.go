@@ -46,3 +46,45 @@ func TestRoleTable(t *testing.T) {
 		t.Fatal("no role allows a read")
 	}
 }
+
+// The method surface (Decide) and the graph (Caller.Allows, Caller.Scope)
+// decide a tenant's own reads and writes with one rule: over every kind of
+// principal, role, permission and tenant (the builtin one included) the
+// three answer alike. A node credential holds nothing on any tenant, the
+// builtin one included (the contract: it reports its own inventory and
+// nothing else).
+func TestTenantRuleIsOneOnBothSurfaces(t *testing.T) {
+	perms := make([]Permission, 0, len(known))
+	for p := range known {
+		perms = append(perms, p)
+	}
+	tenants := []string{"acme", BuiltinTenant}
+	for _, kind := range []string{"user", "service", "node", "operator"} {
+		for _, role := range append([]string{""}, Roles...) {
+			p := &reqctx.Principal{ID: "p", Kind: kind}
+			roles := map[string]string{}
+			if role != "" && kind != "node" && kind != "operator" {
+				roles["acme"] = role
+			}
+			p.CacheAllRoles(roles)
+			c, err := LoadCaller(context.Background(), nil, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, perm := range perms {
+				for _, tenant := range tenants {
+					decided := Decide(context.Background(), nil, p, perm, Resource{Type: Tenant, TenantID: tenant}) == nil
+					if allows := c.Allows(perm, tenant); allows != decided {
+						t.Errorf("%s/%q %s on %s: Decide %v, Caller.Allows %v", kind, role, perm, tenant, decided, allows)
+					}
+					if scoped := c.Scope(perm).Has(tenant); perm.IsRead() && scoped != decided {
+						t.Errorf("%s/%q %s on %s: Decide %v, Caller.Scope %v", kind, role, perm, tenant, decided, scoped)
+					}
+					if kind == "node" && decided {
+						t.Errorf("a node credential holds %s on %s", perm, tenant)
+					}
+				}
+			}
+		}
+	}
+}

@@ -64,18 +64,14 @@ func (c *Caller) PrincipalID() string {
 // Allows says whether the caller holds perm on the tenant itself: the
 // decision of a tenant's own fields (its projects, tokens, pools).
 func (c *Caller) Allows(perm Permission, tenantID string) bool {
-	switch {
-	case c == nil || c.P == nil || c.P.Kind == "node" || !known[perm]:
+	if c == nil || c.P == nil || !known[perm] {
 		return false
-	case c.P.IsOperator():
-		return !(tenantID == BuiltinTenant && !perm.IsRead())
-	case tenantID == BuiltinTenant:
-		return perm.IsRead()
 	}
-	return RoleAllows(c.roles[tenantID], perm)
+	return TenantGrants(c.P, c.roles[tenantID], perm, tenantID)
 }
 
-// Scope is the set of tenants in which the caller holds perm.
+// Scope is the set of tenants in which the caller holds perm, a read (the
+// graph's loaders read in it).
 func (c *Caller) Scope(perm Permission) Scope {
 	switch {
 	case c == nil || c.P == nil || c.P.Kind == "node" || !known[perm]:
@@ -83,12 +79,14 @@ func (c *Caller) Scope(perm Permission) Scope {
 	case c.P.IsOperator():
 		return Scope{all: true, principal: c.P.ID}
 	}
+	// The tenants where TenantGrants holds: the builtin tenant's rule needs
+	// no binding, the others' rest on one.
 	s := Scope{tenants: []string{}, principal: c.P.ID}
-	if perm.IsRead() {
+	if TenantGrants(c.P, "", perm, BuiltinTenant) {
 		s.tenants = append(s.tenants, BuiltinTenant)
 	}
 	for t, role := range c.roles {
-		if RoleAllows(role, perm) {
+		if t != BuiltinTenant && TenantGrants(c.P, role, perm, t) {
 			s.tenants = append(s.tenants, t)
 		}
 	}

@@ -547,3 +547,73 @@ func TestProjectMutationWaitsForItsRelation(t *testing.T) {
 		t.Fatal("the update hung")
 	}
 }
+
+// Both surfaces read through the same visibility code, so for every caller
+// they agree: a project is readable by projects.get exactly when node(id:)
+// returns it, and a tenant's tokens, members and projects are listed by the
+// method exactly when the graph's Tenant connection answers (same items).
+// The project member without a tenant role reads the project but not the
+// tenant's lists; once its relation is removed, neither surface shows the
+// project.
+func TestReadsAgreeOnBothSurfaces(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	w := newWorld(t, e)
+	prj := w.project(t)
+	gid := relay.ID("Project", prj)
+	type who struct {
+		name, token string
+	}
+	whos := []who{{"operator", e.Operator}, {"admin", w.acme.Admin.Token}, {"member", w.acme.Member.Token},
+		{"viewer", w.acme.Viewer.Token}, {"owner", w.owner.Token}, {"projectMember", w.projectMember.Token},
+		{"otherAdmin", w.evil.Admin.Token}, {"otherViewer", w.evil.Viewer.Token}}
+	project := func(c who) (method, graph bool) {
+		t.Helper()
+		r := e.Call(c.token, "projects/get", map[string]any{"tenantId": "acme", "projectId": prj})
+		if r.Status != 200 && r.Code() != "PERMISSION_DENIED" && r.Code() != "NOT_FOUND" {
+			t.Fatalf("%s: projects.get: %d %s", c.name, r.Status, r.Raw)
+		}
+		d := gqlOK(t, e.GraphQL(c.token, `query($id: ID!) { node(id: $id) { ... on Project { projectId } } }`, map[string]any{"id": gid}))
+		return r.Status == 200 && r.Str("projectId") == prj, d["node"] != nil
+	}
+	lists := map[string]struct{ method, field, key string }{
+		"tokens":   {"tokens/list", "tokens { edges { node { tokenId } } }", "tokenId"},
+		"members":  {"members/list", "members { edges { node { principalId } } }", "principalId"},
+		"projects": {"projects/list", "projects { edges { node { projectId } } }", "projectId"},
+	}
+	for _, c := range whos {
+		m, g := project(c)
+		if m != g {
+			t.Errorf("%s: projects.get says %v, node(id:) says %v", c.name, m, g)
+		}
+		if want := c.name != "otherAdmin" && c.name != "otherViewer"; m != want {
+			t.Errorf("%s reads the project: %v, want %v", c.name, m, want)
+		}
+		for name, l := range lists {
+			r := e.Call(c.token, l.method, map[string]any{"tenantId": "acme", "limit": 200})
+			gr := e.GraphQL(c.token, `{ tenant(tenantId: "acme") { `+l.field+` } }`, nil)
+			code, _ := gqlErr(gr)
+			if (r.Status == 200) != (code == "") || r.Status != 200 && r.Code() != code {
+				t.Errorf("%s: %s: method %d %s, graph %q", c.name, name, r.Status, r.Code(), code)
+				continue
+			}
+			if r.Status != 200 {
+				continue
+			}
+			var fromMethod, fromGraph []string
+			for _, it := range r.Body["items"].([]any) {
+				fromMethod = append(fromMethod, str(it.(map[string]any)[l.key]))
+			}
+			for _, n := range nodesOf(t, dig(t, gqlOK(t, gr), "tenant", name)) {
+				fromGraph = append(fromGraph, str(n[l.key]))
+			}
+			if fmt.Sprint(fromMethod) != fmt.Sprint(fromGraph) || len(fromMethod) == 0 {
+				t.Errorf("%s: %s: method %v, graph %v", c.name, name, fromMethod, fromGraph)
+			}
+		}
+	}
+	must(t, e.Call(w.acme.Admin.Token, "projects/removeMember", map[string]any{"tenantId": "acme", "projectId": prj, "principalId": w.projectMember.PrincipalID}))
+	if m, g := project(who{"projectMember", w.projectMember.Token}); m || g {
+		t.Fatalf("after its relation is removed: projects.get %v, node(id:) %v", m, g)
+	}
+}

@@ -79,19 +79,18 @@ func CreateToken(ctx context.Context, q store.Q, in *TokenCreateInput) (*Created
 	return &CreatedToken{Token: t, Secret: secret}, nil
 }
 
-// ListTokens pages the tenant's service tokens, revoked ones included.
+// ListTokens pages the tenant's service tokens, revoked ones included: the
+// graph's page (TokenPagesByTenant) of the tenant the decision named.
 func ListTokens(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Token], error) {
 	var after string
 	if _, err := page.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	rows := []Token{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+tokenCols+` FROM tokens
-		WHERE tenant_id = $1 AND token_id > $2 ORDER BY token_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	rows, err := TokenPagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(t Token) string { return page.Encode(t.TokenID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(t Token) string { return page.Encode(t.TokenID) })
 	return &page.Page[Token]{Items: items, Cursor: cur}, nil
 }
 
@@ -182,19 +181,18 @@ func RevokeMember(ctx context.Context, q store.Q, in *MemberRefInput) (*Revoked,
 	return &Revoked{Revoked: int(n)}, nil
 }
 
-// ListMembers pages the tenant's role bindings by principal id.
+// ListMembers pages the tenant's role bindings by principal id: the graph's
+// page (BindingPagesByTenant) of the tenant the decision named.
 func ListMembers(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Binding], error) {
 	var after string
 	if _, err := page.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	rows := []Binding{}
-	err := q.SelectContext(ctx, &rows, bindingSelect+` WHERE b.tenant_id = $1 AND b.principal_id > $2
-		ORDER BY b.principal_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	rows, err := BindingPagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(b Binding) string { return page.Encode(b.PrincipalID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(b Binding) string { return page.Encode(b.PrincipalID) })
 	return &page.Page[Binding]{Items: items, Cursor: cur}, nil
 }
 

@@ -329,9 +329,11 @@ func writeEvent(ctx context.Context, q store.Q, i *Instance) error {
 		ProjectID: i.ProjectID, State: i.State, DesiredState: i.DesiredState, StateReason: i.StateReason, Instance: b})
 }
 
-// Get returns one of the tenant's instances.
+// Get returns one of the tenant's instances. The method surface's reads
+// use the graph's predicates (Visible, ReservationVisible) bound to the
+// tenant their decision named.
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Instance, error) {
-	i, err := one(ctx, q, `SELECT `+cols+` FROM instances WHERE instance_id = $1 AND tenant_id = $2`, in.InstanceID, in.TenantID)
+	i, err := one(ctx, q, `SELECT `+cols+` FROM instances i WHERE instance_id = $1 AND `+Visible("ARRAY[$2]"), in.InstanceID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(in.InstanceID)
 	}
@@ -346,8 +348,8 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], 
 		return nil, err
 	}
 	rows := []Instance{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM instances
-		WHERE tenant_id = $1 AND instance_id > $2
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM instances i
+		WHERE `+Visible("ARRAY[$1]")+` AND instance_id > $2
 		  AND ($3 = '' OR pool_id = $3) AND ($4 = '' OR project_id = $4)
 		  AND (CASE WHEN $5 = '' THEN state <> 'deleted' ELSE state = $5 END)
 		ORDER BY instance_id LIMIT $6`, in.TenantID, after, in.PoolID, in.ProjectID, in.State, in.Limit+1)

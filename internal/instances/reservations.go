@@ -214,7 +214,7 @@ func resNotFound(id string) error {
 // GetReservation returns one of the tenant's reservations.
 func GetReservation(ctx context.Context, q store.Q, in *ReservationRefInput) (*Reservation, error) {
 	var r Reservation
-	err := q.GetContext(ctx, &r, `SELECT `+resCols+` FROM reservations WHERE reservation_id = $1 AND tenant_id = $2`, in.ReservationID, in.TenantID)
+	err := q.GetContext(ctx, &r, `SELECT `+resCols+` FROM reservations r WHERE reservation_id = $1 AND `+ReservationVisible("ARRAY[$2]"), in.ReservationID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, resNotFound(in.ReservationID)
 	}
@@ -232,8 +232,8 @@ func ListReservations(ctx context.Context, q store.Q, in *ReservationListInput) 
 		return nil, err
 	}
 	rows := []Reservation{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+resCols+` FROM reservations
-		WHERE tenant_id = $1 AND reservation_id > $2 AND ($3 = '' OR pool_id = $3)
+	err := q.SelectContext(ctx, &rows, `SELECT `+resCols+` FROM reservations r
+		WHERE `+ReservationVisible("ARRAY[$1]")+` AND reservation_id > $2 AND ($3 = '' OR pool_id = $3)
 		  AND CASE $4
 		      WHEN '' THEN true
 		      WHEN 'canceled' THEN state = 'canceled'

@@ -410,10 +410,11 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 
 func reqNotFound(id string) error { return errs.E(errs.NotFound, "join request %s not found", id) }
 
-// GetJoinRequest returns one request of a pool the tenant owns.
+// GetJoinRequest returns one request of a pool the tenant owns, read with
+// the graph's predicate (requestVisible) bound to that tenant.
 func GetJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*JoinRequest, error) {
 	var r JoinRequest
-	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2`,
+	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests r WHERE join_request_id = $1 AND `+requestVisible("ARRAY[$2]"),
 		in.JoinRequestID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, reqNotFound(in.JoinRequestID)
@@ -434,9 +435,9 @@ func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) 
 		return nil, err
 	}
 	rows := []JoinRequest{}
-	err := q.SelectContext(ctx, &rows, `SELECT * FROM (SELECT `+reqCols+` FROM join_requests
-			WHERE pool_id = $1 AND join_request_id > $2) r
-		WHERE $3::text IS NULL OR r.req_state = $3 ORDER BY join_request_id LIMIT $4`, in.PoolID, after, in.State, in.Limit+1)
+	err := q.SelectContext(ctx, &rows, `SELECT * FROM (SELECT `+reqCols+` FROM join_requests r
+			WHERE pool_id = $1 AND join_request_id > $2 AND `+requestVisible("ARRAY[$5]")+`) r
+		WHERE $3::text IS NULL OR r.req_state = $3 ORDER BY join_request_id LIMIT $4`, in.PoolID, after, in.State, in.Limit+1, in.TenantID)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}

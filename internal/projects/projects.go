@@ -7,6 +7,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -83,43 +85,73 @@ type (
 
 const cols = `project_id, tenant_id, name, description, row_version, created_at, updated_at`
 
-var (
-	ownerPerms  = []authz.Permission{authz.ProjectsRead, authz.ProjectsManage}
-	memberPerms = []authz.Permission{authz.ProjectsRead}
-)
+// relationGrants is the one table of what a project relationship grants its
+// principal on the project, whatever its role on the tenant: the method
+// surface's decision (resolve) and the graph's visibility predicate
+// (visible) both read it. A tenant admin counts as an owner.
+var relationGrants = map[string][]authz.Permission{
+	"owner":  {authz.ProjectsRead, authz.ProjectsManage},
+	"member": {authz.ProjectsRead},
+}
+
+// relationsGranting lists, as an SQL text[] literal, the relations that
+// grant perm (constants of relationGrants, never input).
+func relationsGranting(perm authz.Permission) string {
+	var rels []string
+	for rel, perms := range relationGrants {
+		if slices.Contains(perms, perm) {
+			rels = append(rels, rel)
+		}
+	}
+	slices.Sort(rels)
+	return `'{` + strings.Join(rels, ",") + `}'::text[]`
+}
+
+// relationOf is the principal's relationship to the project pr (an SQL
+// expression, NULL for none); principal is an SQL text expression, lock ""
+// or a locking clause.
+func relationOf(principal, lock string) string {
+	return `(SELECT r.relation FROM project_relations r WHERE r.project_id = pr.project_id AND r.principal_id = ` + principal + lock + `)`
+}
+
+// visible is the one read predicate over projects pr: a project is visible
+// to the readers of its tenant (tenants, a text[] expression) and to the
+// principals whose relationship grants the read (principal, an SQL text
+// expression). The graph's loaders bind it to the caller's scope; the
+// method surface's get reads through the same ByIDs bound to the one tenant
+// its decision named (authz.TenantScope). A tenant's list of projects is
+// decided on the tenant and read by PagesByTenant on both surfaces.
+func visible(principal string) func(tenants string) string {
+	readers := relationsGranting(authz.ProjectsRead)
+	return func(tenants string) string {
+		return `(pr.tenant_id = ANY(` + tenants + `) OR ` + relationOf(principal, "") + ` = ANY(` + readers + `))`
+	}
+}
 
 func init() { authz.Register(authz.Project, resolve) }
 
 // resolve is the relationship resolver of compute-project: the project must
-// live in the named tenant; its owner and members hold permissions directly;
-// a tenant admin counts as an owner.
+// live in the named tenant; its owner and members hold what relationGrants
+// says; a tenant admin counts as an owner.
 func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r authz.Resource) (authz.Visibility, error) {
+	lock := ""
+	if authz.Locking(ctx) {
+		// A mutation: hold the relation until the write commits, so a
+		// removal in flight is waited for and then seen.
+		lock = " FOR SHARE"
+	}
 	var rel sql.NullString
-	err := q.GetContext(ctx, &rel, `SELECT r.relation FROM projects pr
-		LEFT JOIN project_relations r ON r.project_id = pr.project_id AND r.principal_id = $3
-		WHERE pr.project_id = $1 AND pr.tenant_id = $2`, r.ID, r.TenantID, p.ID)
+	err := q.GetContext(ctx, &rel, `SELECT `+relationOf("$3", lock)+`
+		FROM projects pr WHERE pr.project_id = $1 AND pr.tenant_id = $2`, r.ID, r.TenantID, p.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return authz.Visibility{}, nil
 	}
 	if err != nil {
 		return authz.Visibility{}, store.Wrap(err)
 	}
-	if authz.Locking(ctx) && rel.Valid {
-		// A mutation: hold the relation until the write commits, so a
-		// removal in flight is waited for and then seen.
-		err := q.GetContext(ctx, &rel, `SELECT relation FROM project_relations WHERE project_id = $1 AND principal_id = $2 FOR SHARE`, r.ID, p.ID)
-		if errors.Is(err, sql.ErrNoRows) {
-			rel = sql.NullString{}
-		} else if err != nil {
-			return authz.Visibility{}, store.Wrap(err)
-		}
-	}
-	v := authz.Visibility{Exists: true}
-	switch {
-	case rel.String == "owner" || role == "admin":
-		v.Direct = ownerPerms
-	case rel.String == "member":
-		v.Direct = memberPerms
+	v := authz.Visibility{Exists: true, Direct: relationGrants[rel.String]}
+	if role == authz.RoleAdmin {
+		v.Direct = relationGrants["owner"]
 	}
 	return v, nil
 }
@@ -148,33 +180,34 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Project, error) {
 }
 
 func get(ctx context.Context, q store.Q, tenantID, projectID string) (*Project, error) {
-	var pr Project
-	err := q.GetContext(ctx, &pr, `SELECT `+cols+` FROM projects WHERE tenant_id = $1 AND project_id = $2`, tenantID, projectID)
-	if errors.Is(err, sql.ErrNoRows) {
+	found, err := ByIDs(ctx, q, authz.TenantScope(tenantID), []string{projectID})
+	if err != nil {
+		return nil, err
+	}
+	if found[projectID] == nil {
 		return nil, errs.E(errs.NotFound, "project %s not found", projectID)
 	}
-	return &pr, store.Wrap(err)
+	return found[projectID], nil
 }
 
-// Get returns one project.
+// Get returns one project: the graph's read (ByIDs) in the tenant the
+// decision named.
 func Get(ctx context.Context, q store.Q, in *RefInput) (*Project, error) {
 	return get(ctx, q, in.TenantID, in.ProjectID)
 }
 
-// List pages the tenant's projects by id. Every role on the tenant reads
-// every project, so the items filter keeps them all.
+// List pages the tenant's projects by id: the graph's page (PagesByTenant)
+// of the tenant the decision named.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Project], error) {
 	var after string
 	if _, err := page.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	rows := []Project{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM projects
-		WHERE tenant_id = $1 AND project_id > $2 ORDER BY project_id LIMIT $3`, in.TenantID, after, in.Limit+1)
+	rows, err := PagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(p Project) string { return page.Encode(p.ProjectID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(p Project) string { return page.Encode(p.ProjectID) })
 	return &page.Page[Project]{Items: items, Cursor: cur}, nil
 }
 
@@ -242,19 +275,18 @@ func RemoveMember(ctx context.Context, q store.Q, in *MemberInput) (*Removed, er
 	return &Removed{Removed: int(n)}, nil
 }
 
-// ListMembers pages the project's relationships by principal id.
+// ListMembers pages the project's relationships by principal id: the
+// graph's page (MemberPagesByProject) in the tenant the decision named.
 func ListMembers(ctx context.Context, q store.Q, in *MemberListInput) (*page.Page[Member], error) {
 	var after string
 	if _, err := page.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	rows := []Member{}
-	err := q.SelectContext(ctx, &rows, `SELECT project_id, principal_id, relation, created_at FROM project_relations
-		WHERE project_id = $1 AND principal_id > $2 ORDER BY principal_id LIMIT $3`, in.ProjectID, after, in.Limit+1)
+	rows, err := MemberPagesByProject(ctx, q, authz.TenantScope(in.TenantID), []string{in.ProjectID}, after, in.Limit)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(m Member) string { return page.Encode(m.PrincipalID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(m Member) string { return page.Encode(m.PrincipalID) })
 	return &page.Page[Member]{Items: items, Cursor: cur}, nil
 }
 
@@ -344,17 +376,6 @@ type memberRow struct {
 	Parent string `db:"parent_key"`
 	Total  int    `db:"total_count"`
 	Member
-}
-
-// visible is the visibility predicate over projects pr for the graph: a
-// project is visible to readers of its tenant (tenants, a text[]
-// expression) and to its own owner and members (principal, an SQL text
-// expression). The method surface decides the same through resolve.
-func visible(principal string) func(tenants string) string {
-	return func(tenants string) string {
-		return `(pr.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM project_relations r
-			WHERE r.project_id = pr.project_id AND r.principal_id = ` + principal + `))`
-	}
 }
 
 // MemberPagesByProject returns one page of relationships for each project

@@ -4,8 +4,6 @@ package tenants
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -50,14 +48,17 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Tenant, error) {
 	return &t, store.Wrap(err)
 }
 
-// Get returns a tenant (the decision already said the caller may read it).
+// Get returns a tenant (the decision already said the caller may read it):
+// the graph's read (ByIDs) in the tenant the decision named.
 func Get(ctx context.Context, q store.Q, in *GetInput) (*Tenant, error) {
-	var t Tenant
-	err := q.GetContext(ctx, &t, `SELECT tenant_id, name, created_at FROM tenants WHERE tenant_id = $1`, in.TenantID)
-	if errors.Is(err, sql.ErrNoRows) {
+	found, err := ByIDs(ctx, q, authz.TenantScope(in.TenantID), []string{in.TenantID})
+	if err != nil {
+		return nil, err
+	}
+	if found[in.TenantID] == nil {
 		return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
 	}
-	return &t, store.Wrap(err)
+	return found[in.TenantID], nil
 }
 
 // Visible is the one visibility predicate over tenants t: a tenant is
