@@ -182,6 +182,11 @@ type row struct {
 	Instance     string    `db:"instance"`
 }
 
+// Visible is the one visibility predicate over instance events e: the
+// readers of the event's tenant. The outbox reads of the method surface
+// and the live streams (Page) and the graph's batches use it.
+func Visible(tenants string) string { return `e.tenant_id = ANY(` + tenants + `)` }
+
 // Page returns up to limit events of the filter after the cursor position
 // (the zero position for the start), in stream order, only below the
 // visibility horizon. It does not check retention: see CheckCursor.
@@ -189,13 +194,13 @@ func Page(ctx context.Context, q store.Q, f Filter, after Position, limit int) (
 	var rows []row
 	err := q.SelectContext(ctx, &rows, `SELECT xid::text AS xid, seq, type, tenant_id, pool_id, instance_id, project_id,
 			state, desired_state, state_reason, occurred_at, instance::text AS instance
-		FROM instance_events
-		WHERE tenant_id = $1
+		FROM instance_events e
+		WHERE `+Visible("ARRAY[$1]")+`
 		  AND ($2 = '' OR instance_id = $2)
 		  AND ($3 = '' OR pool_id = $3)
 		  AND (xid, seq) > ($4::text::xid8, $5::bigint)
 		  AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY instance_events.xid, seq
+		ORDER BY e.xid, seq
 		LIMIT $6`, f.TenantID, f.InstanceID, f.PoolID, strconv.FormatUint(after.XID, 10), int64(after.Seq), limit)
 	if err != nil {
 		return nil, store.Wrap(err)

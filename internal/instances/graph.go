@@ -47,7 +47,7 @@ func ReservationVisible(tenants string) string { return `r.tenant_id = ANY(` + t
 
 // EventVisible is an instance event's (over instance_events e): its
 // instance's.
-func EventVisible(tenants string) string { return `e.tenant_id = ANY(` + tenants + `)` }
+func EventVisible(tenants string) string { return events.Visible(tenants) }
 
 // CapacityVisible is a pool's capacity's (over pools p): the pool's
 // readers, its owner's and those of the tenants it is offered to.
