@@ -31,7 +31,7 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 	}
 	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
 	if s := reqctx.SessionFrom(ctx); s != nil {
-		opts.Changed = s.Changed
+		opts.OnChange = s.OnChange
 		opts.Recheck = func(ctx context.Context) error {
 			p, err := s.Principal(ctx)
 			if err != nil {
@@ -40,9 +40,16 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 			return instances.AuthorizeEvents(ctx, r.DB, p, w)
 		}
 	}
+	d := reqctx.DriverFrom(ctx)
+	if d != nil {
+		opts.OnReady = d.Ready()
+	}
 	sub, err := r.Live.Subscribe(ctx, w.Filter, w.After, opts)
 	if err != nil {
 		return nil, err
+	}
+	if d != nil {
+		d.Attach()
 	}
 	return sub.C, nil
 }

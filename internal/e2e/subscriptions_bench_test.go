@@ -283,6 +283,8 @@ func (f *subFleet) close() {
 
 type memory struct{ rss, goBytes, goroutines float64 }
 
+var profileSeq atomic.Int64
+
 // serverMemory is the server process's resident set (from /proc) and its Go
 // heap and stacks in use (from /metrics) after a garbage collection (the
 // pprof listener's heap profile with gc=1 runs one).
@@ -292,6 +294,18 @@ func serverMemory(b *testing.B, r *replica, debug string) memory {
 	res, err := http.Get("http://" + debug + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		b.Fatal(err)
+	}
+	// BENCH_PROFILE_DIR keeps the server's heap and goroutine profiles of
+	// every measurement (go tool pprof reads them).
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		seqNo := profileSeq.Add(1)
+		raw, _ := io.ReadAll(res.Body)
+		_ = os.WriteFile(fmt.Sprintf("%s/heap-%d.pb.gz", dir, seqNo), raw, 0o644)
+		if g, err := http.Get("http://" + debug + "/debug/pprof/goroutine?debug=1"); err == nil {
+			raw, _ := io.ReadAll(g.Body)
+			g.Body.Close()
+			_ = os.WriteFile(fmt.Sprintf("%s/goroutines-%d.txt", dir, seqNo), raw, 0o644)
+		}
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()

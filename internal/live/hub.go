@@ -158,18 +158,41 @@ func (h *Hub) wake(tenantID string) {
 }
 
 // Subscription is one subscriber's ordered, exactly-once events.
+//
+// A live subscription costs no goroutine: its stream hands each new event
+// straight into the subscription's small buffered channel. Only when that
+// channel is full (the consumer is busy), the subscriber has fallen behind
+// the ring, or it replays from a cursor, a pump goroutine delivers for it
+// (with blocking sends, the stall timer and the outbox), and it hands the
+// subscription back to the stream once it has caught up.
 type Subscription struct {
 	// C delivers events in stream order; it is closed when the
-	// subscription ends (Err says why, nil when its context ended).
+	// subscription ends (Err says why, nil when its context ended). Events
+	// already handed to C are delivered before it closes, and an error's
+	// lastEventId names the last of them.
 	C <-chan *events.Event
 
 	c      chan *events.Event
+	ctx    context.Context
+	st     *stream
 	opts   Options
 	filter events.Filter
 	err    atomic.Pointer[error]
-	last   events.Position
 	cancel context.CancelFunc
+	// stopChange unregisters the OnChange hook.
+	stopChange func() bool
+
+	// Owned by the stream, under st.mu, while the subscription is live; by
+	// its pump while pumping.
+	next    uint64          // the ring sequence of the next event to consider
+	last    events.Position // the last event handed to c
+	pumping bool
+	closed  bool
 }
+
+// subBuffer is a live subscription's channel capacity: what its stream may
+// hand it while its consumer is busy writing the previous event.
+const subBuffer = 8
 
 // Err is why the subscription ended.
 func (s *Subscription) Err() error {
@@ -187,15 +210,35 @@ func (s *Subscription) matches(ev *events.Event) bool {
 		(s.filter.PoolID == "" || ev.PoolID == s.filter.PoolID)
 }
 
+// end records why the subscription ends (the first reason wins) and tells
+// OnEnd; the caller then ends it.
+func (s *Subscription) end(err error) {
+	if s.err.CompareAndSwap(nil, &err) && s.opts.OnEnd != nil {
+		s.opts.OnEnd(err)
+	}
+}
+
 // Options are a subscription's hooks.
 type Options struct {
-	// Changed, when set, returns a channel closed when the subscriber's
-	// authorization may have changed (its role bindings); Recheck then
-	// decides again, and an error ends the subscription with that error.
-	Changed func() <-chan struct{}
-	Recheck func(ctx context.Context) error
+	// OnChange, when set, registers a function called when the
+	// subscriber's authorization may have changed (its role bindings) and
+	// returns a function that unregisters it; Recheck then decides again,
+	// and an error ends the subscription with that error.
+	OnChange func(f func()) (stop func() bool)
+	Recheck  func(ctx context.Context) error
 	// OnEnd, when set, is told why a subscription ended with an error.
 	OnEnd func(error)
+	// OnReady, when set, is called once after every event put in C and
+	// once after C is closed (reqctx.Driver): a consumer driven by it reads
+	// C only when it holds something.
+	OnReady func()
+}
+
+// ready tells the consumer C holds one more item.
+func (s *Subscription) ready() {
+	if s.opts.OnReady != nil {
+		s.opts.OnReady()
+	}
 }
 
 // Subscribe starts a subscription of the filter's events. With after nil
@@ -212,7 +255,7 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	sub := &Subscription{c: make(chan *events.Event), filter: f, cancel: cancel}
+	sub := &Subscription{c: make(chan *events.Event, subBuffer), ctx: ctx, filter: f, cancel: cancel}
 	for _, o := range opts {
 		sub.opts = o
 	}
@@ -222,36 +265,70 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		cancel()
 		return nil, err
 	}
+	sub.st, sub.next, sub.last = st, next, from
 	replay := after != nil
 	if replay {
 		sub.last = *after
-	} else {
-		sub.last = from
 	}
 	h.subscribers.Add(1)
-	go h.serve(ctx, st, sub, next, replay)
+	if sub.opts.OnChange != nil && sub.opts.Recheck != nil {
+		sub.stopChange = sub.opts.OnChange(func() { go h.recheck(sub) })
+	}
+	// The end of the context ends a live subscription here; a pumping one
+	// is ended by its pump. (Ending cancels the context too, so this runs
+	// once for every subscription, as a no-op when it has ended already.)
+	context.AfterFunc(ctx, func() {
+		st.mu.Lock()
+		if sub.pumping || sub.closed {
+			st.mu.Unlock()
+			return
+		}
+		st.finish(sub)
+		st.mu.Unlock()
+		h.finished(sub)
+	})
+	st.mu.Lock()
+	switch {
+	case sub.closed: // its context ended already
+	case replay || st.fill(sub):
+		sub.pumping = true
+		go h.pump(sub, replay)
+	default:
+		st.live[sub] = struct{}{}
+	}
+	st.mu.Unlock()
 	return sub, nil
 }
 
-// serve delivers one subscriber's events: the replay from the outbox, then
-// the live events of its stream's ring from sequence next on, each
-// position once.
-func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, next uint64, replay bool) {
-	defer func() {
-		st.remove(sub)
-		h.subscribers.Add(-1)
-		close(sub.c)
+// recheck decides a subscription again after its authorization may have
+// changed; a refusal ends it with that error.
+func (h *Hub) recheck(sub *Subscription) {
+	if err := sub.opts.Recheck(sub.ctx); err != nil && sub.ctx.Err() == nil {
+		sub.end(err)
 		sub.cancel()
-	}()
-	end := func(err error) {
-		sub.err.Store(&err)
-		if sub.opts.OnEnd != nil {
-			sub.opts.OnEnd(err)
-		}
 	}
-	var changed <-chan struct{}
-	if sub.opts.Changed != nil {
-		changed = sub.opts.Changed()
+}
+
+// finished is what ends a subscription outside its stream's lock.
+func (h *Hub) finished(sub *Subscription) {
+	h.subscribers.Add(-1)
+	sub.cancel()
+	if sub.stopChange != nil {
+		sub.stopChange()
+	}
+}
+
+// pump delivers one subscriber's events while it cannot be handed them
+// without waiting: the replay from the outbox, then the events of its
+// stream's ring from sub.next on, each position once, until it has caught
+// up with the ring and goes live again.
+func (h *Hub) pump(sub *Subscription, replay bool) {
+	st, ctx := sub.st, sub.ctx
+	exit := func() {
+		st.mu.Lock()
+		st.finish(sub)
+		st.mu.Unlock()
+		h.finished(sub)
 	}
 	stall := time.NewTimer(h.cfg.Stall)
 	defer stall.Stop()
@@ -262,13 +339,21 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, next uin
 		if !sub.last.Less(ev.Position) {
 			return true
 		}
+		select {
+		case sub.c <- ev:
+			sub.last = ev.Position
+			sub.ready()
+			return true
+		default:
+		}
 		stall.Reset(h.cfg.Stall)
 		select {
 		case sub.c <- ev:
 			sub.last = ev.Position
+			sub.ready()
 			return true
 		case <-stall.C:
-			end(slowConsumer(sub.last))
+			sub.end(slowConsumer(sub.last))
 			return false
 		case <-ctx.Done():
 			return false
@@ -281,7 +366,7 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, next uin
 			page, err := events.Page(ctx, h.db, sub.filter, sub.last, h.cfg.Page)
 			if err != nil {
 				if ctx.Err() == nil {
-					end(err)
+					sub.end(err)
 				}
 				return false
 			}
@@ -296,43 +381,44 @@ func (h *Hub) serve(ctx context.Context, st *stream, sub *Subscription, next uin
 		}
 	}
 	if replay && !catchUp() {
+		exit()
 		return
 	}
 	var batch [32]*events.Event
 	for {
-		n, more, behind := st.take(&next, batch[:])
+		st.mu.Lock()
+		if ctx.Err() != nil {
+			st.mu.Unlock()
+			exit()
+			return
+		}
+		n, behind := st.take(&sub.next, batch[:])
+		if n == 0 && !behind {
+			// Caught up: the stream hands it events again.
+			sub.pumping = false
+			st.live[sub] = struct{}{}
+			st.mu.Unlock()
+			return
+		}
+		st.mu.Unlock()
 		if behind {
 			// The ring moved past this subscriber: the outbox has what it
 			// lost, and the ring has everything from the new mark on (the
 			// overlap is skipped by position).
 			h.catchUps.Add(1)
 			if !catchUp() {
+				exit()
 				return
 			}
 			continue
 		}
 		for _, ev := range batch[:n] {
 			if sub.matches(ev) && !emit(ev) {
+				exit()
 				return
 			}
 		}
 		clear(batch[:n])
-		if n > 0 {
-			continue
-		}
-		select {
-		case <-more:
-		case <-changed:
-			if err := sub.opts.Recheck(ctx); err != nil {
-				if ctx.Err() == nil {
-					end(err)
-				}
-				return
-			}
-			changed = sub.opts.Changed()
-		case <-ctx.Done():
-			return
-		}
 	}
 }
 
@@ -356,10 +442,10 @@ type stream struct {
 
 	mu   sync.Mutex
 	pos  events.Position
-	subs int
-	ring []*events.Event // the event of sequence k is ring[k%len(ring)]
-	head uint64          // the sequence of the next event appended
-	more chan struct{}   // closed when events are appended, then replaced
+	subs int                        // every subscription, live or pumping
+	live map[*Subscription]struct{} // those the stream hands events to
+	ring []*events.Event            // the event of sequence k is ring[k%len(ring)]
+	head uint64                     // the sequence of the next event appended
 }
 
 // join adds a subscriber to its tenant's stream, starting the stream when
@@ -394,7 +480,7 @@ func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Posi
 		return s, pos, next, nil
 	}
 	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: events.Position{XID: x},
-		ring: make([]*events.Event, h.cfg.Buffer), more: make(chan struct{})}
+		ring: make([]*events.Event, h.cfg.Buffer), live: map[*Subscription]struct{}{}}
 	h.streams[tenantID] = s
 	pos, next := s.add()
 	go s.run()
@@ -410,32 +496,63 @@ func (s *stream) add() (events.Position, uint64) {
 	return s.pos, s.head
 }
 
-func (s *stream) remove(*Subscription) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// finish ends a subscription (under s.mu): it leaves the stream and its
+// channel closes after what it holds. Only the stream (under s.mu) and the
+// subscription's pump send on the channel, and a pump finishes the
+// subscription itself, so nothing sends after the close.
+func (s *stream) finish(sub *Subscription) {
+	if sub.closed {
+		return
+	}
+	sub.closed, sub.pumping = true, false
+	delete(s.live, sub)
+	close(sub.c)
+	sub.ready()
 	s.subs--
 	if s.subs == 0 {
 		s.poke() // lets run notice it has no subscribers left
 	}
 }
 
+// fill hands a live subscription the ring's events from sub.next on without
+// waiting (under s.mu); true says it needs a pump: its channel is full or
+// it is further behind than the ring.
+func (s *stream) fill(sub *Subscription) bool {
+	size := uint64(len(s.ring))
+	for sub.next < s.head {
+		if sub.next+size < s.head {
+			return true
+		}
+		ev := s.ring[sub.next%size]
+		if sub.matches(ev) && sub.last.Less(ev.Position) {
+			select {
+			case sub.c <- ev:
+				sub.last = ev.Position
+				sub.ready()
+			default:
+				return true
+			}
+		}
+		sub.next++
+	}
+	return false
+}
+
 // take copies the ring's events from sequence *next on into batch and
-// advances *next. With nothing to take it returns a channel closed when
-// there is more. behind says the ring no longer holds *next: *next moves to
-// the ring's head, and the caller reads what it lost from the outbox.
-func (s *stream) take(next *uint64, batch []*events.Event) (n int, more <-chan struct{}, behind bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// advances *next (under s.mu). behind says the ring no longer holds *next:
+// *next moves to the ring's head, and the caller reads what it lost from
+// the outbox.
+func (s *stream) take(next *uint64, batch []*events.Event) (n int, behind bool) {
 	if *next+uint64(len(s.ring)) < s.head {
 		*next = s.head
-		return 0, nil, true
+		return 0, true
 	}
 	for n < len(batch) && *next < s.head {
 		batch[n] = s.ring[*next%uint64(len(s.ring))]
 		n++
 		*next++
 	}
-	return n, s.more, false
+	return n, false
 }
 
 func (s *stream) poke() {
@@ -510,8 +627,13 @@ func (s *stream) read() int {
 			s.pos = page[i].Position
 		}
 		if len(page) > 0 {
-			close(s.more)
-			s.more = make(chan struct{})
+			for sub := range s.live {
+				if s.fill(sub) {
+					delete(s.live, sub)
+					sub.pumping = true
+					go h.pump(sub, false)
+				}
+			}
 		}
 		s.mu.Unlock()
 		total += len(page)

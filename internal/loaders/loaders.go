@@ -443,10 +443,24 @@ func boundTenant(ctx context.Context, id string) (*tenants.Tenant, bool) {
 
 type ctxKey struct{}
 
-// With returns ctx carrying the loaders.
-func With(ctx context.Context, l *Loaders) context.Context {
-	return context.WithValue(ctx, ctxKey{}, l)
+// holder builds an operation's loaders when a resolver first asks for them:
+// a subscription whose selection loads nothing (most of them) holds none
+// for as long as it is open.
+type holder struct {
+	once sync.Once
+	q    store.Q
+	l    *Loaders
+}
+
+// With returns ctx carrying the operation's loaders over q, built on first
+// use.
+func With(ctx context.Context, q store.Q) context.Context {
+	return context.WithValue(ctx, ctxKey{}, &holder{q: q})
 }
 
 // From returns the request's loaders.
-func From(ctx context.Context) *Loaders { return ctx.Value(ctxKey{}).(*Loaders) }
+func From(ctx context.Context) *Loaders {
+	h := ctx.Value(ctxKey{}).(*holder)
+	h.once.Do(func() { h.l = New(h.q) })
+	return h.l
+}

@@ -115,8 +115,10 @@ func RequestID(ctx context.Context) string {
 // Session is a long-lived connection's hold on its credential (a
 // WebSocket, an event stream), for operations that outlive a request.
 type Session interface {
-	// Changed is closed when the principal's role bindings may have changed.
-	Changed() <-chan struct{}
+	// OnChange registers f, called (on a goroutine of the session's, so
+	// briefly) whenever the principal's role bindings may have changed;
+	// stop unregisters it.
+	OnChange(f func()) (stop func() bool)
 	// Principal authenticates the connection's token again.
 	Principal(ctx context.Context) (*Principal, error)
 }
@@ -158,4 +160,28 @@ func SetEnd(ctx context.Context, err error) {
 		s.err = err
 		s.mu.Unlock()
 	}
+}
+
+// Driver is a transport's offer to drive a subscription by events instead
+// of holding a goroutine blocked on its channel (the WebSocket transport
+// makes it). A subscription resolver that accepts has its source call
+// Ready's function once after every item it puts in the channel it returns,
+// and once after closing it, and calls Attach once it has subscribed; the
+// transport then takes exactly one item per call, so its reads never block.
+type Driver interface {
+	Ready() func()
+	Attach()
+}
+
+type driverKey struct{}
+
+// WithDriver returns ctx carrying the transport's driver.
+func WithDriver(ctx context.Context, d Driver) context.Context {
+	return context.WithValue(ctx, driverKey{}, d)
+}
+
+// DriverFrom returns the transport's driver, nil when it has none.
+func DriverFrom(ctx context.Context) Driver {
+	d, _ := ctx.Value(driverKey{}).(Driver)
+	return d
 }

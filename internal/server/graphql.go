@@ -46,7 +46,7 @@ func (s *Server) graphqlHandler() http.Handler {
 		return errs.E(errs.Internal, "internal error")
 	})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		return next(loaders.With(ctx, loaders.New(s.DB)))
+		return next(loaders.With(ctx, s.DB))
 	})
 	return allowMethods(srv)
 }

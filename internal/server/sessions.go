@@ -27,33 +27,53 @@ type session struct {
 	tokenID string
 	close   func(code websocket.StatusCode, reason string)
 
-	mu      sync.Mutex
-	roles   string
-	known   bool
-	changed chan struct{}
+	mu       sync.Mutex
+	roles    string
+	known    bool
+	nextID   int
+	onChange map[int]func()
 }
 
-// Changed is closed when the principal's role bindings change (and at the
-// first sweep after the session began).
-func (x *session) Changed() <-chan struct{} {
+// OnChange registers f, called when the principal's role bindings change
+// (and at the first sweep after the session began): the session's running
+// subscriptions decide again. No goroutine waits for it.
+func (x *session) OnChange(f func()) func() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.changed
+	if x.onChange == nil {
+		x.onChange = map[int]func(){}
+	}
+	id := x.nextID
+	x.nextID++
+	x.onChange[id] = f
+	return func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		_, ok := x.onChange[id]
+		delete(x.onChange, id)
+		return ok
+	}
 }
 
 func (x *session) observe(roles string) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	if x.known && roles == x.roles {
+		x.mu.Unlock()
 		return
 	}
 	x.roles, x.known = roles, true
-	close(x.changed)
-	x.changed = make(chan struct{})
+	fs := make([]func(), 0, len(x.onChange))
+	for _, f := range x.onChange {
+		fs = append(fs, f)
+	}
+	x.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, string)) *session {
-	x := &session{tokenID: p.TokenID, close: closeFn, changed: make(chan struct{})}
+	x := &session{tokenID: p.TokenID, close: closeFn}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.m == nil {

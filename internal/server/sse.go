@@ -133,7 +133,7 @@ type sseSession struct {
 	closedWith string
 }
 
-func (x *sseSession) Changed() <-chan struct{} { return x.x.Changed() }
+func (x *sseSession) OnChange(f func()) func() bool { return x.x.OnChange(f) }
 func (x *sseSession) Principal(ctx context.Context) (*reqctx.Principal, error) {
 	return auth.Authenticate(ctx, x.s.DB, x.secret)
 }

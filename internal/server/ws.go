@@ -267,16 +267,24 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 }
 
 // run executes one operation. The credential is authenticated again, so a
-// revoked token or a removed role takes effect on the next operation.
+// revoked token or a removed role takes effect on the next operation. A
+// subscription whose resolver accepts the socket's driver (instanceEvents
+// does) is then driven by its events: run returns, and a goroutine exists
+// for it only while it has an event to execute and write.
 func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, params *graphql.RawParams) {
-	completed := false
-	defer func() {
+	completed, driven := false, false
+	finish := func() {
 		c.mu.Lock()
 		delete(c.ops, id)
 		c.mu.Unlock()
 		stop()
 		if !completed && c.ctx.Err() == nil {
 			c.send(wsMessage{ID: id, Type: "complete"})
+		}
+	}
+	defer func() {
+		if !driven {
+			finish()
 		}
 	}()
 	ctx = reqctx.WithRequestID(ctx, newRequestID())
@@ -298,6 +306,8 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 	ctx = reqctx.WithPrincipal(ctx, p)
 	ctx = reqctx.WithSession(ctx, c)
 	ctx, endErr := reqctx.WithEnd(ctx)
+	drv := &wsDriver{}
+	ctx = reqctx.WithDriver(ctx, drv)
 	oc, list := c.exec.CreateOperationContext(ctx, params)
 	if list != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
@@ -312,6 +322,34 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 		defer cancel()
 	}
 	responses, rctx := c.exec.DispatchOperation(ctx, oc)
+	// end is the stream's end: a subscription that ended with an error (a
+	// slow consumer, a role removed) ends with an error message naming it.
+	end := func() {
+		if err := endErr(); err != nil && c.ctx.Err() == nil {
+			resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, err)})
+			b, _ := json.Marshal(resp.Errors)
+			c.send(wsMessage{ID: id, Type: "error", Payload: b})
+			completed = true
+		}
+	}
+	if oc.Operation.Operation == ast.Subscription && drv.attached {
+		// One step takes one item the source said is there: an event
+		// (executed and written) or the end.
+		driven = true
+		drv.start(func() bool {
+			resp := responses(rctx)
+			if resp != nil && c.sendResponse(id, resp) {
+				return true
+			}
+			if resp == nil {
+				end()
+			}
+			stop() // the source ends (if it has not) and says so once more
+			finish()
+			return false
+		})
+		return
+	}
 	for {
 		resp := responses(rctx)
 		if resp == nil {
@@ -324,19 +362,73 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 			return
 		}
 	}
-	// A subscription that ended with an error (a slow consumer, a role
-	// removed) ends with an error message naming it.
-	if err := endErr(); err != nil && c.ctx.Err() == nil {
-		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, err)})
-		b, _ := json.Marshal(resp.Errors)
-		c.send(wsMessage{ID: id, Type: "error", Payload: b})
-		completed = true
+	end()
+}
+
+// wsDriver drives a subscription by its source's ready calls
+// (reqctx.Driver): each call says one more item is in the channel, and a
+// goroutine runs only while items are pending, taking them one at a time
+// and in order.
+type wsDriver struct {
+	attached bool // set by the resolver on the operation's goroutine
+
+	mu      sync.Mutex
+	pending int
+	running bool
+	ended   bool
+	step    func() bool
+}
+
+func (d *wsDriver) Attach() { d.attached = true }
+
+func (d *wsDriver) Ready() func() {
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.pending++
+		d.kick()
 	}
 }
 
-// Changed is closed when the socket's principal's role bindings change
-// (reqctx.Session).
-func (c *wsConn) Changed() <-chan struct{} { return c.session.Changed() }
+// start begins taking items (those signalled before it included).
+func (d *wsDriver) start(step func() bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.step = step
+	d.kick()
+}
+
+// kick starts the goroutine when there is work and none runs (under d.mu).
+func (d *wsDriver) kick() {
+	if d.step == nil || d.running || d.ended || d.pending == 0 {
+		return
+	}
+	d.running = true
+	go d.drain()
+}
+
+func (d *wsDriver) drain() {
+	for {
+		d.mu.Lock()
+		if d.pending == 0 || d.ended {
+			d.running = false
+			d.mu.Unlock()
+			return
+		}
+		d.pending--
+		d.mu.Unlock()
+		if !d.step() {
+			d.mu.Lock()
+			d.ended, d.running = true, false
+			d.mu.Unlock()
+			return
+		}
+	}
+}
+
+// OnChange registers f for changes of the socket's principal's role
+// bindings (reqctx.Session).
+func (c *wsConn) OnChange(f func()) func() bool { return c.session.OnChange(f) }
 
 // Principal authenticates the socket's token again (reqctx.Session).
 func (c *wsConn) Principal(ctx context.Context) (*reqctx.Principal, error) {
