@@ -42,14 +42,21 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 	}
 	d := reqctx.DriverFrom(ctx)
 	if d != nil {
-		opts.OnReady = d.Ready()
+		ready := d.Ready()
+		opts.OnReady = func(ev *events.Event) {
+			if ev == nil {
+				ready(nil)
+				return
+			}
+			ready(ev)
+		}
 	}
 	sub, err := r.Live.Subscribe(ctx, w.Filter, w.After, opts)
 	if err != nil {
 		return nil, err
 	}
 	if d != nil {
-		d.Attach()
+		d.Attach(func() { <-sub.C })
 	}
 	return sub.C, nil
 }

@@ -70,6 +70,9 @@ func BenchmarkSubscribers(b *testing.B) {
 		f.grow(b, n)
 		after := serverMemory(b, srv, debug)
 		b.Run(fmt.Sprintf("latency/%d", n), func(b *testing.B) {
+			if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+				go cpuProfile(fmt.Sprintf("%s/cpu-%d.pb.gz", dir, n), debug)
+			}
 			f.reset()
 			for i := 0; i < b.N; i++ {
 				f.publish(b, e, 1, 1)
@@ -279,6 +282,17 @@ func (f *subFleet) close() {
 	for _, c := range f.conns {
 		c.CloseNow()
 	}
+}
+
+// cpuProfile keeps 5 seconds of the server's CPU profile.
+func cpuProfile(path, debug string) {
+	res, err := http.Get("http://" + debug + "/debug/pprof/profile?seconds=5")
+	if err != nil {
+		return
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	_ = os.WriteFile(path, raw, 0o644)
 }
 
 type memory struct{ rss, goBytes, goroutines float64 }

@@ -442,3 +442,53 @@ func TestOperationsPerSocketAreBounded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// One event is rendered once per operation (document, variables, principal)
+// and the bytes go to every subscription of that operation; subscribers
+// whose answers differ never share one. Here the operator and the guest's
+// viewer run the same document on guest's events in a pool acme offers to
+// guest: the operator reads the pool's per-tenant holdings, the guest does
+// not (byTenant is the owner's view), and each socket gets its own id.
+func TestSharedRenderingsStayWithTheirOperation(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	guest := newTenant(t, e, "guest")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", map[string]any{"capacity": map[string]any{"gpus": 16}})
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "guest",
+		"quota": map[string]any{"gpus": 4, "instances": 2}}))
+	const doc = `subscription { instanceEvents(tenantId: "guest") { eventId type
+		instance { instanceId pool { poolId capacity { byTenant { tenantId } } } } } }`
+	type sock struct {
+		w       *wsClient
+		id      string
+		byOwner bool
+	}
+	var socks []sock
+	for i, s := range []struct {
+		token   string
+		byOwner bool
+	}{{guest.Viewer.Token, false}, {e.Operator, true}, {guest.Viewer.Token, false}, {e.Operator, true}} {
+		w := dialWS(t, e)
+		w.init(s.token)
+		id := fmt.Sprintf("s%d", i)
+		w.send(map[string]any{"id": id, "type": "subscribe", "payload": map[string]any{"query": doc}})
+		socks = append(socks, sock{w, id, s.byOwner})
+	}
+	time.Sleep(200 * time.Millisecond) // the subscriptions are live
+	must(t, e.Call(guest.Member.Token, "instances/create", instanceIn("guest", pool, "g", 1)))
+	for _, s := range socks {
+		m := s.w.next()
+		if m["id"] != s.id || m["type"] != "next" {
+			t.Fatalf("%s: %v", s.id, m)
+		}
+		p := m["payload"].(map[string]any)
+		if p["errors"] != nil {
+			t.Fatalf("%s: %v", s.id, p)
+		}
+		by := dig(t, p["data"], "instanceEvents", "instance", "pool", "capacity", "byTenant")
+		if (by != nil) != s.byOwner {
+			t.Fatalf("%s (operator %v) got byTenant %v: a rendering crossed principals", s.id, s.byOwner, by)
+		}
+	}
+}

@@ -228,16 +228,16 @@ type Options struct {
 	Recheck  func(ctx context.Context) error
 	// OnEnd, when set, is told why a subscription ended with an error.
 	OnEnd func(error)
-	// OnReady, when set, is called once after every event put in C and
-	// once after C is closed (reqctx.Driver): a consumer driven by it reads
-	// C only when it holds something.
-	OnReady func()
+	// OnReady, when set, is called once after every event put in C, with
+	// it, and once after C is closed, with nil (reqctx.Driver): a consumer
+	// driven by it reads C only when it holds something.
+	OnReady func(ev *events.Event)
 }
 
-// ready tells the consumer C holds one more item.
-func (s *Subscription) ready() {
+// ready tells the consumer C holds one more item: ev, or the end (nil).
+func (s *Subscription) ready(ev *events.Event) {
 	if s.opts.OnReady != nil {
-		s.opts.OnReady()
+		s.opts.OnReady(ev)
 	}
 }
 
@@ -342,7 +342,7 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 		select {
 		case sub.c <- ev:
 			sub.last = ev.Position
-			sub.ready()
+			sub.ready(ev)
 			return true
 		default:
 		}
@@ -350,7 +350,7 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 		select {
 		case sub.c <- ev:
 			sub.last = ev.Position
-			sub.ready()
+			sub.ready(ev)
 			return true
 		case <-stall.C:
 			sub.end(slowConsumer(sub.last))
@@ -507,7 +507,7 @@ func (s *stream) finish(sub *Subscription) {
 	sub.closed, sub.pumping = true, false
 	delete(s.live, sub)
 	close(sub.c)
-	sub.ready()
+	sub.ready(nil)
 	s.subs--
 	if s.subs == 0 {
 		s.poke() // lets run notice it has no subscribers left
@@ -528,7 +528,7 @@ func (s *stream) fill(sub *Subscription) bool {
 			select {
 			case sub.c <- ev:
 				sub.last = ev.Position
-				sub.ready()
+				sub.ready(ev)
 			default:
 				return true
 			}

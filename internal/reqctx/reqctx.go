@@ -165,12 +165,16 @@ func SetEnd(ctx context.Context, err error) {
 // Driver is a transport's offer to drive a subscription by events instead
 // of holding a goroutine blocked on its channel (the WebSocket transport
 // makes it). A subscription resolver that accepts has its source call
-// Ready's function once after every item it puts in the channel it returns,
-// and once after closing it, and calls Attach once it has subscribed; the
-// transport then takes exactly one item per call, so its reads never block.
+// Ready's function once after every item it puts in the channel it returns
+// (with that item) and once after closing it (with nil), and calls Attach
+// once it has subscribed, with a function that takes one item from the
+// channel. The transport then takes exactly one item per ready call, so its
+// reads never block; and since one item may go to many subscriptions, it
+// may render an item once for all operations alike (same document,
+// variables and principal) and take the others' copies with skip.
 type Driver interface {
-	Ready() func()
-	Attach()
+	Ready() func(item any)
+	Attach(skip func())
 }
 
 type driverKey struct{}

@@ -87,6 +87,7 @@ type Server struct {
 	limiter  *limiter
 	authFail *limiter
 	sessions sessions
+	renders  renders        // subscription payloads rendered once per event and operation
 	conns    sync.WaitGroup // open WebSockets and event streams
 }
 
