@@ -495,9 +495,10 @@ func (ec *executionContext) _InstanceEvent(ctx context.Context, sel ast.Selectio
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var subscriptionImplementors = []string{"Subscription"}

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -137,4 +138,49 @@ func rememberResponseSize(query string, n int) {
 		sizeHints.Clear()
 		sizeHintsN.Store(0)
 	}
+}
+
+// marshalObject is an object's answer, written as graphql.FieldSet's
+// MarshalGQL writes it (each alias once, in order), without that method's
+// heap copy of every field and map per object. Aliases are GraphQL names,
+// so they are written without escaping. internal/gqlfast routes every
+// object without deferred fields here.
+func marshalObject(fields []graphql.CollectedField, out *graphql.FieldSet) graphql.Marshaler {
+	return &objectJSON{fields: fields, values: out.Values}
+}
+
+type objectJSON struct {
+	fields []graphql.CollectedField
+	values []graphql.Marshaler
+}
+
+var (
+	jsonOpen  = []byte{'{'}
+	jsonClose = []byte{'}'}
+	jsonComma = []byte{','}
+	jsonQuote = []byte{'"'}
+	jsonColon = []byte{'"', ':'}
+)
+
+func (o *objectJSON) MarshalGQL(w io.Writer) {
+	_, _ = w.Write(jsonOpen)
+	first := true
+fields:
+	for i := range o.fields {
+		alias := o.fields[i].Alias
+		for j := 0; j < i; j++ {
+			if o.fields[j].Alias == alias {
+				continue fields
+			}
+		}
+		if !first {
+			_, _ = w.Write(jsonComma)
+		}
+		first = false
+		_, _ = w.Write(jsonQuote)
+		_, _ = io.WriteString(w, alias)
+		_, _ = w.Write(jsonColon)
+		o.values[i].MarshalGQL(w)
+	}
+	_, _ = w.Write(jsonClose)
 }

@@ -1058,9 +1058,10 @@ func (ec *executionContext) _CreateTokenPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var grantMemberPayloadImplementors = []string{"GrantMemberPayload"}
@@ -1091,9 +1092,10 @@ func (ec *executionContext) _GrantMemberPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var revokeMemberPayloadImplementors = []string{"RevokeMemberPayload"}
@@ -1124,9 +1126,10 @@ func (ec *executionContext) _RevokeMemberPayload(ctx context.Context, sel ast.Se
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var revokeTokenPayloadImplementors = []string{"RevokeTokenPayload"}
@@ -1157,9 +1160,10 @@ func (ec *executionContext) _RevokeTokenPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var roleBindingImplementors = []string{"RoleBinding"}
@@ -1215,9 +1219,10 @@ func (ec *executionContext) _RoleBinding(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var roleBindingConnectionImplementors = []string{"RoleBindingConnection"}
@@ -1258,9 +1263,10 @@ func (ec *executionContext) _RoleBindingConnection(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var roleBindingEdgeImplementors = []string{"RoleBindingEdge"}
@@ -1296,9 +1302,10 @@ func (ec *executionContext) _RoleBindingEdge(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var tokenImplementors = []string{"Token"}
@@ -1359,9 +1366,10 @@ func (ec *executionContext) _Token(ctx context.Context, sel ast.SelectionSet, ob
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var tokenConnectionImplementors = []string{"TokenConnection"}
@@ -1402,9 +1410,10 @@ func (ec *executionContext) _TokenConnection(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var tokenEdgeImplementors = []string{"TokenEdge"}
@@ -1440,9 +1449,10 @@ func (ec *executionContext) _TokenEdge(ctx context.Context, sel ast.SelectionSet
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

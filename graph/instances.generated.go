@@ -2347,9 +2347,10 @@ func (ec *executionContext) _CreateInstancePayload(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceImplementors = []string{"Instance", "Node"}
@@ -2485,9 +2486,10 @@ func (ec *executionContext) _Instance(ctx context.Context, sel ast.SelectionSet,
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceConnectionImplementors = []string{"InstanceConnection"}
@@ -2528,9 +2530,10 @@ func (ec *executionContext) _InstanceConnection(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceEdgeImplementors = []string{"InstanceEdge"}
@@ -2566,9 +2569,10 @@ func (ec *executionContext) _InstanceEdge(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceEventConnectionImplementors = []string{"InstanceEventConnection"}
@@ -2609,9 +2613,10 @@ func (ec *executionContext) _InstanceEventConnection(ctx context.Context, sel as
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceEventEdgeImplementors = []string{"InstanceEventEdge"}
@@ -2647,9 +2652,10 @@ func (ec *executionContext) _InstanceEventEdge(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instancePayloadImplementors = []string{"InstancePayload"}
@@ -2680,9 +2686,10 @@ func (ec *executionContext) _InstancePayload(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var instanceSizeImplementors = []string{"InstanceSize"}
@@ -2728,9 +2735,10 @@ func (ec *executionContext) _InstanceSize(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolCapacityImplementors = []string{"PoolCapacity"}
@@ -2792,9 +2800,10 @@ func (ec *executionContext) _PoolCapacity(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var reservationImplementors = []string{"Reservation"}
@@ -2875,9 +2884,10 @@ func (ec *executionContext) _Reservation(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var reservationConnectionImplementors = []string{"ReservationConnection"}
@@ -2918,9 +2928,10 @@ func (ec *executionContext) _ReservationConnection(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var reservationEdgeImplementors = []string{"ReservationEdge"}
@@ -2956,9 +2967,10 @@ func (ec *executionContext) _ReservationEdge(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var reservationPayloadImplementors = []string{"ReservationPayload"}
@@ -2989,9 +3001,10 @@ func (ec *executionContext) _ReservationPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var resourceAmountsImplementors = []string{"ResourceAmounts"}
@@ -3032,9 +3045,10 @@ func (ec *executionContext) _ResourceAmounts(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var tenantHoldingImplementors = []string{"TenantHolding"}
@@ -3070,9 +3084,10 @@ func (ec *executionContext) _TenantHolding(ctx context.Context, sel ast.Selectio
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

@@ -4240,9 +4240,10 @@ func (ec *executionContext) _AllowTpmKeyPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var allowedTpmKeyImplementors = []string{"AllowedTpmKey"}
@@ -4288,9 +4289,10 @@ func (ec *executionContext) _AllowedTpmKey(ctx context.Context, sel ast.Selectio
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var archivePoolPayloadImplementors = []string{"ArchivePoolPayload"}
@@ -4321,9 +4323,10 @@ func (ec *executionContext) _ArchivePoolPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var computeNodeImplementors = []string{"ComputeNode", "Node"}
@@ -4454,9 +4457,10 @@ func (ec *executionContext) _ComputeNode(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var computeNodeConnectionImplementors = []string{"ComputeNodeConnection"}
@@ -4497,9 +4501,10 @@ func (ec *executionContext) _ComputeNodeConnection(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var computeNodeEdgeImplementors = []string{"ComputeNodeEdge"}
@@ -4535,9 +4540,10 @@ func (ec *executionContext) _ComputeNodeEdge(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var createJoinTokenPayloadImplementors = []string{"CreateJoinTokenPayload"}
@@ -4573,9 +4579,10 @@ func (ec *executionContext) _CreateJoinTokenPayload(ctx context.Context, sel ast
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var decideJoinRequestPayloadImplementors = []string{"DecideJoinRequestPayload"}
@@ -4606,9 +4613,10 @@ func (ec *executionContext) _DecideJoinRequestPayload(ctx context.Context, sel a
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var diskImplementors = []string{"Disk"}
@@ -4659,9 +4667,10 @@ func (ec *executionContext) _Disk(ctx context.Context, sel ast.SelectionSet, obj
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var driverImplementors = []string{"Driver"}
@@ -4697,9 +4706,10 @@ func (ec *executionContext) _Driver(ctx context.Context, sel ast.SelectionSet, o
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var expectedMachineImplementors = []string{"ExpectedMachine"}
@@ -4755,9 +4765,10 @@ func (ec *executionContext) _ExpectedMachine(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var gpuImplementors = []string{"Gpu"}
@@ -4818,9 +4829,10 @@ func (ec *executionContext) _Gpu(ctx context.Context, sel ast.SelectionSet, obj 
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var inventoryChangeImplementors = []string{"InventoryChange"}
@@ -4868,9 +4880,10 @@ func (ec *executionContext) _InventoryChange(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var inventoryDiffImplementors = []string{"InventoryDiff"}
@@ -4911,9 +4924,10 @@ func (ec *executionContext) _InventoryDiff(ctx context.Context, sel ast.Selectio
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var inventorySnapshotImplementors = []string{"InventorySnapshot", "Node"}
@@ -4994,9 +5008,10 @@ func (ec *executionContext) _InventorySnapshot(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var inventorySnapshotConnectionImplementors = []string{"InventorySnapshotConnection"}
@@ -5037,9 +5052,10 @@ func (ec *executionContext) _InventorySnapshotConnection(ctx context.Context, se
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var inventorySnapshotEdgeImplementors = []string{"InventorySnapshotEdge"}
@@ -5075,9 +5091,10 @@ func (ec *executionContext) _InventorySnapshotEdge(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var joinRequestImplementors = []string{"JoinRequest"}
@@ -5190,9 +5207,10 @@ func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var joinRequestConnectionImplementors = []string{"JoinRequestConnection"}
@@ -5233,9 +5251,10 @@ func (ec *executionContext) _JoinRequestConnection(ctx context.Context, sel ast.
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var joinRequestEdgeImplementors = []string{"JoinRequestEdge"}
@@ -5271,9 +5290,10 @@ func (ec *executionContext) _JoinRequestEdge(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var joinTokenImplementors = []string{"JoinToken"}
@@ -5344,9 +5364,10 @@ func (ec *executionContext) _JoinToken(ctx context.Context, sel ast.SelectionSet
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var migDeviceImplementors = []string{"MigDevice"}
@@ -5382,9 +5403,10 @@ func (ec *executionContext) _MigDevice(ctx context.Context, sel ast.SelectionSet
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var nicImplementors = []string{"Nic"}
@@ -5425,9 +5447,10 @@ func (ec *executionContext) _Nic(ctx context.Context, sel ast.SelectionSet, obj 
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var nodeHardwareImplementors = []string{"NodeHardware"}
@@ -5468,9 +5491,10 @@ func (ec *executionContext) _NodeHardware(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var nodePayloadImplementors = []string{"NodePayload"}
@@ -5501,9 +5525,10 @@ func (ec *executionContext) _NodePayload(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var registerMachinePayloadImplementors = []string{"RegisterMachinePayload"}
@@ -5534,9 +5559,10 @@ func (ec *executionContext) _RegisterMachinePayload(ctx context.Context, sel ast
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var removedPayloadImplementors = []string{"RemovedPayload"}
@@ -5567,9 +5593,10 @@ func (ec *executionContext) _RemovedPayload(ctx context.Context, sel ast.Selecti
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var revokeJoinTokenPayloadImplementors = []string{"RevokeJoinTokenPayload"}
@@ -5600,9 +5627,10 @@ func (ec *executionContext) _RevokeJoinTokenPayload(ctx context.Context, sel ast
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var unofferPoolPayloadImplementors = []string{"UnofferPoolPayload"}
@@ -5633,9 +5661,10 @@ func (ec *executionContext) _UnofferPoolPayload(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var updatePoolPayloadImplementors = []string{"UpdatePoolPayload"}
@@ -5666,9 +5695,10 @@ func (ec *executionContext) _UpdatePoolPayload(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

@@ -1391,9 +1391,10 @@ func (ec *executionContext) _CreatePoolPayload(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var offerPoolPayloadImplementors = []string{"OfferPoolPayload"}
@@ -1424,9 +1425,10 @@ func (ec *executionContext) _OfferPoolPayload(ctx context.Context, sel ast.Selec
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolImplementors = []string{"Pool", "Node"}
@@ -1565,9 +1567,10 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolConnectionImplementors = []string{"PoolConnection"}
@@ -1608,9 +1611,10 @@ func (ec *executionContext) _PoolConnection(ctx context.Context, sel ast.Selecti
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolEdgeImplementors = []string{"PoolEdge"}
@@ -1646,9 +1650,10 @@ func (ec *executionContext) _PoolEdge(ctx context.Context, sel ast.SelectionSet,
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolOfferImplementors = []string{"PoolOffer"}
@@ -1694,9 +1699,10 @@ func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var poolQuotaImplementors = []string{"PoolQuota"}
@@ -1732,9 +1738,10 @@ func (ec *executionContext) _PoolQuota(ctx context.Context, sel ast.SelectionSet
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

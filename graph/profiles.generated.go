@@ -1147,9 +1147,10 @@ func (ec *executionContext) _CreateProfilePayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var deleteProfilePayloadImplementors = []string{"DeleteProfilePayload"}
@@ -1180,9 +1181,10 @@ func (ec *executionContext) _DeleteProfilePayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileImplementors = []string{"Profile", "Node"}
@@ -1278,9 +1280,10 @@ func (ec *executionContext) _Profile(ctx context.Context, sel ast.SelectionSet, 
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileConnectionImplementors = []string{"ProfileConnection"}
@@ -1321,9 +1324,10 @@ func (ec *executionContext) _ProfileConnection(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileEdgeImplementors = []string{"ProfileEdge"}
@@ -1359,9 +1363,10 @@ func (ec *executionContext) _ProfileEdge(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileIssueImplementors = []string{"ProfileIssue"}
@@ -1402,9 +1407,10 @@ func (ec *executionContext) _ProfileIssue(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileStepImplementors = []string{"ProfileStep"}
@@ -1456,9 +1462,10 @@ func (ec *executionContext) _ProfileStep(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var profileValidationImplementors = []string{"ProfileValidation"}
@@ -1494,9 +1501,10 @@ func (ec *executionContext) _ProfileValidation(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var updateProfilePayloadImplementors = []string{"UpdateProfilePayload"}
@@ -1527,9 +1535,10 @@ func (ec *executionContext) _UpdateProfilePayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

@@ -1292,9 +1292,10 @@ func (ec *executionContext) _AddProjectMemberPayload(ctx context.Context, sel as
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var createProjectPayloadImplementors = []string{"CreateProjectPayload"}
@@ -1325,9 +1326,10 @@ func (ec *executionContext) _CreateProjectPayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var deleteProjectPayloadImplementors = []string{"DeleteProjectPayload"}
@@ -1358,9 +1360,10 @@ func (ec *executionContext) _DeleteProjectPayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectImplementors = []string{"Project", "Node"}
@@ -1445,9 +1448,10 @@ func (ec *executionContext) _Project(ctx context.Context, sel ast.SelectionSet, 
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectConnectionImplementors = []string{"ProjectConnection"}
@@ -1488,9 +1492,10 @@ func (ec *executionContext) _ProjectConnection(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectEdgeImplementors = []string{"ProjectEdge"}
@@ -1526,9 +1531,10 @@ func (ec *executionContext) _ProjectEdge(ctx context.Context, sel ast.SelectionS
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectMemberImplementors = []string{"ProjectMember"}
@@ -1574,9 +1580,10 @@ func (ec *executionContext) _ProjectMember(ctx context.Context, sel ast.Selectio
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectMemberConnectionImplementors = []string{"ProjectMemberConnection"}
@@ -1617,9 +1624,10 @@ func (ec *executionContext) _ProjectMemberConnection(ctx context.Context, sel as
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var projectMemberEdgeImplementors = []string{"ProjectMemberEdge"}
@@ -1655,9 +1663,10 @@ func (ec *executionContext) _ProjectMemberEdge(ctx context.Context, sel ast.Sele
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var removeProjectMemberPayloadImplementors = []string{"RemoveProjectMemberPayload"}
@@ -1688,9 +1697,10 @@ func (ec *executionContext) _RemoveProjectMemberPayload(ctx context.Context, sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var updateProjectPayloadImplementors = []string{"UpdateProjectPayload"}
@@ -1721,9 +1731,10 @@ func (ec *executionContext) _UpdateProjectPayload(ctx context.Context, sel ast.S
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

@@ -3073,9 +3073,10 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var pageInfoImplementors = []string{"PageInfo"}
@@ -3121,9 +3122,10 @@ func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet,
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var queryImplementors = []string{"Query"}
@@ -3189,9 +3191,10 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************

@@ -1132,9 +1132,10 @@ func (ec *executionContext) _ProfileVersionConnection(ctx context.Context, sel a
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var workflowImplementors = []string{"Workflow", "Node"}
@@ -1244,9 +1245,10 @@ func (ec *executionContext) _Workflow(ctx context.Context, sel ast.SelectionSet,
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var workflowConnectionImplementors = []string{"WorkflowConnection"}
@@ -1287,9 +1289,10 @@ func (ec *executionContext) _WorkflowConnection(ctx context.Context, sel ast.Sel
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var workflowEdgeImplementors = []string{"WorkflowEdge"}
@@ -1325,9 +1328,10 @@ func (ec *executionContext) _WorkflowEdge(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var workflowPayloadImplementors = []string{"WorkflowPayload"}
@@ -1358,9 +1362,10 @@ func (ec *executionContext) _WorkflowPayload(ctx context.Context, sel ast.Select
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 var workflowStepImplementors = []string{"WorkflowStep"}
@@ -1432,9 +1437,10 @@ func (ec *executionContext) _WorkflowStep(ctx context.Context, sel ast.Selection
 	if n := len(deferred.Defers); n > 0 {
 		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
 		ec.ProcessDeferredGroup(deferred)
+		return out
 	}
 
-	return out
+	return marshalObject(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************
