@@ -40,8 +40,16 @@ func newDeferredGroup(ctx context.Context, fields []graphql.CollectedField) grap
 // guard, as there.
 func marshalSliceInline(ctx context.Context, length int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) graphql.Array {
 	ret := make(graphql.Array, length)
+	// One field context for the list, its index moved along: the elements
+	// are marshalled one after the other and start nothing that outlives
+	// their turn (no resolver runs under them), and an error's path is
+	// taken when it is added, so each still names its own index.
+	idx := 0
+	fc := &graphql.FieldContext{Index: &idx}
+	childCtx := graphql.WithFieldContext(ctx, fc)
 	for i := range ret {
-		ret[i] = marshalElementInline(ctx, i, marshalElement)
+		idx, fc.Result = i, nil
+		ret[i] = marshalElementInline(childCtx, i, marshalElement)
 	}
 	return ret
 }
@@ -100,15 +108,13 @@ func selectsResolved(typ string, sel ast.SelectionSet, depth int) bool {
 }
 
 func marshalElementInline(ctx context.Context, i int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) (res graphql.Marshaler) {
-	idx := i
-	childCtx := graphql.WithFieldContext(ctx, &graphql.FieldContext{Index: &idx})
 	defer func() {
 		if r := recover(); r != nil {
-			graphql.AddError(childCtx, graphql.Recover(childCtx, r))
+			graphql.AddError(ctx, graphql.Recover(ctx, r))
 			res = graphql.Null
 		}
 	}()
-	return marshalElement(childCtx, i)
+	return marshalElement(ctx, i)
 }
 
 // Response buffers are sized from the last answer to the same query text,

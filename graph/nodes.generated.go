@@ -5856,7 +5856,7 @@ func (ec *executionContext) marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcompu
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
+		return ec._Disk(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {
@@ -5876,7 +5876,7 @@ func (ec *executionContext) marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcom
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx, sel, v[i])
+		return ec._Driver(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {
@@ -5909,7 +5909,7 @@ func (ec *executionContext) marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomput
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
+		return ec._Gpu(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {
@@ -5929,7 +5929,7 @@ func (ec *executionContext) marshalNInventoryChange2ᚕgithubᚗcomᚋbettercomp
 	ret := marshalSliceAuto(ctx, "InventoryChange", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNInventoryChange2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐChange(ctx, sel, v[i])
+		return ec._InventoryChange(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {
@@ -6135,7 +6135,7 @@ func (ec *executionContext) marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋ
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
+		return ec._MigDevice(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {
@@ -6155,7 +6155,7 @@ func (ec *executionContext) marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomput
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])
+		return ec._Nic(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {

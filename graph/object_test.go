@@ -2,6 +2,9 @@ package graph
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -28,6 +31,36 @@ func TestMarshalObjectWritesWhatFieldSetWrites(t *testing.T) {
 		marshalObject(fields, fs).MarshalGQL(&got)
 		if got.String() != want.String() {
 			t.Fatalf("%v: got %s, want %s", aliases, got.String(), want.String())
+		}
+	}
+}
+
+// An inline list shares one field context among its elements, moving its
+// index along: an error or a panic in an element still names that
+// element's index in its path.
+func TestInlineListErrorsNameTheirIndex(t *testing.T) {
+	ctx := graphql.WithResponseContext(context.Background(), graphql.DefaultErrorPresenter, graphql.DefaultRecover)
+	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{Field: graphql.CollectedField{Field: &ast.Field{Alias: "gpus", Name: "gpus"}}})
+	marshalSliceInline(ctx, 4, func(ctx context.Context, i int) graphql.Marshaler {
+		switch i {
+		case 1:
+			graphql.AddErrorf(ctx, "bad element")
+		case 2:
+			panic("boom")
+		}
+		return graphql.MarshalInt(i)
+	})
+	errs := graphql.GetErrors(ctx)
+	if len(errs) != 2 {
+		t.Fatalf("errors: %v", errs)
+	}
+	for k, want := range []string{"gpus.1", "gpus.2"} {
+		var parts []string
+		for _, p := range errs[k].Path {
+			parts = append(parts, fmt.Sprint(p))
+		}
+		if got := strings.Join(parts, "."); got != want {
+			t.Fatalf("error %d path %s, want %s", k, got, want)
 		}
 	}
 }

@@ -1585,7 +1585,7 @@ func (ec *executionContext) marshalNWorkflowStep2ᚕgithubᚗcomᚋbettercompute
 	ret := marshalSliceAuto(ctx, "WorkflowStep", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNWorkflowStep2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐStep(ctx, sel, v[i])
+		return ec._WorkflowStep(ctx, sel, &v[i])
 	})
 
 	for _, e := range ret {

@@ -23,6 +23,9 @@
 //   - Objects without deferred fields are written by graph.marshalObject:
 //     gqlgen's FieldSet.MarshalGQL copies every field to the heap and builds
 //     a map per object to skip repeated aliases.
+//   - A list element of an object type is marshalled in place
+//     (ec._T(ctx, sel, &v[i])) rather than through the by-value
+//     marshaller, which copies each element to the heap for its address.
 //   - A query's response buffer starts at the size of the last answer to
 //     the same query text (graph.responseSizeHint) instead of growing by
 //     doubling to 2.4 MB for a fleet query.
@@ -101,7 +104,14 @@ func main() {
 	if err := os.WriteFile(filepath.Join(dir, "fields.gqlfast.go"), table, 0o644); err != nil {
 		fail(err)
 	}
-	var leaves, groups, lists, autos, buffers, objects int
+	// Marshallers of an object type taken by value (`return ec._T(ctx,
+	// sel, &v)`): a list element passed to one is copied to the heap for
+	// its address; the list's own element is addressed instead.
+	byValue := map[string]string{}
+	for _, m := range valueMarshaller.FindAllStringSubmatch(all.String(), -1) {
+		byValue[m[1]] = m[2]
+	}
+	var leaves, groups, lists, autos, buffers, objects, elements int
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -138,6 +148,15 @@ func main() {
 		})
 		buffers += strings.Count(src, bufferOld)
 		src = strings.ReplaceAll(src, bufferOld, bufferNew)
+		src = elementCall.ReplaceAllStringFunc(src, func(m string) string {
+			g := elementCall.FindStringSubmatch(m)
+			obj, ok := byValue[g[2]]
+			if !ok {
+				return m
+			}
+			elements++
+			return g[1] + "ec._" + obj + "(ctx, sel, &v[i])"
+		})
 		objects += strings.Count(src, objectOld)
 		src = strings.ReplaceAll(src, objectOld, objectNew)
 		groups += strings.Count(src, deferredOld)
@@ -155,8 +174,15 @@ func main() {
 	if objects == 0 && !strings.Contains(all.String(), "return marshalObject(fields, out)") {
 		fail(fmt.Errorf("found no object marshallers to rewrite: has gqlgen's object template changed?"))
 	}
-	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups, %d objects marshalled without copies, %d lists marshalled inline, %d lists inline when their selection loads nothing, response buffers sized\n", leaves, groups, objects, lists, autos)
+	fmt.Printf("gqlfast: %d leaf fields marshalled directly, %d objects with lazy @defer groups, %d objects marshalled without copies, %d list elements marshalled in place, %d lists marshalled inline, %d lists inline when their selection loads nothing, response buffers sized\n", leaves, groups, objects, elements, lists, autos)
 }
+
+// valueMarshaller matches a marshaller of an object type taken by value;
+// elementCall, a list element handed to a marshaller.
+var (
+	valueMarshaller = regexp.MustCompile(`(?m)^func \(ec \*executionContext\) (marshalN[A-Za-z0-9]+2[^(ᚕᚖ]+)\(ctx context\.Context, sel ast\.SelectionSet, v [^)]+\) graphql\.Marshaler \{\n\treturn ec\._([A-Za-z0-9]+)\(ctx, sel, &v\)\n\}`)
+	elementCall     = regexp.MustCompile(`(\t\treturn )ec\.(marshalN[A-Za-z0-9]+2[^(ᚕᚖ]+)\(ctx, sel, v\[i\]\)`)
+)
 
 // sliceMarshal matches the start of a generated list marshaller.
 var sliceMarshal = regexp.MustCompile(`(func \(ec \*executionContext\) marshal[NO]([A-Za-z0-9]+)2ᚕ[^(]*\(ctx context\.Context, sel ast\.SelectionSet, v [^)]+\) graphql\.Marshaler \{\n\tret := )graphql\.MarshalSliceConcurrently\(ctx, len\(v\), 0, false, `)
