@@ -283,6 +283,15 @@ func TestNodeAndPoolMutations(t *testing.T) {
 	if n := d["updateNode"].(map[string]any)["node"].(map[string]any); n["name"] != "gpu-a-01" || n["labels"].(map[string]any)["rack"] != "r1" {
 		t.Fatalf("updateNode: %v", n)
 	}
+	// The graph's batch reads write the stored labels as they are: the same
+	// object through a pool's nodes and by id.
+	d = mut(admin, `query($n: String!) { tenant(tenantId: "acme") { computeNode(nodeId: $n) { labels }
+		pools(first: 5) { edges { node { nodes(first: 5) { edges { node { labels } } } } } } } }`, map[string]any{"n": nodeID})
+	byID := d["tenant"].(map[string]any)["computeNode"].(map[string]any)["labels"]
+	inPool := nodesOf(t, nodesOf(t, dig(t, d, "tenant", "pools"))[0]["nodes"])[0]["labels"]
+	if fmt.Sprint(byID) != "map[rack:r1]" || fmt.Sprint(inPool) != "map[rack:r1]" {
+		t.Fatalf("labels through the graph's reads: %v, %v", byID, inPool)
+	}
 	d = mut(admin, `mutation($in: ChangeNodeInput!) { cordonNode(input: $in) { node { state } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "acme", "nodeId": nodeID}})
 	if d["cordonNode"].(map[string]any)["node"].(map[string]any)["state"] != "CORDONED" {

@@ -54,6 +54,13 @@ type Node struct {
 func (n *Node) fix() *Node {
 	n.Labels = map[string]string{}
 	_ = json.Unmarshal([]byte(n.LabelsText), &n.Labels)
+	return n.fixGraph()
+}
+
+// fixGraph is fix for the graph's batch reads: the labels stay the stored
+// JSON (LabelsValue writes it as it is), so 2,000 nodes of a fleet query
+// build no map each.
+func (n *Node) fixGraph() *Node {
 	n.Hardware = Hardware{SystemUUID: n.SystemUUID.String, Serial: n.Serial.String, MACs: []string{}}
 	_ = json.Unmarshal([]byte(n.MACsText), &n.Hardware.MACs)
 	return n
@@ -291,15 +298,16 @@ func NodePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs 
 	defer rows.Close()
 	size := min(len(poolIDs)*(limit+1), 4096)
 	r.Parents, r.Totals, r.Items = make([]string, 0, size), make([]int, 0, size), make([]Node, 0, size)
+	var parent string
+	var total int
+	var n Node
+	dest := append([]any{&parent, &total}, n.columns()...)
 	for rows.Next() {
-		var parent string
-		var total int
-		r.Items = append(r.Items, Node{})
-		n := &r.Items[len(r.Items)-1]
-		if err := rows.Scan(append([]any{&parent, &total}, n.columns()...)...); err != nil {
+		n = Node{}
+		if err := rows.Scan(dest...); err != nil {
 			return page.Rows[Node]{}, store.Wrap(err)
 		}
-		n.fix()
+		r.Items = append(r.Items, *n.fixGraph())
 		r.Parents, r.Totals = append(r.Parents, parent), append(r.Totals, total)
 	}
 	if err := rows.Err(); err != nil {
@@ -331,7 +339,7 @@ func NodesByID(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []stri
 	}
 	out := make(map[string]*Node, len(rows))
 	for i := range rows {
-		out[rows[i].NodeID] = rows[i].fix()
+		out[rows[i].NodeID] = rows[i].fixGraph()
 	}
 	return out, nil
 }
@@ -394,8 +402,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // GlobalID is the node's Relay id (the graph binds it directly).
 func (n *Node) GlobalID() string { return relay.ID("ComputeNode", n.NodeID) }
 
-// LabelsValue is the labels as a JSON value for the graph.
+// LabelsValue is the labels as a JSON value for the graph: the stored JSON
+// object itself when the node was read by the graph's batches (they do not
+// build the Labels map), else the map.
 func (n *Node) LabelsValue() any {
+	if n.Labels == nil && n.LabelsText != "" {
+		return json.RawMessage(n.LabelsText)
+	}
 	out := make(map[string]any, len(n.Labels))
 	for k, v := range n.Labels {
 		out[k] = v
