@@ -66,9 +66,11 @@ type Main struct {
 	// DebugAddr, when set, serves net/http/pprof there (never on Addr).
 	DebugAddr string
 	// Timeouts and the pool.
-	RequestTimeout   time.Duration
-	StatementTimeout time.Duration
-	DBMaxConns       int
+	RequestTimeout time.Duration
+	// GraphQLConcurrency bounds GraphQL executions at once (server.Config).
+	GraphQLConcurrency int
+	StatementTimeout   time.Duration
+	DBMaxConns         int
 	// Instances configures the vps.instances reconciler.
 	Instances instances.Config
 
@@ -108,6 +110,8 @@ func (m *Main) ParseFlags(args []string) error {
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
+	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
+	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
 	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
 	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
@@ -188,7 +192,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := app.Registry(database, m.Log, metrics, inst)
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
-		RequestTimeout: m.RequestTimeout}, database, reg, metrics, m.Log)
+		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency}, database, reg, metrics, m.Log)
 	hs := &http.Server{
 		Addr:              m.Addr,
 		Handler:           srv.Handler(),

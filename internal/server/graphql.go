@@ -46,7 +46,22 @@ func (s *Server) graphqlHandler() http.Handler {
 		return errs.E(errs.Internal, "internal error")
 	})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		return next(loaders.With(ctx, s.DB))
+		h := next(loaders.With(ctx, s.DB))
+		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
+			return h
+		}
+		// A query or mutation executes when its handler is called: it
+		// waits for a slot first (Config.GraphQLConcurrency).
+		return func(ctx context.Context) *graphql.Response {
+			select {
+			case s.execSlots <- struct{}{}:
+			case <-ctx.Done():
+				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
+					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry"))}}
+			}
+			defer func() { <-s.execSlots }()
+			return h(ctx)
+		}
 	})
 	return allowMethods(srv)
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -50,6 +51,13 @@ type Config struct {
 	WS           WSTimings
 	// Live tunes the subscription fan-out.
 	Live live.Config
+	// GraphQLConcurrency bounds the queries and mutations executing at once
+	// on this replica (default 4 per CPU); the others wait their turn (up
+	// to their deadline). Subscriptions are not counted. Running more at
+	// once than the CPUs can serve only holds more answers in memory at the
+	// same time: the collector then works harder and every request costs
+	// more CPU.
+	GraphQLConcurrency int
 }
 
 func (c *Config) defaults() {
@@ -67,6 +75,9 @@ func (c *Config) defaults() {
 	}
 	if c.WS.PingInterval == 0 {
 		c.WS.PingInterval = 15 * time.Second
+	}
+	if c.GraphQLConcurrency <= 0 {
+		c.GraphQLConcurrency = 4 * runtime.GOMAXPROCS(0)
 	}
 }
 
@@ -87,15 +98,18 @@ type Server struct {
 	limiter  *limiter
 	authFail *limiter
 	sessions sessions
-	renders  renders        // subscription payloads rendered once per event and operation
-	conns    sync.WaitGroup // open WebSockets and event streams
+	renders  renders // subscription payloads rendered once per event and operation
+	// execSlots admits GraphQL queries and mutations to execution
+	// (Config.GraphQLConcurrency).
+	execSlots chan struct{}
+	conns     sync.WaitGroup // open WebSockets and event streams
 }
 
 // New builds the server; the registry must have been built with the same
 // metrics registry.
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
 	cfg.defaults()
-	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics}
+	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: make(chan struct{}, cfg.GraphQLConcurrency)}
 	s.sessions.s = s
 	s.Live = live.New(database, log, cfg.Live)
 	s.rest = &rest.Handler{Registry: reg, Log: log}
