@@ -59,7 +59,9 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 		NodeID      sql.NullString `db:"node_id"`
 		Bindings    sql.NullString `db:"bindings"`
 	}
-	err := q.GetContext(ctx, &row, `
+	found := false
+	// Every request runs this statement: read by pgx itself (store.EachRow).
+	err := store.EachRow(ctx, q, `
 		SELECT t.token_id, p.principal_id, p.kind, p.tenant_id, p.name, p.node_id,
 		       CASE WHEN p.kind IN ('user', 'service') THEN (
 		           SELECT json_agg(json_build_array(b.tenant_id, b.role, tn.name, tn.created_at))
@@ -67,12 +69,15 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 		                 WHERE principal_id = p.principal_id LIMIT `+maxBindingsSQL+`) b
 		           JOIN tenants tn ON tn.tenant_id = b.tenant_id) END AS bindings
 		FROM tokens t JOIN principals p ON p.principal_id = t.principal_id
-		WHERE t.secret_hash = $1 AND t.revoked_at IS NULL`, Hash(secret))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errs.E(errs.Unauthenticated, "unknown or revoked bearer token")
-	}
+		WHERE t.secret_hash = $1 AND t.revoked_at IS NULL`, []any{Hash(secret)}, func(scan func(dest ...any) error) error {
+		found = true
+		return scan(&row.TokenID, &row.PrincipalID, &row.Kind, &row.TenantID, &row.Name, &row.NodeID, &row.Bindings)
+	})
 	if err != nil {
 		return nil, store.Wrap(err)
+	}
+	if !found {
+		return nil, errs.E(errs.Unauthenticated, "unknown or revoked bearer token")
 	}
 	p := &reqctx.Principal{ID: row.PrincipalID, Kind: row.Kind, TenantID: row.TenantID.String,
 		Name: row.Name, TokenID: row.TokenID, NodeID: row.NodeID.String}

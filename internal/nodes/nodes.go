@@ -280,7 +280,13 @@ func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, err
 // nodes here; sqlx's reflection grew the slice of rows by doubling).
 func NodePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[Node], error) {
 	var r page.Rows[Node]
-	rows, err := q.QueryContext(ctx, `
+	size := min(len(poolIDs)*(limit+1), 4096)
+	r.Parents, r.Totals, r.Items = make([]string, 0, size), make([]int, 0, size), make([]Node, 0, size)
+	var parent string
+	var total int
+	var n Node
+	dest := append([]any{&parent, &total}, n.columns()...)
+	err := store.EachRow(ctx, q, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND `+authz.Where("$4", Visible)+`) AS total_count
 			FROM unnest($1::text[]) AS t(parent))
@@ -291,26 +297,16 @@ func NodePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs 
 			SELECT `+nodeCols+` FROM nodes n WHERE n.pool_id = t.parent AND n.state <> 'removed' AND n.node_id > $2
 			  AND `+authz.Where("$4", Visible)+`
 			ORDER BY n.node_id LIMIT $3
-		) x`, poolIDs, after, limit+1, scope.Arg())
-	if err != nil {
-		return r, store.Wrap(err)
-	}
-	defer rows.Close()
-	size := min(len(poolIDs)*(limit+1), 4096)
-	r.Parents, r.Totals, r.Items = make([]string, 0, size), make([]int, 0, size), make([]Node, 0, size)
-	var parent string
-	var total int
-	var n Node
-	dest := append([]any{&parent, &total}, n.columns()...)
-	for rows.Next() {
+		) x`, []any{poolIDs, after, limit + 1, scope.Arg()}, func(scan func(dest ...any) error) error {
 		n = Node{}
-		if err := rows.Scan(dest...); err != nil {
-			return page.Rows[Node]{}, store.Wrap(err)
+		if err := scan(dest...); err != nil {
+			return err
 		}
 		r.Items = append(r.Items, *n.fixGraph())
 		r.Parents, r.Totals = append(r.Parents, parent), append(r.Totals, total)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return page.Rows[Node]{}, store.Wrap(err)
 	}
 	return r, nil

@@ -482,8 +482,9 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after str
 	var r page.Rows[Pool]
 	parents, arg := page.Parents(tenantIDs)
 	// Scanned column by column (the order of cols), not by sqlx's
-	// reflection: this is the statement of every tenant's pools page.
-	rows, err := q.QueryContext(ctx, `
+	// reflection, and by pgx itself when q is the pool: this is the
+	// statement of every tenant's pools page.
+	err := store.EachRow(ctx, q, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM pools p WHERE `+visibleTo+`) AS total_count
 			FROM `+parents+`)
@@ -492,23 +493,19 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, after str
 		FROM t
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM pools p WHERE `+visibleTo+` AND p.pool_id > $2 ORDER BY p.pool_id LIMIT $3
-		) x`, arg, after, limit+1)
-	if err != nil {
-		return r, store.Wrap(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+		) x`, []any{arg, after, limit + 1}, func(scan func(dest ...any) error) error {
 		var parent string
 		var total int
 		var p Pool
-		if err := rows.Scan(&parent, &total, &p.PoolID, &p.TenantID, &p.Name, &p.Site, &p.GPUModel, &p.SharingMode, &p.Kind,
+		if err := scan(&parent, &total, &p.PoolID, &p.TenantID, &p.Name, &p.Site, &p.GPUModel, &p.SharingMode, &p.Kind,
 			&p.Provider, &p.ProviderAccount, &p.PolicyText, &p.State, &p.RowVersion, &p.CreatedAt, &p.UpdatedAt); err != nil {
-			return page.Rows[Pool]{}, store.Wrap(err)
+			return err
 		}
 		p.fix()
 		r.Parents, r.Totals, r.Items = append(r.Parents, parent), append(r.Totals, total), append(r.Items, p)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return page.Rows[Pool]{}, store.Wrap(err)
 	}
 	return r, nil
