@@ -252,6 +252,12 @@ func (l *Loaders) NamedTenant(ctx context.Context, tenantID string) (*tenants.Te
 	if err == nil && t == nil {
 		return nil, errs.E(errs.NotFound, "tenant %s not found", tenantID)
 	}
+	if err == nil {
+		// A root field's tenant is a level of its own: its connections
+		// (pools, projects, ...) are read at once, without waiting for the
+		// batch window for siblings it has none of.
+		l.sib.add([]string{tenantID}, nil)
+	}
 	return t, err
 }
 
