@@ -475,7 +475,14 @@ func TestSharedRenderingsStayWithTheirOperation(t *testing.T) {
 		w.send(map[string]any{"id": id, "type": "subscribe", "payload": map[string]any{"query": doc}})
 		socks = append(socks, sock{w, id, s.byOwner})
 	}
-	time.Sleep(200 * time.Millisecond) // the subscriptions are live
+	// The subscriptions are live once the server counts them.
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	for deadline := time.Now().Add(10 * time.Second); metric(t, addr, "compute_subscriptions") < float64(len(socks)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server counts %v subscriptions, want %d", metric(t, addr, "compute_subscriptions"), len(socks))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	must(t, e.Call(guest.Member.Token, "instances/create", instanceIn("guest", pool, "g", 1)))
 	for _, s := range socks {
 		m := s.w.next()
