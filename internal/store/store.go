@@ -327,12 +327,7 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 				return err
 			}
 			defer rows.Close()
-			for rows.Next() {
-				if err := row(rows.Scan); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
+			return each(rows, row)
 		})
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
@@ -340,6 +335,15 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 		return err
 	}
 	defer rows.Close()
+	return each(rows, row)
+}
+
+// each calls row for every row of pgx's or database/sql's rows.
+func each(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}, row func(scan func(dest ...any) error) error) error {
 	for rows.Next() {
 		if err := row(rows.Scan); err != nil {
 			return err
