@@ -361,9 +361,13 @@ func (c *wsConn) crashed(ctx context.Context, op *wsOp) {
 func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 	driven := false
 	defer func() {
-		if !driven {
-			c.finish(op)
+		if driven {
+			return
 		}
+		if v := recover(); v != nil {
+			panic(v) // safe logs it, and crashed ends the operation with INTERNAL
+		}
+		c.finish(op)
 	}()
 	ctx = graphql.StartOperationTrace(ctx)
 	fail := func(e *errs.Error) {
