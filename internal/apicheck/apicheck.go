@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/bettercompute/computed/internal/pattern"
 )
 
 // base is the document's URL for the compiler (any absolute URL will do).
@@ -39,6 +41,7 @@ func New(raw []byte) (*Doc, error) {
 		return nil, fmt.Errorf("apicheck: the document is not an object")
 	}
 	c := jsonschema.NewCompiler()
+	c.UseRegexpEngine(pattern.Engine)
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	if err := c.AddResource(base, v); err != nil {

@@ -532,3 +532,34 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 		}
 	}
 }
+
+// Names are checked with the published pattern ^\S(?:.*\S)?$ read as
+// ECMA-262 reads it (the index's JSON Schemas are ECMA-262): a leading or
+// trailing NO-BREAK SPACE, IDEOGRAPHIC SPACE or BOM, or a LINE SEPARATOR
+// inside, is INVALID_INPUT on both surfaces. Go's regexp let them through,
+// and look-alike names passed the uniqueness check.
+func TestLookAlikeNamesAreRefused(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1)))
+	create := `mutation($in: CreateInstanceInput!) { createInstance(input: $in) { instance { name } } }`
+	for _, name := range []string{"\u00a0web", "web\u00a0", "\u3000web", "web\u3000", "\ufeffweb", "web\ufeff", "we\u2028b", "we\u2029b", "web\u202f", "\u2003web"} {
+		r := e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, name, 1))
+		expect(t, r, "INVALID_INPUT", "name")
+		in := instanceIn("acme", pool, name, 1)
+		g := e.GraphQL(acme.Member.Token, create, map[string]any{"in": in})
+		if c, p := gqlErr(g); c != "INVALID_INPUT" || !strings.HasSuffix(p, "name") {
+			t.Fatalf("createInstance named %q: %s", name, g.Raw)
+		}
+		if r := e.Call(acme.Admin.Token, "pools/create", map[string]any{"tenantId": "acme", "name": name, "site": "fra1",
+			"gpuModel": "H100", "sharingMode": "exclusive", "kind": "bare-metal"}); r.Code() != "INVALID_INPUT" || r.Path() != "name" {
+			t.Fatalf("pools.create named %q: %s", name, r.Raw)
+		}
+	}
+	// Characters that are not space stay allowed.
+	for _, name := range []string{"wé😀b", "web\u0085", "w\u200bb"} {
+		must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, name, 1)))
+	}
+}

@@ -499,3 +499,77 @@ func TestSharedRenderingsStayWithTheirOperation(t *testing.T) {
 		}
 	}
 }
+
+// Subscription documents the spec refuses are INVALID_INPUT on both
+// transports, never INTERNAL: two root fields (by response name, also
+// through fragments), a root field under @skip or @include, and @defer
+// (which no transport here delivers: it used to answer null silently).
+func TestSubscriptionDocumentsAreValidated(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	const ev = `instanceEvents(tenantId: "acme")`
+	bad := []struct {
+		name, doc string
+		vars      map[string]any
+		says      string
+	}{
+		{"two aliases", `subscription { a: ` + ev + ` { eventId } b: ` + ev + ` { type } }`, nil, "only one top level field"},
+		{"two through a fragment", `subscription { ...F } fragment F on Subscription { a: ` + ev + ` { eventId } b: ` + ev + ` { type } }`, nil, "only one top level field"},
+		{"one plus a fragment", `subscription S { a: ` + ev + ` { eventId } ...F } fragment F on Subscription { b: ` + ev + ` { type } }`, nil, "only one top level field"},
+		{"an inline fragment", `subscription { a: ` + ev + ` { eventId } ... on Subscription { b: ` + ev + ` { type } } }`, nil, "only one top level field"},
+		{"skipped", `subscription { ` + ev + ` @skip(if: true) { eventId } }`, nil, "@skip"},
+		{"not included", `subscription($x: Boolean!) { ` + ev + ` @include(if: $x) { eventId } }`, map[string]any{"x": false}, "@include"},
+		{"included", `subscription($x: Boolean!) { ` + ev + ` @include(if: $x) { eventId } }`, map[string]any{"x": true}, "@include"},
+		{"a skipped fragment", `subscription { ... @skip(if: true) { ` + ev + ` { eventId } } }`, nil, "@skip"},
+		{"a skipped spread", `subscription { ...F @skip(if: true) } fragment F on Subscription { ` + ev + ` { eventId } }`, nil, "@skip"},
+		{"introspection", `subscription { __typename }`, nil, "introspection"},
+		{"defer", `subscription { ` + ev + ` { eventId ... @defer { instance { name } } } }`, nil, "@defer"},
+	}
+	check := func(t *testing.T, what string, errors any, says string) {
+		list, _ := errors.([]any)
+		if len(list) == 0 {
+			t.Fatalf("%s: no errors: %v", what, errors)
+		}
+		first := list[0].(map[string]any)
+		code := dig(t, first, "extensions", "code")
+		if code != "INVALID_INPUT" || !strings.Contains(str(first["message"]), says) {
+			t.Fatalf("%s: %v, want INVALID_INPUT saying %q", what, first, says)
+		}
+	}
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	for i, c := range bad {
+		msgs := w.op(fmt.Sprint("b", i), c.doc, c.vars)
+		if len(msgs) != 1 || msgs[0]["type"] != "error" {
+			t.Fatalf("%s over WebSocket: %v", c.name, msgs)
+		}
+		check(t, c.name+" over WebSocket", msgs[0]["payload"], c.says)
+		s := openSSE(t, e, acme.Viewer.Token, c.doc, c.vars)
+		name, m := s.next()
+		if name != "next" {
+			t.Fatalf("%s over SSE: %s %v", c.name, name, m)
+		}
+		check(t, c.name+" over SSE", m["errors"], c.says)
+		if name, _ := s.next(); name != "complete" {
+			t.Fatalf("%s over SSE: then %s", c.name, name)
+		}
+	}
+	// @defer is refused on plain POST too (its parts used to come back null).
+	r := e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { tenantId ... @defer { name } } }`, nil)
+	if r.Status != 400 {
+		t.Fatalf("@defer over POST: %d %s", r.Status, r.Raw)
+	}
+	check(t, "@defer over POST", r.Body["errors"], "@defer")
+	// What stays valid: one response name asked twice (the fields merge),
+	// and @skip below the root field.
+	for i, doc := range []string{
+		`subscription { ` + ev + ` { eventId } ` + ev + ` { type } }`,
+		`subscription { ` + ev + ` { eventId type @skip(if: true) } }`,
+	} {
+		w.send(map[string]any{"id": fmt.Sprint("ok", i), "type": "subscribe", "payload": map[string]any{"query": doc}})
+		if m, err := w.read(300 * time.Millisecond); err == nil {
+			t.Fatalf("%s: %v", doc, m)
+		}
+	}
+}

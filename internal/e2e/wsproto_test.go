@@ -290,3 +290,52 @@ func TestGraphQLWSClientCloseCodes(t *testing.T) {
 		}
 	}
 }
+
+// A completed id is free the moment the server reads the complete (as
+// graphql-ws's own server does): subscribe r, complete r, subscribe r
+// again at once never closes the socket with 4409, nothing of the old
+// operation reaches the new one, and the server sends no complete for an
+// operation the client completed. It used to close the socket with 4409 in
+// most tries: the id was freed only when the operation's goroutine had
+// wound down.
+func TestCompletedIDIsFreeAtOnce(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{WS: server.WSTimings{PingInterval: -1}}})
+	acme := newTenant(t, e, "acme")
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	sub := map[string]any{"query": eventsSub, "variables": map[string]any{"t": "acme"}}
+	for try := 0; try < 30; try++ {
+		w.send(map[string]any{"id": "r", "type": "subscribe", "payload": sub})
+		w.send(map[string]any{"id": "r", "type": "complete"})
+	}
+	w.send(map[string]any{"id": "r", "type": "subscribe", "payload": sub})
+	// A query with a reused id answers once and completes.
+	for try := 0; try < 10; try++ {
+		w.send(map[string]any{"id": "q", "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+		w.send(map[string]any{"id": "q", "type": "complete"})
+	}
+	msgs := w.op("q", `{ viewer { kind } }`, nil)
+	if msgs[len(msgs)-1]["type"] != "complete" {
+		t.Fatalf("a query under a reused id: %v", msgs)
+	}
+	// The last r is live: one event reaches it once (the 30 completed ones
+	// deliver nothing), and nothing else arrives for r.
+	for deadline := time.Now().Add(10 * time.Second); e.Srv.Live.Subscribers() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions live, want 1", e.Srv.Live.Subscribers())
+		}
+	}
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1)))
+	if evs := w.events("r", 1); evs[0]["type"] != "INSTANCE_CREATED" {
+		t.Fatalf("the reused id's subscription: %v", evs)
+	}
+	if m, err := w.read(300 * time.Millisecond); err == nil {
+		t.Fatalf("after the one event: %v", m)
+	}
+	w.send(map[string]any{"id": "r", "type": "complete"})
+	if m, err := w.read(300 * time.Millisecond); err == nil {
+		t.Fatalf("the server answered the client's complete: %v", m)
+	}
+}

@@ -5,10 +5,11 @@ package ids
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"regexp"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/bettercompute/computed/internal/pattern"
 )
 
 // Prefixes of every generated id.
@@ -39,22 +40,9 @@ var idBody = `[0-9a-hjkmnp-tv-z]{26,52}`
 // Pattern is the regular expression source for ids of a prefix.
 func Pattern(prefix string) string { return "^" + prefix + "_" + idBody + "$" }
 
-var cache = map[string]*regexp.Regexp{}
-
-func init() {
-	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation} {
-		cache[p] = regexp.MustCompile(Pattern(p))
-	}
-}
-
-// Valid reports whether s is a well-formed id of the prefix.
-func Valid(prefix, s string) bool {
-	re, ok := cache[prefix]
-	if !ok {
-		re = regexp.MustCompile(Pattern(prefix))
-	}
-	return re.MatchString(s)
-}
+// Valid reports whether s is a well-formed id of the prefix (the
+// registry's compiled pattern of such ids).
+func Valid(prefix, s string) bool { return pattern.MustCompile(Pattern(prefix)).MatchString(s) }
 
 // Secret returns a new opaque bearer secret with a readable prefix.
 func Secret(prefix string) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -13,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -389,7 +389,7 @@ func (row *capRow) capacity() (*PoolCapacity, error) {
 	return capacityOf(row.PoolID, total, bounded, toMap(alloc), toMap(res), row.Owner), nil
 }
 
-var projectRe = regexp.MustCompile(ids.Pattern(ids.Project))
+var projectRe = pattern.MustCompile(ids.Pattern(ids.Project))
 
 // NewScope checks a graph list's filters as instances.list and
 // reservations.list check theirs (INVALID_INPUT naming the argument) and

@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances/provider"
 	_ "github.com/bettercompute/computed/internal/instances/provider/sim" // the default provider
+	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -176,7 +177,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.stopped = cancel, make(chan struct{})
-	go s.loops(lctx)
+	safe.Go(lctx, s.log, "instance reconciler loops", func() { s.loops(lctx) })
 	s.log.Info("instance reconciler started", "clientId", s.clientID, "workers", s.cfg.Workers)
 	return nil
 }

@@ -2,12 +2,12 @@ package instances
 
 import (
 	"context"
-	"regexp"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
@@ -19,10 +19,12 @@ type Watch struct {
 	After  *events.Position // nil: live from now
 }
 
+// The graph checks its arguments with the registry's compiled patterns
+// (ECMA-262 semantics, package pattern).
 var (
-	tenantRe   = regexp.MustCompile(registry.TenantPattern)
-	instanceRe = regexp.MustCompile(ids.Pattern(ids.Instance))
-	poolRe     = regexp.MustCompile(ids.Pattern(ids.Pool))
+	tenantRe   = pattern.MustCompile(registry.TenantPattern)
+	instanceRe = pattern.MustCompile(ids.Pattern(ids.Instance))
+	poolRe     = pattern.MustCompile(ids.Pattern(ids.Pool))
 )
 
 // ParseWatch checks a subscription's arguments as the method surface checks

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -477,7 +477,7 @@ var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and so
 
 var refPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
 
-var refRe = regexp.MustCompile(refPattern)
+var refRe = pattern.MustCompile(refPattern)
 
 // ValidRef reports a well-formed snapshot reference (id or hash).
 func ValidRef(s string) bool { return refRe.MatchString(s) }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -272,12 +273,14 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 	}
 	h.subscribers.Add(1)
 	if sub.opts.OnChange != nil && sub.opts.Recheck != nil {
-		sub.stopChange = sub.opts.OnChange(func() { go h.recheck(sub) })
+		sub.stopChange = sub.opts.OnChange(func() {
+			safe.Go(sub.ctx, h.log, "subscription recheck", func() { h.recheck(sub) }, func() { h.crashed(sub) })
+		})
 	}
 	// The end of the context ends a live subscription here; a pumping one
 	// is ended by its pump. (Ending cancels the context too, so this runs
 	// once for every subscription, as a no-op when it has ended already.)
-	context.AfterFunc(ctx, func() {
+	context.AfterFunc(ctx, safe.Func(ctx, h.log, "subscription end", func() {
 		st.mu.Lock()
 		if sub.pumping || sub.closed {
 			st.mu.Unlock()
@@ -286,13 +289,13 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Posi
 		st.finish(sub)
 		st.mu.Unlock()
 		h.finished(sub)
-	})
+	}))
 	st.mu.Lock()
 	switch {
 	case sub.closed: // its context ended already
 	case replay || st.fill(sub):
 		sub.pumping = true
-		go h.pump(sub, replay)
+		h.startPump(sub, replay)
 	default:
 		st.live[sub] = struct{}{}
 	}
@@ -307,6 +310,27 @@ func (h *Hub) recheck(sub *Subscription) {
 		sub.end(err)
 		sub.cancel()
 	}
+}
+
+// crashed ends a subscription whose goroutine panicked (safe logged it)
+// with an INTERNAL error.
+func (h *Hub) crashed(sub *Subscription) {
+	sub.end(errs.E(errs.Internal, "internal error"))
+	st := sub.st
+	st.mu.Lock()
+	if sub.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.finish(sub)
+	st.mu.Unlock()
+	h.finished(sub)
+}
+
+// startPump hands a subscription to a pump goroutine (under its stream's
+// lock, with sub.pumping set).
+func (h *Hub) startPump(sub *Subscription, replay bool) {
+	safe.Go(sub.ctx, h.log, "subscription pump", func() { h.pump(sub, replay) }, func() { h.crashed(sub) })
 }
 
 // finished is what ends a subscription outside its stream's lock.
@@ -483,7 +507,7 @@ func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Posi
 		ring: make([]*events.Event, h.cfg.Buffer), live: map[*Subscription]struct{}{}}
 	h.streams[tenantID] = s
 	pos, next := s.add()
-	go s.run()
+	s.start()
 	return s, pos, next, nil
 }
 
@@ -567,6 +591,13 @@ func (s *stream) poke() {
 var retries = []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond,
 	300 * time.Millisecond, time.Second}
 
+// start runs the stream's loop on a goroutine of its own; a panic in it is
+// logged and the loop starts again (its state is the stream's, kept under
+// its lock).
+func (s *stream) start() {
+	safe.Go(context.Background(), s.h.log, "event stream "+s.tenant, s.run, s.start)
+}
+
 func (s *stream) run() {
 	h := s.h
 	poll := time.NewTimer(h.cfg.Poll)
@@ -631,7 +662,7 @@ func (s *stream) read() int {
 				if s.fill(sub) {
 					delete(s.live, sub)
 					sub.pumping = true
-					go h.pump(sub, false)
+					h.startPump(sub, false)
 				}
 			}
 		}

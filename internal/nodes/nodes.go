@@ -10,12 +10,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"regexp"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -98,8 +98,8 @@ type (
 
 // Label rules (Kubernetes-style keys and values).
 var (
-	labelKey   = regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
-	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
+	labelKey   = pattern.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+	labelValue = pattern.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
 )
 
 // MaxLabels bounds a node's labels.

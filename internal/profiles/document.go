@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
 )
@@ -112,6 +113,7 @@ func mustCompile(url, text string) *jsonschema.Schema {
 		panic(fmt.Sprintf("profiles: schema %s: %v", url, err))
 	}
 	c := jsonschema.NewCompiler()
+	c.UseRegexpEngine(pattern.Engine) // ECMA-262, as the schema says
 	if err := c.AddResource(url, doc); err != nil {
 		panic(fmt.Sprintf("profiles: schema %s: %v", url, err))
 	}

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
+
+	"github.com/bettercompute/computed/internal/pattern"
 )
 
 // Type is a field's JSON type.
@@ -39,7 +40,7 @@ type Field struct {
 	MaxItems    int
 	MinItems    int
 
-	re *regexp.Regexp
+	re *pattern.Regexp // Pattern with ECMA-262 semantics, as the index publishes it
 }
 
 // Int returns a pointer, for Min and Max.
@@ -55,7 +56,7 @@ const (
 
 func (f *Field) compile() {
 	if f.Pattern != "" && f.re == nil {
-		f.re = regexp.MustCompile(f.Pattern)
+		f.re = pattern.MustCompile(f.Pattern)
 	}
 	if f.Type == Integer {
 		if f.Min == nil {

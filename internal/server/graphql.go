@@ -33,6 +33,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.AddTransport(httpTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
+	srv.SetValidationRulesFn(validationRules)
 	for _, x := range []graphql.HandlerExtension{newBounds(), extension.Introspection{},
 		extension.AutomaticPersistedQuery{Cache: lru.New[string](100)}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
 		if _, ok := x.(graphql.FieldInterceptor); ok {

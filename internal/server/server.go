@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
+	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -75,6 +76,9 @@ func (c *Config) defaults() {
 	}
 	if c.WS.PingInterval == 0 {
 		c.WS.PingInterval = 15 * time.Second
+	}
+	if c.WS.WriteTimeout <= 0 {
+		c.WS.WriteTimeout = 10 * time.Second
 	}
 	if c.GraphQLConcurrency <= 0 {
 		c.GraphQLConcurrency = 4 * runtime.GOMAXPROCS(0)
@@ -146,7 +150,7 @@ func (s *Server) Run(ctx context.Context) error { return s.Live.Run(ctx) }
 func (s *Server) Shutdown(ctx context.Context) {
 	s.sessions.closeAll(closeServiceReboot, "the server is restarting; reconnect")
 	done := make(chan struct{})
-	go func() { s.conns.Wait(); close(done) }()
+	safe.Go(ctx, s.Log, "shutdown wait", func() { s.conns.Wait(); close(done) })
 	select {
 	case <-done:
 	case <-ctx.Done():

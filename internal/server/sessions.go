@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/safe"
 )
 
 // sessions are the long-lived connections (WebSockets, event streams) of
@@ -82,7 +83,12 @@ func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, 
 	ss.m[x] = struct{}{}
 	if !ss.running {
 		ss.running = true
-		go ss.sweep()
+		// After a panic (logged by safe) the next session starts a sweep.
+		safe.Go(context.Background(), ss.s.Log, "session sweep", ss.sweep, func() {
+			ss.mu.Lock()
+			ss.running = false
+			ss.mu.Unlock()
+		})
 	}
 	return x
 }
@@ -168,3 +174,6 @@ func (ss *sessions) sweep() {
 		}
 	}
 }
+
+// Sessions is the number of open WebSockets and event streams.
+func (s *Server) Sessions() int { return s.sessions.count() }

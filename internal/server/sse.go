@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/safe"
 )
 
 // GraphQL over Server-Sent Events (the graphql-sse protocol, distinct
@@ -64,7 +64,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	st := &sseStream{w: w, rc: rc}
+	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
 	if perr != nil {
 		st.errors(perr)
 		return
@@ -95,16 +95,69 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		st.complete()
 		return
 	}
-	stop := st.keepAlive(t.s.Config.WS.PingInterval)
-	defer stop()
 	responses, rctx := exec.DispatchOperation(ctx, oc)
-	for {
-		resp := responses(rctx)
-		if resp == nil {
-			break
+	// The handler is the stream's only writer, and it writes nothing after
+	// it returns: net/http recycles the response's buffers then, and a
+	// write from a goroutine or a timer that outlived the handler crashed
+	// the process. Results are executed on a goroutine that never touches
+	// the response and that the handler waits for before it returns;
+	// keep-alives come from the handler's own loop. A write that takes
+	// longer than Config.WS.WriteTimeout (the client does not read) ends
+	// the stream; the results goroutine then stops at its next send, so a
+	// stuck client holds the subscription's small buffer and one rendered
+	// result, never a queue.
+	// A result is handed over as its JSON: the executor may reuse a
+	// response's buffers for the next one.
+	results := make(chan []byte)
+	log := t.s.Log
+	safe.Go(ctx, log, "event stream results", func() {
+		defer close(results)
+		safe.Do(ctx, log, "event stream execution", func() {
+			for {
+				resp := responses(rctx)
+				if resp == nil {
+					return
+				}
+				b, err := json.Marshal(resp)
+				if err != nil {
+					reqctx.SetEnd(ctx, err)
+					return
+				}
+				select {
+				case results <- b:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}, func() {
+			reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
+		})
+	})
+	defer func() {
+		cancel()
+		for range results { // wait for the results goroutine to end
 		}
-		if !st.next(resp) {
-			return // the client left
+	}()
+	var tick <-chan time.Time
+	if every := t.s.Config.WS.PingInterval; every > 0 {
+		ticker := time.NewTicker(every)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+loop:
+	for {
+		select {
+		case b, ok := <-results:
+			if !ok {
+				break loop
+			}
+			if !st.event("next", b) {
+				return // the client left or does not read
+			}
+		case <-tick:
+			if !st.keepAlive() {
+				return
+			}
 		}
 	}
 	// Why it ended, if not by the client: an error of the subscription, a
@@ -138,28 +191,33 @@ func (x *sseSession) Principal(ctx context.Context) (*reqctx.Principal, error) {
 	return auth.Authenticate(ctx, x.s.DB, x.secret)
 }
 
-// sseStream writes events; writes are serialised (keep-alives come from a
-// timer).
+// sseStream writes one event stream's response; only its handler calls
+// it. Every write has a deadline: a client that takes nothing for that long
+// fails the write, and the handler ends the stream.
 type sseStream struct {
-	mu sync.Mutex
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	failed  bool
+}
+
+func (s *sseStream) write(b []byte) bool {
+	if s.failed {
+		return false
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if _, err := s.w.Write(b); err != nil || s.rc.Flush() != nil {
+		s.failed = true // the connection is unusable after a timed-out write
+		return false
+	}
+	return true
 }
 
 func (s *sseStream) event(name string, data []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var b bytes.Buffer
-	b.WriteString("event: ")
-	b.WriteString(name)
-	b.WriteString("\ndata: ")
-	b.Write(data) // JSON has no raw newlines
-	b.WriteString("\n\n")
-	_ = s.rc.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-	if _, err := s.w.Write(b.Bytes()); err != nil {
-		return false
-	}
-	return s.rc.Flush() == nil
+	b := make([]byte, 0, len(name)+len(data)+16)
+	b = append(append(append(b, "event: "...), name...), "\ndata: "...)
+	b = append(append(b, data...), "\n\n"...) // JSON has no raw newlines
+	return s.write(b)
 }
 
 func (s *sseStream) next(resp *graphql.Response) bool {
@@ -181,37 +239,5 @@ func (s *sseStream) errors(e *errs.Error) {
 		Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}}})
 }
 
-// keepAlive writes a comment line every interval (proxies close silent
-// connections).
-func (s *sseStream) keepAlive(every time.Duration) (stop func()) {
-	if every <= 0 {
-		return func() {}
-	}
-	var t *time.Timer
-	var mu sync.Mutex
-	stopped := false
-	var tick func()
-	tick = func() {
-		s.mu.Lock()
-		_ = s.rc.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-		_, err := io.WriteString(s.w, ": keep-alive\n\n")
-		if err == nil {
-			_ = s.rc.Flush()
-		}
-		s.mu.Unlock()
-		mu.Lock()
-		if !stopped {
-			t.Reset(every)
-		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	t = time.AfterFunc(every, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-	}
-}
+// keepAlive writes a comment line (proxies close silent connections).
+func (s *sseStream) keepAlive() bool { return s.write([]byte(": keep-alive\n\n")) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
+	"github.com/bettercompute/computed/internal/safe"
 )
 
 // The graphql-transport-ws protocol
@@ -38,17 +40,21 @@ const (
 	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
 	closeSlowConsumer  = 1013 // try again later: the client does not read
 
-	wsWriteTimeout = 10 * time.Second
 	// wsMaxOperations bounds the operations running at once on one socket
 	// (a dashboard needs a handful); past it a subscribe gets an error
 	// message and the socket stays open.
 	wsMaxOperations = 64
 )
 
-// WSTimings are the protocol's timers.
+// WSTimings are the timers of the long-lived transports (WebSocket and
+// event streams); zero values take the defaults.
 type WSTimings struct {
-	InitTimeout  time.Duration // connection_init must arrive within it
-	PingInterval time.Duration // the server pings an idle client
+	InitTimeout  time.Duration // connection_init must arrive within it (10 s)
+	PingInterval time.Duration // a WebSocket is pinged, an event stream sent a keep-alive comment (15 s; negative: never)
+	// WriteTimeout is how long one write to a client may take (10 s): a
+	// client that takes nothing for that long is a slow consumer, and its
+	// socket or stream is closed.
+	WriteTimeout time.Duration
 }
 
 func (s *Server) websocket() graphql.Transport { return wsTransport{s: s} }
@@ -77,14 +83,14 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	ctx, cancel := context.WithCancel(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
-		ops: map[string]context.CancelFunc{},
+		ops: map[string]*wsOp{},
 		ip:  clientIP(r),
 	}
 	t.s.conns.Add(1)
-	go func() {
+	safe.Go(ctx, t.s.Log, "websocket reader", func() {
 		defer t.s.conns.Done()
 		conn.serve()
-	}()
+	}, func() { conn.close(closeInternal, "internal error") })
 }
 
 // wsMessage is one protocol message.
@@ -103,7 +109,7 @@ type wsConn struct {
 	ip     string
 
 	mu       sync.Mutex
-	ops      map[string]context.CancelFunc
+	ops      map[string]*wsOp // the running operations by id
 	initSeen bool
 	acked    bool
 	secret   string // the bearer token, to authenticate each operation again
@@ -114,24 +120,32 @@ type wsConn struct {
 func (c *wsConn) serve() {
 	defer c.cancel()
 	timings := c.s.Config.WS
-	init := time.AfterFunc(timings.InitTimeout, func() {
+	// The timers may fire after serve has returned: they write only
+	// through the websocket connection, which refuses writes once closed
+	// (it owns the hijacked connection; net/http recycles nothing of it).
+	init := time.AfterFunc(timings.InitTimeout, safe.Func(c.ctx, c.s.Log, "websocket init timer", func() {
 		c.mu.Lock()
 		acked := c.acked
 		c.mu.Unlock()
 		if !acked {
 			c.close(closeInitTimeout, "Connection initialisation timeout")
 		}
-	})
+	}))
 	defer init.Stop()
 	if timings.PingInterval > 0 {
 		// A timer, not a goroutine per socket: it pings, then sets itself
 		// again while the socket is open.
 		var ping *time.Timer
-		ping = time.AfterFunc(timings.PingInterval, func() {
+		var mu sync.Mutex
+		mu.Lock()
+		ping = time.AfterFunc(timings.PingInterval, safe.Func(c.ctx, c.s.Log, "websocket ping", func() {
 			if c.send(wsMessage{Type: "ping"}) {
+				mu.Lock()
 				ping.Reset(timings.PingInterval)
+				mu.Unlock()
 			}
-		})
+		}))
+		mu.Unlock()
 		defer ping.Stop()
 	}
 	for {
@@ -169,11 +183,16 @@ func (c *wsConn) handle(data []byte) bool {
 	case "subscribe":
 		return c.subscribe(m)
 	case "complete":
+		// The id is free at once (as graphql-ws's own server does): the
+		// client may subscribe with it again in its next message. Nothing
+		// more of the old operation goes out: a message of it being
+		// written is waited for, before the next message is read.
 		c.mu.Lock()
-		stop := c.ops[m.ID]
+		op := c.ops[m.ID]
+		delete(c.ops, m.ID)
 		c.mu.Unlock()
-		if stop != nil {
-			stop()
+		if op != nil {
+			op.end()
 		}
 	default:
 		c.close(closeBadRequest, "Invalid message received: unknown type "+truncate(m.Type, 32))
@@ -221,10 +240,15 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		}
 		return false
 	}
+	sess := c.s.sessions.add(pr, c.close)
 	c.mu.Lock()
-	c.secret, c.acked = tok, true
+	if c.closed { // closed meanwhile (the init timeout, a shutdown)
+		c.mu.Unlock()
+		c.s.sessions.remove(sess)
+		return false
+	}
+	c.secret, c.acked, c.session = tok, true, sess
 	c.mu.Unlock()
-	c.session = c.s.sessions.add(pr, c.close)
 	c.send(wsMessage{Type: "connection_ack"})
 	return true
 }
@@ -259,11 +283,74 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
 		return true
 	}
-	ctx, stop := context.WithCancel(c.ctx)
-	c.ops[m.ID] = stop
+	ctx, stop := context.WithCancel(reqctx.WithRequestID(c.ctx, newRequestID()))
+	op := &wsOp{id: m.ID, cancel: stop}
+	c.ops[m.ID] = op
 	c.mu.Unlock()
-	go c.run(ctx, stop, m.ID, params)
+	safe.Go(ctx, c.s.Log, "websocket operation", func() { c.run(ctx, op, params) }, func() { c.crashed(ctx, op) })
 	return true
+}
+
+// wsOp is one running operation of a socket. Its messages go out through
+// send, which serialises them with its end: once it has ended (its error
+// or complete sent, or the client's complete received), nothing more of it
+// is sent, so an id the client reuses never receives the old operation's
+// messages.
+type wsOp struct {
+	id     string
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	ended  bool
+}
+
+// send writes a message of the operation unless it has ended; an error or
+// a complete ends it. event says it is a subscription's event (sendEvent).
+func (op *wsOp) send(c *wsConn, m wsMessage, event bool) bool {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.ended {
+		return false
+	}
+	m.ID = op.id
+	if m.Type == "error" || m.Type == "complete" {
+		op.ended = true
+	}
+	if event {
+		return c.sendEvent(m)
+	}
+	return c.send(m)
+}
+
+// end ends the operation without a message (the client completed it),
+// after any message of it being written.
+func (op *wsOp) end() {
+	op.mu.Lock()
+	op.ended = true
+	op.mu.Unlock()
+	op.cancel()
+}
+
+// finish is the operation's end on the server's side: its id is freed,
+// then complete is sent unless the operation has ended already.
+func (c *wsConn) finish(op *wsOp) {
+	c.mu.Lock()
+	if c.ops[op.id] == op {
+		delete(c.ops, op.id)
+	}
+	c.mu.Unlock()
+	op.cancel()
+	if c.ctx.Err() == nil {
+		op.send(c, wsMessage{Type: "complete"}, false)
+	}
+}
+
+// crashed ends an operation whose goroutine panicked (safe logged it)
+// with an INTERNAL error naming its request id.
+func (c *wsConn) crashed(ctx context.Context, op *wsOp) {
+	b, _ := json.Marshal(gqlerror.List{{Message: "internal error", Extensions: map[string]any{"code": string(errs.Internal),
+		"details": map[string]any{"requestId": reqctx.RequestID(ctx)}}}})
+	op.send(c, wsMessage{Type: "error", Payload: b}, false)
+	c.finish(op)
 }
 
 // run executes one operation. The credential is authenticated again, so a
@@ -271,28 +358,21 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 // subscription whose resolver accepts the socket's driver (instanceEvents
 // does) is then driven by its events: run returns, and a goroutine exists
 // for it only while it has an event to execute and write.
-func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, params *graphql.RawParams) {
-	completed, driven := false, false
-	finish := func() {
-		c.mu.Lock()
-		delete(c.ops, id)
-		c.mu.Unlock()
-		stop()
-		if !completed && c.ctx.Err() == nil {
-			c.send(wsMessage{ID: id, Type: "complete"})
-		}
-	}
+func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
+	driven := false
 	defer func() {
-		if !driven {
-			finish()
+		if driven {
+			return
 		}
+		if v := recover(); v != nil {
+			panic(v) // safe logs it, and crashed ends the operation with INTERNAL
+		}
+		c.finish(op)
 	}()
-	ctx = reqctx.WithRequestID(ctx, newRequestID())
 	ctx = graphql.StartOperationTrace(ctx)
 	fail := func(e *errs.Error) {
 		b, _ := json.Marshal(gqlerror.List{{Message: e.Message, Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}})
-		c.send(wsMessage{ID: id, Type: "error", Payload: b})
-		completed = true
+		op.send(c, wsMessage{Type: "error", Payload: b}, false)
 	}
 	p, err := auth.Authenticate(ctx, c.s.DB, c.secret)
 	if err != nil {
@@ -306,14 +386,13 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 	ctx = reqctx.WithPrincipal(ctx, p)
 	ctx = reqctx.WithSession(ctx, c)
 	ctx, endErr := reqctx.WithEnd(ctx)
-	drv := &wsDriver{}
+	drv := &wsDriver{ctx: ctx, log: c.s.Log, crashed: func() { c.crashed(ctx, op) }}
 	ctx = reqctx.WithDriver(ctx, drv)
 	oc, list := c.exec.CreateOperationContext(ctx, params)
 	if list != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
 		b, _ := json.Marshal(resp.Errors)
-		c.send(wsMessage{ID: id, Type: "error", Payload: b})
-		completed = true
+		op.send(c, wsMessage{Type: "error", Payload: b}, false)
 		return
 	}
 	if oc.Operation.Operation != ast.Subscription {
@@ -328,8 +407,7 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 		if err := endErr(); err != nil && c.ctx.Err() == nil {
 			resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, err)})
 			b, _ := json.Marshal(resp.Errors)
-			c.send(wsMessage{ID: id, Type: "error", Payload: b})
-			completed = true
+			op.send(c, wsMessage{Type: "error", Payload: b}, false)
 		}
 	}
 	if oc.Operation.Operation == ast.Subscription && drv.skip != nil {
@@ -347,7 +425,7 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 					mine = r
 				} else if b, ok := r.wait(rctx); ok {
 					drv.skip()
-					return c.sendEvent(wsMessage{ID: id, Type: "next", Payload: b})
+					return op.send(c, wsMessage{Type: "next", Payload: b}, true)
 				}
 			}
 			resp := responses(rctx)
@@ -360,14 +438,14 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 				// Errors are not shared: they may be this subscription's own.
 				mine.done(b, resp != nil && err == nil && len(resp.Errors) == 0)
 			}
-			if resp != nil && err == nil && c.sendEvent(wsMessage{ID: id, Type: "next", Payload: b}) {
+			if resp != nil && err == nil && op.send(c, wsMessage{Type: "next", Payload: b}, true) {
 				return true
 			}
 			if resp == nil {
 				end()
 			}
-			stop() // the source ends (if it has not) and says so once more
-			finish()
+			op.cancel() // the source ends (if it has not) and says so once more
+			c.finish(op)
 			return false
 		})
 		return
@@ -377,7 +455,7 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 		if resp == nil {
 			break
 		}
-		if !c.sendResponse(id, resp) {
+		if !c.sendResponse(op, resp) {
 			return
 		}
 		if oc.Operation.Operation != ast.Subscription {
@@ -393,6 +471,11 @@ func (c *wsConn) run(ctx context.Context, stop context.CancelFunc, id string, pa
 // and in order.
 type wsDriver struct {
 	skip func() // set by the resolver on the operation's goroutine
+	// ctx and log name the operation in a panic's log line; crashed ends
+	// the operation after one.
+	ctx     context.Context
+	log     *slog.Logger
+	crashed func()
 
 	mu      sync.Mutex
 	pending []any // the items signalled and not yet taken, in order
@@ -426,7 +509,12 @@ func (d *wsDriver) kick() {
 		return
 	}
 	d.running = true
-	go d.drain()
+	safe.Go(d.ctx, d.log, "subscription events", d.drain, func() {
+		d.mu.Lock()
+		d.ended, d.running, d.pending = true, false, nil
+		d.mu.Unlock()
+		d.crashed()
+	})
 }
 
 func (d *wsDriver) drain() {
@@ -528,23 +616,23 @@ func (c *wsConn) Principal(ctx context.Context) (*reqctx.Principal, error) {
 	return auth.Authenticate(ctx, c.s.DB, c.secret)
 }
 
-func (c *wsConn) sendResponse(id string, resp *graphql.Response) bool {
+func (c *wsConn) sendResponse(op *wsOp, resp *graphql.Response) bool {
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return false
 	}
-	return c.send(wsMessage{ID: id, Type: "next", Payload: b})
+	return op.send(c, wsMessage{Type: "next", Payload: b}, false)
 }
 
 // send writes a message; false when the connection is closing. Writes
 // happen on the caller's goroutine (the socket's reader, an operation, the
 // ping timer; the connection serialises them), so a socket costs no writer
 // goroutine and no queue. A client that does not take a message within
-// wsWriteTimeout is a slow consumer: its socket is closed, and the
+// Config.WS.WriteTimeout is a slow consumer: its socket is closed, and the
 // operation that was writing ends; the hub's bounded buffer keeps the
 // publisher from ever waiting on it.
 func (c *wsConn) send(m wsMessage) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), wsWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.Config.WS.WriteTimeout)
 	defer cancel()
 	return c.write(ctx, m)
 }
@@ -553,7 +641,7 @@ func (c *wsConn) send(m wsMessage) bool {
 // a deadline per message costs a timer and two context registrations, a
 // fifth of the server's work when an event goes to 10,000 sockets. A write
 // that does not finish is still bounded: the ping timer's next write waits
-// behind it for at most wsWriteTimeout, and then closes the socket, which
+// behind it for at most Config.WS.WriteTimeout, and then closes the socket, which
 // ends the stuck write (and the hub ends a subscriber that takes nothing for
 // its Stall).
 func (c *wsConn) sendEvent(m wsMessage) bool { return c.write(context.Background(), m) }
@@ -603,17 +691,18 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 		return
 	}
 	c.closed = true
+	sess := c.session
 	c.mu.Unlock()
-	c.s.sessions.remove(c.session)
+	c.s.sessions.remove(sess)
 	c.cancel()
 	// Close waits for the peer's close frame for a while; do not hold up
 	// the caller (a session sweep, a shutdown) on it. The connection counts
 	// as open until it is done.
 	c.s.conns.Add(1)
-	go func() {
+	safe.Go(c.ctx, c.s.Log, "websocket close", func() {
 		defer c.s.conns.Done()
 		_ = c.c.Close(code, truncate(reason, 120))
-	}()
+	})
 }
 
 func truncate(s string, n int) string {

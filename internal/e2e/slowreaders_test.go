@@ -1,0 +1,268 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/live"
+	"github.com/bettercompute/computed/internal/server"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// tinyDialer connects with a small receive buffer, so that a client that
+// stops reading fills the server's side of the connection after a few
+// kilobytes instead of megabytes.
+var tinyDialer = &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+	}); err != nil {
+		return err
+	}
+	return serr
+}}
+
+// bigEventsSub selects every event's id under n aliases: an event is about
+// 40n bytes.
+func bigEventsSub(n int) string {
+	var b strings.Builder
+	b.WriteString(`subscription($t: String!, $a: String) { instanceEvents(tenantId: $t, after: $a) {`)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, " e%d: eventId", i)
+	}
+	b.WriteString(" } }")
+	return b.String()
+}
+
+// stuckSSE opens an event stream, reads the status line and then reads
+// nothing more until drained.
+type stuckSSE struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func openStuckSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *stuckSSE {
+	t.Helper()
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	c, err := tinyDialer.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	fmt.Fprintf(c, "POST /graphql/stream HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+		"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", addr, token, len(body), body)
+	br := bufio.NewReaderSize(c, 16)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("event stream: %q %v", line, err)
+	}
+	return &stuckSSE{c: c, br: br}
+}
+
+// drain reads what is left and says whether the server ended the stream
+// (EOF) within the deadline, and whether the stream had ended properly
+// (a complete event and the final chunk).
+func (s *stuckSSE) drain(within time.Duration) (ended bool, tail string, err error) {
+	_ = s.c.SetReadDeadline(time.Now().Add(within))
+	var last bytes.Buffer
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.br.Read(buf)
+		if n > 0 {
+			last.Write(buf[:n])
+			if last.Len() > 256 {
+				b := last.Bytes()[last.Len()-256:]
+				last.Reset()
+				last.Write(b)
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return true, last.String(), nil
+		}
+		if err != nil {
+			return false, last.String(), err
+		}
+	}
+}
+
+// A client that stops reading a subscription while its events flow is a
+// slow consumer on both transports: its stream is ended within the write
+// timeout (plus a keep-alive or ping interval), the server holds a bounded
+// amount for it meanwhile, and every other subscriber of the tenant gets
+// every event. It used to kill the process: an event stream's keep-alive
+// tick, already fired and waiting for the stream's lock while the handler's
+// write timed out, wrote to the response after the handler had returned and
+// net/http had recycled its buffers (a nil pointer dereference in
+// (*sseStream).keepAlive). Keep-alives every 20 ms and a write timeout of
+// 300 ms make that race certain in every stuck stream here.
+func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	e := testkit.StartWith(t, testkit.Options{Logs: &logs, Config: server.Config{
+		WS:   server.WSTimings{PingInterval: 20 * time.Millisecond, WriteTimeout: 300 * time.Millisecond},
+		Live: live.Config{Stall: 2 * time.Second},
+	}})
+	acme := newTenant(t, e, "acme")
+	ctx := context.Background()
+	// 150 events in the outbox; the subscriptions replay them from the first.
+	const n = 150
+	publish := func(count int) {
+		tx, err := e.DB.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < count; i++ {
+			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "acme", PoolID: "pool_x",
+				InstanceID: "inst_x", State: "running", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(n)
+	var first []events.Event
+	for deadline := time.Now().Add(10 * time.Second); len(first) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the events are not readable")
+		}
+		var err error
+		if first, err = events.Page(ctx, e.DB, events.Filter{TenantID: "acme"}, events.Position{}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]any{"t": "acme", "a": first[0].EventID}
+
+	// Healthy subscribers on both transports.
+	ws := dialWS(t, e)
+	ws.init(acme.Viewer.Token)
+	ws.send(map[string]any{"id": "ok", "type": "subscribe", "payload": map[string]any{"query": eventsSub, "variables": vars}})
+	sse := openSSE(t, e, acme.Viewer.Token, eventsSub, vars)
+
+	// Stuck readers: three event streams and a WebSocket, each asking for
+	// about 80 KB per event, 12 MB in all: more than the kernel buffers
+	// on both sides of a connection hold (4 MB on Linux by default).
+	big := bigEventsSub(2000)
+	var stuck []*stuckSSE
+	for i := 0; i < 3; i++ {
+		stuck = append(stuck, openStuckSSE(t, e, acme.Viewer.Token, big, vars))
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: tinyDialer.DialContext}}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stuckWS, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(e.Server.URL, "http")+"/graphql",
+		&websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}, HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuckWS.CloseNow()
+	stuckWS.SetReadLimit(1 << 20)
+	for _, m := range []map[string]any{{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Viewer.Token}}} {
+		b, _ := json.Marshal(m)
+		_ = stuckWS.Write(dctx, websocket.MessageText, b)
+	}
+	for {
+		_, b, err := stuckWS.Read(dctx)
+		if err != nil {
+			t.Fatalf("stuck socket: %v", err)
+		}
+		if strings.Contains(string(b), "connection_ack") {
+			break
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"id": "big", "type": "subscribe", "payload": map[string]any{"query": big, "variables": vars}})
+	_ = stuckWS.Write(dctx, websocket.MessageText, b)
+
+	// The healthy ones get every event, in order, while the others stall.
+	var wg sync.WaitGroup
+	check := func(what string, got []string) {
+		if len(got) != n-1 {
+			t.Errorf("%s got %d events, want %d", what, len(got), n-1)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1] >= got[i] {
+				t.Errorf("%s: events out of order at %d", what, i)
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var got []string
+		for _, ev := range ws.events("ok", n-1) {
+			got = append(got, str(ev["eventId"]))
+		}
+		check("the healthy socket", got)
+	}()
+	var sseGot []string
+	for len(sseGot) < n-1 {
+		name, m := sse.next()
+		if name != "next" || m["errors"] != nil {
+			t.Fatalf("healthy stream: %s %v", name, m)
+		}
+		sseGot = append(sseGot, str(dig(t, m, "data", "instanceEvents", "eventId")))
+	}
+	check("the healthy stream", sseGot)
+	wg.Wait()
+
+	// The stuck ones are ended: only the two healthy sessions stay.
+	for deadline := time.Now().Add(20 * time.Second); e.Srv.Sessions() > 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still open: the stuck readers were not ended", e.Srv.Sessions())
+		}
+	}
+	for i, s := range stuck {
+		ended, tail, err := s.drain(10 * time.Second)
+		if !ended {
+			t.Fatalf("stuck stream %d was not ended by the server: %v (last bytes %q)", i, err, tail)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	for {
+		_, _, err := stuckWS.Read(rctx)
+		if err == nil {
+			continue
+		}
+		if rctx.Err() != nil {
+			t.Fatalf("the stuck socket was not closed by the server")
+		}
+		break
+	}
+	// The healthy subscribers are still live, and the server is well.
+	publish(1)
+	if evs := ws.events("ok", 1); len(evs) != 1 {
+		t.Fatalf("healthy socket after the stall: %v", evs)
+	}
+	if name, m := sse.next(); name != "next" || m["errors"] != nil {
+		t.Fatalf("healthy stream after the stall: %s %v", name, m)
+	}
+	if r := e.Call(acme.Viewer.Token, "tenants/get", map[string]any{"tenantId": "acme"}); r.Status != 200 {
+		t.Fatalf("the server after the stall: %d", r.Status)
+	}
+	if strings.Contains(logs.String(), "panic") {
+		t.Fatalf("the server logged a panic:\n%s", logs.String())
+	}
+	if os.Getenv("TEST_LOG") != "" {
+		t.Log(logs.String())
+	}
+}

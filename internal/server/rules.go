@@ -1,0 +1,105 @@
+package server
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/validator/core"
+	"github.com/vektah/gqlparser/v2/validator/rules"
+)
+
+// validationRules are gqlparser's rules with two of this server's.
+//
+//   - Subscriptions have exactly one root field (the spec's "Single root
+//     field"), counted by response name: gqlparser's rule counts distinct
+//     field names, so `a: instanceEvents … b: instanceEvents …` passed it and
+//     failed in execution as INTERNAL. Their root selections take no @skip
+//     or @include (the spec's draft and graphql-js 17 refuse them: a
+//     subscription whose one field is skipped streams nothing).
+//   - @defer is refused: no transport here delivers incremental results
+//     (an operation's result is one payload over HTTP, and one `next` per
+//     event over WebSocket and SSE), and a deferred selection used to come
+//     back null without an error.
+func validationRules() *rules.Rules {
+	r := rules.NewDefaultRules()
+	r.RemoveRule(rules.SingleFieldSubscriptionsRule.Name)
+	r.AddRule(singleRootField.Name, singleRootField.RuleFunc)
+	r.AddRule(noDefer.Name, noDefer.RuleFunc)
+	return r
+}
+
+var singleRootField = core.Rule{
+	Name: "SingleRootFieldSubscriptions",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnOperation(func(walker *core.Walker, op *ast.OperationDefinition) {
+			if op.Operation != ast.Subscription {
+				return
+			}
+			name := "Anonymous Subscription"
+			if op.Name != "" {
+				name = "Subscription " + strconv.Quote(op.Name)
+			}
+			var fields []*ast.Field
+			keys := map[string]bool{}
+			spread := map[string]bool{}
+			var walk func(set ast.SelectionSet)
+			walk = func(set ast.SelectionSet) {
+				for _, sel := range set {
+					var dirs ast.DirectiveList
+					switch s := sel.(type) {
+					case *ast.Field:
+						dirs = s.Directives
+					case *ast.InlineFragment:
+						dirs = s.Directives
+					case *ast.FragmentSpread:
+						dirs = s.Directives
+					}
+					for _, d := range dirs {
+						if d.Name == "skip" || d.Name == "include" {
+							addError(core.Message(`%s must not use @%s in its top level selection: a subscription has exactly one root field.`, name, d.Name),
+								core.At(d.Position))
+						}
+					}
+					switch s := sel.(type) {
+					case *ast.Field:
+						if strings.HasPrefix(s.Name, "__") {
+							addError(core.Message(`%s must not select an introspection top level field.`, name), core.At(s.Position))
+						}
+						key := s.Alias
+						if key == "" {
+							key = s.Name
+						}
+						if !keys[key] {
+							keys[key] = true
+							fields = append(fields, s)
+						}
+					case *ast.InlineFragment:
+						walk(s.SelectionSet)
+					case *ast.FragmentSpread:
+						if s.Definition != nil && !spread[s.Name] {
+							spread[s.Name] = true
+							walk(s.Definition.SelectionSet)
+						}
+					}
+				}
+			}
+			walk(op.SelectionSet)
+			if len(fields) > 1 {
+				addError(core.Message(`%s must select only one top level field.`, name), core.At(fields[1].Position))
+			}
+		})
+	},
+}
+
+var noDefer = core.Rule{
+	Name: "NoDefer",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnDirective(func(walker *core.Walker, d *ast.Directive) {
+			if d.Name == "defer" {
+				addError(core.Message(`@defer is not supported: this server delivers an operation's result as one payload on every transport; remove @defer.`),
+					core.At(d.Position))
+			}
+		})
+	},
+}
