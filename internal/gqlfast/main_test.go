@@ -161,6 +161,39 @@ func TestTemplateChangesFailLoudly(t *testing.T) {
 	}
 }
 
+// A field with directives keeps gqlgen's path (its directives must run),
+// and is no shortfall.
+func TestFieldsWithDirectivesAreLeftAlone(t *testing.T) {
+	files, _, schema := committed(t)
+	raw := gqlgenOutput(files)
+	const plain = "\t\tnil,\n\t\tfunc(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {\n\t\t\treturn ec.marshalNString2string(ctx, selections, v)"
+	const withDirective = "\t\t" + directiveMiddleware + "\n\t\t\treturn ec._fieldMiddleware(ctx, obj, next)\n\t\t},\n\t\tfunc(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {\n\t\t\treturn ec.marshalNString2string(ctx, selections, v)"
+	changed := map[string]string{}
+	n := 0
+	for name, src := range raw {
+		i := strings.Index(src, "func (ec *executionContext) _Gpu_uuid(")
+		if i >= 0 && strings.Contains(src[i:], plain) {
+			src = src[:i] + strings.Replace(src[i:], plain, withDirective, 1)
+			n++
+		}
+		changed[name] = src
+	}
+	if n != 1 {
+		t.Fatalf("Gpu.uuid's function not found (%d)", n)
+	}
+	res, err := rewrite(changed, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, src := range res.files {
+		all.WriteString(src)
+	}
+	if i := strings.Index(all.String(), "func (ec *executionContext) _Gpu_uuid("); strings.HasPrefix(all.String()[i:], "func (ec *executionContext) _Gpu_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {\n"+directLeaf) {
+		t.Fatal("a field with directives was marshalled directly")
+	}
+}
+
 // The committed executor carries the rewrites where they matter: a GPU's
 // uuid directly, GPU lists inline and in place, pool edges decided at run
 // time (a pool loads: its edges keep their goroutines when the query
