@@ -72,7 +72,7 @@ func (ec *executionContext) field_Subscription_instanceEvents_args(ctx context.C
 // region    **************************** field.gotpl *****************************
 
 func (ec *executionContext) _InstanceEvent_eventId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.EventID)
 	}
 	return graphql.ResolveField(
@@ -98,7 +98,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_eventId(_ context.Context
 }
 
 func (ec *executionContext) _InstanceEvent_type(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInstanceEventType2string(ctx, field.Selections, obj.Type)
 	}
 	return graphql.ResolveField(
@@ -124,7 +124,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_type(_ context.Context, f
 }
 
 func (ec *executionContext) _InstanceEvent_instanceId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
 	}
 	return graphql.ResolveField(
@@ -150,7 +150,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_instanceId(_ context.Cont
 }
 
 func (ec *executionContext) _InstanceEvent_tenantId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -176,7 +176,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_tenantId(_ context.Contex
 }
 
 func (ec *executionContext) _InstanceEvent_poolId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -202,7 +202,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_poolId(_ context.Context,
 }
 
 func (ec *executionContext) _InstanceEvent_projectId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
 	}
 	return graphql.ResolveField(
@@ -228,7 +228,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_projectId(_ context.Conte
 }
 
 func (ec *executionContext) _InstanceEvent_state(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -254,7 +254,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_state(_ context.Context, 
 }
 
 func (ec *executionContext) _InstanceEvent_desiredState(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.DesiredState)
 	}
 	return graphql.ResolveField(
@@ -280,7 +280,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_desiredState(_ context.Co
 }
 
 func (ec *executionContext) _InstanceEvent_stateReason(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
 	}
 	return graphql.ResolveField(

@@ -3,20 +3,49 @@ package graph
 import (
 	"context"
 	"io"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/executor"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
-// DirectLeaves lets the executor marshal leaf fields read straight from the
-// bound struct without gqlgen's per-field machinery (field context, field
-// middleware, panic guard): see internal/gqlfast, which writes the calls.
-// Such fields cannot fail or panic; but a field interceptor (an extension
-// implementing graphql.FieldInterceptor) would not see them, so the server
-// turns this off when it installs one.
-var DirectLeaves = true
+// unpatched turns internal/gqlfast's rewrites off one by one, each back to
+// the gqlgen code it replaced, so that a test can compare the executor's
+// answers and allocations with gqlgen's own (gqlfast_test.go). Only tests
+// set it, before any operation runs.
+var unpatched struct{ leaves, deferred, objects, lists, elements, buffers bool }
+
+// directLeaves says whether the executor may marshal leaf fields read
+// straight from the bound struct without gqlgen's per-field machinery
+// (field context, field middleware, panic guard): see internal/gqlfast,
+// which writes the calls. Such fields cannot fail or panic, but a field
+// interceptor would not see them: so the fast path is taken only when the
+// operation's field middleware is gqlgen's own identity, the one an
+// executor builds without any graphql.FieldInterceptor (AroundFields, Use
+// of an extension that intercepts fields, or an OperationContextMutator
+// that replaces the middleware). Decided per operation from the
+// operation's context, so no way of adding an interceptor can skip it.
+func directLeaves(oc *graphql.OperationContext) bool {
+	return !unpatched.leaves && reflect.ValueOf(oc.ResolverMiddleware).Pointer() == noFieldMiddleware
+}
+
+// noFieldMiddleware is the code of the field middleware gqlgen's executor
+// gives an operation when it has no field interceptor (a closure in
+// executor.processExtensions that calls next). A closure wrapping an
+// interceptor has other code, so comparing code pointers tells them apart;
+// if gqlgen ever made the identity differ per executor, the comparison
+// would fail safe (no fast path) and TestDirectLeavesWithoutInterceptors
+// would say so.
+var noFieldMiddleware = func() uintptr {
+	oc, _ := executor.New(NewExecutableSchema(Config{})).CreateOperationContext(graphql.StartOperationTrace(context.Background()), &graphql.RawParams{})
+	if oc == nil || oc.ResolverMiddleware == nil {
+		return 0
+	}
+	return reflect.ValueOf(oc.ResolverMiddleware).Pointer()
+}()
 
 // newDeferredGroup is graphql.NewDeferredGroup for an object with a
 // deferred field (@defer), and an empty group otherwise: gqlgen's own
@@ -24,6 +53,9 @@ var DirectLeaves = true
 // every query. ResolveConcurrently touches the group only for deferred
 // fields, and an empty group is never processed.
 func newDeferredGroup(ctx context.Context, fields []graphql.CollectedField) graphql.DeferredGroup {
+	if unpatched.deferred {
+		return graphql.NewDeferredGroup(ctx)
+	}
 	for i := range fields {
 		if fields[i].IsDeferred() {
 			return graphql.NewDeferredGroup(ctx)
@@ -39,6 +71,9 @@ func newDeferredGroup(ctx context.Context, fields []graphql.CollectedField) grap
 // the GPU. Each element still gets its index in the path and its own panic
 // guard, as there.
 func marshalSliceInline(ctx context.Context, length int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) graphql.Array {
+	if unpatched.lists {
+		return graphql.MarshalSliceConcurrently(ctx, length, 0, false, marshalElement)
+	}
 	ret := make(graphql.Array, length)
 	// One field context for the list, its index moved along: the elements
 	// are marshalled one after the other and start nothing that outlives
@@ -59,7 +94,7 @@ func marshalSliceInline(ctx context.Context, length int, marshalElement func(ctx
 // asked for their names and sites), and with a goroutine per element
 // otherwise, so that the elements' loads meet in one batch.
 func marshalSliceAuto(ctx context.Context, typ string, sel ast.SelectionSet, length int, marshalElement func(ctx context.Context, i int) graphql.Marshaler) graphql.Array {
-	if length > 1 && !selectsResolved(typ, sel, 0) {
+	if length > 1 && !unpatched.lists && !selectsResolved(typ, sel, 0) {
 		return marshalSliceInline(ctx, length, marshalElement)
 	}
 	return graphql.MarshalSliceConcurrently(ctx, length, 0, false, marshalElement)
@@ -129,6 +164,9 @@ var (
 const maxSizeHints = 1000
 
 func responseSizeHint(query string) int {
+	if unpatched.buffers {
+		return 0
+	}
 	if v, ok := sizeHints.Load(query); ok {
 		n := v.(int)
 		return n + n/8 + 512
@@ -137,7 +175,7 @@ func responseSizeHint(query string) int {
 }
 
 func rememberResponseSize(query string, n int) {
-	if n < 4096 {
+	if n < 4096 || unpatched.buffers {
 		return // the buffer's own growth costs little
 	}
 	if _, loaded := sizeHints.Swap(query, n); !loaded && sizeHintsN.Add(1) > maxSizeHints {
@@ -152,6 +190,9 @@ func rememberResponseSize(query string, n int) {
 // so they are written without escaping. internal/gqlfast routes every
 // object without deferred fields here.
 func marshalObject(fields []graphql.CollectedField, out *graphql.FieldSet) graphql.Marshaler {
+	if unpatched.objects {
+		return out
+	}
 	return &objectJSON{fields: fields, values: out.Values}
 }
 

@@ -60,7 +60,7 @@ func (ec *executionContext) fieldContext_CreateTokenPayload_token(_ context.Cont
 }
 
 func (ec *executionContext) _CreateTokenPayload_secret(ctx context.Context, field graphql.CollectedField, obj *iam.CreatedToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Secret)
 	}
 	return graphql.ResolveField(
@@ -118,7 +118,7 @@ func (ec *executionContext) fieldContext_GrantMemberPayload_binding(_ context.Co
 }
 
 func (ec *executionContext) _RevokeMemberPayload_revoked(ctx context.Context, field graphql.CollectedField, obj *iam.Revoked) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Revoked)
 	}
 	return graphql.ResolveField(
@@ -176,7 +176,7 @@ func (ec *executionContext) fieldContext_RevokeTokenPayload_token(_ context.Cont
 }
 
 func (ec *executionContext) _RoleBinding_tenantId(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -202,7 +202,7 @@ func (ec *executionContext) fieldContext_RoleBinding_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _RoleBinding_principalId(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
 	}
 	return graphql.ResolveField(
@@ -228,7 +228,7 @@ func (ec *executionContext) fieldContext_RoleBinding_principalId(_ context.Conte
 }
 
 func (ec *executionContext) _RoleBinding_principalKind(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalKind)
 	}
 	return graphql.ResolveField(
@@ -254,7 +254,7 @@ func (ec *executionContext) fieldContext_RoleBinding_principalKind(_ context.Con
 }
 
 func (ec *executionContext) _RoleBinding_principalName(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalName)
 	}
 	return graphql.ResolveField(
@@ -280,7 +280,7 @@ func (ec *executionContext) fieldContext_RoleBinding_principalName(_ context.Con
 }
 
 func (ec *executionContext) _RoleBinding_role(ctx context.Context, field graphql.CollectedField, obj *iam.Binding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNRole2string(ctx, field.Selections, obj.Role)
 	}
 	return graphql.ResolveField(
@@ -393,7 +393,7 @@ func (ec *executionContext) fieldContext_RoleBindingConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _RoleBindingConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.RoleBindingConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -419,7 +419,7 @@ func (ec *executionContext) fieldContext_RoleBindingConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _RoleBindingEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.RoleBindingEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -477,7 +477,7 @@ func (ec *executionContext) fieldContext_RoleBindingEdge_node(_ context.Context,
 }
 
 func (ec *executionContext) _Token_tokenId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TokenID)
 	}
 	return graphql.ResolveField(
@@ -503,7 +503,7 @@ func (ec *executionContext) fieldContext_Token_tokenId(_ context.Context, field 
 }
 
 func (ec *executionContext) _Token_tenantId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -529,7 +529,7 @@ func (ec *executionContext) fieldContext_Token_tenantId(_ context.Context, field
 }
 
 func (ec *executionContext) _Token_principalId(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
 	}
 	return graphql.ResolveField(
@@ -555,7 +555,7 @@ func (ec *executionContext) fieldContext_Token_principalId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Token_name(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -581,7 +581,7 @@ func (ec *executionContext) fieldContext_Token_name(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Token_role(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNRole2string(ctx, field.Selections, obj.Role)
 	}
 	return graphql.ResolveField(
@@ -630,7 +630,7 @@ func (ec *executionContext) fieldContext_Token_createdAt(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Token_revokedAt(ctx context.Context, field graphql.CollectedField, obj *iam.Token) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RevokedAt)
 	}
 	return graphql.ResolveField(
@@ -720,7 +720,7 @@ func (ec *executionContext) fieldContext_TokenConnection_pageInfo(_ context.Cont
 }
 
 func (ec *executionContext) _TokenConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.TokenConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -746,7 +746,7 @@ func (ec *executionContext) fieldContext_TokenConnection_totalCount(_ context.Co
 }
 
 func (ec *executionContext) _TokenEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.TokenEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(

@@ -120,7 +120,7 @@ func (ec *executionContext) fieldContext_Instance_id(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Instance_instanceId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
 	}
 	return graphql.ResolveField(
@@ -146,7 +146,7 @@ func (ec *executionContext) fieldContext_Instance_instanceId(_ context.Context, 
 }
 
 func (ec *executionContext) _Instance_tenantId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -172,7 +172,7 @@ func (ec *executionContext) fieldContext_Instance_tenantId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Instance_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -198,7 +198,7 @@ func (ec *executionContext) fieldContext_Instance_poolId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Instance_projectId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
 	}
 	return graphql.ResolveField(
@@ -224,7 +224,7 @@ func (ec *executionContext) fieldContext_Instance_projectId(_ context.Context, f
 }
 
 func (ec *executionContext) _Instance_name(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -282,7 +282,7 @@ func (ec *executionContext) fieldContext_Instance_size(_ context.Context, field 
 }
 
 func (ec *executionContext) _Instance_image(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Image)
 	}
 	return graphql.ResolveField(
@@ -308,7 +308,7 @@ func (ec *executionContext) fieldContext_Instance_image(_ context.Context, field
 }
 
 func (ec *executionContext) _Instance_desiredState(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInstanceDesiredState2string(ctx, field.Selections, obj.DesiredState)
 	}
 	return graphql.ResolveField(
@@ -334,7 +334,7 @@ func (ec *executionContext) fieldContext_Instance_desiredState(_ context.Context
 }
 
 func (ec *executionContext) _Instance_state(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInstanceState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -360,7 +360,7 @@ func (ec *executionContext) fieldContext_Instance_state(_ context.Context, field
 }
 
 func (ec *executionContext) _Instance_stateReason(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
 	}
 	return graphql.ResolveField(
@@ -386,7 +386,7 @@ func (ec *executionContext) fieldContext_Instance_stateReason(_ context.Context,
 }
 
 func (ec *executionContext) _Instance_hostNodeId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.HostNodeID)
 	}
 	return graphql.ResolveField(
@@ -412,7 +412,7 @@ func (ec *executionContext) fieldContext_Instance_hostNodeId(_ context.Context, 
 }
 
 func (ec *executionContext) _Instance_rebootGeneration(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RebootGeneration)
 	}
 	return graphql.ResolveField(
@@ -438,7 +438,7 @@ func (ec *executionContext) fieldContext_Instance_rebootGeneration(_ context.Con
 }
 
 func (ec *executionContext) _Instance_rowVersion(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -510,7 +510,7 @@ func (ec *executionContext) fieldContext_Instance_updatedAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Instance_deletedAt(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.DeletedAt)
 	}
 	return graphql.ResolveField(
@@ -740,7 +740,7 @@ func (ec *executionContext) fieldContext_InstanceConnection_pageInfo(_ context.C
 }
 
 func (ec *executionContext) _InstanceConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InstanceConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -766,7 +766,7 @@ func (ec *executionContext) fieldContext_InstanceConnection_totalCount(_ context
 }
 
 func (ec *executionContext) _InstanceEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -888,7 +888,7 @@ func (ec *executionContext) fieldContext_InstanceEventConnection_pageInfo(_ cont
 }
 
 func (ec *executionContext) _InstanceEventConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEventConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -914,7 +914,7 @@ func (ec *executionContext) fieldContext_InstanceEventConnection_totalCount(_ co
 }
 
 func (ec *executionContext) _InstanceEventEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InstanceEventEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -1004,7 +1004,7 @@ func (ec *executionContext) fieldContext_InstancePayload_instance(_ context.Cont
 }
 
 func (ec *executionContext) _InstanceSize_gpus(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
 	}
 	return graphql.ResolveField(
@@ -1030,7 +1030,7 @@ func (ec *executionContext) fieldContext_InstanceSize_gpus(_ context.Context, fi
 }
 
 func (ec *executionContext) _InstanceSize_vcpus(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.VCPUs)
 	}
 	return graphql.ResolveField(
@@ -1056,7 +1056,7 @@ func (ec *executionContext) fieldContext_InstanceSize_vcpus(_ context.Context, f
 }
 
 func (ec *executionContext) _InstanceSize_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.MemoryGiB)
 	}
 	return graphql.ResolveField(
@@ -1082,7 +1082,7 @@ func (ec *executionContext) fieldContext_InstanceSize_memoryGiB(_ context.Contex
 }
 
 func (ec *executionContext) _InstanceSize_gpuProfile(ctx context.Context, field graphql.CollectedField, obj *instances.Size) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.GPUProfile)
 	}
 	return graphql.ResolveField(
@@ -1108,7 +1108,7 @@ func (ec *executionContext) fieldContext_InstanceSize_gpuProfile(_ context.Conte
 }
 
 func (ec *executionContext) _PoolCapacity_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -1134,7 +1134,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_poolId(_ context.Context, 
 }
 
 func (ec *executionContext) _PoolCapacity_bounded(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Bounded)
 	}
 	return graphql.ResolveField(
@@ -1320,7 +1320,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_byTenant(_ context.Context
 }
 
 func (ec *executionContext) _Reservation_reservationId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ReservationID)
 	}
 	return graphql.ResolveField(
@@ -1346,7 +1346,7 @@ func (ec *executionContext) fieldContext_Reservation_reservationId(_ context.Con
 }
 
 func (ec *executionContext) _Reservation_tenantId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -1372,7 +1372,7 @@ func (ec *executionContext) fieldContext_Reservation_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _Reservation_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -1476,7 +1476,7 @@ func (ec *executionContext) fieldContext_Reservation_endsAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Reservation_state(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNReservationState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -1502,7 +1502,7 @@ func (ec *executionContext) fieldContext_Reservation_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _Reservation_rowVersion(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -1574,7 +1574,7 @@ func (ec *executionContext) fieldContext_Reservation_updatedAt(_ context.Context
 }
 
 func (ec *executionContext) _Reservation_canceledAt(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.CanceledAt)
 	}
 	return graphql.ResolveField(
@@ -1664,7 +1664,7 @@ func (ec *executionContext) fieldContext_ReservationConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _ReservationConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ReservationConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -1690,7 +1690,7 @@ func (ec *executionContext) fieldContext_ReservationConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _ReservationEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ReservationEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -1780,7 +1780,7 @@ func (ec *executionContext) fieldContext_ReservationPayload_reservation(_ contex
 }
 
 func (ec *executionContext) _ResourceAmounts_gpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
 	}
 	return graphql.ResolveField(
@@ -1806,7 +1806,7 @@ func (ec *executionContext) fieldContext_ResourceAmounts_gpus(_ context.Context,
 }
 
 func (ec *executionContext) _ResourceAmounts_vcpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.VCPUs)
 	}
 	return graphql.ResolveField(
@@ -1832,7 +1832,7 @@ func (ec *executionContext) fieldContext_ResourceAmounts_vcpus(_ context.Context
 }
 
 func (ec *executionContext) _ResourceAmounts_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.MemoryGiB)
 	}
 	return graphql.ResolveField(
@@ -1858,7 +1858,7 @@ func (ec *executionContext) fieldContext_ResourceAmounts_memoryGiB(_ context.Con
 }
 
 func (ec *executionContext) _TenantHolding_tenantId(ctx context.Context, field graphql.CollectedField, obj *model.TenantHolding) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -3517,7 +3517,7 @@ func (ec *executionContext) marshalOTenantHolding2ᚕᚖgithubᚗcomᚋbettercom
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNTenantHolding2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantHolding(ctx, sel, v[i])

@@ -144,7 +144,7 @@ func (ec *executionContext) fieldContext_AllowTpmKeyPayload_key(_ context.Contex
 }
 
 func (ec *executionContext) _AllowedTpmKey_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -170,7 +170,7 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_poolId(_ context.Context,
 }
 
 func (ec *executionContext) _AllowedTpmKey_ekHash(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.EKHash)
 	}
 	return graphql.ResolveField(
@@ -196,7 +196,7 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_ekHash(_ context.Context,
 }
 
 func (ec *executionContext) _AllowedTpmKey_description(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
 	}
 	return graphql.ResolveField(
@@ -300,7 +300,7 @@ func (ec *executionContext) fieldContext_ComputeNode_id(_ context.Context, field
 }
 
 func (ec *executionContext) _ComputeNode_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
 	}
 	return graphql.ResolveField(
@@ -326,7 +326,7 @@ func (ec *executionContext) fieldContext_ComputeNode_nodeId(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -352,7 +352,7 @@ func (ec *executionContext) fieldContext_ComputeNode_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _ComputeNode_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -378,7 +378,7 @@ func (ec *executionContext) fieldContext_ComputeNode_poolId(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_name(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -427,7 +427,7 @@ func (ec *executionContext) fieldContext_ComputeNode_labels(_ context.Context, f
 }
 
 func (ec *executionContext) _ComputeNode_state(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNNodeState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -453,7 +453,7 @@ func (ec *executionContext) fieldContext_ComputeNode_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _ComputeNode_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNAttestor2string(ctx, field.Selections, obj.Attestor)
 	}
 	return graphql.ResolveField(
@@ -534,7 +534,7 @@ func (ec *executionContext) fieldContext_ComputeNode_certificateExpiresAt(_ cont
 }
 
 func (ec *executionContext) _ComputeNode_joinRequestId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.JoinRequestID)
 	}
 	return graphql.ResolveField(
@@ -560,7 +560,7 @@ func (ec *executionContext) fieldContext_ComputeNode_joinRequestId(_ context.Con
 }
 
 func (ec *executionContext) _ComputeNode_rowVersion(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -632,7 +632,7 @@ func (ec *executionContext) fieldContext_ComputeNode_updatedAt(_ context.Context
 }
 
 func (ec *executionContext) _ComputeNode_removedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RemovedAt)
 	}
 	return graphql.ResolveField(
@@ -918,7 +918,7 @@ func (ec *executionContext) fieldContext_ComputeNodeConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _ComputeNodeConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ComputeNodeConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -944,7 +944,7 @@ func (ec *executionContext) fieldContext_ComputeNodeConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _ComputeNodeEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ComputeNodeEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -1034,7 +1034,7 @@ func (ec *executionContext) fieldContext_CreateJoinTokenPayload_joinToken(_ cont
 }
 
 func (ec *executionContext) _CreateJoinTokenPayload_secret(ctx context.Context, field graphql.CollectedField, obj *nodes.CreatedJoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Secret)
 	}
 	return graphql.ResolveField(
@@ -1092,7 +1092,7 @@ func (ec *executionContext) fieldContext_DecideJoinRequestPayload_joinRequest(_ 
 }
 
 func (ec *executionContext) _Disk_wwn(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.WWN)
 	}
 	return graphql.ResolveField(
@@ -1118,7 +1118,7 @@ func (ec *executionContext) fieldContext_Disk_wwn(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Disk_serial(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Serial)
 	}
 	return graphql.ResolveField(
@@ -1144,7 +1144,7 @@ func (ec *executionContext) fieldContext_Disk_serial(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Disk_model(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Model)
 	}
 	return graphql.ResolveField(
@@ -1170,7 +1170,7 @@ func (ec *executionContext) fieldContext_Disk_model(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Disk_sizeBytes(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOLong2ᚖint64(ctx, field.Selections, obj.SizeBytes)
 	}
 	return graphql.ResolveField(
@@ -1196,7 +1196,7 @@ func (ec *executionContext) fieldContext_Disk_sizeBytes(_ context.Context, field
 }
 
 func (ec *executionContext) _Disk_slot(ctx context.Context, field graphql.CollectedField, obj *inventory.Disk) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Slot)
 	}
 	return graphql.ResolveField(
@@ -1222,7 +1222,7 @@ func (ec *executionContext) fieldContext_Disk_slot(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Driver_name(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -1248,7 +1248,7 @@ func (ec *executionContext) fieldContext_Driver_name(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Driver_version(ctx context.Context, field graphql.CollectedField, obj *inventory.Driver) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Version)
 	}
 	return graphql.ResolveField(
@@ -1274,7 +1274,7 @@ func (ec *executionContext) fieldContext_Driver_version(_ context.Context, field
 }
 
 func (ec *executionContext) _ExpectedMachine_machineId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.MachineID)
 	}
 	return graphql.ResolveField(
@@ -1300,7 +1300,7 @@ func (ec *executionContext) fieldContext_ExpectedMachine_machineId(_ context.Con
 }
 
 func (ec *executionContext) _ExpectedMachine_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -1326,7 +1326,7 @@ func (ec *executionContext) fieldContext_ExpectedMachine_poolId(_ context.Contex
 }
 
 func (ec *executionContext) _ExpectedMachine_systemUuid(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.SystemUUID)
 	}
 	return graphql.ResolveField(
@@ -1352,7 +1352,7 @@ func (ec *executionContext) fieldContext_ExpectedMachine_systemUuid(_ context.Co
 }
 
 func (ec *executionContext) _ExpectedMachine_serial(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Serial)
 	}
 	return graphql.ResolveField(
@@ -1378,7 +1378,7 @@ func (ec *executionContext) fieldContext_ExpectedMachine_serial(_ context.Contex
 }
 
 func (ec *executionContext) _ExpectedMachine_mac(ctx context.Context, field graphql.CollectedField, obj *nodes.ExpectedMachine) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.MAC)
 	}
 	return graphql.ResolveField(
@@ -1427,7 +1427,7 @@ func (ec *executionContext) fieldContext_ExpectedMachine_createdAt(_ context.Con
 }
 
 func (ec *executionContext) _Gpu_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.UUID)
 	}
 	return graphql.ResolveField(
@@ -1453,7 +1453,7 @@ func (ec *executionContext) fieldContext_Gpu_uuid(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Gpu_index(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOInt2ᚖint(ctx, field.Selections, obj.Index)
 	}
 	return graphql.ResolveField(
@@ -1479,7 +1479,7 @@ func (ec *executionContext) fieldContext_Gpu_index(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Gpu_model(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Model)
 	}
 	return graphql.ResolveField(
@@ -1505,7 +1505,7 @@ func (ec *executionContext) fieldContext_Gpu_model(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Gpu_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOInt2ᚖint(ctx, field.Selections, obj.MemoryMiB)
 	}
 	return graphql.ResolveField(
@@ -1531,7 +1531,7 @@ func (ec *executionContext) fieldContext_Gpu_memoryMiB(_ context.Context, field 
 }
 
 func (ec *executionContext) _Gpu_pciBusId(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PCIBusID)
 	}
 	return graphql.ResolveField(
@@ -1557,7 +1557,7 @@ func (ec *executionContext) fieldContext_Gpu_pciBusId(_ context.Context, field g
 }
 
 func (ec *executionContext) _Gpu_migMode(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.MigMode)
 	}
 	return graphql.ResolveField(
@@ -1615,7 +1615,7 @@ func (ec *executionContext) fieldContext_Gpu_migDevices(_ context.Context, field
 }
 
 func (ec *executionContext) _InventoryChange_type(ctx context.Context, field graphql.CollectedField, obj *inventory.Change) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInventoryChangeType2string(ctx, field.Selections, obj.Type)
 	}
 	return graphql.ResolveField(
@@ -1641,7 +1641,7 @@ func (ec *executionContext) fieldContext_InventoryChange_type(_ context.Context,
 }
 
 func (ec *executionContext) _InventoryChange_deviceId(ctx context.Context, field graphql.CollectedField, obj *inventory.Change) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.DeviceID)
 	}
 	return graphql.ResolveField(
@@ -1713,7 +1713,7 @@ func (ec *executionContext) fieldContext_InventoryChange_after(_ context.Context
 }
 
 func (ec *executionContext) _InventoryDiff_from(ctx context.Context, field graphql.CollectedField, obj *inventory.DiffResult) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.From)
 	}
 	return graphql.ResolveField(
@@ -1739,7 +1739,7 @@ func (ec *executionContext) fieldContext_InventoryDiff_from(_ context.Context, f
 }
 
 func (ec *executionContext) _InventoryDiff_to(ctx context.Context, field graphql.CollectedField, obj *inventory.DiffResult) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.To)
 	}
 	return graphql.ResolveField(
@@ -1820,7 +1820,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_id(_ context.Context,
 }
 
 func (ec *executionContext) _InventorySnapshot_snapshotId(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ID)
 	}
 	return graphql.ResolveField(
@@ -1846,7 +1846,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_snapshotId(_ context.
 }
 
 func (ec *executionContext) _InventorySnapshot_nodeId(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
 	}
 	return graphql.ResolveField(
@@ -1872,7 +1872,7 @@ func (ec *executionContext) fieldContext_InventorySnapshot_nodeId(_ context.Cont
 }
 
 func (ec *executionContext) _InventorySnapshot_hash(ctx context.Context, field graphql.CollectedField, obj *inventory.Snapshot) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Hash)
 	}
 	return graphql.ResolveField(
@@ -2159,7 +2159,7 @@ func (ec *executionContext) fieldContext_InventorySnapshotConnection_pageInfo(_ 
 }
 
 func (ec *executionContext) _InventorySnapshotConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.InventorySnapshotConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -2185,7 +2185,7 @@ func (ec *executionContext) fieldContext_InventorySnapshotConnection_totalCount(
 }
 
 func (ec *executionContext) _InventorySnapshotEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.InventorySnapshotEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -2243,7 +2243,7 @@ func (ec *executionContext) fieldContext_InventorySnapshotEdge_node(_ context.Co
 }
 
 func (ec *executionContext) _JoinRequest_joinRequestId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.JoinRequestID)
 	}
 	return graphql.ResolveField(
@@ -2269,7 +2269,7 @@ func (ec *executionContext) fieldContext_JoinRequest_joinRequestId(_ context.Con
 }
 
 func (ec *executionContext) _JoinRequest_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -2295,7 +2295,7 @@ func (ec *executionContext) fieldContext_JoinRequest_poolId(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -2321,7 +2321,7 @@ func (ec *executionContext) fieldContext_JoinRequest_tenantId(_ context.Context,
 }
 
 func (ec *executionContext) _JoinRequest_joinTokenId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.JoinTokenID)
 	}
 	return graphql.ResolveField(
@@ -2347,7 +2347,7 @@ func (ec *executionContext) fieldContext_JoinRequest_joinTokenId(_ context.Conte
 }
 
 func (ec *executionContext) _JoinRequest_state(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNJoinRequestState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -2373,7 +2373,7 @@ func (ec *executionContext) fieldContext_JoinRequest_state(_ context.Context, fi
 }
 
 func (ec *executionContext) _JoinRequest_attestor(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNAttestor2string(ctx, field.Selections, obj.Attestor)
 	}
 	return graphql.ResolveField(
@@ -2422,7 +2422,7 @@ func (ec *executionContext) fieldContext_JoinRequest_reasons(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinRequest_csrFingerprint(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.CSRFingerprint)
 	}
 	return graphql.ResolveField(
@@ -2471,7 +2471,7 @@ func (ec *executionContext) fieldContext_JoinRequest_hardware(_ context.Context,
 }
 
 func (ec *executionContext) _JoinRequest_ekHash(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.EKHash)
 	}
 	return graphql.ResolveField(
@@ -2497,7 +2497,7 @@ func (ec *executionContext) fieldContext_JoinRequest_ekHash(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.NodeID)
 	}
 	return graphql.ResolveField(
@@ -2523,7 +2523,7 @@ func (ec *executionContext) fieldContext_JoinRequest_nodeId(_ context.Context, f
 }
 
 func (ec *executionContext) _JoinRequest_decidedBy(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.DecidedBy)
 	}
 	return graphql.ResolveField(
@@ -2549,7 +2549,7 @@ func (ec *executionContext) fieldContext_JoinRequest_decidedBy(_ context.Context
 }
 
 func (ec *executionContext) _JoinRequest_decidedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.DecidedAt)
 	}
 	return graphql.ResolveField(
@@ -2575,7 +2575,7 @@ func (ec *executionContext) fieldContext_JoinRequest_decidedAt(_ context.Context
 }
 
 func (ec *executionContext) _JoinRequest_denyReason(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.DenyReason)
 	}
 	return graphql.ResolveField(
@@ -2734,7 +2734,7 @@ func (ec *executionContext) fieldContext_JoinRequestConnection_pageInfo(_ contex
 }
 
 func (ec *executionContext) _JoinRequestConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.JoinRequestConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -2760,7 +2760,7 @@ func (ec *executionContext) fieldContext_JoinRequestConnection_totalCount(_ cont
 }
 
 func (ec *executionContext) _JoinRequestEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JoinRequestEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -2818,7 +2818,7 @@ func (ec *executionContext) fieldContext_JoinRequestEdge_node(_ context.Context,
 }
 
 func (ec *executionContext) _JoinToken_joinTokenId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.JoinTokenID)
 	}
 	return graphql.ResolveField(
@@ -2844,7 +2844,7 @@ func (ec *executionContext) fieldContext_JoinToken_joinTokenId(_ context.Context
 }
 
 func (ec *executionContext) _JoinToken_poolId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -2870,7 +2870,7 @@ func (ec *executionContext) fieldContext_JoinToken_poolId(_ context.Context, fie
 }
 
 func (ec *executionContext) _JoinToken_tenantId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -2919,7 +2919,7 @@ func (ec *executionContext) fieldContext_JoinToken_expiresAt(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinToken_maxUses(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.MaxUses)
 	}
 	return graphql.ResolveField(
@@ -2945,7 +2945,7 @@ func (ec *executionContext) fieldContext_JoinToken_maxUses(_ context.Context, fi
 }
 
 func (ec *executionContext) _JoinToken_uses(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Uses)
 	}
 	return graphql.ResolveField(
@@ -2971,7 +2971,7 @@ func (ec *executionContext) fieldContext_JoinToken_uses(_ context.Context, field
 }
 
 func (ec *executionContext) _JoinToken_state(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNJoinTokenState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -3020,7 +3020,7 @@ func (ec *executionContext) fieldContext_JoinToken_createdAt(_ context.Context, 
 }
 
 func (ec *executionContext) _JoinToken_revokedAt(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.RevokedAt)
 	}
 	return graphql.ResolveField(
@@ -3046,7 +3046,7 @@ func (ec *executionContext) fieldContext_JoinToken_revokedAt(_ context.Context, 
 }
 
 func (ec *executionContext) _MigDevice_profile(ctx context.Context, field graphql.CollectedField, obj *inventory.MIGDevice) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Profile)
 	}
 	return graphql.ResolveField(
@@ -3072,7 +3072,7 @@ func (ec *executionContext) fieldContext_MigDevice_profile(_ context.Context, fi
 }
 
 func (ec *executionContext) _MigDevice_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.MIGDevice) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.UUID)
 	}
 	return graphql.ResolveField(
@@ -3098,7 +3098,7 @@ func (ec *executionContext) fieldContext_MigDevice_uuid(_ context.Context, field
 }
 
 func (ec *executionContext) _Nic_mac(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.MAC)
 	}
 	return graphql.ResolveField(
@@ -3124,7 +3124,7 @@ func (ec *executionContext) fieldContext_Nic_mac(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Nic_name(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -3150,7 +3150,7 @@ func (ec *executionContext) fieldContext_Nic_name(_ context.Context, field graph
 }
 
 func (ec *executionContext) _Nic_speedMbps(ctx context.Context, field graphql.CollectedField, obj *inventory.NIC) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOLong2ᚖint64(ctx, field.Selections, obj.SpeedMbps)
 	}
 	return graphql.ResolveField(
@@ -3176,7 +3176,7 @@ func (ec *executionContext) fieldContext_Nic_speedMbps(_ context.Context, field 
 }
 
 func (ec *executionContext) _NodeHardware_systemUuid(ctx context.Context, field graphql.CollectedField, obj *nodes.Hardware) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.SystemUUID)
 	}
 	return graphql.ResolveField(
@@ -3202,7 +3202,7 @@ func (ec *executionContext) fieldContext_NodeHardware_systemUuid(_ context.Conte
 }
 
 func (ec *executionContext) _NodeHardware_serial(ctx context.Context, field graphql.CollectedField, obj *nodes.Hardware) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Serial)
 	}
 	return graphql.ResolveField(
@@ -3315,7 +3315,7 @@ func (ec *executionContext) fieldContext_RegisterMachinePayload_machine(_ contex
 }
 
 func (ec *executionContext) _RemovedPayload_removed(ctx context.Context, field graphql.CollectedField, obj *nodes.RemovedCount) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
 	}
 	return graphql.ResolveField(
@@ -3373,7 +3373,7 @@ func (ec *executionContext) fieldContext_RevokeJoinTokenPayload_joinToken(_ cont
 }
 
 func (ec *executionContext) _UnofferPoolPayload_removed(ctx context.Context, field graphql.CollectedField, obj *pools.Removed) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
 	}
 	return graphql.ResolveField(
@@ -5856,7 +5856,10 @@ func (ec *executionContext) marshalNDisk2ᚕgithubᚗcomᚋbettercomputeᚋcompu
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._Disk(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._Disk(ctx, sel, &v[i])
+		}
+		return ec.marshalNDisk2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDisk(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5876,7 +5879,10 @@ func (ec *executionContext) marshalNDriver2ᚕgithubᚗcomᚋbettercomputeᚋcom
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._Driver(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._Driver(ctx, sel, &v[i])
+		}
+		return ec.marshalNDriver2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDriver(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5909,7 +5915,10 @@ func (ec *executionContext) marshalNGpu2ᚕgithubᚗcomᚋbettercomputeᚋcomput
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._Gpu(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._Gpu(ctx, sel, &v[i])
+		}
+		return ec.marshalNGpu2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐGPU(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -5929,7 +5938,10 @@ func (ec *executionContext) marshalNInventoryChange2ᚕgithubᚗcomᚋbettercomp
 	ret := marshalSliceAuto(ctx, "InventoryChange", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._InventoryChange(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._InventoryChange(ctx, sel, &v[i])
+		}
+		return ec.marshalNInventoryChange2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐChange(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -6135,7 +6147,10 @@ func (ec *executionContext) marshalNMigDevice2ᚕgithubᚗcomᚋbettercomputeᚋ
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._MigDevice(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._MigDevice(ctx, sel, &v[i])
+		}
+		return ec.marshalNMigDevice2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐMIGDevice(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -6155,7 +6170,10 @@ func (ec *executionContext) marshalNNic2ᚕgithubᚗcomᚋbettercomputeᚋcomput
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._Nic(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._Nic(ctx, sel, &v[i])
+		}
+		return ec.marshalNNic2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐNIC(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -240,7 +240,7 @@ func (ec *executionContext) fieldContext_Pool_id(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Pool_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -266,7 +266,7 @@ func (ec *executionContext) fieldContext_Pool_poolId(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_tenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -292,7 +292,7 @@ func (ec *executionContext) fieldContext_Pool_tenantId(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_name(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -318,7 +318,7 @@ func (ec *executionContext) fieldContext_Pool_name(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_site(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Site)
 	}
 	return graphql.ResolveField(
@@ -344,7 +344,7 @@ func (ec *executionContext) fieldContext_Pool_site(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_gpuModel(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.GPUModel)
 	}
 	return graphql.ResolveField(
@@ -370,7 +370,7 @@ func (ec *executionContext) fieldContext_Pool_gpuModel(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_sharingMode(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNPoolSharingMode2string(ctx, field.Selections, obj.SharingMode)
 	}
 	return graphql.ResolveField(
@@ -396,7 +396,7 @@ func (ec *executionContext) fieldContext_Pool_sharingMode(_ context.Context, fie
 }
 
 func (ec *executionContext) _Pool_kind(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNPoolKind2string(ctx, field.Selections, obj.Kind)
 	}
 	return graphql.ResolveField(
@@ -422,7 +422,7 @@ func (ec *executionContext) fieldContext_Pool_kind(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Pool_provider(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Provider)
 	}
 	return graphql.ResolveField(
@@ -448,7 +448,7 @@ func (ec *executionContext) fieldContext_Pool_provider(_ context.Context, field 
 }
 
 func (ec *executionContext) _Pool_providerAccount(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProviderAccount)
 	}
 	return graphql.ResolveField(
@@ -497,7 +497,7 @@ func (ec *executionContext) fieldContext_Pool_policy(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Pool_state(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNPoolState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -523,7 +523,7 @@ func (ec *executionContext) fieldContext_Pool_state(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Pool_rowVersion(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -899,7 +899,7 @@ func (ec *executionContext) fieldContext_PoolConnection_pageInfo(_ context.Conte
 }
 
 func (ec *executionContext) _PoolConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.PoolConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -925,7 +925,7 @@ func (ec *executionContext) fieldContext_PoolConnection_totalCount(_ context.Con
 }
 
 func (ec *executionContext) _PoolEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.PoolEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -983,7 +983,7 @@ func (ec *executionContext) fieldContext_PoolEdge_node(_ context.Context, field 
 }
 
 func (ec *executionContext) _PoolOffer_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
 	return graphql.ResolveField(
@@ -1009,7 +1009,7 @@ func (ec *executionContext) fieldContext_PoolOffer_poolId(_ context.Context, fie
 }
 
 func (ec *executionContext) _PoolOffer_toTenantId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ToTenantID)
 	}
 	return graphql.ResolveField(
@@ -1090,7 +1090,7 @@ func (ec *executionContext) fieldContext_PoolOffer_createdAt(_ context.Context, 
 }
 
 func (ec *executionContext) _PoolQuota_gpus(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
 	}
 	return graphql.ResolveField(
@@ -1116,7 +1116,7 @@ func (ec *executionContext) fieldContext_PoolQuota_gpus(_ context.Context, field
 }
 
 func (ec *executionContext) _PoolQuota_instances(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Instances)
 	}
 	return graphql.ResolveField(

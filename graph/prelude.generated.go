@@ -95,7 +95,7 @@ func (ec *executionContext) field___Type_inputFields_args(ctx context.Context, r
 // region    **************************** field.gotpl *****************************
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -144,7 +144,7 @@ func (ec *executionContext) fieldContext___Directive_description(_ context.Conte
 }
 
 func (ec *executionContext) ___Directive_isRepeatable(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.IsRepeatable)
 	}
 	return graphql.ResolveField(
@@ -237,7 +237,7 @@ func (ec *executionContext) fieldContext___Directive_args(ctx context.Context, f
 }
 
 func (ec *executionContext) ___EnumValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -332,7 +332,7 @@ func (ec *executionContext) fieldContext___EnumValue_deprecationReason(_ context
 }
 
 func (ec *executionContext) ___Field_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -503,7 +503,7 @@ func (ec *executionContext) fieldContext___Field_deprecationReason(_ context.Con
 }
 
 func (ec *executionContext) ___InputValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -584,7 +584,7 @@ func (ec *executionContext) fieldContext___InputValue_type(_ context.Context, fi
 }
 
 func (ec *executionContext) ___InputValue_defaultValue(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.DefaultValue)
 	}
 	return graphql.ResolveField(

@@ -94,7 +94,7 @@ func (ec *executionContext) fieldContext_CreateProfilePayload_profile(_ context.
 }
 
 func (ec *executionContext) _DeleteProfilePayload_deleted(ctx context.Context, field graphql.CollectedField, obj *profiles.Deleted) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Deleted)
 	}
 	return graphql.ResolveField(
@@ -143,7 +143,7 @@ func (ec *executionContext) fieldContext_Profile_id(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Profile_tenantId(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -169,7 +169,7 @@ func (ec *executionContext) fieldContext_Profile_tenantId(_ context.Context, fie
 }
 
 func (ec *executionContext) _Profile_profileId(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileID)
 	}
 	return graphql.ResolveField(
@@ -195,7 +195,7 @@ func (ec *executionContext) fieldContext_Profile_profileId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Profile_profileVersion(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.ProfileVersion)
 	}
 	return graphql.ResolveField(
@@ -221,7 +221,7 @@ func (ec *executionContext) fieldContext_Profile_profileVersion(_ context.Contex
 }
 
 func (ec *executionContext) _Profile_visibility(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNProfileVisibility2string(ctx, field.Selections, obj.Visibility)
 	}
 	return graphql.ResolveField(
@@ -270,7 +270,7 @@ func (ec *executionContext) fieldContext_Profile_document(_ context.Context, fie
 }
 
 func (ec *executionContext) _Profile_rowVersion(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -296,7 +296,7 @@ func (ec *executionContext) fieldContext_Profile_rowVersion(_ context.Context, f
 }
 
 func (ec *executionContext) _Profile_used(ctx context.Context, field graphql.CollectedField, obj *profiles.Profile) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Used)
 	}
 	return graphql.ResolveField(
@@ -540,7 +540,7 @@ func (ec *executionContext) fieldContext_ProfileConnection_pageInfo(_ context.Co
 }
 
 func (ec *executionContext) _ProfileConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProfileConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -566,7 +566,7 @@ func (ec *executionContext) fieldContext_ProfileConnection_totalCount(_ context.
 }
 
 func (ec *executionContext) _ProfileEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProfileEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -624,7 +624,7 @@ func (ec *executionContext) fieldContext_ProfileEdge_node(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileIssue_path(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Path)
 	}
 	return graphql.ResolveField(
@@ -650,7 +650,7 @@ func (ec *executionContext) fieldContext_ProfileIssue_path(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileIssue_code(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNProfileIssueCode2string(ctx, field.Selections, obj.Code)
 	}
 	return graphql.ResolveField(
@@ -676,7 +676,7 @@ func (ec *executionContext) fieldContext_ProfileIssue_code(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileIssue_message(ctx context.Context, field graphql.CollectedField, obj *profiles.Issue) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Message)
 	}
 	return graphql.ResolveField(
@@ -702,7 +702,7 @@ func (ec *executionContext) fieldContext_ProfileIssue_message(_ context.Context,
 }
 
 func (ec *executionContext) _ProfileStep_index(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Index)
 	}
 	return graphql.ResolveField(
@@ -728,7 +728,7 @@ func (ec *executionContext) fieldContext_ProfileStep_index(_ context.Context, fi
 }
 
 func (ec *executionContext) _ProfileStep_name(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -754,7 +754,7 @@ func (ec *executionContext) fieldContext_ProfileStep_name(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileStep_use(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Use)
 	}
 	return graphql.ResolveField(
@@ -780,7 +780,7 @@ func (ec *executionContext) fieldContext_ProfileStep_use(_ context.Context, fiel
 }
 
 func (ec *executionContext) _ProfileStep_phase(ctx context.Context, field graphql.CollectedField, obj *profiles.Rendered) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNStepPhase2string(ctx, field.Selections, obj.Phase)
 	}
 	return graphql.ResolveField(
@@ -829,7 +829,7 @@ func (ec *executionContext) fieldContext_ProfileStep_with(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProfileValidation_valid(ctx context.Context, field graphql.CollectedField, obj *model.ProfileValidation) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Valid)
 	}
 	return graphql.ResolveField(
@@ -1765,7 +1765,7 @@ func (ec *executionContext) marshalOProfileStep2ᚕᚖgithubᚗcomᚋbettercompu
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "ProfileStep", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNProfileStep2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐRendered(ctx, sel, v[i])

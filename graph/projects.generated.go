@@ -159,7 +159,7 @@ func (ec *executionContext) fieldContext_CreateProjectPayload_project(_ context.
 }
 
 func (ec *executionContext) _DeleteProjectPayload_deleted(ctx context.Context, field graphql.CollectedField, obj *projects.Deleted) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Deleted)
 	}
 	return graphql.ResolveField(
@@ -208,7 +208,7 @@ func (ec *executionContext) fieldContext_Project_id(_ context.Context, field gra
 }
 
 func (ec *executionContext) _Project_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
 	}
 	return graphql.ResolveField(
@@ -234,7 +234,7 @@ func (ec *executionContext) fieldContext_Project_projectId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Project_tenantId(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -260,7 +260,7 @@ func (ec *executionContext) fieldContext_Project_tenantId(_ context.Context, fie
 }
 
 func (ec *executionContext) _Project_name(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -286,7 +286,7 @@ func (ec *executionContext) fieldContext_Project_name(_ context.Context, field g
 }
 
 func (ec *executionContext) _Project_description(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
 	}
 	return graphql.ResolveField(
@@ -312,7 +312,7 @@ func (ec *executionContext) fieldContext_Project_description(_ context.Context, 
 }
 
 func (ec *executionContext) _Project_rowVersion(ctx context.Context, field graphql.CollectedField, obj *projects.Project) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -568,7 +568,7 @@ func (ec *executionContext) fieldContext_ProjectConnection_pageInfo(_ context.Co
 }
 
 func (ec *executionContext) _ProjectConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -594,7 +594,7 @@ func (ec *executionContext) fieldContext_ProjectConnection_totalCount(_ context.
 }
 
 func (ec *executionContext) _ProjectEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -652,7 +652,7 @@ func (ec *executionContext) fieldContext_ProjectEdge_node(_ context.Context, fie
 }
 
 func (ec *executionContext) _ProjectMember_projectId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ProjectID)
 	}
 	return graphql.ResolveField(
@@ -678,7 +678,7 @@ func (ec *executionContext) fieldContext_ProjectMember_projectId(_ context.Conte
 }
 
 func (ec *executionContext) _ProjectMember_principalId(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
 	}
 	return graphql.ResolveField(
@@ -704,7 +704,7 @@ func (ec *executionContext) fieldContext_ProjectMember_principalId(_ context.Con
 }
 
 func (ec *executionContext) _ProjectMember_relation(ctx context.Context, field graphql.CollectedField, obj *projects.Member) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Relation)
 	}
 	return graphql.ResolveField(
@@ -817,7 +817,7 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_pageInfo(_ cont
 }
 
 func (ec *executionContext) _ProjectMemberConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -843,7 +843,7 @@ func (ec *executionContext) fieldContext_ProjectMemberConnection_totalCount(_ co
 }
 
 func (ec *executionContext) _ProjectMemberEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProjectMemberEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -901,7 +901,7 @@ func (ec *executionContext) fieldContext_ProjectMemberEdge_node(_ context.Contex
 }
 
 func (ec *executionContext) _RemoveProjectMemberPayload_removed(ctx context.Context, field graphql.CollectedField, obj *projects.Removed) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Removed)
 	}
 	return graphql.ResolveField(

@@ -2389,7 +2389,7 @@ func (ec *executionContext) fieldContext_Mutation_cancelWorkflow(ctx context.Con
 }
 
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.HasNextPage)
 	}
 	return graphql.ResolveField(
@@ -2415,7 +2415,7 @@ func (ec *executionContext) fieldContext_PageInfo_hasNextPage(_ context.Context,
 }
 
 func (ec *executionContext) _PageInfo_hasPreviousPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.HasPreviousPage)
 	}
 	return graphql.ResolveField(
@@ -2441,7 +2441,7 @@ func (ec *executionContext) fieldContext_PageInfo_hasPreviousPage(_ context.Cont
 }
 
 func (ec *executionContext) _PageInfo_startCursor(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StartCursor)
 	}
 	return graphql.ResolveField(
@@ -2467,7 +2467,7 @@ func (ec *executionContext) fieldContext_PageInfo_startCursor(_ context.Context,
 }
 
 func (ec *executionContext) _PageInfo_endCursor(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.EndCursor)
 	}
 	return graphql.ResolveField(

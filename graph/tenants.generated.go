@@ -352,7 +352,7 @@ func (ec *executionContext) fieldContext_Tenant_id(_ context.Context, field grap
 }
 
 func (ec *executionContext) _Tenant_tenantId(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -378,7 +378,7 @@ func (ec *executionContext) fieldContext_Tenant_tenantId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Tenant_name(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -887,7 +887,7 @@ func (ec *executionContext) fieldContext_TenantConnection_pageInfo(_ context.Con
 }
 
 func (ec *executionContext) _TenantConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.TenantConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -913,7 +913,7 @@ func (ec *executionContext) fieldContext_TenantConnection_totalCount(_ context.C
 }
 
 func (ec *executionContext) _TenantEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.TenantEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -971,7 +971,7 @@ func (ec *executionContext) fieldContext_TenantEdge_node(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Viewer_principalId(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PrincipalID)
 	}
 	return graphql.ResolveField(
@@ -997,7 +997,7 @@ func (ec *executionContext) fieldContext_Viewer_principalId(_ context.Context, f
 }
 
 func (ec *executionContext) _Viewer_kind(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Kind)
 	}
 	return graphql.ResolveField(
@@ -1023,7 +1023,7 @@ func (ec *executionContext) fieldContext_Viewer_kind(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Viewer_name(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -1049,7 +1049,7 @@ func (ec *executionContext) fieldContext_Viewer_name(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Viewer_tenantId(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(

@@ -105,7 +105,7 @@ func (ec *executionContext) fieldContext_ProfileVersionConnection_pageInfo(_ con
 }
 
 func (ec *executionContext) _ProfileVersionConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ProfileVersionConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -154,7 +154,7 @@ func (ec *executionContext) fieldContext_Workflow_id(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Workflow_workflowId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.WorkflowID)
 	}
 	return graphql.ResolveField(
@@ -180,7 +180,7 @@ func (ec *executionContext) fieldContext_Workflow_workflowId(_ context.Context, 
 }
 
 func (ec *executionContext) _Workflow_tenantId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
 	return graphql.ResolveField(
@@ -206,7 +206,7 @@ func (ec *executionContext) fieldContext_Workflow_tenantId(_ context.Context, fi
 }
 
 func (ec *executionContext) _Workflow_nodeId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.NodeID)
 	}
 	return graphql.ResolveField(
@@ -232,7 +232,7 @@ func (ec *executionContext) fieldContext_Workflow_nodeId(_ context.Context, fiel
 }
 
 func (ec *executionContext) _Workflow_profileTenantId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileTenantID)
 	}
 	return graphql.ResolveField(
@@ -258,7 +258,7 @@ func (ec *executionContext) fieldContext_Workflow_profileTenantId(_ context.Cont
 }
 
 func (ec *executionContext) _Workflow_profileId(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ProfileID)
 	}
 	return graphql.ResolveField(
@@ -284,7 +284,7 @@ func (ec *executionContext) fieldContext_Workflow_profileId(_ context.Context, f
 }
 
 func (ec *executionContext) _Workflow_profileVersion(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.ProfileVersion)
 	}
 	return graphql.ResolveField(
@@ -365,7 +365,7 @@ func (ec *executionContext) fieldContext_Workflow_steps(_ context.Context, field
 }
 
 func (ec *executionContext) _Workflow_state(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNWorkflowState2string(ctx, field.Selections, obj.State)
 	}
 	return graphql.ResolveField(
@@ -391,7 +391,7 @@ func (ec *executionContext) fieldContext_Workflow_state(_ context.Context, field
 }
 
 func (ec *executionContext) _Workflow_rowVersion(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
 	return graphql.ResolveField(
@@ -463,7 +463,7 @@ func (ec *executionContext) fieldContext_Workflow_updatedAt(_ context.Context, f
 }
 
 func (ec *executionContext) _Workflow_finishedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Workflow) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.FinishedAt)
 	}
 	return graphql.ResolveField(
@@ -617,7 +617,7 @@ func (ec *executionContext) fieldContext_WorkflowConnection_pageInfo(_ context.C
 }
 
 func (ec *executionContext) _WorkflowConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.WorkflowConnection) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
 	}
 	return graphql.ResolveField(
@@ -643,7 +643,7 @@ func (ec *executionContext) fieldContext_WorkflowConnection_totalCount(_ context
 }
 
 func (ec *executionContext) _WorkflowEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.WorkflowEdge) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
 	}
 	return graphql.ResolveField(
@@ -733,7 +733,7 @@ func (ec *executionContext) fieldContext_WorkflowPayload_workflow(_ context.Cont
 }
 
 func (ec *executionContext) _WorkflowStep_index(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.Index)
 	}
 	return graphql.ResolveField(
@@ -759,7 +759,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_index(_ context.Context, f
 }
 
 func (ec *executionContext) _WorkflowStep_name(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
 	return graphql.ResolveField(
@@ -785,7 +785,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_name(_ context.Context, fi
 }
 
 func (ec *executionContext) _WorkflowStep_use(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Use)
 	}
 	return graphql.ResolveField(
@@ -811,7 +811,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_use(_ context.Context, fie
 }
 
 func (ec *executionContext) _WorkflowStep_phase(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNStepPhase2string(ctx, field.Selections, obj.Phase)
 	}
 	return graphql.ResolveField(
@@ -860,7 +860,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_with(_ context.Context, fi
 }
 
 func (ec *executionContext) _WorkflowStep_status(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalNStepState2string(ctx, field.Selections, obj.Status)
 	}
 	return graphql.ResolveField(
@@ -886,7 +886,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_status(_ context.Context, 
 }
 
 func (ec *executionContext) _WorkflowStep_startedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.StartedAt)
 	}
 	return graphql.ResolveField(
@@ -912,7 +912,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_startedAt(_ context.Contex
 }
 
 func (ec *executionContext) _WorkflowStep_finishedAt(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.FinishedAt)
 	}
 	return graphql.ResolveField(
@@ -938,7 +938,7 @@ func (ec *executionContext) fieldContext_WorkflowStep_finishedAt(_ context.Conte
 }
 
 func (ec *executionContext) _WorkflowStep_message(ctx context.Context, field graphql.CollectedField, obj *workflows.Step) (ret graphql.Marshaler) {
-	if DirectLeaves {
+	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Message)
 	}
 	return graphql.ResolveField(
@@ -1585,7 +1585,10 @@ func (ec *executionContext) marshalNWorkflowStep2ᚕgithubᚗcomᚋbettercompute
 	ret := marshalSliceAuto(ctx, "WorkflowStep", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec._WorkflowStep(ctx, sel, &v[i])
+		if !unpatched.elements {
+			return ec._WorkflowStep(ctx, sel, &v[i])
+		}
+		return ec.marshalNWorkflowStep2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐStep(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -36,9 +36,9 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.SetValidationRulesFn(validationRules)
 	for _, x := range []graphql.HandlerExtension{newBounds(), extension.Introspection{},
 		extension.AutomaticPersistedQuery{Cache: lru.New[string](100)}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
-		if _, ok := x.(graphql.FieldInterceptor); ok {
-			graph.DirectLeaves = false // it must see every field (graph/fastpath.go)
-		}
+		// A field interceptor among them, or added later, turns the
+		// executor's direct leaves off for every operation it sees
+		// (graph.directLeaves decides per operation).
 		srv.Use(x)
 	}
 	srv.SetErrorPresenter(s.presentError)
