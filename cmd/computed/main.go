@@ -211,11 +211,11 @@ func (m *Main) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	if m.DebugAddr != "" {
 		go func() {
-			if err := serveDebug(ctx, m.DebugAddr); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveDebug(ctx, m.DebugAddr, srv.MetricsHandler()); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("debug listener: %w", err)
 			}
 		}()
-		m.Log.Info("serving pprof", "addr", m.DebugAddr)
+		m.Log.Info("serving pprof and metrics on the operator address", "addr", m.DebugAddr)
 	}
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
@@ -254,10 +254,12 @@ func gcDefaults() {
 	}
 }
 
-// serveDebug serves the profiler on its own listener, so that it is never
-// reachable through the public address (it shows the heap and the stacks).
-func serveDebug(ctx context.Context, addr string) error {
+// serveDebug serves the operator address: the profiler, which is never
+// reachable through the public address (it shows the heap and the stacks),
+// and /metrics without a token (the public address asks for the operator's).
+func serveDebug(ctx context.Context, addr string, metrics http.Handler) error {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

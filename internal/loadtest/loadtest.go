@@ -89,6 +89,8 @@ type target struct {
 	token   string
 	p       *proc
 	metrics string // this server's /metrics; empty for PostGraphile
+	// operator is the token /metrics asks for on the public address.
+	operator string
 	queries int    // index into queries' pairs
 }
 
@@ -162,7 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	targets := []*target{{name: "computed", url: base + "/graphql", token: st.Admin, p: srv, metrics: base + "/metrics"}}
+	targets := []*target{{name: "computed", url: base + "/graphql", token: st.Admin, p: srv, metrics: base + "/metrics", operator: operator}}
 
 	if cfg.PostGraphile {
 		if err := execSQL(ctx, dbURL, postgraphileSQL); err != nil {
@@ -318,7 +320,9 @@ func scrape(t *target) map[string]float64 {
 	if t.metrics == "" {
 		return nil
 	}
-	resp, err := http.Get(t.metrics)
+	req, _ := http.NewRequest(http.MethodGet, t.metrics, nil)
+	req.Header.Set("Authorization", "Bearer "+t.operator)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil
 	}

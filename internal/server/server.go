@@ -48,6 +48,9 @@ type Config struct {
 	// AuthFailures bounds failed authentications per client address, per
 	// second (default 2, burst 20), whatever the rate limit.
 	AuthFailures float64
+	// AuthFailureBurst is the failed authentications an address may make
+	// at once (default 20).
+	AuthFailureBurst int
 	WS           WSTimings
 	// Live tunes the subscription fan-out.
 	Live live.Config
@@ -69,6 +72,9 @@ func (c *Config) defaults() {
 	}
 	if c.AuthFailures <= 0 {
 		c.AuthFailures = 2
+	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 20
 	}
 	if c.WS.InitTimeout <= 0 {
 		c.WS.InitTimeout = 10 * time.Second
@@ -132,7 +138,7 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	if cfg.RatePerSecond > 0 {
 		s.limiter = newLimiter(cfg.RatePerSecond, cfg.RateBurst)
 	}
-	s.authFail = newLimiter(cfg.AuthFailures, 20)
+	s.authFail = newLimiter(cfg.AuthFailures, cfg.AuthFailureBurst)
 	return s
 }
 
@@ -161,7 +167,7 @@ func (s *Server) Handler() http.Handler {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.ready)
-	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
+	r.With(s.operatorOnly).Handle("/metrics", s.MetricsHandler())
 	r.Get("/", graphiql)
 	r.Get("/graphiql/*", graphiqlAssets)
 	r.Group(func(r chi.Router) {
@@ -175,6 +181,33 @@ func (s *Server) Handler() http.Handler {
 		r.Handle(StreamPath, limitGraphQLBody(gql, rest.DefaultMaxBody))
 	})
 	return r
+}
+
+// MetricsHandler serves the Prometheus metrics: the operator address
+// (COMPUTE_DEBUG_ADDR) serves it as it is; the public address only behind
+// the operator's token (Handler).
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{})
+}
+
+// operatorOnly admits the operator's bearer token and no other: what
+// /metrics shows (per-method call counts, pool figures) is the operator's
+// business. Failed authentications spend the address's budget as anywhere.
+func (s *Server) operatorOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.bearer(r)
+		if err == nil && !p.IsOperator() {
+			err = errs.E(errs.PermissionDenied, "only the operator reads the metrics")
+		}
+		if err != nil {
+			if errs.CodeOf(err) == errs.RateLimited {
+				w.Header().Set("Retry-After", "1")
+			}
+			s.rest.WriteError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -330,30 +363,34 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 	})
 }
 
-// bearer authenticates the request's bearer token. Failed authentications
-// are counted per client address: past the budget, the address is refused
-// before the database is asked, so guessing tokens is bounded.
+// bearer authenticates the request's bearer token (authenticateSecret).
 func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\"")
 	}
-	ip := clientIP(r)
-	if s.authFailLimited(ip) {
-		return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
-	}
-	p, err := auth.Authenticate(r.Context(), s.DB, tok)
+	return s.authenticateSecret(r.Context(), clientIP(r), tok)
+}
+
+// authenticateSecret looks a secret up; only a failing attempt spends the
+// client address's failed-authentication budget. A credential that
+// authenticates is never refused because of other callers' failures (one
+// script with a stale token behind a NAT or a load balancer would lock
+// out everyone behind it), so every attempt is looked up. The failure
+// takes its token from the budget atomically when the lookup says no: an
+// attempt that finds the budget spent answers RATE_LIMITED instead of
+// UNAUTHENTICATED, however many are in flight at once. (Reserving before
+// the lookup and giving the reservation back on success decides the same,
+// but would spend budget on every request, including the valid ones.)
+func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*reqctx.Principal, error) {
+	p, err := auth.Authenticate(ctx, s.DB, secret)
 	if errs.CodeOf(err) == errs.Unauthenticated {
-		s.authFailed(ip)
+		if ok, _ := s.authFail.allow(ip, 1); !ok {
+			return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+		}
 	}
 	return p, err
 }
-
-// authFailLimited says the address has no failed authentications left.
-func (s *Server) authFailLimited(ip string) bool { return !s.authFail.has(ip) }
-
-// authFailed spends one of the address's failed authentications.
-func (s *Server) authFailed(ip string) { s.authFail.allow(ip, 1) }
 
 // limitGraphQLBody answers 413 PAYLOAD_TOO_LARGE for a body over limit
 // (gqlgen would report a read error as a GraphQL error with status 200).

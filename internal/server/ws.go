@@ -207,16 +207,14 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		c.close(closeForbidden, "Forbidden: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
 		return false
 	}
-	if c.s.authFailLimited(c.ip) {
-		c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
-		return false
-	}
-	pr, err := auth.Authenticate(c.ctx, c.s.DB, tok)
+	pr, err := c.s.authenticateSecret(c.ctx, c.ip, tok)
 	if err != nil {
-		if errs.CodeOf(err) == errs.Unauthenticated {
-			c.s.authFailed(c.ip)
+		switch errs.CodeOf(err) {
+		case errs.Unauthenticated:
 			c.close(closeForbidden, "Forbidden: unknown or revoked bearer token")
-		} else {
+		case errs.RateLimited:
+			c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
+		default:
 			c.close(closeInternal, "the database is unavailable; retry")
 		}
 		return false
