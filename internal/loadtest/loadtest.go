@@ -91,7 +91,7 @@ type target struct {
 	metrics string // this server's /metrics; empty for PostGraphile
 	// operator is the token /metrics asks for on the public address.
 	operator string
-	queries int    // index into queries' pairs
+	queries  int // index into queries' pairs
 }
 
 // Result is one measured run.

@@ -51,7 +51,7 @@ type Config struct {
 	// AuthFailureBurst is the failed authentications an address may make
 	// at once (default 20).
 	AuthFailureBurst int
-	WS           WSTimings
+	WS               WSTimings
 	// Live tunes the subscription fan-out.
 	Live live.Config
 	// GraphQLConcurrency bounds the queries and mutations executing at once
