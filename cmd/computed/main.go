@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
@@ -71,6 +72,8 @@ type Main struct {
 	GraphQLConcurrency int
 	StatementTimeout   time.Duration
 	DBMaxConns         int
+	// ClientAddr trusts COMPUTE_TRUSTED_PROXIES' forwarding header.
+	ClientAddr clientaddr.Resolver
 	// Instances configures the vps.instances reconciler.
 	Instances instances.Config
 
@@ -112,6 +115,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
 	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
+	trusted := fs.String("trusted-proxies", env("COMPUTE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of the proxies whose forwarding header names the client address; empty: none (COMPUTE_TRUSTED_PROXIES)")
+	fwdHeader := fs.String("forwarded-header", env("COMPUTE_FORWARDED_HEADER", "X-Forwarded-For"), "the header the trusted proxies write: X-Forwarded-For or Forwarded (COMPUTE_FORWARDED_HEADER)")
 	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
 	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +127,12 @@ func (m *Main) ParseFlags(args []string) error {
 		return err
 	}
 	m.Instances.EventRetention = d
+	if m.ClientAddr.Trusted, err = clientaddr.ParsePrefixes(*trusted); err != nil {
+		return fmt.Errorf("COMPUTE_TRUSTED_PROXIES: %w", err)
+	}
+	if m.ClientAddr.Header, err = clientaddr.ParseHeader(*fwdHeader); err != nil {
+		return fmt.Errorf("COMPUTE_FORWARDED_HEADER: %w", err)
+	}
 	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -192,7 +203,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := app.Registry(database, m.Log, metrics, inst)
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
-		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency}, database, reg, metrics, m.Log)
+		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
 	hs := &http.Server{
 		Addr:              m.Addr,
 		Handler:           srv.Handler(),

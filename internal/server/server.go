@@ -26,6 +26,7 @@ import (
 
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/registry"
@@ -61,6 +62,9 @@ type Config struct {
 	// same time: the collector then works harder and every request costs
 	// more CPU.
 	GraphQLConcurrency int
+	// ClientAddr decides the client address of a request (the peer's
+	// unless the peer is a trusted proxy); the zero value trusts no proxy.
+	ClientAddr clientaddr.Resolver
 }
 
 func (c *Config) defaults() {
@@ -162,7 +166,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.recoverer, s.logRequests, s.deadline)
+	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -238,6 +242,14 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 	})
 }
 
+// clientAddr decides the request's client address once (reqctx.ClientAddr).
+func (s *Server) clientAddr(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := s.Config.ClientAddr.Resolve(r.RemoteAddr, r.Header)
+		next.ServeHTTP(w, r.WithContext(reqctx.WithClientAddr(r.Context(), a.String())))
+	})
+}
+
 // deadline bounds a request's time (sockets bound each operation instead).
 func (s *Server) deadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -304,7 +316,8 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.httpReq.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
 		s.Log.InfoContext(r.Context(), "request", "requestId", reqctx.RequestID(r.Context()),
-			"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+			"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start),
+			"clientAddr", reqctx.ClientAddr(r.Context()))
 	})
 }
 
@@ -413,14 +426,13 @@ func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
 	})
 }
 
+// clientIP is the client address the clientAddr middleware decided: every
+// limit keyed by address uses it.
 func clientIP(r *http.Request) string {
-	host := r.RemoteAddr
-	for i := len(host) - 1; i >= 0; i-- {
-		if host[i] == ':' {
-			return host[:i]
-		}
+	if a := reqctx.ClientAddr(r.Context()); a != "" {
+		return a
 	}
-	return host
+	return "unknown"
 }
 
 // --- rate limiting --------------------------------------------------------
