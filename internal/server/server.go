@@ -22,13 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/time/rate"
 
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/live"
+	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
@@ -105,8 +105,8 @@ type Server struct {
 	rest     *rest.Handler
 	gqlHist  *prometheus.HistogramVec
 	httpReq  *prometheus.CounterVec
-	limiter  *limiter
-	authFail *limiter
+	limiter  *ratelimit.Limiter // per credential (per address without one); nil: off
+	authFail *ratelimit.Limiter // failed authentications per address
 	sessions sessions
 	renders  renders // subscription payloads rendered once per event and operation
 	// execSlots admits GraphQL queries and mutations to execution
@@ -139,15 +139,40 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 			func() float64 { return float64(s.Live.Subscribers()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
 			func() float64 { return float64(s.sessions.count()) }))
+	// The limits are shared by the replicas (internal/ratelimit): a
+	// credential's requests lease batches sized to what this replica
+	// spends, prefetched; failed authentications lease one token at a time
+	// (they paid a lookup already), so no token of that small budget sits
+	// unused in a replica's hands.
 	if cfg.RatePerSecond > 0 {
-		s.limiter = newLimiter(cfg.RatePerSecond, cfg.RateBurst)
+		s.limiter = ratelimit.New(database, ratelimit.Config{Scope: "requests", Rate: cfg.RatePerSecond, Burst: max(1, cfg.RateBurst),
+			MinBatch: 2, Prefetch: true}, log)
 	}
-	s.authFail = newLimiter(cfg.AuthFailures, cfg.AuthFailureBurst)
+	s.authFail = ratelimit.New(database, ratelimit.Config{Scope: "auth-failures", Rate: cfg.AuthFailures, Burst: cfg.AuthFailureBurst, MaxBatch: 1}, log)
+	leases := func(l *ratelimit.Limiter) func() float64 {
+		return func() float64 {
+			if l == nil {
+				return 0
+			}
+			return float64(l.Leases())
+		}
+	}
+	metrics.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_rate_leases_total", Help: "Leases of request tokens from the shared buckets (one statement each)."}, leases(s.limiter)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_auth_failure_leases_total", Help: "Failed authentications charged to the shared buckets."}, leases(s.authFail)))
 	return s
 }
 
-// Run holds the event fan-out's LISTEN connection until ctx ends.
-func (s *Server) Run(ctx context.Context) error { return s.Live.Run(ctx) }
+// Run holds the event fan-out's LISTEN connection and gives the limits'
+// unused leases back until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	for _, l := range []*ratelimit.Limiter{s.limiter, s.authFail} {
+		if l != nil {
+			go l.Run(ctx)
+		}
+	}
+	return s.Live.Run(ctx)
+}
 
 // Shutdown closes the long-lived connections with a code that tells
 // clients to reconnect (to another replica), and waits (until ctx ends)
@@ -398,7 +423,7 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*reqctx.Principal, error) {
 	p, err := auth.Authenticate(ctx, s.DB, secret)
 	if errs.CodeOf(err) == errs.Unauthenticated {
-		if ok, _ := s.authFail.allow(ip, 1); !ok {
+		if ok, _ := s.authFail.Allow(ctx, ip, 1); !ok {
 			return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
 		}
 	}
@@ -437,70 +462,11 @@ func clientIP(r *http.Request) string {
 
 // --- rate limiting --------------------------------------------------------
 
-type entry struct {
-	l    *rate.Limiter
-	seen time.Time
-}
-
-// limiter is a token bucket per credential, per replica.
-type limiter struct {
-	mu    sync.Mutex
-	rate  rate.Limit
-	burst int
-	m     map[string]*entry
-	swept time.Time
-}
-
-func newLimiter(perSecond float64, burst int) *limiter {
-	if burst < 1 {
-		burst = 1
-	}
-	return &limiter{rate: rate.Limit(perSecond), burst: burst, m: map[string]*entry{}}
-}
-
-// has says key has at least one token left, without spending it.
-func (l *limiter) has(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e := l.m[key]
-	return e == nil || e.l.Tokens() >= 1
-}
-
-// allow spends n tokens of key's bucket, or says how long until it could.
-func (l *limiter) allow(key string, n int) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.swept) > time.Minute {
-		for k, e := range l.m {
-			if now.Sub(e.seen) > 10*time.Minute {
-				delete(l.m, k)
-			}
-		}
-		l.swept = now
-	}
-	e := l.m[key]
-	if e == nil {
-		e = &entry{l: rate.NewLimiter(l.rate, l.burst)}
-		l.m[key] = e
-	}
-	e.seen = now
-	res := e.l.ReserveN(now, n)
-	if !res.OK() {
-		return false, time.Minute
-	}
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return false, d
-	}
-	return true, 0
-}
-
 func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) bool {
 	if s.limiter == nil {
 		return false
 	}
-	ok, d := s.limiter.allow(key, 1)
+	ok, d := s.limiter.Allow(r.Context(), key, 1)
 	if ok {
 		return false
 	}
