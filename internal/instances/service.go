@@ -295,6 +295,16 @@ func (s *Service) Rescue(ctx context.Context) (int64, error) {
 	return res.RowsAffected()
 }
 
+// SweepSQL is the sweep's read: $1 is the time from which removed nodes
+// are looked at (NULL: every removed node).
+const SweepSQL = `
+	SELECT instance_id FROM instances WHERE NOT converged
+	UNION
+	SELECT i.instance_id FROM nodes n JOIN instances i ON i.host_node_id = n.node_id
+	WHERE n.state = 'removed' AND ($1::timestamptz IS NULL OR n.removed_at > $1::timestamptz)
+	  AND i.state NOT IN ('deleted', 'failed')
+	ORDER BY 1 LIMIT 5000`
+
 // Sweep queues a reconciliation for every instance that is not converged
 // (level-triggered: a lost wake-up, a pending instance whose room
 // appeared, a job discarded by a bug) or whose host was removed, and
@@ -324,13 +334,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 			since = &t
 		}
 		var list []string
-		if err := tx.SelectContext(ctx, &list, `
-			SELECT instance_id FROM instances WHERE NOT converged
-			UNION
-			SELECT i.instance_id FROM nodes n JOIN instances i ON i.host_node_id = n.node_id
-			WHERE n.state = 'removed' AND ($1::timestamptz IS NULL OR n.removed_at > $1::timestamptz)
-			  AND i.state NOT IN ('deleted', 'failed')
-			ORDER BY 1 LIMIT 5000`, since); err != nil {
+		if err := tx.SelectContext(ctx, &list, SweepSQL, since); err != nil {
 			return store.Wrap(err)
 		}
 		if len(list) == 0 {
