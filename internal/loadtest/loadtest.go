@@ -45,6 +45,9 @@ type Config struct {
 	Queries      []string // fleet, small
 	Rounds       int      // every (query, conns) pair runs this often per target, alternating
 	PostGraphile bool
+	// PGLWorkers is PostGraphile's Node.js processes (0: one per core, as
+	// it is deployed, so that both servers get the same cores).
+	PGLWorkers int
 	Pools        int
 	PerPool      int
 	ServerEnv    []string // extra environment of the server (GOGC=..., COMPUTE_DEBUG_ADDR=...)
@@ -172,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		gport, _ := freePort()
 		gp, err := start("postgraphile", filepath.Join(dir, "postgraphile.log"), cfg.PGDir, cfg.Node, []string{"server.mjs"},
-			[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production"})
+			[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production", "PGL_WORKERS=" + strconv.Itoa(pglWorkers(cfg))})
 		if err != nil {
 			return err
 		}
@@ -193,6 +196,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	logf("machine: %d CPUs; load average before: %s", numCPU(), loadavg())
+	if cfg.PostGraphile {
+		logf("postgraphile: %d Node.js workers (computed: GOMAXPROCS %d)", pglWorkers(cfg), runtime.NumCPU())
+	}
 
 	var results []Result
 	for round := 0; round < cfg.Rounds; round++ {
@@ -452,6 +458,14 @@ func execSQL(ctx context.Context, url, stmt string) error {
 func analyze(ctx context.Context, url string) error { return execSQL(ctx, url, "VACUUM ANALYZE") }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// pglWorkers is PostGraphile's process count: one per core unless set.
+func pglWorkers(cfg Config) int {
+	if cfg.PGLWorkers > 0 {
+		return cfg.PGLWorkers
+	}
+	return runtime.NumCPU()
+}
 
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
