@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,5 +105,70 @@ func TestLimitsHoldAcrossReplicas(t *testing.T) {
 				t.Fatalf("%d replicas, %s: %d admitted, want %.0f within 15%%", n, r.name, r.ok, want)
 			}
 		}
+	}
+}
+
+// TestMeasureLimitsAtDocumentedValues measures the limits at their
+// documented values (100 requests/s, burst 200; 2 failed authentications/s,
+// burst 20) with 1, 2 and 3 `computed serve` processes on one database,
+// for docs/scaling.md: a 6 s flood round-robin over the replicas, and a
+// client at 80 requests/s (under its limit), with the leases the replicas
+// took. It takes about a minute: COMPUTE_MEASURE_LIMITS=1 runs it.
+func TestMeasureLimitsAtDocumentedValues(t *testing.T) {
+	if os.Getenv("COMPUTE_MEASURE_LIMITS") == "" {
+		t.Skip("a measurement: COMPUTE_MEASURE_LIMITS=1")
+	}
+	const d = 6 * time.Second
+	for n := 1; n <= 3; n++ {
+		e := testkit.StartDB(t)
+		var urls []string
+		var rs []*replica
+		for i := 0; i < n; i++ {
+			r := startReplica(t, e.DB.URL, testkit.OperatorToken, "COMPUTE_RATE_LIMIT=100")
+			rs = append(rs, r)
+			urls = append(urls, "http://"+r.addr)
+		}
+		rs[0].call(t, testkit.OperatorToken, "tenants/create", map[string]any{"tenantId": "acme", "name": "Acme"})
+		_, tok := rs[0].call(t, testkit.OperatorToken, "tokens/create", map[string]any{"tenantId": "acme", "name": "ops", "role": "admin"})
+		admin := tok["secret"].(string)
+		_, tok = rs[0].call(t, testkit.OperatorToken, "tokens/create", map[string]any{"tenantId": "acme", "name": "steady", "role": "admin"})
+		steady := tok["secret"].(string)
+		leases := func() float64 {
+			s := 0.0
+			for _, r := range rs {
+				s += metric(t, r.addr, "compute_rate_leases_total")
+			}
+			return s
+		}
+		for _, c := range []struct {
+			name, token string
+			rate, burst float64
+		}{{"credential", admin, 100, 200}, {"failed authentications", "bct_unknown", 2, 20}, {"anonymous", "", 100, 200}} {
+			l0 := leases()
+			ok, refused, el := flood(t, urls, "/api/compute/tenants/get", c.token, d)
+			want := c.burst + c.rate*el.Seconds()
+			t.Logf("%d replicas, %s: %d admitted, %d refused in %s; burst + rate x time = %.0f (%.3fx); request leases %.0f",
+				n, c.name, ok, refused, el.Round(time.Millisecond), want, float64(ok)/want, leases()-l0)
+		}
+		// A client under its limit: 80 requests/s paced, round-robin.
+		l0 := leases()
+		var ok, limited int
+		start := time.Now()
+		for i := 0; i < 480; i++ {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / 80)))
+			req, _ := http.NewRequest(http.MethodPost, urls[i%n]+"/api/compute/tenants/get", bytes.NewReader([]byte(`{"tenantId":"acme"}`)))
+			req.Header.Set("Authorization", "Bearer "+steady)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode == 429 {
+				limited++
+			} else {
+				ok++
+			}
+		}
+		t.Logf("%d replicas, 80 requests/s for 6 s: %d admitted, %d refused; %.0f leases (%.3f per request)", n, ok, limited, leases()-l0, (leases()-l0)/480)
 	}
 }
