@@ -229,7 +229,10 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 	l.leases.Add(1)
 	b.tokens += float64(granted)
 	b.batch, b.used, b.leasedAt = want, 0, now
-	if b.tokens < float64(need) {
+	if granted < want {
+		// The bucket is dry: nobody here asks it again (a prefetch
+		// neither) until it will have refilled what the caller needs, and
+		// not before DryWait; tokens still held are spent meanwhile.
 		d := time.Duration((float64(need) - b.tokens - left) / l.cfg.Rate * float64(time.Second))
 		b.until = now.Add(max(d, l.cfg.DryWait))
 	}
