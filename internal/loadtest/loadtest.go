@@ -48,10 +48,10 @@ type Config struct {
 	// PGLWorkers is PostGraphile's Node.js processes (0: one per core, as
 	// it is deployed, so that both servers get the same cores).
 	PGLWorkers int
-	Pools        int
-	PerPool      int
-	ServerEnv    []string // extra environment of the server (GOGC=..., COMPUTE_DEBUG_ADDR=...)
-	Out          io.Writer
+	Pools      int
+	PerPool    int
+	ServerEnv  []string // extra environment of the server (GOGC=..., COMPUTE_DEBUG_ADDR=...)
+	Out        io.Writer
 }
 
 // Queries: the dashboard's fleet query and a small one, for this server
