@@ -74,7 +74,8 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	// id, and its reader runs on a goroutine of its own, so neither the
 	// request (headers, router state) nor the handler chain's deep stack
 	// stays alive for every open socket.
-	ctx, cancel := context.WithCancel(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())))
+	ctx, cancel := context.WithCancel(reqctx.WithClientAddr(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())),
+		reqctx.ClientAddr(r.Context())))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]context.CancelFunc{},
