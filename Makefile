@@ -84,6 +84,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzMatchesECMA -fuzztime=5s ./internal/pattern/
+	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=5s ./internal/clientaddr/
 
 ci: lint check-generated test fuzz
 

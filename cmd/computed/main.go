@@ -27,9 +27,12 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/clientaddr"
+	"github.com/bettercompute/computed/internal/cluster"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
+	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -70,7 +73,13 @@ type Main struct {
 	// GraphQLConcurrency bounds GraphQL executions at once (server.Config).
 	GraphQLConcurrency int
 	StatementTimeout   time.Duration
-	DBMaxConns         int
+	// DBMaxConns bounds every connection the replica opens (Budget).
+	DBMaxConns int
+	// ReplicaName names this replica in application_name and in the
+	// cluster lease (default host-pid).
+	ReplicaName string
+	// ClientAddr trusts COMPUTE_TRUSTED_PROXIES' forwarding header.
+	ClientAddr clientaddr.Resolver
 	// Instances configures the vps.instances reconciler.
 	Instances instances.Config
 
@@ -105,13 +114,17 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&m.RequestTimeout, "request-timeout", reqTimeout, "deadline of every request and socket operation (COMPUTE_REQUEST_TIMEOUT)")
 	stmtTimeout, _ := time.ParseDuration(env("COMPUTE_STATEMENT_TIMEOUT", "10s"))
 	fs.DurationVar(&m.StatementTimeout, "statement-timeout", stmtTimeout, "PostgreSQL statement_timeout of the pool (COMPUTE_STATEMENT_TIMEOUT)")
-	maxConns, _ := strconv.Atoi(env("COMPUTE_DB_MAX_CONNS", "20"))
-	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "database connections per replica (COMPUTE_DB_MAX_CONNS)")
+	maxConns, _ := strconv.Atoi(env("COMPUTE_DB_MAX_CONNS", "30"))
+	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "every database connection this replica opens, pool, listeners and provider together (COMPUTE_DB_MAX_CONNS)")
+	host, _ := os.Hostname()
+	fs.StringVar(&m.ReplicaName, "replica-name", env("COMPUTE_REPLICA_NAME", fmt.Sprintf("%s-%d", host, os.Getpid())), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
 	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
+	trusted := fs.String("trusted-proxies", env("COMPUTE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of the proxies whose forwarding header names the client address; empty: none (COMPUTE_TRUSTED_PROXIES)")
+	fwdHeader := fs.String("forwarded-header", env("COMPUTE_FORWARDED_HEADER", "X-Forwarded-For"), "the header the trusted proxies write: X-Forwarded-For or Forwarded (COMPUTE_FORWARDED_HEADER)")
 	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
 	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +135,15 @@ func (m *Main) ParseFlags(args []string) error {
 		return err
 	}
 	m.Instances.EventRetention = d
+	if _, err := Budget(m.DBMaxConns); err != nil {
+		return err
+	}
+	if m.ClientAddr.Trusted, err = clientaddr.ParsePrefixes(*trusted); err != nil {
+		return fmt.Errorf("COMPUTE_TRUSTED_PROXIES: %w", err)
+	}
+	if m.ClientAddr.Header, err = clientaddr.ParseHeader(*fwdHeader); err != nil {
+		return fmt.Errorf("COMPUTE_FORWARDED_HEADER: %w", err)
+	}
 	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -147,8 +169,9 @@ func (m *Main) Run(ctx context.Context) error {
 		m.URL = pg.URL()
 		m.Log.Info("embedded database started", "dir", filepath.Join(m.DataDir, "pg"), "duration", time.Since(start))
 	}
-	// Migrations run on their own connection without a statement timeout.
-	mdb, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: 1, StatementTimeout: -1})
+	// Migrations run on their own connection without a statement timeout,
+	// closed before the others open (it is one of the budget's).
+	mdb, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: 1, StatementTimeout: -1, Replica: m.ReplicaName, Role: "migrate"})
 	if err != nil {
 		return err
 	}
@@ -157,7 +180,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	database, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: m.DBMaxConns, StatementTimeout: m.StatementTimeout})
+	budget, err := Budget(m.DBMaxConns)
+	if err != nil {
+		return err
+	}
+	if m.Instances.Workers >= budget.Pool {
+		m.Log.Warn("the reconciler's workers can hold every pool connection: raise COMPUTE_DB_MAX_CONNS or lower COMPUTE_RECONCILE_WORKERS",
+			"workers", m.Instances.Workers, "pool", budget.Pool)
+	}
+	database, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: budget.Pool, StatementTimeout: m.StatementTimeout, Replica: m.ReplicaName})
 	if err != nil {
 		return err
 	}
@@ -182,6 +213,18 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Work that runs once per cluster: the maintenance lease's holder runs
+	// the reconciler's sweep and rescue and the limits' pruning.
+	maint := cluster.New(database, "maintenance", m.ReplicaName, m.Log)
+	maint.Add("rate_buckets.prune", time.Minute, func(ctx context.Context) error {
+		_, err := ratelimit.Prune(ctx, database, 10*time.Minute)
+		return err
+	})
+	mctx, stopMaint := context.WithCancel(ctx)
+	maintDone := make(chan struct{})
+	go func() { defer close(maintDone); maint.Run(mctx) }()
+	defer func() { stopMaint(); <-maintDone }() // it gives the lease up before the pool closes
+	m.Instances.Maintainer, m.Instances.ProviderConns = maint, budget.Provider
 	inst, err := instances.NewService(database, m.Log, m.Instances)
 	if err != nil {
 		return fmt.Errorf("instances: %w", err)
@@ -192,7 +235,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := app.Registry(database, m.Log, metrics, inst)
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
-		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency}, database, reg, metrics, m.Log)
+		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
 	hs := &http.Server{
 		Addr:              m.Addr,
 		Handler:           srv.Handler(),
@@ -211,11 +254,11 @@ func (m *Main) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	if m.DebugAddr != "" {
 		go func() {
-			if err := serveDebug(ctx, m.DebugAddr); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveDebug(ctx, m.DebugAddr, srv.MetricsHandler()); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("debug listener: %w", err)
 			}
 		}()
-		m.Log.Info("serving pprof", "addr", m.DebugAddr)
+		m.Log.Info("serving pprof and metrics on the operator address", "addr", m.DebugAddr)
 	}
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
@@ -237,6 +280,33 @@ func (m *Main) Run(ctx context.Context) error {
 	return inst.Shutdown(sctx)
 }
 
+// ConnBudget is how a replica's COMPUTE_DB_MAX_CONNS is shared out: every
+// connection the replica opens is one of these, so the total is exact.
+type ConnBudget struct {
+	Total int
+	// Listeners: the event hub's LISTEN connection and River's.
+	Listeners int
+	// Provider: the sim provider's own pool (a step holds a pool
+	// connection while it calls the provider, so the provider's cannot
+	// come from the same pool).
+	Provider int
+	// Pool: everything else (requests, reconcile steps, the reconciler's
+	// liveness lock, River's fetches, the limits' leases, the lease).
+	Pool int
+}
+
+// Budget shares total out: 2 listeners, a provider pool of a third of the
+// rest up to 8, and the pool the remainder (30 gives 2 + 8 + 20).
+func Budget(total int) (ConnBudget, error) {
+	if total < 5 {
+		return ConnBudget{}, fmt.Errorf("COMPUTE_DB_MAX_CONNS %d: a replica needs at least 5 (2 listeners, 1 provider, 2 pool)", total)
+	}
+	b := ConnBudget{Total: total, Listeners: 2}
+	b.Provider = min(8, max(1, (total-b.Listeners)/3))
+	b.Pool = total - b.Listeners - b.Provider
+	return b, nil
+}
+
 // gcDefaults sets the garbage collector's defaults where the environment
 // does not (GOGC and GOMEMLIMIT, when set, win). The server's live heap is
 // small (caches and in-flight requests) and its requests allocate much (a
@@ -254,10 +324,12 @@ func gcDefaults() {
 	}
 }
 
-// serveDebug serves the profiler on its own listener, so that it is never
-// reachable through the public address (it shows the heap and the stacks).
-func serveDebug(ctx context.Context, addr string) error {
+// serveDebug serves the operator address: the profiler, which is never
+// reachable through the public address (it shows the heap and the stacks),
+// and /metrics without a token (the public address asks for the operator's).
+func serveDebug(ctx context.Context, addr string, metrics http.Handler) error {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -28,6 +28,7 @@ func main() {
 	flag.StringVar(&cfg.PGDir, "postgraphile-dir", "test/postgraphile", "PostGraphile's package (npm ci there first)")
 	flag.StringVar(&cfg.Node, "node", "node", "the node binary")
 	flag.BoolVar(&cfg.PostGraphile, "postgraphile", true, "compare with PostGraphile v5 on the same database")
+	flag.IntVar(&cfg.PGLWorkers, "postgraphile-workers", 0, "PostGraphile's Node.js processes; 0: one per core, the same cores as the server")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "one measured run")
 	flag.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "warm-up before each measured run")
 	flag.IntVar(&cfg.Rounds, "rounds", 2, "runs of each (query, connections) per server, alternating which goes first")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -53,5 +54,68 @@ func TestGraphQLExecutionsWaitForASlot(t *testing.T) {
 	<-first
 	if d := gqlOK(t, e.GraphQL(acme.Viewer.Token, q, nil)); dig(t, d, "tenant", "projects", "totalCount") != float64(1) {
 		t.Fatalf("after the slot is free: %v", d)
+	}
+}
+
+// Issue 16: one caller with a stale token must not lock out everyone behind
+// the same address. 80 unknown tokens spend the address's failure budget
+// (and are refused 429 past it); a credential that authenticates from the
+// same address is still served, on both surfaces; failing ones stay
+// refused.
+func TestValidCredentialPassesAfterOthersFailed(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	codes := map[int]int{}
+	for i := 0; i < 80; i++ {
+		codes[e.Call(fmt.Sprintf("bct_stale-%d", i), "tenants/get", map[string]any{"tenantId": "acme"}).Status]++
+	}
+	if codes[429] == 0 {
+		t.Fatalf("80 unknown tokens from one address were never throttled: %v", codes)
+	}
+	expect(t, e.Call(acme.Admin.Token, "tenants/get", map[string]any{"tenantId": "acme"}), ok, "")
+	gqlOK(t, e.GraphQL(acme.Admin.Token, `{ viewer { kind } }`, nil))
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token) // connection_ack, or the test fails
+	if r := e.Call("bct_stale-x", "tenants/get", map[string]any{"tenantId": "acme"}); r.Status != 429 || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("an unknown token past the budget: %d %s", r.Status, r.Raw)
+	}
+}
+
+// The budget decides each failure atomically: 15 unknown tokens whose
+// lookups are all in flight at once, against a budget of 5, answer 5 times
+// 401 and 10 times 429 (checking before the lookup and spending after it
+// let all 15 through as 401).
+func TestFailedAuthBudgetHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{AuthFailures: 0.001, AuthFailureBurst: 5}})
+	newTenant(t, e, "acme")
+	const n = 15
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	e.OnStatement(func(sql string) {
+		if strings.Contains(sql, "FROM tokens t JOIN principals") {
+			arrived.Done()
+			<-release
+		}
+	})
+	statuses := make(chan int, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			statuses <- e.Call(fmt.Sprintf("bct_guess-%d", i), "tenants/get", map[string]any{"tenantId": "acme"}).Status
+		}(i)
+	}
+	arrived.Wait() // every lookup is in flight
+	e.OnStatement(nil)
+	once.Do(func() { close(release) })
+	codes := map[int]int{}
+	for i := 0; i < n; i++ {
+		codes[<-statuses]++
+	}
+	if codes[401] != 5 || codes[429] != 10 {
+		t.Fatalf("15 concurrent unknown tokens against a budget of 5: %v, want 5 x 401 and 10 x 429", codes)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -61,7 +62,10 @@ func TestGraphQLLimits(t *testing.T) {
 }
 
 // /metrics exposes per-method and per-operation counts and latency and the
-// database pool.
+// database pool. On the public address it is never open: the operator's
+// token reads it; no token, an unknown one or a tenant admin's is refused
+// (the operator address, COMPUTE_DEBUG_ADDR, serves it without a token:
+// TestMetricsOnTheOperatorAddress).
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
@@ -69,12 +73,28 @@ func TestMetrics(t *testing.T) {
 	e.Must(e.Call(admin, "projects/create", map[string]any{"tenantId": "acme", "name": "m"}))
 	e.Call(admin, "projects/get", map[string]any{"tenantId": "acme", "projectId": "prj_01m8vamkrr6eet1whme2evb1rv"})
 	e.GraphQL(admin, `query Fleet { viewer { name } }`, nil)
-	res, err := http.Get(e.Server.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	get := func(token string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, e.Server.URL+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, b
 	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	for token, want := range map[string]int{"": 401, "bco_not-the-operator": 401, admin: 403} {
+		if st, b := get(token); st != want || strings.Contains(string(b), "compute_method_calls_total") {
+			t.Fatalf("/metrics with token %.8q: %d %.200s, want %d", token, st, b, want)
+		}
+	}
+	st, b := get(e.Operator)
+	if st != 200 {
+		t.Fatalf("/metrics with the operator token: %d %.200s", st, b)
+	}
 	for _, want := range []string{
 		`compute_method_calls_total{code="OK",method="projects.create"} 1`,
 		`compute_method_calls_total{code="NOT_FOUND",method="projects.get"} 1`,
@@ -85,6 +105,40 @@ func TestMetrics(t *testing.T) {
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The operator address (COMPUTE_DEBUG_ADDR) serves /metrics and pprof
+// without a token; the public address of the same process does not.
+func TestMetricsOnTheOperatorAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server binary")
+	}
+	t.Parallel()
+	e := testkit.StartDB(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := l.Addr().String()
+	l.Close()
+	r := startReplica(t, e.DB.URL, e.Operator, "COMPUTE_DEBUG_ADDR="+op)
+	for _, c := range []struct {
+		url  string
+		want int
+	}{{"http://" + op + "/metrics", 200}, {"http://" + op + "/debug/pprof/cmdline", 200}, {"http://" + r.addr + "/metrics", 401}, {"http://" + r.addr + "/debug/pprof/cmdline", 404}} {
+		res, err := http.Get(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Fatalf("GET %s: %d %.200s, want %d", c.url, res.StatusCode, b, c.want)
+		}
+		if c.want == 200 && strings.HasSuffix(c.url, "/metrics") && !strings.Contains(string(b), "go_sql_max_open_connections") {
+			t.Fatalf("GET %s: %.300s", c.url, b)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/bettercompute/computed/internal/cluster"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances/provider"
 	_ "github.com/bettercompute/computed/internal/instances/provider/sim" // the default provider
@@ -37,12 +38,19 @@ type Config struct {
 	EventRetention time.Duration
 	// PruneEvery is how often the retention job runs (default 1 hour).
 	PruneEvery time.Duration
-	// SweepEvery is how often every replica looks for instances that are
+	// SweepEvery is how often the cluster looks for instances that are
 	// not converged and have no queued job (default 5 s).
 	SweepEvery time.Duration
-	// RescueEvery is how often every replica looks for jobs left running
+	// RescueEvery is how often the cluster looks for jobs left running
 	// by a dead replica (default 1 s).
 	RescueEvery time.Duration
+	// Maintainer runs the sweep and the rescue on the replica holding the
+	// cluster's maintenance lease; nil: the service makes its own (its
+	// lease is still the cluster's, so one replica at a time sweeps).
+	Maintainer *cluster.Maintainer
+	// ProviderConns is the database connections the sim provider may open
+	// (default 8; part of the replica's COMPUTE_DB_MAX_CONNS).
+	ProviderConns int
 }
 
 func (c *Config) defaults() {
@@ -60,6 +68,9 @@ func (c *Config) defaults() {
 	}
 	if c.RescueEvery <= 0 {
 		c.RescueEvery = time.Second
+	}
+	if c.ProviderConns <= 0 {
+		c.ProviderConns = 8
 	}
 }
 
@@ -79,6 +90,14 @@ type Service struct {
 	live    *sql.Conn
 	cancel  context.CancelFunc
 	stopped chan struct{}
+	// ownMaint is the maintainer the service runs itself (Config's nil).
+	ownMaint bool
+	// removeDuties unregisters the sweep and the rescue.
+	removeDuties func()
+	// swept is the database time of the last sweep's start (zero: none
+	// yet); the next one looks at nodes removed since shortly before it.
+	sweptMu sync.Mutex
+	swept   time.Time
 }
 
 // NewService builds the service; db nil builds one for rendering documents
@@ -93,13 +112,17 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 		return s, nil
 	}
 	var err error
-	if s.providers, err = provider.Open(provider.Deps{DB: db}); err != nil {
+	if s.providers, err = provider.Open(provider.Deps{DB: db, MaxConns: cfg.ProviderConns}); err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s.clientID = fmt.Sprintf("computed-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	if s.cfg.Maintainer == nil {
+		s.cfg.Maintainer = cluster.New(db, "maintenance", s.clientID, log)
+		s.ownMaint = true
+	}
 	// LISTEN needs a pgx connection of its own; everything else goes
 	// through the product's database/sql pool, so InsertTx joins its
 	// transactions.
@@ -107,7 +130,9 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg.MaxConns, pcfg.MinConns = 2, 0
+	// River's LISTEN holds one connection (part of COMPUTE_DB_MAX_CONNS).
+	pcfg.MaxConns, pcfg.MinConns = 1, 0
+	pcfg.ConnConfig.RuntimeParams["application_name"] = db.AppName("river")
 	if s.listen, err = pgxpool.NewWithConfig(context.Background(), pcfg); err != nil {
 		return nil, err
 	}
@@ -177,12 +202,34 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.stopped = cancel, make(chan struct{})
-	safe.Go(lctx, s.log, "instance reconciler loops", func() { s.loops(lctx) })
+	rescue := s.cfg.Maintainer.Add("instances.rescue", s.cfg.RescueEvery, func(ctx context.Context) error {
+		n, err := s.Rescue(ctx)
+		if n > 0 {
+			s.log.Info("rescued jobs of a dead replica", "jobs", n)
+		}
+		return err
+	})
+	sweep := s.cfg.Maintainer.Add("instances.sweep", s.cfg.SweepEvery, func(ctx context.Context) error {
+		n, err := s.Sweep(ctx)
+		if n > 0 {
+			s.log.Info("reconciler sweep queued instances", "instances", n)
+		}
+		return err
+	})
+	s.removeDuties = func() { rescue(); sweep() }
+	safe.Go(lctx, s.log, "instance maintenance duties", func() {
+		defer close(s.stopped)
+		if s.ownMaint {
+			s.cfg.Maintainer.Run(lctx)
+		} else {
+			<-lctx.Done()
+		}
+	})
 	s.log.Info("instance reconciler started", "clientId", s.clientID, "workers", s.cfg.Workers)
 	return nil
 }
 
-// Shutdown stops the loops and the river client (running steps finish or are
+// Shutdown stops the duties and the river client (running steps finish or are
 // cancelled after a few seconds) and releases the liveness lock.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
@@ -190,6 +237,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.cancel == nil {
 		return nil
 	}
+	s.removeDuties()
 	s.cancel()
 	<-s.stopped
 	s.cancel = nil
@@ -225,32 +273,6 @@ func (s *Service) ClientID() string { return s.clientID }
 // livenessClass is the first key of the replicas' liveness locks.
 const livenessClass = 72483
 
-func (s *Service) loops(ctx context.Context) {
-	defer close(s.stopped)
-	rescue := time.NewTicker(s.cfg.RescueEvery)
-	sweep := time.NewTicker(s.cfg.SweepEvery)
-	defer rescue.Stop()
-	defer sweep.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-rescue.C:
-			if n, err := s.Rescue(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("rescue of dead replicas' jobs failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("rescued jobs of a dead replica", "jobs", n)
-			}
-		case <-sweep.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("reconciler sweep failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("reconciler sweep queued instances", "instances", n)
-			}
-		}
-	}
-}
-
 // Rescue makes the reconcile jobs that a dead replica left running
 // available again. A replica holds its liveness lock (a session advisory
 // lock keyed by its river client id) for as long as it lives; PostgreSQL
@@ -274,17 +296,46 @@ func (s *Service) Rescue(ctx context.Context) (int64, error) {
 	return res.RowsAffected()
 }
 
+// SweepSQL is the sweep's read: $1 is the time from which removed nodes
+// are looked at (NULL: every removed node).
+const SweepSQL = `
+	SELECT instance_id FROM instances WHERE NOT converged
+	UNION
+	SELECT i.instance_id FROM nodes n JOIN instances i ON i.host_node_id = n.node_id
+	WHERE n.state = 'removed' AND ($1::timestamptz IS NULL OR n.removed_at > $1::timestamptz)
+	  AND i.state NOT IN ('deleted', 'failed')
+	ORDER BY 1 LIMIT 5000`
+
 // Sweep queues a reconciliation for every instance that is not converged
 // (level-triggered: a lost wake-up, a pending instance whose room
-// appeared, a host that went away) and returns how many it queued anew.
+// appeared, a job discarded by a bug) or whose host was removed, and
+// returns how many it queued anew. It runs on one replica at a time (the
+// maintenance lease), and what it reads does not grow with the fleet when
+// nothing changes: the unconverged instances come from a partial index
+// (empty when all are where they should be), and hosts from the nodes
+// removed since shortly before the previous sweep (all of them on this
+// replica's first sweep), through nodes_removed_idx and the instances'
+// host index.
 func (s *Service) Sweep(ctx context.Context) (int, error) {
+	s.sweptMu.Lock()
+	defer s.sweptMu.Unlock()
 	var queued int
+	var started time.Time
 	err := s.db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if err := tx.GetContext(ctx, &started, `SELECT now()`); err != nil {
+			return store.Wrap(err)
+		}
+		var since *time.Time
+		if !s.swept.IsZero() {
+			// A removal whose transaction began before the last sweep
+			// and committed after it has removed_at before that sweep:
+			// look a minute further back (transactions end within their
+			// request deadline).
+			t := s.swept.Add(-time.Minute)
+			since = &t
+		}
 		var list []string
-		if err := tx.SelectContext(ctx, &list, `SELECT i.instance_id FROM instances i
-			WHERE NOT i.converged
-			   OR (i.state NOT IN ('deleted', 'failed') AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = i.host_node_id AND n.state = 'removed'))
-			ORDER BY i.instance_id LIMIT 5000`); err != nil {
+		if err := tx.SelectContext(ctx, &list, SweepSQL, since); err != nil {
 			return store.Wrap(err)
 		}
 		if len(list) == 0 {
@@ -306,6 +357,9 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		s.swept = started
+	}
 	return queued, err
 }
 

@@ -114,7 +114,7 @@ func (h *Hub) Run(ctx context.Context) error {
 				return nil, err
 			}
 			delete(cfg.RuntimeParams, "statement_timeout")
-			cfg.RuntimeParams["application_name"] = ListenerName
+			cfg.RuntimeParams["application_name"] = h.db.AppName(ListenerName)
 			return pgx.ConnectConfig(ctx, cfg)
 		},
 		LogError: func(ctx context.Context, err error) {

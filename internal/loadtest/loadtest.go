@@ -45,10 +45,13 @@ type Config struct {
 	Queries      []string // fleet, small
 	Rounds       int      // every (query, conns) pair runs this often per target, alternating
 	PostGraphile bool
-	Pools        int
-	PerPool      int
-	ServerEnv    []string // extra environment of the server (GOGC=..., COMPUTE_DEBUG_ADDR=...)
-	Out          io.Writer
+	// PGLWorkers is PostGraphile's Node.js processes (0: one per core, as
+	// it is deployed, so that both servers get the same cores).
+	PGLWorkers int
+	Pools      int
+	PerPool    int
+	ServerEnv  []string // extra environment of the server (GOGC=..., COMPUTE_DEBUG_ADDR=...)
+	Out        io.Writer
 }
 
 // Queries: the dashboard's fleet query and a small one, for this server
@@ -89,7 +92,9 @@ type target struct {
 	token   string
 	p       *proc
 	metrics string // this server's /metrics; empty for PostGraphile
-	queries int    // index into queries' pairs
+	// operator is the token /metrics asks for on the public address.
+	operator string
+	queries  int // index into queries' pairs
 }
 
 // Result is one measured run.
@@ -162,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	targets := []*target{{name: "computed", url: base + "/graphql", token: st.Admin, p: srv, metrics: base + "/metrics"}}
+	targets := []*target{{name: "computed", url: base + "/graphql", token: st.Admin, p: srv, metrics: base + "/metrics", operator: operator}}
 
 	if cfg.PostGraphile {
 		if err := execSQL(ctx, dbURL, postgraphileSQL); err != nil {
@@ -170,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		gport, _ := freePort()
 		gp, err := start("postgraphile", filepath.Join(dir, "postgraphile.log"), cfg.PGDir, cfg.Node, []string{"server.mjs"},
-			[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production"})
+			[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production", "PGL_WORKERS=" + strconv.Itoa(pglWorkers(cfg))})
 		if err != nil {
 			return err
 		}
@@ -191,6 +196,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	logf("machine: %d CPUs; load average before: %s", numCPU(), loadavg())
+	if cfg.PostGraphile {
+		logf("postgraphile: %d Node.js workers (computed: GOMAXPROCS %d)", pglWorkers(cfg), runtime.NumCPU())
+	}
 
 	var results []Result
 	for round := 0; round < cfg.Rounds; round++ {
@@ -318,7 +326,9 @@ func scrape(t *target) map[string]float64 {
 	if t.metrics == "" {
 		return nil
 	}
-	resp, err := http.Get(t.metrics)
+	req, _ := http.NewRequest(http.MethodGet, t.metrics, nil)
+	req.Header.Set("Authorization", "Bearer "+t.operator)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil
 	}
@@ -448,6 +458,14 @@ func execSQL(ctx context.Context, url, stmt string) error {
 func analyze(ctx context.Context, url string) error { return execSQL(ctx, url, "VACUUM ANALYZE") }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// pglWorkers is PostGraphile's process count: one per core unless set.
+func pglWorkers(cfg Config) int {
+	if cfg.PGLWorkers > 0 {
+		return cfg.PGLWorkers
+	}
+	return runtime.NumCPU()
+}
 
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")

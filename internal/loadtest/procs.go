@@ -89,13 +89,31 @@ func (p *proc) waitHTTP(ctx context.Context, url string, post string) error {
 	return fmt.Errorf("%s did not answer %s within 90 s; see %s", p.name, url, p.log.Name())
 }
 
-// cpu is the process's user+system CPU time so far (its own rusage, as
-// /proc/<pid>/stat reports it; threads included).
-func (p *proc) cpu() time.Duration { return pidCPU(p.cmd.Process.Pid, false) }
+// cpu is the CPU time so far of the process and of its children, live
+// (PostGraphile's cluster workers) or reaped: user+system, as
+// /proc/<pid>/stat reports it, threads included.
+func (p *proc) cpu() time.Duration {
+	pid := p.cmd.Process.Pid
+	total := pidCPU(pid, true)
+	for _, c := range children(pid) {
+		total += pidCPU(c, false)
+	}
+	return total
+}
 
-// peakRSS is the process's peak resident memory (VmHWM).
+// peakRSS is the peak resident memory (VmHWM) of the process plus that of
+// each of its live children.
 func (p *proc) peakRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	pid := p.cmd.Process.Pid
+	total := vmHWM(pid)
+	for _, c := range children(pid) {
+		total += vmHWM(c)
+	}
+	return total
+}
+
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
@@ -106,6 +124,19 @@ func (p *proc) peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// children are the live processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err == nil && pidParent(c) == pid {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 var clockTick = 100.0 // sysconf(_SC_CLK_TCK) on Linux
@@ -174,15 +205,8 @@ func postgresCPU(clusterDir string) time.Duration {
 		return 0
 	}
 	total := pidCPU(pm, true)
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pidParent(pid) == pm {
-			total += pidCPU(pid, false)
-		}
+	for _, c := range children(pm) {
+		total += pidCPU(c, false)
 	}
 	return total
 }

@@ -89,6 +89,22 @@ func (p *Principal) CacheRole(tenantID, role string) {
 
 type principalKey struct{}
 type requestIDKey struct{}
+type clientAddrKey struct{}
+
+// WithClientAddr returns ctx carrying the client address the server
+// decided for the request (internal/clientaddr: the peer, or behind a
+// trusted proxy the right-most untrusted forwarded hop).
+func WithClientAddr(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, clientAddrKey{}, addr)
+}
+
+// ClientAddr is the request's client address: the one every limit keyed by
+// address used, the request log shows and the audit trail records. Empty
+// outside a request (background work).
+func ClientAddr(ctx context.Context) string {
+	a, _ := ctx.Value(clientAddrKey{}).(string)
+	return a
+}
 
 // WithPrincipal returns ctx carrying p.
 func WithPrincipal(ctx context.Context, p *Principal) context.Context {

@@ -82,7 +82,7 @@ func TestPanicsAreLoggedWithTheRequestID(t *testing.T) {
 func TestEveryGoroutineIsSafe(t *testing.T) {
 	root := filepath.Join("..", "..")
 	dirs := []string{"internal/server", "internal/live", "internal/instances", "internal/instances/provider",
-		"internal/instances/provider/sim", "internal/loaders", "internal/registry", "internal/rest", "resolvers"}
+		"internal/instances/provider/sim", "internal/loaders", "internal/registry", "internal/rest", "resolvers", "internal/ratelimit", "internal/cluster"}
 	checked := 0
 	for _, dir := range dirs {
 		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))

@@ -391,11 +391,11 @@ func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.Operati
 	if oc.Operation.Operation == ast.Mutation {
 		n = rootFields(oc.Operation.SelectionSet)
 	}
-	if n > l.burst {
-		return refusal("batch", "the operation holds "+itoa(n)+" mutations, more than the limit of "+itoa(l.burst)+" per request",
-			map[string]any{"count": n, "limit": l.burst})
+	if n > l.Burst() {
+		return refusal("batch", "the operation holds "+itoa(n)+" mutations, more than the limit of "+itoa(l.Burst())+" per request",
+			map[string]any{"count": n, "limit": l.Burst()})
 	}
-	ok, d := l.allow(p.TokenID, n)
+	ok, d := l.Allow(ctx, p.TokenID, n)
 	if ok {
 		return nil
 	}

@@ -22,12 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/time/rate"
 
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/live"
+	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
@@ -49,7 +50,10 @@ type Config struct {
 	// AuthFailures bounds failed authentications per client address, per
 	// second (default 2, burst 20), whatever the rate limit.
 	AuthFailures float64
-	WS           WSTimings
+	// AuthFailureBurst is the failed authentications an address may make
+	// at once (default 20).
+	AuthFailureBurst int
+	WS               WSTimings
 	// Live tunes the subscription fan-out.
 	Live live.Config
 	// GraphQLConcurrency bounds the queries and mutations executing at once
@@ -59,6 +63,9 @@ type Config struct {
 	// same time: the collector then works harder and every request costs
 	// more CPU.
 	GraphQLConcurrency int
+	// ClientAddr decides the client address of a request (the peer's
+	// unless the peer is a trusted proxy); the zero value trusts no proxy.
+	ClientAddr clientaddr.Resolver
 }
 
 func (c *Config) defaults() {
@@ -70,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.AuthFailures <= 0 {
 		c.AuthFailures = 2
+	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 20
 	}
 	if c.WS.InitTimeout <= 0 {
 		c.WS.InitTimeout = 10 * time.Second
@@ -99,8 +109,8 @@ type Server struct {
 	rest     *rest.Handler
 	gqlHist  *prometheus.HistogramVec
 	httpReq  *prometheus.CounterVec
-	limiter  *limiter
-	authFail *limiter
+	limiter  *ratelimit.Limiter // per credential (per address without one); nil: off
+	authFail *ratelimit.Limiter // failed authentications per address
 	sessions sessions
 	renders  renders // subscription payloads rendered once per event and operation
 	// execSlots admits GraphQL queries and mutations to execution
@@ -133,15 +143,40 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 			func() float64 { return float64(s.Live.Subscribers()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
 			func() float64 { return float64(s.sessions.count()) }))
+	// The limits are shared by the replicas (internal/ratelimit): a
+	// credential's requests lease batches sized to what this replica
+	// spends, prefetched; failed authentications lease one token at a time
+	// (they paid a lookup already), so no token of that small budget sits
+	// unused in a replica's hands.
 	if cfg.RatePerSecond > 0 {
-		s.limiter = newLimiter(cfg.RatePerSecond, cfg.RateBurst)
+		s.limiter = ratelimit.New(database, ratelimit.Config{Scope: "requests", Rate: cfg.RatePerSecond, Burst: max(1, cfg.RateBurst),
+			MinBatch: 2, Prefetch: true}, log)
 	}
-	s.authFail = newLimiter(cfg.AuthFailures, 20)
+	s.authFail = ratelimit.New(database, ratelimit.Config{Scope: "auth-failures", Rate: cfg.AuthFailures, Burst: cfg.AuthFailureBurst, MaxBatch: 1}, log)
+	leases := func(l *ratelimit.Limiter) func() float64 {
+		return func() float64 {
+			if l == nil {
+				return 0
+			}
+			return float64(l.Leases())
+		}
+	}
+	metrics.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_rate_leases_total", Help: "Leases of request tokens from the shared buckets (one statement each)."}, leases(s.limiter)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_auth_failure_leases_total", Help: "Failed authentications charged to the shared buckets."}, leases(s.authFail)))
 	return s
 }
 
-// Run holds the event fan-out's LISTEN connection until ctx ends.
-func (s *Server) Run(ctx context.Context) error { return s.Live.Run(ctx) }
+// Run holds the event fan-out's LISTEN connection and gives the limits'
+// unused leases back until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	for _, l := range []*ratelimit.Limiter{s.limiter, s.authFail} {
+		if l != nil {
+			safe.Go(ctx, s.Log, "rate limit lease returns", func() { l.Run(ctx) })
+		}
+	}
+	return s.Live.Run(ctx)
+}
 
 // Shutdown closes the long-lived connections with a code that tells
 // clients to reconnect (to another replica), and waits (until ctx ends)
@@ -160,12 +195,12 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.recoverer, s.logRequests, s.deadline)
+	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.ready)
-	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
+	r.With(s.operatorOnly).Handle("/metrics", s.MetricsHandler())
 	r.Get("/", graphiql)
 	r.Get("/graphiql/*", graphiqlAssets)
 	r.Group(func(r chi.Router) {
@@ -179,6 +214,33 @@ func (s *Server) Handler() http.Handler {
 		r.Handle(StreamPath, limitGraphQLBody(gql, rest.DefaultMaxBody))
 	})
 	return r
+}
+
+// MetricsHandler serves the Prometheus metrics: the operator address
+// (COMPUTE_DEBUG_ADDR) serves it as it is; the public address only behind
+// the operator's token (Handler).
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{})
+}
+
+// operatorOnly admits the operator's bearer token and no other: what
+// /metrics shows (per-method call counts, pool figures) is the operator's
+// business. Failed authentications spend the address's budget as anywhere.
+func (s *Server) operatorOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.bearer(r)
+		if err == nil && !p.IsOperator() {
+			err = errs.E(errs.PermissionDenied, "only the operator reads the metrics")
+		}
+		if err != nil {
+			if errs.CodeOf(err) == errs.RateLimited {
+				w.Header().Set("Retry-After", "1")
+			}
+			s.rest.WriteError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +268,14 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(store.ForRequest(reqctx.WithRequestID(r.Context(), id))))
+	})
+}
+
+// clientAddr decides the request's client address once (reqctx.ClientAddr).
+func (s *Server) clientAddr(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := s.Config.ClientAddr.Resolve(r.RemoteAddr, r.Header)
+		next.ServeHTTP(w, r.WithContext(reqctx.WithClientAddr(r.Context(), a.String())))
 	})
 }
 
@@ -275,7 +345,8 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.httpReq.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
 		s.Log.InfoContext(r.Context(), "request", "requestId", reqctx.RequestID(r.Context()),
-			"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+			"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start),
+			"clientAddr", reqctx.ClientAddr(r.Context()))
 	})
 }
 
@@ -334,30 +405,34 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 	})
 }
 
-// bearer authenticates the request's bearer token. Failed authentications
-// are counted per client address: past the budget, the address is refused
-// before the database is asked, so guessing tokens is bounded.
+// bearer authenticates the request's bearer token (authenticateSecret).
 func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\"")
 	}
-	ip := clientIP(r)
-	if s.authFailLimited(ip) {
-		return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
-	}
-	p, err := auth.Authenticate(r.Context(), s.DB, tok)
+	return s.authenticateSecret(r.Context(), clientIP(r), tok)
+}
+
+// authenticateSecret looks a secret up; only a failing attempt spends the
+// client address's failed-authentication budget. A credential that
+// authenticates is never refused because of other callers' failures (one
+// script with a stale token behind a NAT or a load balancer would lock
+// out everyone behind it), so every attempt is looked up. The failure
+// takes its token from the budget atomically when the lookup says no: an
+// attempt that finds the budget spent answers RATE_LIMITED instead of
+// UNAUTHENTICATED, however many are in flight at once. (Reserving before
+// the lookup and giving the reservation back on success decides the same,
+// but would spend budget on every request, including the valid ones.)
+func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*reqctx.Principal, error) {
+	p, err := auth.Authenticate(ctx, s.DB, secret)
 	if errs.CodeOf(err) == errs.Unauthenticated {
-		s.authFailed(ip)
+		if ok, _ := s.authFail.Allow(ctx, ip, 1); !ok {
+			return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+		}
 	}
 	return p, err
 }
-
-// authFailLimited says the address has no failed authentications left.
-func (s *Server) authFailLimited(ip string) bool { return !s.authFail.has(ip) }
-
-// authFailed spends one of the address's failed authentications.
-func (s *Server) authFailed(ip string) { s.authFail.allow(ip, 1) }
 
 // limitGraphQLBody answers 413 PAYLOAD_TOO_LARGE for a body over limit
 // (gqlgen would report a read error as a GraphQL error with status 200).
@@ -380,82 +455,22 @@ func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
 	})
 }
 
+// clientIP is the client address the clientAddr middleware decided: every
+// limit keyed by address uses it.
 func clientIP(r *http.Request) string {
-	host := r.RemoteAddr
-	for i := len(host) - 1; i >= 0; i-- {
-		if host[i] == ':' {
-			return host[:i]
-		}
+	if a := reqctx.ClientAddr(r.Context()); a != "" {
+		return a
 	}
-	return host
+	return "unknown"
 }
 
 // --- rate limiting --------------------------------------------------------
-
-type entry struct {
-	l    *rate.Limiter
-	seen time.Time
-}
-
-// limiter is a token bucket per credential, per replica.
-type limiter struct {
-	mu    sync.Mutex
-	rate  rate.Limit
-	burst int
-	m     map[string]*entry
-	swept time.Time
-}
-
-func newLimiter(perSecond float64, burst int) *limiter {
-	if burst < 1 {
-		burst = 1
-	}
-	return &limiter{rate: rate.Limit(perSecond), burst: burst, m: map[string]*entry{}}
-}
-
-// has says key has at least one token left, without spending it.
-func (l *limiter) has(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e := l.m[key]
-	return e == nil || e.l.Tokens() >= 1
-}
-
-// allow spends n tokens of key's bucket, or says how long until it could.
-func (l *limiter) allow(key string, n int) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.swept) > time.Minute {
-		for k, e := range l.m {
-			if now.Sub(e.seen) > 10*time.Minute {
-				delete(l.m, k)
-			}
-		}
-		l.swept = now
-	}
-	e := l.m[key]
-	if e == nil {
-		e = &entry{l: rate.NewLimiter(l.rate, l.burst)}
-		l.m[key] = e
-	}
-	e.seen = now
-	res := e.l.ReserveN(now, n)
-	if !res.OK() {
-		return false, time.Minute
-	}
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return false, d
-	}
-	return true, 0
-}
 
 func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) bool {
 	if s.limiter == nil {
 		return false
 	}
-	ok, d := s.limiter.allow(key, 1)
+	ok, d := s.limiter.Allow(r.Context(), key, 1)
 	if ok {
 		return false
 	}

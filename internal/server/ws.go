@@ -80,7 +80,8 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	// id, and its reader runs on a goroutine of its own, so neither the
 	// request (headers, router state) nor the handler chain's deep stack
 	// stays alive for every open socket.
-	ctx, cancel := context.WithCancel(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())))
+	ctx, cancel := context.WithCancel(reqctx.WithClientAddr(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())),
+		reqctx.ClientAddr(r.Context())))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]*wsOp{},
@@ -226,16 +227,14 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		c.close(closeForbidden, "Forbidden: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
 		return false
 	}
-	if c.s.authFailLimited(c.ip) {
-		c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
-		return false
-	}
-	pr, err := auth.Authenticate(c.ctx, c.s.DB, tok)
+	pr, err := c.s.authenticateSecret(c.ctx, c.ip, tok)
 	if err != nil {
-		if errs.CodeOf(err) == errs.Unauthenticated {
-			c.s.authFailed(c.ip)
+		switch errs.CodeOf(err) {
+		case errs.Unauthenticated:
 			c.close(closeForbidden, "Forbidden: unknown or revoked bearer token")
-		} else {
+		case errs.RateLimited:
+			c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
+		default:
 			c.close(closeInternal, "the database is unavailable; retry")
 		}
 		return false

@@ -35,6 +35,26 @@ type Q interface {
 type DB struct {
 	*sqlx.DB
 	URL string
+	// Replica names the replica in application_name (empty: not named).
+	Replica string
+}
+
+// AppName is the application_name of a connection of this replica in the
+// given role ("pool", "river", "sim", the event listener's): the replica's
+// name and the role, so that pg_stat_activity counts each replica's
+// connections by what holds them. Without a replica name it is the role.
+func (db *DB) AppName(role string) string { return AppName(db.Replica, role) }
+
+// AppName is application_name for a replica and a role (at most 63 bytes,
+// PostgreSQL's limit, keeping the role whole).
+func AppName(replica, role string) string {
+	if replica == "" {
+		return role
+	}
+	if len(replica)+len(role)+10 > 63 {
+		replica = replica[:max(0, 63-len(role)-10)]
+	}
+	return "computed/" + replica + "/" + role
 }
 
 // Options bound the pool and the time a statement may take.
@@ -47,6 +67,9 @@ type Options struct {
 	StatementTimeout time.Duration
 	// ConnectTimeout bounds opening a connection (default 5 s).
 	ConnectTimeout time.Duration
+	// Replica and Role name the connections in application_name (AppName;
+	// Role defaults to "pool").
+	Replica, Role string
 }
 
 // Open connects with the default options.
@@ -73,6 +96,12 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = opts.ConnectTimeout
 	}
+	if opts.Role == "" {
+		opts.Role = "pool"
+	}
+	if opts.Replica != "" {
+		cfg.RuntimeParams["application_name"] = AppName(opts.Replica, opts.Role)
+	}
 	if _, set := cfg.RuntimeParams["statement_timeout"]; !set && opts.StatementTimeout > 0 {
 		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
 	}
@@ -87,7 +116,7 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &DB{DB: db, URL: url}, nil
+	return &DB{DB: db, URL: url, Replica: opts.Replica}, nil
 }
 
 // --- statement counting -------------------------------------------------

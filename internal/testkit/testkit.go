@@ -169,6 +169,9 @@ type Options struct {
 	// Proxy puts a TCP proxy between the server and PostgreSQL, which the
 	// test can freeze (Env.Proxy) to play a database that stops answering.
 	Proxy bool
+	// DatabaseURL, when set, is the database to serve (another Env's
+	// DB.URL: a second replica on the same database) instead of a fresh one.
+	DatabaseURL string
 }
 
 // Start starts the whole HTTP server on a fresh database.
@@ -177,7 +180,10 @@ func Start(t testing.TB) *Env { return StartWith(t, Options{}) }
 // StartWith starts the whole HTTP server on a fresh database, as o says.
 func StartWith(t testing.TB, o Options) *Env {
 	t.Helper()
-	url := DBURL(t)
+	url := o.DatabaseURL
+	if url == "" {
+		url = DBURL(t)
+	}
 	var proxy *Proxy
 	if o.Proxy {
 		proxy = NewProxy(t, fmt.Sprintf("127.0.0.1:%d", port))

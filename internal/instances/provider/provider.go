@@ -89,6 +89,9 @@ func (p *Permanent) Unwrap() error { return p.Err }
 // Deps is what a driver's factory gets.
 type Deps struct {
 	DB *store.DB
+	// MaxConns bounds the database connections a driver opens of its own
+	// (its share of the replica's COMPUTE_DB_MAX_CONNS); 0: it opens none.
+	MaxConns int
 }
 
 // Factory builds a driver.

@@ -39,12 +39,11 @@ func init() {
 		// The simulated cloud has connections of its own, as a real
 		// provider's API client would: a reconcile step holds one of the
 		// product's connections while it calls the provider.
-		db, err := store.Open(context.Background(), d.DB.URL)
+		db, err := store.OpenWith(context.Background(), d.DB.URL, store.Options{MaxConns: max(1, d.MaxConns),
+			Replica: d.DB.Replica, Role: "sim"})
 		if err != nil {
 			return nil, err
 		}
-		db.SetMaxOpenConns(8)
-		db.SetMaxIdleConns(8)
 		return &Sim{db: db}, nil
 	})
 }

@@ -1,0 +1,89 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/cluster"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Three replicas with the same duty: it runs on one of them at a time, as
+// often as it is due once (not three times); when the holder shuts down
+// another takes over at once.
+func TestDutiesRunOncePerCluster(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	var runs atomic.Int64
+	var ms []*cluster.Maintainer
+	var stops []context.CancelFunc
+	for i := 0; i < 3; i++ {
+		m := cluster.New(db, "maintenance", fmt.Sprintf("replica-%d", i), nil)
+		m.TTL = 600 * time.Millisecond
+		m.Add("count", 100*time.Millisecond, func(context.Context) error { runs.Add(1); return nil })
+		ctx, stop := context.WithCancel(context.Background())
+		t.Cleanup(stop)
+		go m.Run(ctx)
+		ms, stops = append(ms, m), append(stops, stop)
+	}
+	holders := func() (n int, who int) {
+		for i, m := range ms {
+			if m.Holding() {
+				n, who = n+1, i
+			}
+		}
+		return n, who
+	}
+	waitFor(t, "a holder", func() bool { n, _ := holders(); return n == 1 })
+	runs.Store(0)
+	time.Sleep(time.Second)
+	if n := runs.Load(); n < 5 || n > 12 {
+		t.Fatalf("a duty due every 100 ms ran %d times in 1 s across three replicas", n)
+	}
+	if n, _ := holders(); n != 1 {
+		t.Fatalf("%d replicas hold the lease", n)
+	}
+	// A clean shutdown hands the lease over.
+	_, first := holders()
+	stops[first]()
+	waitFor(t, "a new holder after a shutdown", func() bool { n, who := holders(); return n == 1 && who != first })
+}
+
+// A holder that dies without giving the lease up keeps it until the TTL:
+// nobody else runs its duties twice meanwhile, then one replica does.
+func TestDeadHolderIsTakenOverAfterTTL(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	dead := cluster.New(db, "maintenance", "dead", nil)
+	dead.TTL = 500 * time.Millisecond
+	dead.Renew(context.Background())
+	if !dead.Holding() {
+		t.Fatal("the first replica did not take the free lease")
+	}
+	dead.Die()
+	alive := cluster.New(db, "maintenance", "alive", nil)
+	alive.TTL = 500 * time.Millisecond
+	alive.Renew(context.Background())
+	if alive.Holding() {
+		t.Fatal("took a lease that has not expired")
+	}
+	start := time.Now()
+	waitFor(t, "the lease to expire", func() bool { alive.Renew(context.Background()); return alive.Holding() })
+	t.Logf("taken over %s after the holder died (TTL 500 ms)", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,332 @@
+// Package ratelimit holds limits that hold across replicas: one token
+// bucket per key (a credential, a client address) in PostgreSQL
+// (rate_buckets), from which each replica leases tokens in batches and
+// spends them locally. A request pays no round trip while its replica
+// holds tokens of its key; the replica leases the next batch before the
+// one it holds runs out (prefetch), sizes batches to what it spends
+// (about Horizon's worth, between MinBatch and MaxBatch), and gives back
+// what it stops using. When the shared bucket is dry the replica refuses
+// locally until the bucket will have refilled, so a flood over the limit
+// costs no round trip per request either.
+//
+// Every token a request spends was taken from the shared bucket, so the
+// replicas together never admit more than the bucket's rate and burst.
+// What a replica holds and does not spend is lost to the others until it
+// gives it back (after IdleReturn) or, if it dies, until the bucket
+// refills: at most MaxBatch per key and replica.
+//
+// When the database does not answer, a key falls back to a bucket of this
+// replica alone (the limit times the replicas at worst) until it answers.
+package ratelimit
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/bettercompute/computed/internal/safe"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Config is one limit.
+type Config struct {
+	// Scope names the limit's rows in rate_buckets ("requests",
+	// "auth-failures").
+	Scope string
+	// Rate is tokens per second; Burst the bucket's size.
+	Rate  float64
+	Burst int
+	// MinBatch and MaxBatch bound one lease (defaults 1 and Burst/8, at
+	// least 1). MaxBatch is what one replica may hold of a key: with N
+	// replicas, N×MaxBatch of the burst can sit in replicas' hands.
+	MinBatch, MaxBatch int
+	// Horizon sizes batches: a replica spending λ tokens a second of a key
+	// leases about λ×Horizon at a time (default 200 ms).
+	Horizon time.Duration
+	// Prefetch leases the next batch, in the background, once the tokens
+	// held fall to half a batch.
+	Prefetch bool
+	// IdleReturn gives back tokens a replica has held unused this long
+	// (default 1 s).
+	IdleReturn time.Duration
+	// DryWait is the least a replica waits before it asks a dry bucket
+	// again (default 50 ms): a flooded key costs at most 1/DryWait leases
+	// a second per replica.
+	DryWait time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Burst < 1 {
+		c.Burst = 1
+	}
+	if c.MinBatch < 1 {
+		c.MinBatch = 1
+	}
+	if c.MaxBatch < 1 {
+		c.MaxBatch = max(1, c.Burst/8)
+	}
+	c.MaxBatch = min(c.MaxBatch, c.Burst)
+	c.MinBatch = min(c.MinBatch, c.MaxBatch)
+	if c.Horizon <= 0 {
+		c.Horizon = 200 * time.Millisecond
+	}
+	if c.IdleReturn <= 0 {
+		c.IdleReturn = time.Second
+	}
+	if c.DryWait <= 0 {
+		c.DryWait = 50 * time.Millisecond
+	}
+}
+
+// Limiter is one limit on this replica.
+type Limiter struct {
+	db  *store.DB
+	cfg Config
+	log *slog.Logger
+
+	mu sync.Mutex
+	m  map[string]*bucket
+
+	leases, returns atomic.Int64
+	warned          atomic.Int64 // unix seconds of the last "unreachable" warning
+}
+
+// bucket is what this replica knows of one key.
+type bucket struct {
+	tokens   float64       // leased, not yet spent
+	until    time.Time     // the shared bucket was dry: refuse until then
+	fetching chan struct{} // closed when the lease in flight ends
+	batch    int           // the last lease's size
+	used     int           // spent since the last lease
+	leasedAt time.Time
+	lastUse  time.Time
+	// While the database does not answer: this replica's own bucket.
+	local      *rate.Limiter
+	localUntil time.Time
+}
+
+// New makes a limiter over db's rate_buckets.
+func New(db *store.DB, cfg Config, log *slog.Logger) *Limiter {
+	cfg.defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Limiter{db: db, cfg: cfg, log: log, m: map[string]*bucket{}}
+}
+
+// Burst is the bucket's size: the most one call can ask for.
+func (l *Limiter) Burst() int { return l.cfg.Burst }
+
+// Leases is the number of leases this replica has taken (a statement each).
+func (l *Limiter) Leases() int64 { return l.leases.Load() }
+
+// Allow spends n tokens of key, or says how long until it could.
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Duration) {
+	if n > l.cfg.Burst {
+		return false, time.Minute
+	}
+	for attempt := 0; ; attempt++ {
+		now := time.Now()
+		l.mu.Lock()
+		b := l.m[key]
+		if b == nil {
+			b = &bucket{}
+			l.m[key] = b
+		}
+		b.lastUse = now
+		if b.tokens >= float64(n) {
+			b.tokens -= float64(n)
+			b.used += n
+			var ch chan struct{}
+			var want int
+			if l.cfg.Prefetch && b.fetching == nil && b.tokens <= float64((b.batch+1)/2) && !now.Before(b.until) && !now.Before(b.localUntil) {
+				ch, want = make(chan struct{}), l.want(b, now, 1)
+				b.fetching = ch
+			}
+			l.mu.Unlock()
+			if ch != nil {
+				l.goLease(key, b, want, 1, ch)
+			}
+			return true, 0
+		}
+		if now.Before(b.localUntil) {
+			r := b.local.ReserveN(now, n)
+			d := r.DelayFrom(now)
+			if !r.OK() || d > 0 {
+				r.CancelAt(now)
+				l.mu.Unlock()
+				return false, max(d, time.Second)
+			}
+			l.mu.Unlock()
+			return true, 0
+		}
+		if now.Before(b.until) {
+			d := b.until.Sub(now)
+			l.mu.Unlock()
+			return false, d
+		}
+		if attempt >= 5 {
+			l.mu.Unlock()
+			return false, l.cfg.DryWait
+		}
+		ch := b.fetching
+		if ch == nil {
+			ch = make(chan struct{})
+			b.fetching = ch
+			want := l.want(b, now, n)
+			l.mu.Unlock()
+			l.lease(key, b, want, n, ch)
+			continue
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false, time.Second
+		}
+	}
+}
+
+// want is the next lease's size for b (l.mu held): about Horizon's worth
+// of what this replica spent since its last lease.
+func (l *Limiter) want(b *bucket, now time.Time, need int) int {
+	w := l.cfg.MinBatch
+	if !b.leasedAt.IsZero() {
+		if el := now.Sub(b.leasedAt).Seconds(); el > 0 {
+			w = int(math.Ceil(float64(b.used) / el * l.cfg.Horizon.Seconds()))
+		}
+	}
+	w = min(max(w, l.cfg.MinBatch, need), l.cfg.MaxBatch)
+	return max(w, need)
+}
+
+// goLease runs lease on its own goroutine; a panic is logged and the
+// waiters on ch are released (the key falls back to asking again).
+func (l *Limiter) goLease(key string, b *bucket, want, need int, ch chan struct{}) {
+	safe.Go(context.Background(), l.log, "rate limit lease", func() { l.lease(key, b, want, need, ch) }, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if b.fetching == ch {
+			b.fetching = nil
+			close(ch)
+		}
+	})
+}
+
+// lease takes up to want tokens of key from the shared bucket into b, and
+// closes ch. need is what the caller waits for: when the bucket cannot give
+// it, the replica refuses key until the bucket will have refilled that much.
+func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	granted, left, err := l.take(ctx, key, want)
+	cancel()
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer close(ch)
+	b.fetching = nil
+	if err != nil {
+		if b.local == nil {
+			b.local = rate.NewLimiter(rate.Limit(l.cfg.Rate), l.cfg.Burst)
+		}
+		b.localUntil = now.Add(time.Second)
+		if last := l.warned.Load(); now.Unix()-last >= 10 && l.warned.CompareAndSwap(last, now.Unix()) {
+			l.log.Warn("shared rate limit unavailable: limiting per replica until the database answers", "scope", l.cfg.Scope, "err", err)
+		}
+		return
+	}
+	l.leases.Add(1)
+	b.tokens += float64(granted)
+	b.batch, b.used, b.leasedAt = want, 0, now
+	if granted < want {
+		// The bucket is dry: nobody here asks it again (a prefetch
+		// neither) until it will have refilled what the caller needs, and
+		// not before DryWait; tokens still held are spent meanwhile.
+		d := time.Duration((float64(need) - b.tokens - left) / l.cfg.Rate * float64(time.Second))
+		b.until = now.Add(max(d, l.cfg.DryWait))
+	}
+}
+
+// take leases up to want whole tokens of key: the bucket refills at Rate
+// since it was last touched (up to Burst), then gives what it has. One
+// statement; a new key's bucket starts full.
+func (l *Limiter) take(ctx context.Context, key string, want int) (granted int, left float64, err error) {
+	const refilled = `least($3::float8, b.tokens + $4::float8 * greatest(0, extract(epoch FROM statement_timestamp() - b.at)::float8))`
+	err = l.db.QueryRowxContext(ctx, `
+		INSERT INTO rate_buckets AS b (scope, key, tokens, granted, at)
+		VALUES ($1, $2, $3::float8 - least($5::int, $6::int), least($5::int, $6::int), statement_timestamp())
+		ON CONFLICT (scope, key) DO UPDATE SET
+			granted = least($5::int, floor(`+refilled+`)::int),
+			tokens = `+refilled+` - least($5::int, floor(`+refilled+`)::int),
+			at = greatest(b.at, statement_timestamp())
+		RETURNING granted, tokens`, l.cfg.Scope, key, float64(l.cfg.Burst), l.cfg.Rate, want, l.cfg.Burst).Scan(&granted, &left)
+	return granted, left, err
+}
+
+// Run gives back the tokens of keys this replica stopped using and forgets
+// keys it has not seen for a minute, until ctx ends.
+func (l *Limiter) Run(ctx context.Context) {
+	t := time.NewTicker(l.cfg.IdleReturn / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.giveBack(ctx, time.Now())
+		}
+	}
+}
+
+// giveBack returns idle leases to the shared buckets in one statement.
+func (l *Limiter) giveBack(ctx context.Context, now time.Time) {
+	var keys []string
+	var ns []float64
+	l.mu.Lock()
+	for k, b := range l.m {
+		if b.fetching != nil {
+			continue
+		}
+		idle := now.Sub(b.lastUse)
+		if idle >= l.cfg.IdleReturn && b.tokens >= 1 {
+			n := math.Floor(b.tokens)
+			b.tokens -= n
+			b.used, b.leasedAt = 0, time.Time{}
+			keys, ns = append(keys, k), append(ns, n)
+		}
+		if idle > time.Minute && b.tokens < 1 && !now.Before(b.until) {
+			delete(l.m, k)
+		}
+	}
+	l.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	_, err := l.db.ExecContext(ctx, `
+		UPDATE rate_buckets b SET
+			tokens = least($3::float8, least($3::float8, b.tokens + $4::float8 * greatest(0, extract(epoch FROM statement_timestamp() - b.at)::float8)) + r.n),
+			at = greatest(b.at, statement_timestamp())
+		FROM unnest($1::text[], $2::float8[]) AS r(key, n)
+		WHERE b.scope = $5 AND b.key = r.key`, keys, ns, float64(l.cfg.Burst), l.cfg.Rate, l.cfg.Scope)
+	if err == nil {
+		l.returns.Add(int64(len(keys)))
+	}
+	// A failed give-back loses those tokens until the bucket refills: the
+	// limit is stricter for a moment, never looser.
+}
+
+// Prune deletes buckets untouched for longer than any limit takes to
+// refill (they are full: the same as no row). The cluster's maintenance
+// lease runs it on one replica at a time.
+func Prune(ctx context.Context, db *store.DB, olderThan time.Duration) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM rate_buckets WHERE at < statement_timestamp() - make_interval(secs => $1)`, olderThan.Seconds())
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
