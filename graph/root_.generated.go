@@ -60,10 +60,12 @@ type ComplexityRoot struct {
 	}
 
 	AllowedTpmKey struct {
-		CreatedAt   func(childComplexity int) int
-		Description func(childComplexity int) int
-		EKHash      func(childComplexity int) int
-		PoolID      func(childComplexity int) int
+		CACertificate func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		Description   func(childComplexity int) int
+		EKHash        func(childComplexity int) int
+		Kind          func(childComplexity int) int
+		PoolID        func(childComplexity int) int
 	}
 
 	ArchivePoolPayload struct {
@@ -299,6 +301,7 @@ type ComplexityRoot struct {
 		DecidedBy      func(childComplexity int) int
 		DenyReason     func(childComplexity int) int
 		EKHash         func(childComplexity int) int
+		EKProven       func(childComplexity int) int
 		ExpiresAt      func(childComplexity int) int
 		Hardware       func(childComplexity int) int
 		JoinRequestID  func(childComplexity int) int
@@ -801,6 +804,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AllowTpmKeyPayload.Key(childComplexity), true
 
+	case "AllowedTpmKey.caCertificate":
+		if e.ComplexityRoot.AllowedTpmKey.CACertificate == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.CACertificate(childComplexity), true
 	case "AllowedTpmKey.createdAt":
 		if e.ComplexityRoot.AllowedTpmKey.CreatedAt == nil {
 			break
@@ -819,6 +828,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AllowedTpmKey.EKHash(childComplexity), true
+	case "AllowedTpmKey.kind":
+		if e.ComplexityRoot.AllowedTpmKey.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AllowedTpmKey.Kind(childComplexity), true
 	case "AllowedTpmKey.poolId":
 		if e.ComplexityRoot.AllowedTpmKey.PoolID == nil {
 			break
@@ -1694,6 +1709,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JoinRequest.EKHash(childComplexity), true
+	case "JoinRequest.ekProven":
+		if e.ComplexityRoot.JoinRequest.EKProven == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JoinRequest.EKProven(childComplexity), true
 	case "JoinRequest.expiresAt":
 		if e.ComplexityRoot.JoinRequest.ExpiresAt == nil {
 			break
@@ -4445,6 +4466,8 @@ type JoinRequest {
   "The hardware ids the machine presented."
   hardware: JSON!
   ekHash: String
+  "The machine proved by credential activation that it holds the TPM with this endorsement key."
+  ekProven: Boolean!
   nodeId: String
   decidedBy: String
   decidedAt: Time
@@ -4590,10 +4613,14 @@ type ExpectedMachine {
   createdAt: Time!
 }
 
-"A TPM endorsement key on a pool's allow-list."
+"An entry of a pool's TPM allow-list: an endorsement key, or a CA certificate that EK certificates chain to."
 type AllowedTpmKey {
   poolId: String!
+  "The SHA-256 (hex) of the endorsement key's DER SubjectPublicKeyInfo, or of the CA certificate's DER."
   ekHash: String!
+  kind: TpmKeyKind!
+  "The CA certificate (PEM), for a CA entry."
+  caCertificate: String
   description: String!
   createdAt: Time!
 }
@@ -4620,6 +4647,8 @@ input AllowTpmKeyInput {
   poolId: String!
   ekHash: String
   ekPublicKey: String
+  "A CA certificate (PEM): every endorsement key whose EK certificate chains to it is allowed."
+  caCertificate: String
   description: String
 }
 
@@ -4651,11 +4680,17 @@ enum NodeState {
   REMOVED
 }
 
-"How a join is attested: the join token alone, a machine the pool owner registered (discovery), or an allowed TPM endorsement key. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
+"How a join is attested: the join token alone, a machine the pool owner registered (discovery), or a TPM the machine proves it holds, whose endorsement key is allowed. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
 enum Attestor {
   TOKEN
   DISCOVERY
   TPM
+}
+
+"An endorsement key, or a CA certificate EK certificates chain to. The method surface spells the values in lower case (ek, ca)."
+enum TpmKeyKind {
+  EK
+  CA
 }
 
 "Only an active join token admits. The method surface spells the values in lower case with - and . (active, exhausted, expired, revoked)."
@@ -5215,6 +5250,10 @@ func (ec *executionContext) childFields_AllowedTpmKey(ctx context.Context, field
 		return ec.fieldContext_AllowedTpmKey_poolId(ctx, field)
 	case "ekHash":
 		return ec.fieldContext_AllowedTpmKey_ekHash(ctx, field)
+	case "kind":
+		return ec.fieldContext_AllowedTpmKey_kind(ctx, field)
+	case "caCertificate":
+		return ec.fieldContext_AllowedTpmKey_caCertificate(ctx, field)
 	case "description":
 		return ec.fieldContext_AllowedTpmKey_description(ctx, field)
 	case "createdAt":
@@ -5695,6 +5734,8 @@ func (ec *executionContext) childFields_JoinRequest(ctx context.Context, field g
 		return ec.fieldContext_JoinRequest_hardware(ctx, field)
 	case "ekHash":
 		return ec.fieldContext_JoinRequest_ekHash(ctx, field)
+	case "ekProven":
+		return ec.fieldContext_JoinRequest_ekProven(ctx, field)
 	case "nodeId":
 		return ec.fieldContext_JoinRequest_nodeId(ctx, field)
 	case "decidedBy":

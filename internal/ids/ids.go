@@ -27,6 +27,7 @@ const (
 	Audit       = "aud"
 	Machine     = "mach"
 	Reservation = "rsv"
+	Challenge   = "chl"
 )
 
 // New returns prefix_<lowercase ULID>.
@@ -42,7 +43,7 @@ func Pattern(prefix string) string { return "^" + prefix + "_" + idBody + "$" }
 var cache = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation} {
+	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation, Challenge} {
 		cache[p] = regexp.MustCompile(Pattern(p))
 	}
 }
