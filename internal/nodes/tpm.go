@@ -131,7 +131,7 @@ func (s *service) challenge(ctx context.Context, q store.Q, tok *tokenRow, csr *
 		return nil, store.Wrap(err)
 	}
 	var open struct {
-		N    int              `db:"n"`
+		N    int             `db:"n"`
 		Wait sql.NullFloat64 `db:"wait"`
 	}
 	if err := q.GetContext(ctx, &open, `SELECT count(*) AS n, extract(epoch FROM min(expires_at) - now())::float8 AS wait
@@ -214,15 +214,15 @@ func challengeRefused(reason, format string, args ...any) error {
 func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardware, t *tpmEvidence) (*provenEK, error) {
 	hb, _ := json.Marshal(hw)
 	var c struct {
-		SameToken    bool           `db:"same_token"`
-		SameCSR      bool           `db:"same_csr"`
-		SameHardware bool           `db:"same_hardware"`
-		EKHash       string         `db:"ek_hash"`
-		AKName       []byte         `db:"ak_name"`
-		CAHashes     string         `db:"ek_ca_hashes"`
-		SecretHash   []byte         `db:"secret_hash"`
-		Used         bool           `db:"used"`
-		Expired      bool           `db:"expired"`
+		SameToken    bool   `db:"same_token"`
+		SameCSR      bool   `db:"same_csr"`
+		SameHardware bool   `db:"same_hardware"`
+		EKHash       string `db:"ek_hash"`
+		AKName       []byte `db:"ak_name"`
+		CAHashes     string `db:"ek_ca_hashes"`
+		SecretHash   []byte `db:"secret_hash"`
+		Used         bool   `db:"used"`
+		Expired      bool   `db:"expired"`
 	}
 	err := q.GetContext(ctx, &c, `SELECT join_token_id = $2 AS same_token, csr_fingerprint = $3 AS same_csr,
 			hardware = $4::jsonb AS same_hardware, ek_hash, ak_name, array_to_json(ek_ca_hashes)::text AS ek_ca_hashes, secret_hash,
