@@ -157,6 +157,11 @@ func TestTPMJoinProvesPossession(t *testing.T) {
 	if g.Body["ekProven"] != true || g.Str("ekHash") != ekHash || g.Str("attestor") != "tpm" {
 		t.Fatalf("the owner's view of the request: %s", g.Raw)
 	}
+	// The graph shows it too.
+	q := e.GraphQL(admin, `{ tenant(tenantId: "acme") { pools(first: 5) { edges { node { joinRequests { edges { node { ekHash ekProven attestor } } } } } } } }`, nil)
+	if !strings.Contains(string(q.Raw), `{"ekHash":"`+ekHash+`","ekProven":true,"attestor":"TPM"}`) {
+		t.Fatalf("the graph's join request: %s", q.Raw)
+	}
 	// The answer is single-use.
 	wantRefused(t, e.Call("", "nodes/join", m.body(tok, answer(ch, secret))), nodes.ChallengeUsed)
 	// Asking again answers the same pending request, after a new challenge.
@@ -385,6 +390,21 @@ func TestTPMEvidenceIsChecked(t *testing.T) {
 			t.Fatalf("%s: %s", tc.name, r.Raw)
 		}
 	}
+
+	// A denied request is PERMISSION_DENIED, to a challenge made before the
+	// denial and to a new first call.
+	p := e.Must(m.exchange(t, e, tok))
+	if p.Str("status") != "pending" {
+		t.Fatalf("pending: %s", p.Raw)
+	}
+	ch := m.challenge(t, e, tok)
+	e.Must(e.Call(admin, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": p.Str("joinRequestId")}))
+	if r := e.Call("", "nodes/join", m.body(tok, answer(ch, m.activate(t, ch)))); r.Code() != "PERMISSION_DENIED" {
+		t.Fatalf("answer after the denial: %s", r.Raw)
+	}
+	if r := e.Call("", "nodes/join", m.body(tok, m.keys())); r.Code() != "PERMISSION_DENIED" {
+		t.Fatalf("first call after the denial: %s", r.Raw)
+	}
 }
 
 // Open challenges per join token are bounded, under concurrent calls too;
@@ -552,6 +572,13 @@ func TestTPMEKCertificateChainsToAllowedCA(t *testing.T) {
 	l := e.Must(e.Call(admin, "tpmKeys/list", map[string]any{"tenantId": "acme", "poolId": pool}))
 	if items := l.Body["items"].([]any); len(items) != 1 || items[0].(map[string]any)["kind"] != "ca" {
 		t.Fatalf("list: %s", l.Raw)
+	}
+	// The graph's mutation takes a CA too.
+	other := testCA(t)
+	g := e.GraphQL(admin, `mutation($in: AllowTpmKeyInput!) { allowTpmKey(input: $in) { key { ekHash kind caCertificate } } }`,
+		map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": pool, "caCertificate": other.cert}})
+	if !strings.Contains(string(g.Raw), `"kind":"CA"`) || !strings.Contains(string(g.Raw), `BEGIN CERTIFICATE`) {
+		t.Fatalf("allowTpmKey with a CA: %s", g.Raw)
 	}
 	e.Must(e.Call(admin, "tpmKeys/disallow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": a.Str("ekHash")}))
 	m.Machine = testkit.NewMachine(t)

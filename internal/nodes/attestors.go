@@ -181,11 +181,12 @@ func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, e
 	case in.EKHash != nil:
 		hash = *in.EKHash
 	case in.EKPublicKey != nil:
-		h, err := pki.EKHash("ekPublicKey", *in.EKPublicKey)
+		// The keys the tpm attestor can challenge (RSA 2048, P-256).
+		ek, err := pki.ParseEK("ekPublicKey", *in.EKPublicKey)
 		if err != nil {
 			return nil, err
 		}
-		hash = h
+		hash = ek.Hash
 	case in.CACertificate != nil:
 		c, h, err := pki.ParseCACertificate("caCertificate", *in.CACertificate)
 		if err != nil {

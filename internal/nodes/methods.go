@@ -194,7 +194,7 @@ func Methods(db *store.DB) []registry.Method {
 
 		registry.Def(m("tpmKeys", "allow", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Puts a TPM endorsement key on the pool's allow-list, by hash or by PEM public key, or a CA certificate that allows every endorsement key whose EK certificate chains to it.",
-			[]string{"Pass exactly one of `ekHash` (64 lowercase hex), `ekPublicKey` (PEM `PUBLIC KEY`) and `caCertificate` (one PEM `CERTIFICATE` with basicConstraints cA: a TPM manufacturer's root or intermediate).",
+			[]string{"Pass exactly one of `ekHash` (64 lowercase hex), `ekPublicKey` (PEM `PUBLIC KEY`: RSA 2048 or ECC P-256, the endorsement keys the `tpm` attestor challenges) and `caCertificate` (one PEM `CERTIFICATE` with basicConstraints cA: a TPM manufacturer's root or intermediate).",
 				"A CA entry's `ekHash` is the SHA-256 of the certificate's DER; a machine's `evidence.ekCertificate` (with its intermediates) must chain to it when the machine is challenged.",
 				"An entry already on the list is `CONFLICT`; an archived pool is `INVALID_STATE`.", ownerOnly},
 			pool(registry.Field{Name: "ekHash", Type: registry.String, Pattern: `^[0-9a-f]{64}$`},
