@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO    ?= go
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: run build test deps browser generate examples check-generated lint bench loadtest postgraphile-deps fuzz audit-deps ci clean
+.PHONY: run build test deps browser tpm-deps generate examples check-generated lint bench loadtest postgraphile-deps fuzz audit-deps ci clean
 
 # The PostgreSQL server binaries: PATH, or Debian's /usr/lib/postgresql/*/bin; installed with apt when missing.
 deps:
@@ -23,6 +23,15 @@ browser:
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi; \
 	fi
 
+# The TPM 2.0 reference simulator the tpm attestor's tests run (go-tpm-tools,
+# built with cgo) links OpenSSL's libcrypto: Debian's libssl-dev.
+tpm-deps:
+	@if ! echo '#include <openssl/evp.h>' | $${CC:-cc} -E -x c - >/dev/null 2>&1; then \
+		echo "installing libssl-dev (apt)"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null; \
+		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null; fi; \
+	fi
+
 build:
 	$(GO) build -o bin/computed ./cmd/computed
 
@@ -34,7 +43,7 @@ audit-deps:
 	@if command -v npm >/dev/null 2>&1 && { [ ! -d test/clients/node_modules ] || [ test/clients/package-lock.json -nt test/clients/node_modules ]; }; then \
 		(cd test/clients && npm ci --no-audit --no-fund --loglevel=error); fi
 
-test: deps browser audit-deps
+test: deps browser audit-deps tpm-deps
 	$(GO) test -count=1 ./...
 
 generate:
@@ -45,7 +54,7 @@ generate:
 # Records one request and answer per method from a run of the e2e and
 # workflow tests into docs/api/examples.json (the method pages show them),
 # then regenerates the docs. Run it after changing a method's input or output.
-examples: deps audit-deps
+examples: deps audit-deps tpm-deps
 	rm -f docs/api/examples.json
 	COMPUTE_RECORD_EXAMPLES=$(CURDIR)/docs/api/examples.json $(GO) test -count=1 ./internal/e2e/ ./internal/workflows/
 	$(GO) run ./internal/docgen/cmd
@@ -55,11 +64,11 @@ check-generated: generate
 	@git diff --exit-code -- graph resolvers docs/api schema.graphql || (echo "generated files are stale: run make generate and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- graph resolvers docs/api schema.graphql)" || (git status --porcelain -- graph resolvers docs/api schema.graphql; echo "untracked generated files" && exit 1)
 
-lint:
+lint: tpm-deps
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt would change these files" && exit 1)
 	$(GO) vet ./...
 
-bench: deps
+bench: deps tpm-deps
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
 
 # PostGraphile v5 for the load benchmark's comparison (npm registry).
@@ -76,7 +85,7 @@ loadtest: deps build postgraphile-deps
 	./bin/loadtest $(LOADTEST_FLAGS)
 
 # A few seconds of each fuzz target (seed corpora live in testdata/fuzz).
-fuzz:
+fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=5s ./internal/registry/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeParams -fuzztime=5s ./internal/server/
 	$(GO) test -run='^$$' -fuzz=FuzzCheckDocument -fuzztime=5s ./internal/server/
@@ -85,6 +94,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzMatchesECMA -fuzztime=5s ./internal/pattern/
 	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=5s ./internal/clientaddr/
+	$(GO) test -run='^$$' -fuzz=FuzzParseAKPublic -fuzztime=5s ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzEKCertificate -fuzztime=5s ./internal/pki/
 
 ci: lint check-generated test fuzz
 

@@ -195,6 +195,58 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_ekHash(_ context.Context,
 	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "String")
 }
 
+func (ec *executionContext) _AllowedTpmKey_kind(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNTpmKeyKind2string(ctx, field.Selections, obj.Kind)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNTpmKeyKind2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "TpmKeyKind")
+}
+
+func (ec *executionContext) _AllowedTpmKey_caCertificate(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.CACertificate)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKey_caCertificate(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CACertificate, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKey_caCertificate(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "String")
+}
+
 func (ec *executionContext) _AllowedTpmKey_description(ctx context.Context, field graphql.CollectedField, obj *nodes.AllowedKey) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Description)
@@ -2496,6 +2548,32 @@ func (ec *executionContext) fieldContext_JoinRequest_ekHash(_ context.Context, f
 	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "String")
 }
 
+func (ec *executionContext) _JoinRequest_ekProven(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.EKProven)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinRequest_ekProven(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EKProven, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinRequest_ekProven(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinRequest", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _JoinRequest_nodeId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.NodeID)
@@ -3445,7 +3523,7 @@ func (ec *executionContext) unmarshalInputAllowTpmKeyInput(ctx context.Context, 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"tenantId", "poolId", "ekHash", "ekPublicKey", "description"}
+	fieldsInOrder := [...]string{"tenantId", "poolId", "ekHash", "ekPublicKey", "caCertificate", "description"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -3480,6 +3558,13 @@ func (ec *executionContext) unmarshalInputAllowTpmKeyInput(ctx context.Context, 
 				return it, err
 			}
 			it.EkPublicKey = data
+		case "caCertificate":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("caCertificate"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CaCertificate = data
 		case "description":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -4265,6 +4350,16 @@ func (ec *executionContext) _AllowedTpmKey(ctx context.Context, sel ast.Selectio
 		case "ekHash":
 			out.Values[i] = ec._AllowedTpmKey_ekHash(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "kind":
+			out.Values[i] = ec._AllowedTpmKey_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "caCertificate":
+			out.Values[i] = ec._AllowedTpmKey_caCertificate(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		case "description":
@@ -5158,6 +5253,11 @@ func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionS
 		case "ekHash":
 			out.Values[i] = ec._JoinRequest_ekHash(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ekProven":
+			out.Values[i] = ec._JoinRequest_ekProven(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "nodeId":
@@ -6258,6 +6358,32 @@ func (ec *executionContext) marshalNRevokeJoinTokenPayload2ᚖgithubᚗcomᚋbet
 	}
 	return ec._RevokeJoinTokenPayload(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalNTpmKeyKind2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNTpmKeyKind2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTpmKeyKind2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNTpmKeyKind2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "TpmKeyKind!")
+	}
+	return res
+}
+
+var (
+	unmarshalNTpmKeyKind2string = map[string]string{
+		"EK": nodes.KeyKindEK,
+		"CA": nodes.KeyKindCA,
+	}
+	marshalNTpmKeyKind2string = map[string]string{
+		nodes.KeyKindEK: "EK",
+		nodes.KeyKindCA: "CA",
+	}
+)
 
 func (ec *executionContext) unmarshalNUnofferPoolInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐUnofferInput(ctx context.Context, v any) (pools.UnofferInput, error) {
 	res, err := ec.unmarshalInputUnofferPoolInput(ctx, v)

@@ -740,6 +740,8 @@ type JoinRequest {
   "The hardware ids the machine presented."
   hardware: JSON!
   ekHash: String
+  "The machine proved by credential activation that it holds the TPM with this endorsement key."
+  ekProven: Boolean!
   nodeId: String
   decidedBy: String
   decidedAt: Time
@@ -885,10 +887,14 @@ type ExpectedMachine {
   createdAt: Time!
 }
 
-"A TPM endorsement key on a pool's allow-list."
+"An entry of a pool's TPM allow-list: an endorsement key, or a CA certificate that EK certificates chain to."
 type AllowedTpmKey {
   poolId: String!
+  "The SHA-256 (hex) of the endorsement key's DER SubjectPublicKeyInfo, or of the CA certificate's DER."
   ekHash: String!
+  kind: TpmKeyKind!
+  "The CA certificate (PEM), for a CA entry."
+  caCertificate: String
   description: String!
   createdAt: Time!
 }
@@ -915,6 +921,8 @@ input AllowTpmKeyInput {
   poolId: String!
   ekHash: String
   ekPublicKey: String
+  "A CA certificate (PEM): every endorsement key whose EK certificate chains to it is allowed."
+  caCertificate: String
   description: String
 }
 
@@ -946,11 +954,17 @@ enum NodeState {
   REMOVED
 }
 
-"How a join is attested: the join token alone, a machine the pool owner registered (discovery), or an allowed TPM endorsement key. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
+"How a join is attested: the join token alone, a machine the pool owner registered (discovery), or a TPM the machine proves it holds, whose endorsement key is allowed. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
 enum Attestor {
   TOKEN
   DISCOVERY
   TPM
+}
+
+"An endorsement key, or a CA certificate EK certificates chain to. The method surface spells the values in lower case (ek, ca)."
+enum TpmKeyKind {
+  EK
+  CA
 }
 
 "Only an active join token admits. The method surface spells the values in lower case with - and . (active, exhausted, expired, revoked)."
@@ -1510,6 +1524,10 @@ func (ec *executionContext) childFields_AllowedTpmKey(ctx context.Context, field
 		return ec.fieldContext_AllowedTpmKey_poolId(ctx, field)
 	case "ekHash":
 		return ec.fieldContext_AllowedTpmKey_ekHash(ctx, field)
+	case "kind":
+		return ec.fieldContext_AllowedTpmKey_kind(ctx, field)
+	case "caCertificate":
+		return ec.fieldContext_AllowedTpmKey_caCertificate(ctx, field)
 	case "description":
 		return ec.fieldContext_AllowedTpmKey_description(ctx, field)
 	case "createdAt":
@@ -1990,6 +2008,8 @@ func (ec *executionContext) childFields_JoinRequest(ctx context.Context, field g
 		return ec.fieldContext_JoinRequest_hardware(ctx, field)
 	case "ekHash":
 		return ec.fieldContext_JoinRequest_ekHash(ctx, field)
+	case "ekProven":
+		return ec.fieldContext_JoinRequest_ekProven(ctx, field)
 	case "nodeId":
 		return ec.fieldContext_JoinRequest_nodeId(ctx, field)
 	case "decidedBy":

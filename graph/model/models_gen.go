@@ -26,7 +26,9 @@ type AllowTpmKeyInput struct {
 	PoolID      string  `json:"poolId"`
 	EkHash      *string `json:"ekHash,omitempty"`
 	EkPublicKey *string `json:"ekPublicKey,omitempty"`
-	Description *string `json:"description,omitempty"`
+	// A CA certificate (PEM): every endorsement key whose EK certificate chains to it is allowed.
+	CaCertificate *string `json:"caCertificate,omitempty"`
+	Description   *string `json:"description,omitempty"`
 }
 
 type AllowTpmKeyPayload struct {

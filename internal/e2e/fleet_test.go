@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/pki"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/tpmsim"
 )
 
 // h100 is the realistic 8-GPU report the fleet tests and benchmarks use.
@@ -172,14 +173,12 @@ func TestDashboardQueryAfterJoinsAndReports(t *testing.T) {
 	m2.SystemUUID = m.SystemUUID
 	r = e.Must(e.Call("", "nodes/join", joinBody(tok, m2, "discovery")))
 	joined["discovery"], nodeOf["discovery"] = r.Str("credential"), r.Str("nodeId")
-	// tpm: deferred, approved, and the retry with the same CSR admitted.
-	ek, _, _ := pki.NewEK()
-	m = testkit.NewMachine(t)
-	b = joinBody(tok, m, "tpm")
-	b["evidence"] = map[string]any{"ekPublicKey": ek}
-	p := e.Must(e.Call("", "nodes/join", b))
+	// tpm: proven, deferred, approved, and the retry with the same CSR
+	// (proven again) admitted.
+	tm := newTPMMachine(t, tpmsim.Open(t, 81), "ecc", tpmsim.AKTemplateECC)
+	p := e.Must(tm.exchange(t, e, tok))
 	e.Must(e.Call(admin, "joinRequests/approve", map[string]any{"tenantId": "acme", "joinRequestId": p.Str("joinRequestId")}))
-	r = e.Must(e.Call("", "nodes/join", b))
+	r = e.Must(tm.exchange(t, e, tok))
 	joined["tpm"], nodeOf["tpm"] = r.Str("credential"), r.Str("nodeId")
 	for a, cred := range joined {
 		if cred == "" || nodeOf[a] == "" {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/pki"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/tpmsim"
 )
 
 func joinBody(tok string, m testkit.Machine, attestor string) map[string]any {
@@ -474,6 +475,8 @@ func TestDiscoveryAttestor(t *testing.T) {
 	}
 }
 
+// The allow-list decides after the TPM proved possession: on no list,
+// deferred; allowed by public key, admitted; disallowed, deferred again.
 func TestTPMAttestor(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
@@ -481,32 +484,29 @@ func TestTPMAttestor(t *testing.T) {
 	e.Tenant("other")
 	pool := e.Pool(admin, "acme", "gpu-a")
 	tok := e.JoinToken(admin, "acme", pool, 10)
-	ek, hash, _ := pki.NewEK()
+	m := newTPMMachine(t, tpmsim.Open(t, 71), "rsa", tpmsim.AKTemplateRSA)
+	ek := m.ek.PEM()
+	hash, _ := pki.EKHash("ek", ek)
 
-	m := testkit.NewMachine(t)
-	b := joinBody(tok, m, "tpm")
-	b["evidence"] = map[string]any{"ekPublicKey": ek}
-	r := e.Must(e.Call("", "nodes/join", b))
+	r := e.Must(m.exchange(t, e, tok))
 	if r.Str("status") != "pending" || r.Body["reasons"].([]any)[0].(map[string]any)["code"] != "ek-not-allowed" {
 		t.Fatalf("EK on no allow-list: %s", r.Raw)
 	}
 	g := e.Must(e.Call(admin, "joinRequests/get", map[string]any{"tenantId": "acme", "joinRequestId": r.Str("joinRequestId")}))
-	if g.Str("ekHash") != hash || g.Str("attestor") != "tpm" {
+	if g.Str("ekHash") != hash || g.Str("attestor") != "tpm" || g.Body["ekProven"] != true {
 		t.Fatalf("request: %s", g.Raw)
 	}
-	// Allowed by public key: the same machine's next join is admitted.
+	// Allowed by public key: the same TPM's next join is admitted.
 	a := e.Must(e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekPublicKey": ek, "description": "rack 4"}))
-	if a.Str("ekHash") != hash {
+	if a.Str("ekHash") != hash || a.Str("kind") != "ek" || a.Body["caCertificate"] != nil {
 		t.Fatalf("allow: %s", a.Raw)
 	}
 	if c := e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}).Code(); c != "CONFLICT" {
 		t.Fatalf("allow twice: %s", c)
 	}
 	// The pending request stays pending; a fresh key pair attests anew.
-	m2 := testkit.NewMachine(t)
-	b2 := joinBody(tok, m2, "tpm")
-	b2["evidence"] = map[string]any{"ekPublicKey": ek}
-	if r := e.Must(e.Call("", "nodes/join", b2)); r.Str("status") != "admitted" {
+	m.Machine = testkit.NewMachine(t)
+	if r := e.Must(m.exchange(t, e, tok)); r.Str("status") != "admitted" {
 		t.Fatalf("allowed EK: %s", r.Raw)
 	}
 	for _, tc := range []struct {
@@ -516,7 +516,9 @@ func TestTPMAttestor(t *testing.T) {
 		{map[string]any{"tenantId": "acme", "poolId": pool}, "ekHash"},
 		{map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": "ABC"}, "ekHash"},
 		{map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash, "ekPublicKey": ek}, "ekPublicKey"},
+		{map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash, "caCertificate": "x"}, "caCertificate"},
 		{map[string]any{"tenantId": "acme", "poolId": pool, "ekPublicKey": "junk"}, "ekPublicKey"},
+		{map[string]any{"tenantId": "acme", "poolId": pool, "caCertificate": ek}, "caCertificate"},
 	} {
 		r := e.Call(admin, "tpmKeys/allow", tc.body)
 		if r.Code() != "INVALID_INPUT" || r.Path() != tc.path {
@@ -530,10 +532,8 @@ func TestTPMAttestor(t *testing.T) {
 	if c := e.Call(admin, "tpmKeys/disallow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}).Code(); c != "NOT_FOUND" {
 		t.Fatalf("disallow twice: %s", c)
 	}
-	m3 := testkit.NewMachine(t)
-	b3 := joinBody(tok, m3, "tpm")
-	b3["evidence"] = map[string]any{"ekPublicKey": ek}
-	if r := e.Must(e.Call("", "nodes/join", b3)); r.Str("status") != "pending" {
+	m.Machine = testkit.NewMachine(t)
+	if r := e.Must(m.exchange(t, e, tok)); r.Str("status") != "pending" {
 		t.Fatalf("after disallow: %s", r.Raw)
 	}
 }

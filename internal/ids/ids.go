@@ -28,6 +28,7 @@ const (
 	Audit       = "aud"
 	Machine     = "mach"
 	Reservation = "rsv"
+	Challenge   = "chl"
 )
 
 // New returns prefix_<lowercase ULID>.

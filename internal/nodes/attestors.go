@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/pem"
 	"strings"
 	"time"
 
@@ -23,13 +24,35 @@ type ExpectedMachine struct {
 	CreatedAt  time.Time `json:"createdAt" db:"created_at"`
 }
 
-// AllowedKey is a TPM endorsement key on a pool's allow-list.
+// AllowedKey is an entry of a pool's TPM allow-list: an endorsement key
+// (kind "ek", by the SHA-256 of its DER SubjectPublicKeyInfo) or a CA
+// certificate that EK certificates chain to (kind "ca", by the SHA-256 of
+// the certificate's DER, with the certificate).
 type AllowedKey struct {
-	PoolID      string    `json:"poolId" db:"pool_id"`
-	EKHash      string    `json:"ekHash" db:"ek_hash"`
-	Description string    `json:"description" db:"description"`
-	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
+	PoolID        string    `json:"poolId" db:"pool_id"`
+	EKHash        string    `json:"ekHash" db:"ek_hash"`
+	Kind          string    `json:"kind" db:"kind" schema:"TpmKeyKind"`
+	CACertificate *string   `json:"caCertificate" db:"-"`
+	Description   string    `json:"description" db:"description"`
+	CreatedAt     time.Time `json:"createdAt" db:"created_at"`
+
+	Certificate []byte `json:"-" db:"certificate"`
 }
+
+// Kinds of allow-list entries.
+const (
+	KeyKindEK = "ek"
+	KeyKindCA = "ca"
+)
+
+func (k *AllowedKey) fix() {
+	if k.Certificate != nil {
+		p := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.Certificate}))
+		k.CACertificate = &p
+	}
+}
+
+const keyCols = `pool_id, ek_hash, kind, certificate, description, created_at`
 
 type (
 	MachineRegisterInput struct {
@@ -50,11 +73,12 @@ type (
 		Cursor   string `json:"cursor,omitempty"`
 	}
 	KeyAllowInput struct {
-		TenantID    string  `json:"tenantId"`
-		PoolID      string  `json:"poolId"`
-		EKHash      *string `json:"ekHash,omitempty"`
-		EKPublicKey *string `json:"ekPublicKey,omitempty"`
-		Description string  `json:"description"`
+		TenantID      string  `json:"tenantId"`
+		PoolID        string  `json:"poolId"`
+		EKHash        *string `json:"ekHash,omitempty"`
+		EKPublicKey   *string `json:"ekPublicKey,omitempty"`
+		CACertificate *string `json:"caCertificate,omitempty"`
+		Description   string  `json:"description"`
 	}
 	KeyRefInput struct {
 		TenantID string `json:"tenantId"`
@@ -135,33 +159,61 @@ func ForgetMachine(ctx context.Context, q store.Q, in *MachineRefInput) (*Remove
 }
 
 // AllowKey puts an endorsement key on the pool's allow-list, named by its
-// hash or by the PEM public key (whose hash is computed here).
+// hash or by the PEM public key (whose hash is computed here), or a CA
+// certificate that admits the EKs whose certificates chain to it.
 func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, error) {
 	var hash string
+	kind := KeyKindEK
+	var cert []byte
+	n := 0
+	for _, p := range []*string{in.EKHash, in.EKPublicKey, in.CACertificate} {
+		if p != nil {
+			n++
+		}
+	}
 	switch {
-	case in.EKHash != nil && in.EKPublicKey != nil:
-		return nil, errs.Invalid("ekPublicKey", "pass ekHash or ekPublicKey, not both")
+	case n > 1:
+		path := "ekPublicKey"
+		if in.CACertificate != nil {
+			path = "caCertificate"
+		}
+		return nil, errs.Invalid(path, "pass one of ekHash, ekPublicKey and caCertificate")
 	case in.EKHash != nil:
 		hash = *in.EKHash
 	case in.EKPublicKey != nil:
-		h, err := pki.EKHash("ekPublicKey", *in.EKPublicKey)
+		// The keys the tpm attestor can challenge (RSA 2048, P-256).
+		ek, err := pki.ParseEK("ekPublicKey", *in.EKPublicKey)
 		if err != nil {
 			return nil, err
 		}
-		hash = h
+		hash = ek.Hash
+	case in.CACertificate != nil:
+		c, h, err := pki.ParseCACertificate("caCertificate", *in.CACertificate)
+		if err != nil {
+			return nil, err
+		}
+		hash, kind, cert = h, KeyKindCA, c.Raw
 	default:
-		return nil, errs.Invalid("ekHash", "pass ekHash or ekPublicKey")
+		return nil, errs.Invalid("ekHash", "pass ekHash, ekPublicKey or caCertificate")
 	}
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
 		return nil, err
 	}
 	var k AllowedKey
-	err := q.GetContext(ctx, &k, `INSERT INTO tpm_allowed_keys (pool_id, ek_hash, description) VALUES ($1, $2, $3)
-		RETURNING pool_id, ek_hash, description, created_at`, in.PoolID, hash, in.Description)
+	err := q.GetContext(ctx, &k, `INSERT INTO tpm_allowed_keys (pool_id, ek_hash, kind, certificate, description) VALUES ($1, $2, $3, $4, $5)
+		RETURNING `+keyCols, in.PoolID, hash, kind, cert, in.Description)
 	if store.IsUnique(err, "tpm_allowed_keys_pkey") {
-		return nil, errs.E(errs.Conflict, "key %s is already allowed in pool %s", hash, in.PoolID).With("path", "ekHash")
+		path := "ekHash"
+		if kind == KeyKindCA {
+			path = "caCertificate"
+		}
+		return nil, errs.E(errs.Conflict, "%s is already on the allow-list of pool %s", hash, in.PoolID).With("path", path)
 	}
-	return &k, store.Wrap(err)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	k.fix()
+	return &k, nil
 }
 
 // ListKeys pages a pool's allow-list by hash.
@@ -174,10 +226,13 @@ func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[All
 		return nil, err
 	}
 	rows := []AllowedKey{}
-	err := q.SelectContext(ctx, &rows, `SELECT pool_id, ek_hash, description, created_at FROM tpm_allowed_keys
+	err := q.SelectContext(ctx, &rows, `SELECT `+keyCols+` FROM tpm_allowed_keys
 		WHERE pool_id = $1 AND ek_hash > $2 ORDER BY ek_hash LIMIT $3`, in.PoolID, after, in.Limit+1)
 	if err != nil {
 		return nil, store.Wrap(err)
+	}
+	for i := range rows {
+		rows[i].fix()
 	}
 	items, cur := page.Trim(rows, in.Limit, func(k AllowedKey) string { return page.Encode(k.EKHash) })
 	return &page.Page[AllowedKey]{Items: items, Cursor: cur}, nil

@@ -49,9 +49,15 @@ type Hardware struct {
 	MACs       []string `json:"macs"`
 }
 
-// Evidence is what an attestor needs beyond the hardware ids.
+// Evidence is what an attestor needs beyond the hardware ids: for tpm, the
+// first call's keys (ekPublicKey, akPublic, ekCertificate) or the second
+// call's answer to the challenge (challengeId, activatedSecret).
 type Evidence struct {
-	EKPublicKey *string `json:"ekPublicKey,omitempty"`
+	EKPublicKey     *string `json:"ekPublicKey,omitempty"`
+	AKPublic        *string `json:"akPublic,omitempty"`
+	EKCertificate   *string `json:"ekCertificate,omitempty"`
+	ChallengeID     *string `json:"challengeId,omitempty"`
+	ActivatedSecret *string `json:"activatedSecret,omitempty"`
 }
 
 // JoinInput is nodes.join's input; the join token is the credential.
@@ -71,7 +77,8 @@ type Reason struct {
 }
 
 // JoinResult is nodes.join's output: admitted with a node, a certificate and
-// a credential, or pending with the join request that waits for approval.
+// a credential; pending with the join request that waits for approval; or,
+// for the tpm attestor's first call, a challenge for the TPM to answer.
 type JoinResult struct {
 	Status        string   `json:"status" schema:"JoinStatus"`
 	NodeID        string   `json:"nodeId,omitempty"`
@@ -81,6 +88,13 @@ type JoinResult struct {
 	Credential    string   `json:"credential,omitempty"`
 	JoinRequestID string   `json:"joinRequestId,omitempty"`
 	Reasons       []Reason `json:"reasons,omitempty"`
+	// The challenge: base64 of the TPM2B_ID_OBJECT and the
+	// TPM2B_ENCRYPTED_SECRET (each with its 2-byte big-endian size first)
+	// that TPM2_ActivateCredential takes, and when it expires.
+	ChallengeID     string     `json:"challengeId,omitempty"`
+	CredentialBlob  string     `json:"credentialBlob,omitempty"`
+	EncryptedSecret string     `json:"encryptedSecret,omitempty"`
+	ExpiresAt       *time.Time `json:"expiresAt,omitempty"`
 }
 
 // JoinRequest is a deferred join in the approval queue.
@@ -95,6 +109,7 @@ type JoinRequest struct {
 	CSRFingerprint string          `json:"csrFingerprint" db:"csr_fingerprint"`
 	Hardware       json.RawMessage `json:"hardware" db:"-" schema:"NodeHardware"`
 	EKHash         *string         `json:"ekHash" db:"ek_hash"`
+	EKProven       bool            `json:"ekProven" db:"ek_proven"`
 	NodeID         *string         `json:"nodeId" db:"node_id"`
 	DecidedBy      *string         `json:"decidedBy" db:"decided_by"`
 	DecidedAt      *time.Time      `json:"decidedAt" db:"decided_at"`
@@ -116,7 +131,7 @@ func (r *JoinRequest) fix() *JoinRequest {
 const reqState = `CASE WHEN state IN ('pending', 'approved') AND expires_at <= now() THEN 'expired' ELSE state END AS req_state`
 
 const reqCols = `join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons::text AS reasons, csr_fingerprint,
-	hardware::text AS hardware, ek_hash, node_id, decided_by, decided_at, deny_reason, expires_at, created_at, updated_at, ` + reqState
+	hardware::text AS hardware, ek_hash, ek_proven, node_id, decided_by, decided_at, deny_reason, expires_at, created_at, updated_at, ` + reqState
 
 type (
 	JoinRequestRefInput struct {
@@ -192,16 +207,11 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 		seen[m] = true
 		hw.MACs = append(hw.MACs, m)
 	}
-	var ekHash *string
-	if in.Attestor == "tpm" {
-		if in.Evidence == nil || in.Evidence.EKPublicKey == nil {
-			return nil, errs.Invalid("evidence.ekPublicKey", "the tpm attestor needs evidence.ekPublicKey")
-		}
-		h, err := pki.EKHash("evidence.ekPublicKey", *in.Evidence.EKPublicKey)
-		if err != nil {
+	var tpm *tpmEvidence
+	if in.Attestor == AttestorTPM {
+		if tpm, err = parseTPMEvidence(in.Evidence); err != nil {
 			return nil, err
 		}
-		ekHash = &h
 	}
 
 	// The token row lock serializes joins through one token (its use count).
@@ -223,6 +233,14 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 		return nil, badToken("the join token has expired")
 	case tok.PoolState != "active":
 		return nil, errs.E(errs.InvalidState, "pool %s is %s and takes no joins", tok.PoolID, tok.PoolState).With("state", tok.PoolState)
+	}
+	// The tpm attestor's answer proves possession of the EK before
+	// anything else is decided (an approval included).
+	var proven *provenEK
+	if tpm != nil && tpm.answer() {
+		if proven, err = prove(ctx, q, &tok, csr, hw, tpm); err != nil {
+			return nil, err
+		}
 	}
 
 	// A key pair that a live node holds joins nothing more.
@@ -246,6 +264,18 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, store.Wrap(err)
 	}
+	if err == nil && tpm != nil && !tpm.answer() && (prev.State == Pending || prev.State == Approved) {
+		// The tpm attestor's first call: every admission, an approved one
+		// included, and every answer about a pending request wait for the
+		// challenge's answer (a denied request is refused below).
+		return s.challenge(ctx, q, &tok, csr, hw, tpm)
+	}
+	if err == nil && proven != nil && (prev.State == Pending || prev.State == Approved) && prev.EKHash != nil && *prev.EKHash != proven.ekHash {
+		// The request (and its approval) is for the TPM that asked: a CSR
+		// sent again from another TPM gets nothing of it.
+		return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was made from a TPM with another endorsement key", prev.JoinRequestID).
+			With("joinRequestId", prev.JoinRequestID)
+	}
 	if err == nil {
 		switch prev.State {
 		case Approved:
@@ -265,8 +295,15 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	if tok.Uses >= tok.MaxUses {
 		return nil, badToken("the join token has no uses left")
 	}
+	if tpm != nil && !tpm.answer() {
+		return s.challenge(ctx, q, &tok, csr, hw, tpm)
+	}
 
-	reasons, err := attest(ctx, q, tok.PoolID, hw, in.Attestor, ekHash)
+	var ekHash *string
+	if proven != nil {
+		ekHash = &proven.ekHash
+	}
+	reasons, err := attest(ctx, q, tok.PoolID, hw, in.Attestor, proven)
 	if err != nil {
 		return nil, err
 	}
@@ -277,12 +314,12 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	hb, _ := json.Marshal(hw)
 	var id string
 	err = q.GetContext(ctx, &id, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
-			csr_fingerprint, hardware, ek_hash, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, now() + make_interval(secs => $10))
+			csr_fingerprint, hardware, ek_hash, ek_proven, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, $10, now() + make_interval(secs => $11))
 		ON CONFLICT (pool_id, csr_fingerprint) WHERE state IN ('pending', 'approved') DO NOTHING
 		RETURNING join_request_id`,
 		ids.New(ids.JoinRequest), tok.PoolID, tok.TenantID, tok.JoinTokenID, in.Attestor, string(rb),
-		csr.Fingerprint, string(hb), ekHash, int(PendingTTL/time.Second))
+		csr.Fingerprint, string(hb), ekHash, proven != nil, int(PendingTTL/time.Second))
 	if errors.Is(err, sql.ErrNoRows) {
 		// A concurrent join with the same CSR deferred first: answer with its request.
 		err = q.GetContext(ctx, &id, `SELECT join_request_id FROM join_requests
@@ -296,7 +333,7 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 
 // attest runs the attestor and returns why the join must wait for approval
 // (nothing when it is admitted).
-func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor string, ekHash *string) ([]Reason, error) {
+func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor string, proven *provenEK) ([]Reason, error) {
 	reasons := []Reason{}
 	ph := pki.Placeholders(hw.SystemUUID, hw.Serial)
 	if len(ph) > 0 {
@@ -323,13 +360,17 @@ func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor
 			reasons = append(reasons, Reason{Code: ReasonUnknown, Message: "the discovery attestor does not know this machine in the pool"})
 		}
 	case "tpm":
+		// The EK (proven held by the machine) is allowed by its hash, or by
+		// an allowed CA its certificate chained to when challenged.
 		var allowed bool
-		err := q.GetContext(ctx, &allowed, `SELECT EXISTS (SELECT 1 FROM tpm_allowed_keys WHERE pool_id = $1 AND ek_hash = $2)`, poolID, *ekHash)
+		err := q.GetContext(ctx, &allowed, `SELECT EXISTS (SELECT 1 FROM tpm_allowed_keys WHERE pool_id = $1
+			AND ((kind = 'ek' AND ek_hash = $2) OR (kind = 'ca' AND ek_hash = ANY($3))))`, poolID, proven.ekHash, proven.caHashes)
 		if err != nil {
 			return nil, store.Wrap(err)
 		}
 		if !allowed {
-			reasons = append(reasons, Reason{Code: ReasonEKNotAllowed, Message: "the endorsement key " + *ekHash + " is on no allow-list of the pool"})
+			reasons = append(reasons, Reason{Code: ReasonEKNotAllowed, Message: "the machine proved by credential activation that it holds the TPM with endorsement key " +
+				proven.ekHash + ", which is on no allow-list of the pool"})
 		}
 	}
 	return reasons, nil

@@ -23,10 +23,13 @@ func EnsureCA(ctx context.Context, db *store.DB) (*pki.CA, error) { return pki.L
 var (
 	JoinTokensGroup   = registry.Group{Name: "joinTokens", Summary: "Join tokens let machines join a pool: a token has a lifetime and a number of uses, its secret is shown once when it is created and stored only as a hash. Only the pool's owner manages them; decisions are made on `compute-pool/{poolId}`."}
 	MachinesGroup     = registry.Group{Name: "machines", Summary: "The machines the `discovery` attestor expects in a pool, registered by the pool's owner by system UUID, serial or MAC. A join through `discovery` is admitted when one of the machine's ids matches and deferred into a join request otherwise."}
-	TPMKeysGroup      = registry.Group{Name: "tpmKeys", Summary: "A pool's allow-list of TPM endorsement keys, by the SHA-256 (hex) of the key's DER SubjectPublicKeyInfo. A join through the `tpm` attestor whose endorsement key is on no allow-list is deferred into a join request."}
+	TPMKeysGroup      = registry.Group{Name: "tpmKeys", Summary: "A pool's allow-list for the `tpm` attestor: endorsement keys, by the SHA-256 (hex) of the key's DER SubjectPublicKeyInfo, and CA certificates (a TPM manufacturer's root or intermediate), by the SHA-256 of the certificate's DER, which allow every endorsement key whose EK certificate chains to them. A join through the `tpm` attestor proves that the machine holds the TPM (credential activation); one whose endorsement key is not allowed is then deferred into a join request. See [Joining nodes](../guides/nodes/joining.md)."}
 	NodesGroup        = registry.Group{Name: "nodes", Summary: "Nodes are the machines admitted into pools. A machine joins with a join token, a PEM CSR, its hardware identity and an attestor (`token`, `discovery`, `tpm`); it is admitted with a certificate signed by the control plane's CA and a node credential, or deferred into a join request. A node belongs to the tenant that owns its pool; tenants the pool is offered to do not see its nodes. See [Joining nodes](../guides/nodes/joining.md)."}
-	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is on no allow-list. An approval admits exactly one join, which the machine's retry with the same CSR consumes. The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](../guides/nodes/joining.md)."}
+	JoinRequestsGroup = registry.Group{Name: "joinRequests", Summary: "Join requests are the approval queue for joins an attestor deferred: a machine with placeholder hardware identifiers, a machine the `discovery` attestor did not know, or a TPM whose endorsement key is not allowed (the machine proved it holds that TPM: `ekProven`). An approval admits exactly one join, which the machine's retry with the same CSR consumes (a `tpm` retry answers a new challenge from the same TPM). The group is decided on `compute-pool/{poolId}` with the join-token actions. See [Joining nodes](../guides/nodes/joining.md)."}
 )
+
+// b64Pattern is standard, padded base64.
+const b64Pattern = `^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$`
 
 // Attestors and join token states.
 const (
@@ -44,8 +47,9 @@ const (
 // GraphQL enums.
 var (
 	StateEnum      = registry.DefineEnum("NodeState", "ready nodes take work; cordoned ones take no new work; removed ones have lost their credential", Ready, Cordoned, Removed)
-	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or an allowed TPM endorsement key", AttestorToken, AttestorDiscovery, AttestorTPM)
-	JoinStatusEnum = registry.DefineEnum("JoinStatus", "admitted with a node, or deferred into a join request", "admitted", Pending)
+	AttestorEnum   = registry.DefineEnum("Attestor", "how a join is attested: the token alone, a machine the pool's owner registered, or a TPM the machine proves it holds, whose endorsement key is allowed", AttestorToken, AttestorDiscovery, AttestorTPM)
+	JoinStatusEnum = registry.DefineEnum("JoinStatus", "admitted with a node, deferred into a join request, or (the tpm attestor's first call) a challenge for the TPM to answer", "admitted", Pending, StatusChallenge)
+	KeyKindEnum    = registry.DefineEnum("TpmKeyKind", "an endorsement key, or a CA certificate EK certificates chain to", KeyKindEK, KeyKindCA)
 	ReqStateEnum   = registry.DefineEnum("JoinRequestState", "a pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours)", Pending, Approved, Consumed, Denied, Expired)
 	ReasonEnum     = registry.DefineEnum("JoinReasonCode", "why a join was deferred", ReasonPlaceholder, ReasonUnknown, ReasonEKNotAllowed)
 	TokenStateEnum = registry.DefineEnum("JoinTokenState", "only an active join token admits", TokenActive, TokenExhausted, TokenExpired, TokenRevoked)
@@ -127,8 +131,10 @@ func Methods(db *store.DB) []registry.Method {
 		"Joins a machine to the join token's pool: admitted with a node, a certificate and a credential, or deferred into a join request.",
 		[]string{"The join token in the input is the credential: unknown, revoked, expired or used-up tokens are `UNAUTHENTICATED`.",
 			"`csr` is a PEM PKCS #10 request whose signature verifies (ECDSA P-256/P-384, Ed25519 or RSA 2048-8192); the certificate is issued for its key by the control plane's CA.",
-			"Attestors: `token` admits on the token alone; `discovery` admits a machine the pool owner registered (`machines.register`) by system UUID, serial or MAC; `tpm` admits when the SHA-256 of `evidence.ekPublicKey` is on the pool's allow-list (`tpmKeys.allow`).",
-			"A join is deferred into a join request (`status: pending`, with `reasons`) when the hardware ids are placeholders, when `discovery` does not know the machine, or when the endorsement key is on no allow-list. Retrying with the same CSR returns the same pending request; once approved, the retry with the same CSR is admitted exactly once; a denied request is `PERMISSION_DENIED`.",
+			"Attestors: `token` admits on the token alone; `discovery` admits a machine the pool owner registered (`machines.register`) by system UUID, serial or MAC; `tpm` admits a machine that proves it holds the TPM whose endorsement key is allowed (`tpmKeys.allow`: by the key's SHA-256, or by a CA its `ekCertificate` chains to).",
+			"The `tpm` attestor is two calls (credential activation). The first sends `evidence: {ekPublicKey, akPublic, ekCertificate?}`: the EK (PEM, RSA 2048 or ECC P-256) and the attestation key's TPMT_PUBLIC (base64; a restricted signing key with fixedTPM, fixedParent and sensitiveDataOrigin, RSA 2048 or ECC P-256, name algorithm SHA-256; anything else is `INVALID_INPUT` naming the field). It is answered `{status: challenge, challengeId, credentialBlob, encryptedSecret, expiresAt}`: base64 of the TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET (2-byte big-endian size first) that TPM2_ActivateCredential takes, with the AK as the activated object and the EK as the key. It spends no use of the token.",
+			"The second call sends the same `joinToken`, `csr` and `hardware` with `evidence: {challengeId, activatedSecret}` (base64 of the recovered secret) and is admitted or deferred like any join. A challenge takes one answer within 5 minutes and is bound to the join token, the CSR, the hardware ids, the EK and the AK (which the answer may repeat): an unknown, answered or expired challenge, a mismatch, or a wrong secret is `UNAUTHENTICATED` (`details.reason`: `challenge-unknown`, `challenge-used`, `challenge-expired`, `challenge-mismatch`, `wrong-secret`) and spends the challenge. A join token has at most 32 unanswered challenges; past that the first call is `RATE_LIMITED` until the oldest expires.",
+			"A join is deferred into a join request (`status: pending`, with `reasons`) when the hardware ids are placeholders, when `discovery` does not know the machine, or when the proven endorsement key is not allowed (the request's `ekProven` says the TPM was proven). Retrying with the same CSR returns the same pending request (for `tpm`, after a new challenge); once approved, the retry with the same CSR is admitted exactly once (for `tpm`, from the TPM with the request's endorsement key); a denied request is `PERMISSION_DENIED`.",
 			"A CSR key that a live node holds, or a system UUID of a live node of the tenant, is `CONFLICT`. An archived pool is `INVALID_STATE`.",
 			"`credential` is the node's bearer token, shown only here: it may report the node's own inventory and workflow steps and nothing else."},
 		registry.Field{Name: "joinToken", Type: registry.String, Required: true, MaxLength: 512, Description: "the join token's secret"},
@@ -139,12 +145,21 @@ func Methods(db *store.DB) []registry.Method {
 			{Name: "macs", Type: registry.Array, MaxItems: 64, Items: &mac},
 		}},
 		registry.EnumField("attestor", AttestorEnum, true),
-		registry.Field{Name: "evidence", Type: registry.Object, Fields: []registry.Field{
-			{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192, Description: "the TPM endorsement public key, PEM (tpm attestor)"},
-		}},
+		registry.Field{Name: "evidence", Type: registry.Object, Description: "the tpm attestor's evidence: the keys on the first call, the answer to the challenge on the second",
+			Fields: []registry.Field{
+				{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192, Description: "first call: the TPM's endorsement public key, PEM (RSA 2048 or ECC P-256)"},
+				{Name: "akPublic", Type: registry.String, MaxLength: 2048, Pattern: b64Pattern,
+					Description: "first call: the attestation key's public area (TPMT_PUBLIC), base64"},
+				{Name: "ekCertificate", Type: registry.String, MaxLength: 16384,
+					Description: "first call, optional: the EK certificate, PEM, then any intermediate CA certificates"},
+				{Name: "challengeId", Type: registry.String, Pattern: ids.Pattern(ids.Challenge), Description: "second call: the challenge answered"},
+				{Name: "activatedSecret", Type: registry.String, MaxLength: 64, Pattern: b64Pattern,
+					Description: "second call: the secret TPM2_ActivateCredential recovered, base64"},
+			}},
 		registry.Name(false))
 	join.Credential = registry.JoinToken
 	join.MaxBody = 64 << 10
+	join.AfterFailure = spendRefused
 
 	return []registry.Method{
 		registry.Def(m("joinTokens", "create", registry.Mutation, authz.JoinTokensManage, authz.Pool,
@@ -178,18 +193,20 @@ func Methods(db *store.DB) []registry.Method {
 			typed[MachineRefInput](locateBy("expected_machines", "machine_id", "machine", machineID)), ForgetMachine),
 
 		registry.Def(m("tpmKeys", "allow", registry.Mutation, authz.NodesManage, authz.Pool,
-			"Puts a TPM endorsement key on the pool's allow-list, by hash or by PEM public key.",
-			[]string{"Pass exactly one of `ekHash` (64 lowercase hex) and `ekPublicKey` (PEM `PUBLIC KEY`).",
-				"A key already on the list is `CONFLICT`; an archived pool is `INVALID_STATE`.", ownerOnly},
+			"Puts a TPM endorsement key on the pool's allow-list, by hash or by PEM public key, or a CA certificate that allows every endorsement key whose EK certificate chains to it.",
+			[]string{"Pass exactly one of `ekHash` (64 lowercase hex), `ekPublicKey` (PEM `PUBLIC KEY`: RSA 2048 or ECC P-256, the endorsement keys the `tpm` attestor challenges) and `caCertificate` (one PEM `CERTIFICATE` with basicConstraints cA: a TPM manufacturer's root or intermediate).",
+				"A CA entry's `ekHash` is the SHA-256 of the certificate's DER; a machine's `evidence.ekCertificate` (with its intermediates) must chain to it when the machine is challenged.",
+				"An entry already on the list is `CONFLICT`; an archived pool is `INVALID_STATE`.", ownerOnly},
 			pool(registry.Field{Name: "ekHash", Type: registry.String, Pattern: `^[0-9a-f]{64}$`},
 				registry.Field{Name: "ekPublicKey", Type: registry.String, MaxLength: 8192},
+				registry.Field{Name: "caCertificate", Type: registry.String, MaxLength: 16384},
 				registry.Field{Name: "description", Type: registry.String, MaxLength: 200})...),
 			nil, AllowKey),
 		registry.Def(m("tpmKeys", "list", registry.Read, authz.NodesRead, authz.Pool,
 			"Returns a page of the pool's allowed endorsement keys, ordered by hash.",
 			[]string{"`limit` defaults to 50 and is at most 200.", ownerOnly}, pool(pageFields...)...), nil, ListKeys),
 		registry.Def(m("tpmKeys", "disallow", registry.Mutation, authz.NodesManage, authz.Pool,
-			"Takes an endorsement key off the pool's allow-list.", []string{"`NOT_FOUND` when the key is not on it.", ownerOnly},
+			"Takes an endorsement key or a CA certificate (by its `ekHash`) off the pool's allow-list.", []string{"`NOT_FOUND` when it is not on it.", ownerOnly},
 			pool(registry.Field{Name: "ekHash", Type: registry.String, Required: true, Pattern: `^[0-9a-f]{64}$`})...),
 			nil, DisallowKey),
 

@@ -94,33 +94,53 @@ func curveName(c elliptic.Curve) string {
 // onePEM returns the DER of the single PEM block of the wanted type that
 // text holds. what names the thing in messages.
 func onePEM(path, text, wantType, what string) ([]byte, error) {
+	ders, err := pemBlocks(path, text, wantType, what, 1)
+	if err != nil {
+		return nil, err
+	}
+	return ders[0], nil
+}
+
+// pemBlocks returns the DER of the 1..max PEM blocks of the wanted type
+// that text holds, with nothing but whitespace around and between them.
+func pemBlocks(path, text, wantType, what string, max int) ([][]byte, error) {
 	if len(text) > MaxPEM {
 		return nil, errs.Invalid(path, "%s is larger than %d KiB", what, MaxPEM>>10)
 	}
-	trimmed := strings.TrimLeft(text, " \t\r\n")
-	if !strings.HasPrefix(trimmed, "-----BEGIN ") {
+	rest := strings.TrimLeft(text, " \t\r\n")
+	if !strings.HasPrefix(rest, "-----BEGIN ") {
 		return nil, errs.Invalid(path, "%s must be PEM text starting with -----BEGIN %s-----", what, wantType)
 	}
-	block, rest := pem.Decode([]byte(trimmed))
-	if block == nil {
-		return nil, errs.Invalid(path, "%s is not well-formed PEM", what)
-	}
-	if block.Type != wantType {
-		if t := printable(block.Type); t != "" {
-			return nil, errs.Invalid(path, "%s PEM block is %q; want %q", what, t, wantType)
+	var ders [][]byte
+	for {
+		block, after := pem.Decode([]byte(rest))
+		if block == nil {
+			return nil, errs.Invalid(path, "%s is not well-formed PEM", what)
 		}
-		return nil, errs.Invalid(path, "%s PEM block is not %q", what, wantType)
-	}
-	if len(block.Headers) != 0 {
-		return nil, errs.Invalid(path, "%s PEM block must not have headers", what)
-	}
-	if r := strings.TrimSpace(string(rest)); r != "" {
-		if strings.Contains(r, "-----BEGIN") {
-			return nil, errs.Invalid(path, "%s must be exactly one PEM block", what)
+		if block.Type != wantType {
+			if t := printable(block.Type); t != "" {
+				return nil, errs.Invalid(path, "%s PEM block is %q; want %q", what, t, wantType)
+			}
+			return nil, errs.Invalid(path, "%s PEM block is not %q", what, wantType)
 		}
-		return nil, errs.Invalid(path, "%s has data after its PEM block", what)
+		if len(block.Headers) != 0 {
+			return nil, errs.Invalid(path, "%s PEM block must not have headers", what)
+		}
+		ders = append(ders, block.Bytes)
+		rest = strings.TrimSpace(string(after))
+		if rest == "" {
+			return ders, nil
+		}
+		if !strings.HasPrefix(rest, "-----BEGIN") {
+			return nil, errs.Invalid(path, "%s has data after its PEM block", what)
+		}
+		if len(ders) == max {
+			if max == 1 {
+				return nil, errs.Invalid(path, "%s must be exactly one PEM block", what)
+			}
+			return nil, errs.Invalid(path, "%s is more than %d PEM blocks", what, max)
+		}
 	}
-	return block.Bytes, nil
 }
 
 // printable returns s when it is short printable ASCII fit to echo back.

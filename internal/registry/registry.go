@@ -72,6 +72,12 @@ type Method struct {
 	// Quiet says when a successful mutation writes no audit record (an
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
+	// AfterFailure, when set, runs after a mutation failed and its
+	// transaction rolled back, on the database outside any transaction,
+	// with the decoded input: what a refusal must still leave behind (a
+	// TPM challenge answered wrongly is spent all the same).
+	// An error it returns is logged.
+	AfterFailure func(ctx context.Context, db store.Q, in any, err error) error
 
 	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
@@ -318,6 +324,11 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	})
 	if err != nil {
 		r.auditFailure(ctx, m, res, err)
+		if m.AfterFailure != nil && r.db != nil {
+			if aerr := m.AfterFailure(context.WithoutCancel(ctx), r.db, in, err); aerr != nil && !store.Unreachable(aerr) {
+				r.log.ErrorContext(ctx, "after a failed mutation", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
+			}
+		}
 		return nil, store.Wrap(err)
 	}
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -92,7 +93,12 @@ func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg 
 func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error, kv ...any) {
 	e := PublicError(r.Context(), h.Log, err, append(kv, "path", r.URL.Path)...)
 	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
-		w.Header().Set("Retry-After", "1")
+		// A domain refusal may say how long to wait (details.retryAfterSeconds).
+		secs, ok := e.Details["retryAfterSeconds"].(int)
+		if !ok || secs < 1 {
+			secs = 1
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	WriteJSON(w, e.Code.HTTPStatus(), map[string]any{"error": e})
 }
