@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
@@ -70,8 +71,44 @@ type ComplexityRoot struct {
 		Pool func(childComplexity int) int
 	}
 
+	AuditPrincipal struct {
+		Kind        func(childComplexity int) int
+		Name        func(childComplexity int) int
+		PrincipalID func(childComplexity int) int
+	}
+
+	AuditRecord struct {
+		AuditID       func(childComplexity int) int
+		ClientAddress func(childComplexity int) int
+		DetailValue   func(childComplexity int) int
+		Method        func(childComplexity int) int
+		OccurredAt    func(childComplexity int) int
+		Outcome       func(childComplexity int) int
+		Principal     func(childComplexity int) int
+		RequestID     func(childComplexity int) int
+		Resource      func(childComplexity int) int
+		TenantID      func(childComplexity int) int
+	}
+
+	AuditRecordConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	AuditRecordEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	AuditResource struct {
+		ID   func(childComplexity int) int
+		Type func(childComplexity int) int
+	}
+
 	ComputeNode struct {
 		Attestor         func(childComplexity int) int
+		AuditLog         func(childComplexity int, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) int
 		CertExpiresAt    func(childComplexity int) int
 		CreatedAt        func(childComplexity int) int
 		GlobalID         func(childComplexity int) int
@@ -183,6 +220,7 @@ type ComplexityRoot struct {
 	}
 
 	Instance struct {
+		AuditLog         func(childComplexity int, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) int
 		CreatedAt        func(childComplexity int) int
 		DeletedAt        func(childComplexity int) int
 		DesiredState     func(childComplexity int) int
@@ -409,6 +447,7 @@ type ComplexityRoot struct {
 	}
 
 	Pool struct {
+		AuditLog        func(childComplexity int, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) int
 		Capacity        func(childComplexity int) int
 		CreatedAt       func(childComplexity int) int
 		GPUModel        func(childComplexity int) int
@@ -650,6 +689,7 @@ type ComplexityRoot struct {
 	}
 
 	Tenant struct {
+		AuditLog     func(childComplexity int, first *int, after *string, resourceID *string, principalID *string, method *string, since *time.Time, until *time.Time) int
 		ComputeNode  func(childComplexity int, nodeID string) int
 		CreatedAt    func(childComplexity int) int
 		ID           func(childComplexity int) int
@@ -833,12 +873,148 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ArchivePoolPayload.Pool(childComplexity), true
 
+	case "AuditPrincipal.kind":
+		if e.ComplexityRoot.AuditPrincipal.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditPrincipal.Kind(childComplexity), true
+	case "AuditPrincipal.name":
+		if e.ComplexityRoot.AuditPrincipal.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditPrincipal.Name(childComplexity), true
+	case "AuditPrincipal.principalId":
+		if e.ComplexityRoot.AuditPrincipal.PrincipalID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditPrincipal.PrincipalID(childComplexity), true
+
+	case "AuditRecord.auditId":
+		if e.ComplexityRoot.AuditRecord.AuditID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.AuditID(childComplexity), true
+	case "AuditRecord.clientAddress":
+		if e.ComplexityRoot.AuditRecord.ClientAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.ClientAddress(childComplexity), true
+	case "AuditRecord.detail":
+		if e.ComplexityRoot.AuditRecord.DetailValue == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.DetailValue(childComplexity), true
+	case "AuditRecord.method":
+		if e.ComplexityRoot.AuditRecord.Method == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.Method(childComplexity), true
+	case "AuditRecord.occurredAt":
+		if e.ComplexityRoot.AuditRecord.OccurredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.OccurredAt(childComplexity), true
+	case "AuditRecord.outcome":
+		if e.ComplexityRoot.AuditRecord.Outcome == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.Outcome(childComplexity), true
+	case "AuditRecord.principal":
+		if e.ComplexityRoot.AuditRecord.Principal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.Principal(childComplexity), true
+	case "AuditRecord.requestId":
+		if e.ComplexityRoot.AuditRecord.RequestID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.RequestID(childComplexity), true
+	case "AuditRecord.resource":
+		if e.ComplexityRoot.AuditRecord.Resource == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.Resource(childComplexity), true
+	case "AuditRecord.tenantId":
+		if e.ComplexityRoot.AuditRecord.TenantID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecord.TenantID(childComplexity), true
+
+	case "AuditRecordConnection.edges":
+		if e.ComplexityRoot.AuditRecordConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecordConnection.Edges(childComplexity), true
+	case "AuditRecordConnection.pageInfo":
+		if e.ComplexityRoot.AuditRecordConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecordConnection.PageInfo(childComplexity), true
+	case "AuditRecordConnection.totalCount":
+		if e.ComplexityRoot.AuditRecordConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecordConnection.TotalCount(childComplexity), true
+
+	case "AuditRecordEdge.cursor":
+		if e.ComplexityRoot.AuditRecordEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecordEdge.Cursor(childComplexity), true
+	case "AuditRecordEdge.node":
+		if e.ComplexityRoot.AuditRecordEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditRecordEdge.Node(childComplexity), true
+
+	case "AuditResource.id":
+		if e.ComplexityRoot.AuditResource.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditResource.ID(childComplexity), true
+	case "AuditResource.type":
+		if e.ComplexityRoot.AuditResource.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditResource.Type(childComplexity), true
+
 	case "ComputeNode.attestor":
 		if e.ComplexityRoot.ComputeNode.Attestor == nil {
 			break
 		}
 
 		return e.ComplexityRoot.ComputeNode.Attestor(childComplexity), true
+	case "ComputeNode.auditLog":
+		if e.ComplexityRoot.ComputeNode.AuditLog == nil {
+			break
+		}
+
+		args, err := ec.field_ComputeNode_auditLog_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.ComputeNode.AuditLog(childComplexity, args["first"].(*int), args["after"].(*string), args["principalId"].(*string), args["method"].(*string), args["since"].(*time.Time), args["until"].(*time.Time)), true
 	case "ComputeNode.certificateExpiresAt":
 		if e.ComplexityRoot.ComputeNode.CertExpiresAt == nil {
 			break
@@ -1214,6 +1390,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.GrantMemberPayload.Binding(childComplexity), true
 
+	case "Instance.auditLog":
+		if e.ComplexityRoot.Instance.AuditLog == nil {
+			break
+		}
+
+		args, err := ec.field_Instance_auditLog_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Instance.AuditLog(childComplexity, args["first"].(*int), args["after"].(*string), args["principalId"].(*string), args["method"].(*string), args["since"].(*time.Time), args["until"].(*time.Time)), true
 	case "Instance.createdAt":
 		if e.ComplexityRoot.Instance.CreatedAt == nil {
 			break
@@ -2362,6 +2549,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Pool.auditLog":
+		if e.ComplexityRoot.Pool.AuditLog == nil {
+			break
+		}
+
+		args, err := ec.field_Pool_auditLog_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Pool.AuditLog(childComplexity, args["first"].(*int), args["after"].(*string), args["principalId"].(*string), args["method"].(*string), args["since"].(*time.Time), args["until"].(*time.Time)), true
 	case "Pool.capacity":
 		if e.ComplexityRoot.Pool.Capacity == nil {
 			break
@@ -3263,6 +3461,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Subscription.InstanceEvents(childComplexity, args["tenantId"].(string), args["instanceId"].(*string), args["poolId"].(*string), args["after"].(*string)), true
 
+	case "Tenant.auditLog":
+		if e.ComplexityRoot.Tenant.AuditLog == nil {
+			break
+		}
+
+		args, err := ec.field_Tenant_auditLog_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Tenant.AuditLog(childComplexity, args["first"].(*int), args["after"].(*string), args["resourceId"].(*string), args["principalId"].(*string), args["method"].(*string), args["since"].(*time.Time), args["until"].(*time.Time)), true
 	case "Tenant.computeNode":
 		if e.ComplexityRoot.Tenant.ComputeNode == nil {
 			break
@@ -3902,6 +4111,96 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../schema/audit.graphqls", Input: `"""
+One record of the audit trail (audit.list): who (principal) called which
+method on which resource, with which outcome, when and from which client
+address. Every mutation attempt that reached a decision is recorded,
+failures included; reads are not. Records are append-only. Readable by the
+principals holding compute:audit:read on the record's tenant (its admins;
+the operator reads every tenant's).
+"""
+type AuditRecord {
+  auditId: String!
+  "The tenant the call named (or the tenant of the credential's node or join token)."
+  tenantId: String!
+  principal: AuditPrincipal!
+  "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves."
+  method: String!
+  resource: AuditResource!
+  "success, or the error code the call ended with (PERMISSION_DENIED, NOT_FOUND, ...)."
+  outcome: String!
+  "The request's X-Request-Id (job-<id> for the reconciler)."
+  requestId: String!
+  "The client address the rate limits used; null for records made without a request."
+  clientAddress: String
+  occurredAt: Time!
+  "What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason."
+  detail: JSON
+}
+
+"The principal as it was when the record was written."
+type AuditPrincipal {
+  "Null when the credential named no one (an unknown join token)."
+  principalId: String
+  kind: AuditPrincipalKind!
+  name: String!
+}
+
+enum AuditPrincipalKind {
+  OPERATOR
+  USER
+  SERVICE
+  NODE
+  SYSTEM
+  JOIN_TOKEN
+  UNKNOWN
+}
+
+"What a record is about: an authorization resource type (compute-instance, ...) and its id."
+type AuditResource {
+  type: String!
+  id: String!
+}
+
+type AuditRecordConnection {
+  edges: [AuditRecordEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type AuditRecordEdge {
+  cursor: String!
+  node: AuditRecord!
+}
+
+extend type Tenant {
+  """
+  The tenant's audit trail, newest first, as audit.list filters it (since
+  inclusive, until exclusive). PERMISSION_DENIED without compute:audit:read
+  on the tenant (admins hold it).
+  """
+  auditLog(first: Int = 50, after: String, resourceId: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type Instance {
+  "The records about the instance, newest first, in the tenants whose audit trail the caller reads (empty for others)."
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type Pool {
+  """
+  The records about the pool, newest first, in the tenants whose audit trail
+  the caller reads: the owner's admins read the pool's records; a tenant the
+  pool is offered to reads only its own records about it.
+  """
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type ComputeNode {
+  "The records about the node (its join, cordons, reports that stored something), newest first, for the callers who read its tenant's audit trail."
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+`, BuiltIn: false},
 	{Name: "../schema/events.graphqls", Input: `"""
 An instance's state moved: one event per move, written in the same
 transaction as the move. ` + "`" + `eventId` + "`" + ` is the resume cursor: event ids sort in
@@ -5231,6 +5530,76 @@ func (ec *executionContext) childFields_ArchivePoolPayload(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type ArchivePoolPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_AuditPrincipal(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "principalId":
+		return ec.fieldContext_AuditPrincipal_principalId(ctx, field)
+	case "kind":
+		return ec.fieldContext_AuditPrincipal_kind(ctx, field)
+	case "name":
+		return ec.fieldContext_AuditPrincipal_name(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditPrincipal", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecord(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "auditId":
+		return ec.fieldContext_AuditRecord_auditId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_AuditRecord_tenantId(ctx, field)
+	case "principal":
+		return ec.fieldContext_AuditRecord_principal(ctx, field)
+	case "method":
+		return ec.fieldContext_AuditRecord_method(ctx, field)
+	case "resource":
+		return ec.fieldContext_AuditRecord_resource(ctx, field)
+	case "outcome":
+		return ec.fieldContext_AuditRecord_outcome(ctx, field)
+	case "requestId":
+		return ec.fieldContext_AuditRecord_requestId(ctx, field)
+	case "clientAddress":
+		return ec.fieldContext_AuditRecord_clientAddress(ctx, field)
+	case "occurredAt":
+		return ec.fieldContext_AuditRecord_occurredAt(ctx, field)
+	case "detail":
+		return ec.fieldContext_AuditRecord_detail(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecord", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecordConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_AuditRecordConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_AuditRecordConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_AuditRecordConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecordConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecordEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_AuditRecordEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_AuditRecordEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecordEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditResource(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_AuditResource_type(ctx, field)
+	case "id":
+		return ec.fieldContext_AuditResource_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditResource", field.Name)
+}
+
 func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -5271,6 +5640,8 @@ func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field g
 		return ec.fieldContext_ComputeNode_inventoryHistory(ctx, field)
 	case "inventoryDiff":
 		return ec.fieldContext_ComputeNode_inventoryDiff(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_ComputeNode_auditLog(ctx, field)
 	case "workflows":
 		return ec.fieldContext_ComputeNode_workflows(ctx, field)
 	}
@@ -5499,6 +5870,8 @@ func (ec *executionContext) childFields_Instance(ctx context.Context, field grap
 		return ec.fieldContext_Instance_host(ctx, field)
 	case "events":
 		return ec.fieldContext_Instance_events(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Instance_auditLog(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Instance", field.Name)
 }
@@ -5857,6 +6230,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_updatedAt(ctx, field)
 	case "offers":
 		return ec.fieldContext_Pool_offers(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Pool_auditLog(ctx, field)
 	case "instances":
 		return ec.fieldContext_Pool_instances(ctx, field)
 	case "reservations":
@@ -6301,6 +6676,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Tenant_auditLog(ctx, field)
 	case "instances":
 		return ec.fieldContext_Tenant_instances(ctx, field)
 	case "reservations":

@@ -42,7 +42,7 @@ func Pattern(prefix string) string { return "^" + prefix + "_" + idBody + "$" }
 var cache = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation} {
+	for _, p := range []string{Node, Inventory, Pool, Project, Instance, JoinRequest, JoinToken, Workflow, Event, Token, Principal, Reservation, Audit} {
 		cache[p] = regexp.MustCompile(Pattern(p))
 	}
 }

@@ -201,7 +201,9 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(store.ForRequest(reqctx.WithRequestID(r.Context(), id))))
+		// The client address the limits use, for the audit trail.
+		ctx := reqctx.WithClientAddr(reqctx.WithRequestID(r.Context(), id), clientIP(r))
+		next.ServeHTTP(w, r.WithContext(store.ForRequest(ctx)))
 	})
 }
 

@@ -169,6 +169,9 @@ type Options struct {
 	// Proxy puts a TCP proxy between the server and PostgreSQL, which the
 	// test can freeze (Env.Proxy) to play a database that stops answering.
 	Proxy bool
+	// Instances configures the instances service (its reconciler and the
+	// retention jobs); SweepEvery defaults to 1 s.
+	Instances instances.Config
 }
 
 // Start starts the whole HTTP server on a fresh database.
@@ -198,7 +201,11 @@ func StartWith(t testing.TB, o Options) *Env {
 	// The instances service can queue jobs from the start; its reconciler
 	// runs only in tests that ask for it (RunReconciler), so the others
 	// pay for no polling.
-	inst, err := instances.NewService(d, log, instances.Config{SweepEvery: time.Second})
+	icfg := o.Instances
+	if icfg.SweepEvery == 0 {
+		icfg.SweepEvery = time.Second
+	}
+	inst, err := instances.NewService(d, log, icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
