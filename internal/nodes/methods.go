@@ -97,7 +97,7 @@ func Methods(db *store.DB) []registry.Method {
 	serial := registry.Field{Name: "serial", Type: registry.String, MaxLength: 128, Pattern: `^[\x20-\x7E]*$`,
 		Description: "the system serial number (printable ASCII)"}
 	ownerOnly := "Only the pool's owner may call it; a pool the tenant does not own is `NOT_FOUND`."
-	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true,
+	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true, Schema: LabelsSchema,
 		Description: "label keys (prefix/name) to values, at most 64"}
 	nodeState := registry.EnumField("state", StateEnum, false)
 	reqState := registry.EnumField("state", ReqStateEnum, false)

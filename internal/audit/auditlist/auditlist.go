@@ -16,8 +16,11 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// Schemas of the record's fields that have no Go type to reflect.
+// Schemas of the record and of its fields that have no Go type to reflect.
 var (
+	_ = registry.DefineSchemaOf[audit.Record]("AuditRecord")
+	_ = registry.DefineSchemaOf[audit.Actor]("AuditPrincipal")
+	_ = registry.DefineSchemaOf[audit.Resource]("AuditResource")
 	_ = registry.DefineEnum("AuditPrincipalKind",
 		"who acted: a principal of the principals table (operator, user, service, node), the system's own workers (system: the vps.instances reconciler, the audit retention), a join token presented to nodes.join (join-token), or unknown (records written before principals were kept)",
 		audit.KindOperator, audit.KindUser, audit.KindService, audit.KindNode, audit.KindSystem, audit.KindJoinToken, audit.KindUnknown)
