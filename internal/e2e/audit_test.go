@@ -244,6 +244,18 @@ func TestAuditListPermissions(t *testing.T) {
 	if len(items) < 5 {
 		t.Fatalf("acme's trail: %+v", items)
 	}
+	// Another tenant's ids as filters find nothing of it: its project, its
+	// admin.
+	evilPrj := newProject(t, e, evil.Admin.Token, "evil", "secret")
+	for _, f := range []map[string]any{{"resourceId": evilPrj}, {"principalId": evil.Admin.PrincipalID}, {"resourceId": "evil"}} {
+		f["tenantId"] = "acme"
+		if got, _ := auditList(t, e, acme.Admin.Token, f); len(got) != 0 {
+			t.Fatalf("acme's trail filtered by %v holds %+v", f, got)
+		}
+	}
+	if got, _ := auditList(t, e, evil.Admin.Token, map[string]any{"tenantId": "evil", "resourceId": evilPrj}); len(got) != 1 {
+		t.Fatalf("evil's own project records: %+v", got)
+	}
 	// nodes.join names its join token and the pool's tenant.
 	joins, _ := auditList(t, e, acme.Admin.Token, map[string]any{"tenantId": "acme", "method": "nodes.join"})
 	if len(joins) != 1 || joins[0].Principal.Kind != audit.KindJoinToken || !strings.HasPrefix(joins[0].principal(), "jtok_") ||
