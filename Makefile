@@ -83,6 +83,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeSections -fuzztime=5s ./internal/inventory/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=5s ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=5s ./internal/audit/
+	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=5s ./internal/pools/
 
 ci: lint check-generated test fuzz
 
