@@ -96,6 +96,8 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=5s ./internal/clientaddr/
 	$(GO) test -run='^$$' -fuzz=FuzzParseAKPublic -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzEKCertificate -fuzztime=5s ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=5s ./internal/audit/
+	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=5s ./internal/pools/
 
 ci: lint check-generated test fuzz
 

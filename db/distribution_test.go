@@ -16,7 +16,6 @@ import (
 // notTenantData, with its reason), and a table that became distributable
 // must leave the list.
 var notYetDistributable = map[string]string{
-	"audit_log":              "no tenant_id",
 	"expected_machines":      "no tenant_id (the pool owner's)",
 	"instance_allocations":   "no tenant_id; instance and host node belong to different tenants in offered pools",
 	"instance_events":        "keyed (xid, seq): being replaced by a per-tenant stream keyed (tenant_id, seq)",

@@ -25,6 +25,7 @@ type PoolResolver interface {
 	Policy(ctx context.Context, obj *pools.Pool) (any, error)
 
 	Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error)
+	AuditLog(ctx context.Context, obj *pools.Pool, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
 	Instances(ctx context.Context, obj *pools.Pool, first *int, after *string, projectID *string, state *string) (*model.InstanceConnection, error)
 	Reservations(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.ReservationConnection, error)
 	Capacity(ctx context.Context, obj *pools.Pool) (*instances.PoolCapacity, error)
@@ -35,6 +36,60 @@ type PoolResolver interface {
 // endregion ************************** generated!.gotpl **************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_Pool_auditLog_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "principalId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["principalId"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "method",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["method"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "since",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["since"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg5
+	return args, nil
+}
 
 func (ec *executionContext) field_Pool_instances_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -622,6 +677,50 @@ func (ec *executionContext) fieldContext_Pool_offers(_ context.Context, field gr
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_PoolOffer(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Pool_auditLog(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_auditLog(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Pool().AuditLog(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["principalId"].(*string), fc.Args["method"].(*string), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.AuditRecordConnection) graphql.Marshaler {
+			return ec.marshalNAuditRecordConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAuditRecordConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_auditLog(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Pool",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AuditRecordConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Pool_auditLog_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -1524,6 +1623,12 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_offers(ctx, field, obj)
+				})
+		case "auditLog":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_auditLog(ctx, field, obj)
 				})
 		case "instances":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

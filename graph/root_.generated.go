@@ -197,6 +197,96 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../schema/audit.graphqls", Input: `"""
+One record of the audit trail (audit.list): who (principal) called which
+method on which resource, with which outcome, when and from which client
+address. Every mutation attempt that reached a decision is recorded,
+failures included; reads are not. Records are append-only. Readable by the
+principals holding compute:audit:read on the record's tenant (its admins;
+the operator reads every tenant's).
+"""
+type AuditRecord {
+  auditId: String!
+  "The tenant the call named (or the tenant of the credential's node or join token)."
+  tenantId: String!
+  principal: AuditPrincipal!
+  "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves."
+  method: String!
+  resource: AuditResource!
+  "success, or the error code the call ended with (PERMISSION_DENIED, NOT_FOUND, ...)."
+  outcome: String!
+  "The request's X-Request-Id (job-<id> for the reconciler)."
+  requestId: String!
+  "The client address the rate limits used; null for records made without a request."
+  clientAddress: String
+  occurredAt: Time!
+  "What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason."
+  detail: JSON
+}
+
+"The principal as it was when the record was written."
+type AuditPrincipal {
+  "Null when the credential named no one (an unknown join token)."
+  principalId: String
+  kind: AuditPrincipalKind!
+  name: String!
+}
+
+enum AuditPrincipalKind {
+  OPERATOR
+  USER
+  SERVICE
+  NODE
+  SYSTEM
+  JOIN_TOKEN
+  UNKNOWN
+}
+
+"What a record is about: an authorization resource type (compute-instance, ...) and its id."
+type AuditResource {
+  type: String!
+  id: String!
+}
+
+type AuditRecordConnection {
+  edges: [AuditRecordEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type AuditRecordEdge {
+  cursor: String!
+  node: AuditRecord!
+}
+
+extend type Tenant {
+  """
+  The tenant's audit trail, newest first, as audit.list filters it (since
+  inclusive, until exclusive). PERMISSION_DENIED without compute:audit:read
+  on the tenant (admins hold it).
+  """
+  auditLog(first: Int = 50, after: String, resourceId: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type Instance {
+  "The records about the instance, newest first, in the tenants whose audit trail the caller reads (empty for others)."
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type Pool {
+  """
+  The records about the pool, newest first, in the tenants whose audit trail
+  the caller reads: the owner's admins read the pool's records; a tenant the
+  pool is offered to reads only its own records about it.
+  """
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+
+extend type ComputeNode {
+  "The records about the node (its join, cordons, reports that stored something), newest first, for the callers who read its tenant's audit trail."
+  auditLog(first: Int = 50, after: String, principalId: String, method: String, since: Time, until: Time): AuditRecordConnection!
+}
+`, BuiltIn: false},
 	{Name: "../schema/events.graphqls", Input: `"""
 An instance's state moved: one event per move, written in the same
 transaction as the move. ` + "`" + `eventId` + "`" + ` is the resume cursor: event ids sort in
@@ -1544,6 +1634,76 @@ func (ec *executionContext) childFields_ArchivePoolPayload(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type ArchivePoolPayload", field.Name)
 }
 
+func (ec *executionContext) childFields_AuditPrincipal(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "principalId":
+		return ec.fieldContext_AuditPrincipal_principalId(ctx, field)
+	case "kind":
+		return ec.fieldContext_AuditPrincipal_kind(ctx, field)
+	case "name":
+		return ec.fieldContext_AuditPrincipal_name(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditPrincipal", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecord(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "auditId":
+		return ec.fieldContext_AuditRecord_auditId(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_AuditRecord_tenantId(ctx, field)
+	case "principal":
+		return ec.fieldContext_AuditRecord_principal(ctx, field)
+	case "method":
+		return ec.fieldContext_AuditRecord_method(ctx, field)
+	case "resource":
+		return ec.fieldContext_AuditRecord_resource(ctx, field)
+	case "outcome":
+		return ec.fieldContext_AuditRecord_outcome(ctx, field)
+	case "requestId":
+		return ec.fieldContext_AuditRecord_requestId(ctx, field)
+	case "clientAddress":
+		return ec.fieldContext_AuditRecord_clientAddress(ctx, field)
+	case "occurredAt":
+		return ec.fieldContext_AuditRecord_occurredAt(ctx, field)
+	case "detail":
+		return ec.fieldContext_AuditRecord_detail(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecord", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecordConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_AuditRecordConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_AuditRecordConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_AuditRecordConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecordConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditRecordEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_AuditRecordEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_AuditRecordEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditRecordEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditResource(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_AuditResource_type(ctx, field)
+	case "id":
+		return ec.fieldContext_AuditResource_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditResource", field.Name)
+}
+
 func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -1584,6 +1744,8 @@ func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field g
 		return ec.fieldContext_ComputeNode_inventoryHistory(ctx, field)
 	case "inventoryDiff":
 		return ec.fieldContext_ComputeNode_inventoryDiff(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_ComputeNode_auditLog(ctx, field)
 	case "workflows":
 		return ec.fieldContext_ComputeNode_workflows(ctx, field)
 	}
@@ -1812,6 +1974,8 @@ func (ec *executionContext) childFields_Instance(ctx context.Context, field grap
 		return ec.fieldContext_Instance_host(ctx, field)
 	case "events":
 		return ec.fieldContext_Instance_events(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Instance_auditLog(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Instance", field.Name)
 }
@@ -2172,6 +2336,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_updatedAt(ctx, field)
 	case "offers":
 		return ec.fieldContext_Pool_offers(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Pool_auditLog(ctx, field)
 	case "instances":
 		return ec.fieldContext_Pool_instances(ctx, field)
 	case "reservations":
@@ -2616,6 +2782,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_tokens(ctx, field)
 	case "members":
 		return ec.fieldContext_Tenant_members(ctx, field)
+	case "auditLog":
+		return ec.fieldContext_Tenant_auditLog(ctx, field)
 	case "instances":
 		return ec.fieldContext_Tenant_instances(ctx, field)
 	case "reservations":

@@ -120,6 +120,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.ReplicaName, "replica-name", env("COMPUTE_REPLICA_NAME", fmt.Sprintf("%s-%d", host, os.Getpid())), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
 	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	auditRetention := fs.String("audit-retention", env("COMPUTE_AUDIT_RETENTION", "400d"), "how long audit records are kept: a Go duration or a number of days such as 400d (COMPUTE_AUDIT_RETENTION)")
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
 	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
@@ -130,7 +131,7 @@ func (m *Main) ParseFlags(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	d, err := parseRetention(*retention)
+	d, err := parseRetention("COMPUTE_EVENT_RETENTION", *retention)
 	if err != nil {
 		return err
 	}
@@ -143,6 +144,9 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.ClientAddr.Header, err = clientaddr.ParseHeader(*fwdHeader); err != nil {
 		return fmt.Errorf("COMPUTE_FORWARDED_HEADER: %w", err)
+	}
+	if m.Instances.AuditRetention, err = parseRetention("COMPUTE_AUDIT_RETENTION", *auditRetention); err != nil {
+		return err
 	}
 	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
 	for _, o := range strings.Split(*origins, ",") {
@@ -343,18 +347,19 @@ func serveDebug(ctx context.Context, addr string, metrics http.Handler) error {
 	return ds.ListenAndServe()
 }
 
-// parseRetention reads a Go duration or a number of days ("7d").
-func parseRetention(s string) (time.Duration, error) {
+// parseRetention reads a retention setting (name, for the error): a Go
+// duration of at least a minute or a number of days ("7d").
+func parseRetention(name, s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		days, err := strconv.Atoi(n)
 		if err != nil || days < 1 {
-			return 0, fmt.Errorf("COMPUTE_EVENT_RETENTION %q: want a Go duration or a number of days such as 7d", s)
+			return 0, fmt.Errorf("%s %q: want a Go duration or a number of days such as 7d", name, s)
 		}
 		return time.Duration(days) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < time.Minute {
-		return 0, fmt.Errorf("COMPUTE_EVENT_RETENTION %q: want a Go duration of at least 1m or a number of days such as 7d", s)
+		return 0, fmt.Errorf("%s %q: want a Go duration of at least 1m or a number of days such as 7d", name, s)
 	}
 	return d, nil
 }

@@ -5,6 +5,7 @@ package model
 import (
 	"time"
 
+	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/instances"
@@ -37,6 +38,17 @@ type AllowTpmKeyPayload struct {
 
 type ArchivePoolPayload struct {
 	Pool *pools.Pool `json:"pool"`
+}
+
+type AuditRecordConnection struct {
+	Edges      []*AuditRecordEdge `json:"edges"`
+	PageInfo   *PageInfo          `json:"pageInfo"`
+	TotalCount int                `json:"totalCount"`
+}
+
+type AuditRecordEdge struct {
+	Cursor string        `json:"cursor"`
+	Node   *audit.Record `json:"node"`
 }
 
 type CancelReservationInput struct {

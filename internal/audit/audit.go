@@ -1,33 +1,406 @@
-// Package audit writes the audit record of each mutation.
+// Package audit is the audit trail: one record per mutation attempt that
+// reached a decision (successes in the mutation's own transaction, failures
+// after its rollback), per reconciler move and per retention run. A record
+// names its tenant, the principal as it was (id, kind, display name), the
+// method, the resource (type and id), the outcome ("success" or the error
+// code), the request id, the client address the rate limits used, and the
+// time. Records are append-only: the table's trigger refuses UPDATE, DELETE
+// and TRUNCATE, except the retention pruner's deletes (Prune).
+//
+// Readers hold compute:audit:read on the record's tenant (admins, and the
+// operator for every tenant): Visible is the one predicate, used by
+// audit.list and the graph's auditLog connections alike.
 package audit
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
 
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// Write records who did what to which resource with which outcome. Called
-// inside the mutation's transaction for successes, on its own for failures.
-// detail, when not nil, is a JSON object kept with the record.
-func Write(ctx context.Context, q store.Q, method, resource, outcome string, detail []byte) error {
-	var pid *string
-	if p := reqctx.PrincipalFrom(ctx); p != nil {
-		pid = &p.ID
+// PlatformTenant is where records that belong to no tenant live: the
+// pruning itself, a join with an unknown join token, and calls naming a
+// tenant that does not exist (recording those under the id they named
+// would hand them to whoever creates that tenant later, and let anyone
+// write records under any id). '@' is outside the tenant id pattern, so no
+// tenant can take it; only the operator reads it.
+const PlatformTenant = "@platform"
+
+// Success is the outcome of a mutation that committed.
+const Success = "success"
+
+// Principal kinds: the principals table's (operator, user, service,
+// node), the system's own workers, a join token presented to nodes.join,
+// and unknown (records from before principals were kept).
+const (
+	KindOperator  = "operator"
+	KindUser      = "user"
+	KindService   = "service"
+	KindNode      = "node"
+	KindSystem    = "system"
+	KindJoinToken = "join-token"
+	KindUnknown   = "unknown"
+)
+
+// Actor is who a record says acted: the principal as it was at the time.
+type Actor struct {
+	PrincipalID *string `json:"principalId" db:"principal_id"`
+	Kind        string  `json:"kind" db:"principal_kind" schema:"AuditPrincipalKind"`
+	Name        string  `json:"name" db:"principal_name"`
+}
+
+// Resource is what a record is about: an authorization resource type
+// (compute-tenant, compute-pool, ...) and its id.
+type Resource struct {
+	Type string `json:"type" db:"resource_type"`
+	ID   string `json:"id" db:"resource_id"`
+}
+
+// Record is one audit record as readers get it.
+type Record struct {
+	AuditID       string          `json:"auditId" db:"audit_id"`
+	TenantID      string          `json:"tenantId" db:"tenant_id"`
+	Principal     Actor           `json:"principal" db:"-"`
+	Method        string          `json:"method" db:"method"`
+	Resource      Resource        `json:"resource" db:"-"`
+	Outcome       string          `json:"outcome" db:"outcome"`
+	RequestID     string          `json:"requestId" db:"request_id"`
+	ClientAddress *string         `json:"clientAddress" db:"client_addr"`
+	OccurredAt    time.Time       `json:"occurredAt" db:"occurred_at"`
+	Detail        json.RawMessage `json:"detail" db:"-" schema:"AuditDetail"`
+	DetailText    *string         `json:"-" db:"detail"`
+}
+
+func (r *Record) fix() {
+	r.OccurredAt = r.OccurredAt.UTC()
+	r.Detail = nil
+	if r.DetailText != nil {
+		r.Detail = json.RawMessage(*r.DetailText)
+	}
+}
+
+// DetailValue is the detail as a JSON value for the graph (null when none).
+func (r *Record) DetailValue() any {
+	if r.Detail == nil {
+		return nil
+	}
+	return r.Detail
+}
+
+// Entry is a record to write. The principal, the request id and the client
+// address come from the context; Actor overrides the principal (a join
+// token, which is no principal).
+type Entry struct {
+	// TenantID is the record's tenant: the tenant the call named (or the
+	// resource's, for calls naming none). A tenant that does not exist is
+	// recorded under PlatformTenant.
+	TenantID string
+	Method   string
+	Resource Resource
+	Outcome  string
+	Detail   []byte // a JSON object, or nil
+	Actor    *Actor
+}
+
+// ActorOf is the record's view of a principal.
+func ActorOf(p *reqctx.Principal) Actor {
+	if p == nil {
+		return Actor{Kind: KindUnknown}
+	}
+	id := p.ID
+	return Actor{PrincipalID: &id, Kind: p.Kind, Name: p.Name}
+}
+
+// Write appends one record on q: the mutation's transaction for
+// successes (the record commits with the change, or neither does), the pool
+// for failures.
+func Write(ctx context.Context, q store.Q, e Entry) error {
+	a := ActorOf(reqctx.PrincipalFrom(ctx))
+	if e.Actor != nil {
+		a = *e.Actor
+	}
+	var addr *string
+	if s := reqctx.ClientAddr(ctx); s != "" {
+		addr = &s
+	}
+	var detail *string
+	if e.Detail != nil {
+		s := string(e.Detail)
+		detail = &s
 	}
 	_, err := q.ExecContext(ctx, `
-		INSERT INTO audit_log (audit_id, principal_id, method, resource, outcome, request_id, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,
-		ids.New(ids.Audit), pid, method, resource, outcome, reqctx.RequestID(ctx), nullable(detail))
+		INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name, method,
+			resource_type, resource_id, outcome, request_id, client_addr, detail)
+		VALUES (COALESCE((SELECT tenant_id FROM tenants WHERE tenant_id = $1), '`+PlatformTenant+`'),
+			$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)`,
+		e.TenantID, ids.New(ids.Audit), a.PrincipalID, a.Kind, a.Name, e.Method,
+		e.Resource.Type, e.Resource.ID, e.Outcome, reqctx.RequestID(ctx), addr, detail)
 	return store.Wrap(err)
 }
 
-func nullable(b []byte) *string {
-	if b == nil {
-		return nil
+// Visible is the one visibility predicate over audit_log a: a record is
+// read by the principals holding compute:audit:read on its tenant (the
+// tenants of the text[] expression tenants; every tenant for the operator).
+func Visible(tenants string) string { return `a.tenant_id = ANY(` + tenants + `)` }
+
+// --- reading -----------------------------------------------------------
+
+// Parent names what a page of records hangs off.
+type Parent string
+
+// Parents of record pages: a tenant's whole trail, or one resource's
+// records (an instance's, a pool's, a node's) in the tenants the caller
+// reads.
+const (
+	OfTenant   Parent = "tenant"
+	OfInstance Parent = authz.Instance
+	OfPool     Parent = authz.Pool
+	OfNode     Parent = authz.Node
+)
+
+// Filter is one parent's page with audit.list's filters. Since and Until
+// are RFC 3339 times ("" for none): since inclusive, until exclusive.
+type Filter struct {
+	Parent      string
+	ResourceID  string
+	PrincipalID string
+	Method      string
+	Since       string
+	Until       string
+}
+
+const sep = "\x1f"
+
+// Key encodes a filter as one loader key.
+func (f Filter) Key() string {
+	return strings.Join([]string{f.Parent, f.ResourceID, f.PrincipalID, f.Method, f.Since, f.Until}, sep)
+}
+
+// ParseFilter decodes Key.
+func ParseFilter(k string) Filter {
+	p := strings.SplitN(k, sep, 6)
+	for len(p) < 6 {
+		p = append(p, "")
 	}
-	s := string(b)
-	return &s
+	return Filter{p[0], p[1], p[2], p[3], p[4], p[5]}
+}
+
+// NewFilter checks a filter's bounds: until must be after since.
+func NewFilter(parent string, resourceID, principalID, method *string, since, until *time.Time) (Filter, error) {
+	f := Filter{Parent: parent}
+	for dst, src := range map[*string]*string{&f.ResourceID: resourceID, &f.PrincipalID: principalID, &f.Method: method} {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	if since != nil {
+		f.Since = since.UTC().Format(time.RFC3339Nano)
+	}
+	if until != nil {
+		f.Until = until.UTC().Format(time.RFC3339Nano)
+	}
+	if since != nil && until != nil && !until.After(*since) {
+		return f, errs.Invalid("until", "until must be after since")
+	}
+	return f, nil
+}
+
+// CursorKey is the sort key of a record as one string (the pages' cursor
+// key): its time and id, newest first.
+func CursorKey(r *Record) string {
+	return r.OccurredAt.UTC().Format(time.RFC3339Nano) + " " + r.AuditID
+}
+
+// CheckCursorKey refuses a cursor key that CursorKey did not make
+// (INVALID_INPUT at path).
+func CheckCursorKey(path, k string) error {
+	_, _, err := parseCursorKey(k)
+	if err != nil {
+		return errs.Invalid(path, "%s is not a cursor this server returned", path)
+	}
+	return nil
+}
+
+// parseCursorKey splits a cursor key; empty means the first page.
+func parseCursorKey(k string) (*time.Time, string, error) {
+	if k == "" {
+		return nil, "", nil
+	}
+	ts, id, ok := strings.Cut(k, " ")
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if !ok || err != nil || !ids.Valid(ids.Audit, id) {
+		return nil, "", errs.Invalid("cursor", "cursor is not one this server returned")
+	}
+	return &t, id, nil
+}
+
+func filterArrays(keys []string) (parent, resource, principal, method, since, until []string) {
+	for _, k := range keys {
+		f := ParseFilter(k)
+		parent, resource, principal = append(parent, f.Parent), append(resource, f.ResourceID), append(principal, f.PrincipalID)
+		method, since, until = append(method, f.Method), append(since, f.Since), append(until, f.Until)
+	}
+	return
+}
+
+// match is the filter of a key t over audit_log a, visible in the scope at
+// $1.
+func match(by Parent) string {
+	parent := `a.tenant_id = t.parent AND (t.f_resource = '' OR a.resource_id = t.f_resource)`
+	if by != OfTenant {
+		parent = `a.resource_id = t.parent AND a.resource_type = '` + string(by) + `'`
+	}
+	return parent + `
+		AND (t.f_principal = '' OR a.principal_id = t.f_principal) AND (t.f_method = '' OR a.method = t.f_method)
+		AND a.occurred_at >= COALESCE(NULLIF(t.f_since, '')::timestamptz, '-infinity')
+		AND a.occurred_at < COALESCE(NULLIF(t.f_until, '')::timestamptz, 'infinity')
+		AND ` + authz.Where("$1", Visible)
+}
+
+// keysAt unnests the seven arrays (keys and filterArrays), from parameter
+// $n on, as t(k, parent, f_resource, f_principal, f_method, f_since, f_until).
+func keysAt(n int) string {
+	return fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[])
+		AS t(k, parent, f_resource, f_principal, f_method, f_since, f_until)`, n, n+1, n+2, n+3, n+4, n+5, n+6)
+}
+
+const recordCols = `a.audit_id, a.tenant_id, a.principal_id, a.principal_kind, a.principal_name, a.method,
+	a.resource_type, a.resource_id, a.outcome, a.request_id, a.client_addr, a.occurred_at, a.detail::text AS detail`
+
+type row struct {
+	Key   string `db:"parent_key"`
+	Total int    `db:"total_count"`
+	Record
+	Actor
+	Resource
+}
+
+func (x *row) record() Record {
+	x.Record.Principal, x.Record.Resource = x.Actor, x.Resource
+	x.fix()
+	return x.Record
+}
+
+// Pages returns one page of records, newest first, for each filter key of
+// one kind of parent, in one statement, with each key's total: only the
+// records visible in scope (compute:audit:read). after is a CursorKey.
+func Pages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[Record], error) {
+	var out page.Rows[Record]
+	at, aid, err := parseCursorKey(after)
+	if err != nil {
+		return out, err
+	}
+	parent, resource, principal, method, since, until := filterArrays(keys)
+	var rows []row
+	err = q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
+			SELECT t.*, (SELECT count(*) FROM audit_log a WHERE `+match(by)+`) AS total_count
+			FROM `+keysAt(2)+`)
+		SELECT t.k AS parent_key, t.total_count, x.*
+		FROM t
+		CROSS JOIN LATERAL (SELECT `+recordCols+` FROM audit_log a WHERE `+match(by)+`
+			AND ($9::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($9::timestamptz, $10::text))
+			ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $11) x`,
+		scope.Arg(), keys, parent, resource, principal, method, since, until, at, aid, limit+1)
+	for i := range rows {
+		x := &rows[i]
+		out.Parents, out.Totals, out.Items = append(out.Parents, x.Key), append(out.Totals, x.Total), append(out.Items, x.record())
+	}
+	return out, store.Wrap(err)
+}
+
+// Page returns up to limit+1 records of one filter, newest first, after
+// the cursor key after, visible in scope: the method surface's read (no
+// total; one key bound as scalars, so PostgreSQL keeps one plan).
+func Page(ctx context.Context, q store.Q, scope authz.Scope, f Filter, after string, limit int) ([]Record, error) {
+	at, aid, err := parseCursorKey(after)
+	if err != nil {
+		return nil, err
+	}
+	var rows []row
+	err = q.SelectContext(ctx, &rows, `SELECT '' AS parent_key, 0 AS total_count, `+recordCols+`
+		FROM (SELECT $2::text AS parent, $3::text AS f_resource, $4::text AS f_principal, $5::text AS f_method,
+			$6::text AS f_since, $7::text AS f_until) t, audit_log a
+		WHERE `+match(OfTenant)+` AND ($8::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($8::timestamptz, $9::text))
+		ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $10`,
+		scope.Arg(), f.Parent, f.ResourceID, f.PrincipalID, f.Method, f.Since, f.Until, at, aid, limit+1)
+	out := make([]Record, len(rows))
+	for i := range rows {
+		out[i] = rows[i].record()
+	}
+	return out, store.Wrap(err)
+}
+
+// Counts counts each key's records (the keys with an empty page).
+func Counts(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
+	parent, resource, principal, method, since, until := filterArrays(keys)
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM audit_log a WHERE `+match(by)+`) AS n FROM `+keysAt(2),
+		scope.Arg(), keys, parent, resource, principal, method, since, until); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.K] = r.N
+	}
+	return out, nil
+}
+
+// --- retention ------------------------------------------------------------
+
+// DefaultRetention is how long records are kept unless configured
+// (COMPUTE_AUDIT_RETENTION).
+const DefaultRetention = 400 * 24 * time.Hour
+
+// pruneBatch bounds one pruning transaction.
+const pruneBatch = 10000
+
+// pruner is the principal of the retention job.
+var pruner = &reqctx.Principal{ID: "system:audit.prune", Kind: KindSystem, Name: "audit retention"}
+
+// Prune deletes the records that occurred before cutoff, oldest first, in
+// transactions of at most 10,000 records; each transaction that deleted
+// something also writes the platform record of it (method audit.prune,
+// detail {"deleted": n, "before": cutoff}), so a deletion and its record
+// commit together. It returns how many records it deleted.
+func Prune(ctx context.Context, db *store.DB, cutoff time.Time) (int64, error) {
+	ctx = reqctx.WithPrincipal(ctx, pruner)
+	if reqctx.RequestID(ctx) == "" {
+		ctx = reqctx.WithRequestID(ctx, ids.New("prune"))
+	}
+	var total int64
+	for {
+		var n int64
+		err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+			if err := tx.GetContext(ctx, &n, `SELECT audit_prune($1, $2)`, cutoff, pruneBatch); err != nil {
+				return store.Wrap(err)
+			}
+			if n == 0 {
+				return nil
+			}
+			detail, _ := json.Marshal(map[string]any{"deleted": n, "before": cutoff.UTC().Format(time.RFC3339Nano)})
+			return Write(ctx, tx, Entry{TenantID: PlatformTenant, Method: "audit.prune", Outcome: Success,
+				Resource: Resource{Type: "audit-log"}, Detail: detail})
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
 }

@@ -45,6 +45,10 @@ func TestRoleTable(t *testing.T) {
 	if RoleAllows("", PoolsRead) {
 		t.Fatal("no role allows a read")
 	}
+	// The audit trail is an admin's read (the contract, section 8).
+	if !AuditRead.IsRead() || RoleAllows(RoleViewer, AuditRead) || RoleAllows(RoleMember, AuditRead) || !RoleAllows(RoleAdmin, AuditRead) {
+		t.Fatal("compute:audit:read is not the admins' read alone")
+	}
 }
 
 // The method surface (Decide) and the graph (Caller.Allows, Caller.Scope)

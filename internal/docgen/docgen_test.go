@@ -3,6 +3,7 @@ package docgen
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +106,53 @@ func TestGraphQLEnumsAreTheRegistrys(t *testing.T) {
 	}
 	if n < 7 {
 		t.Errorf("only %d enums in the graph", n)
+	}
+}
+
+// TestOpenAPIObjectsSayWhatTheyHold: every object schema of the OpenAPI
+// document names its properties or states additionalProperties. A bare
+// {"type": "object"} is read by openapi-typescript as Record<string,
+// never>, so a typed client could not send the README's own pools.create
+// policy.
+func TestOpenAPIObjectsSayWhatTheyHold(t *testing.T) {
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(files["docs/api/openapi.json"], &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any, path string)
+	n := 0
+	walk = func(v any, path string) {
+		switch x := v.(type) {
+		case map[string]any:
+			isObject := x["type"] == "object"
+			if ts, ok := x["type"].([]any); ok {
+				for _, t := range ts {
+					isObject = isObject || t == "object"
+				}
+			}
+			if isObject {
+				n++
+				_, props := x["properties"]
+				_, addl := x["additionalProperties"]
+				if !props && !addl {
+					t.Errorf("%s: an object schema with neither properties nor additionalProperties", path)
+				}
+			}
+			for k, c := range x {
+				walk(c, path+"/"+k)
+			}
+		case []any:
+			for i, c := range x {
+				walk(c, fmt.Sprintf("%s/%d", path, i))
+			}
+		}
+	}
+	walk(doc, "")
+	if n < 50 {
+		t.Fatalf("only %d object schemas in the document", n)
 	}
 }

@@ -72,7 +72,8 @@ func TestGraphQLTransportWS(t *testing.T) {
 
 // TestGraphiQLInBrowser drives GraphiQL in headless Chromium (no network
 // beyond this server: every asset is vendored) with a token entered in the
-// page: a query through the editor, the Docs pane (the schema loads by the
+// page: first without a token (the page says which token to paste and
+// sends no request, introspection included), then a query through the editor, the Docs pane (the schema loads by the
 // standard introspection query; its search finds ComputeNode and opens it),
 // and autocomplete offering tenant after "{ ten"; nothing may be blocked by
 // the page's CSP. Screenshots of every stage are kept in
@@ -103,6 +104,12 @@ func TestGraphiQLInBrowser(t *testing.T) {
 		t.Fatalf("graphiql: %v\n%s", err, out)
 	}
 	var got struct {
+		Before struct {
+			Help          string
+			GraphiqlShown bool
+			Focused       string
+			Requests      []string
+		}
 		Response struct {
 			Data struct {
 				Viewer struct{ Kind string }
@@ -124,6 +131,12 @@ func TestGraphiQLInBrowser(t *testing.T) {
 	t.Logf("stages done after (ms): %v", got.Ms)
 	if got.Error != "" {
 		t.Fatalf("graphiql: %s\n%s", got.Error, out)
+	}
+	// Before a token is pasted: no request at all (no UNAUTHENTICATED in a
+	// results pane), and the page says which token to paste.
+	if len(got.Before.Requests) > 0 || got.Before.GraphiqlShown || got.Before.Focused != "token" ||
+		!strings.Contains(got.Before.Help, "$COMPUTE_DATA_DIR/operator-token") || !strings.Contains(got.Before.Help, "tokens.create") {
+		t.Errorf("GraphiQL without a token: %+v", got.Before)
 	}
 	if got.Response.Data.Viewer.Kind != "service" || got.Response.Data.Tenant.Name != "Tenant acme" || len(got.Blocked) > 0 {
 		t.Errorf("graphiql query: %s", out)

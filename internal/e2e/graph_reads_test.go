@@ -404,6 +404,14 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 		t.Fatalf("an empty list during the outage: %s", r.Raw)
 	}
 
+	// Tenant.auditLog and a pool's: stopped at the audit batch.
+	r = stopAt(admin, `{ viewer { kind } tenant(tenantId: "acme") { auditLog(first: 5) { totalCount edges { node { auditId } } }
+		pools(first: 5) { edges { node { auditLog(first: 2) { totalCount } } } } } }`, "FROM audit_log a")
+	unavailable(r, "auditLog")
+	if strings.Contains(string(r.Raw), `"totalCount":0`) || strings.Contains(string(r.Raw), `"edges":[]`) {
+		t.Fatalf("an empty list during the outage: %s", r.Raw)
+	}
+
 	// After the outage the same queries read everything again.
 	raw := string(mustJSON(t, gqlOK(t, e.GraphQL(admin, poolsQ, nil))))
 	if !strings.Contains(raw, `"toTenantId":"guest"`) || !strings.Contains(raw, `"nodeId":"`+w.node+`"`) {

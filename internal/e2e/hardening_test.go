@@ -452,9 +452,11 @@ func TestDenyJoinRequestWithReason(t *testing.T) {
 	if g.Str("denyReason") != "unknown asset tag" {
 		t.Fatalf("get after deny: %s", g.Raw)
 	}
-	var detail string
-	if err := e.DB.GetContext(context.Background(), &detail, `SELECT detail->>'reason' FROM audit_log WHERE method = 'joinRequests.deny' AND outcome = 'ok'`); err != nil || detail != "unknown asset tag" {
-		t.Fatalf("audit detail %q: %v", detail, err)
+	// The record keeps the reason and the join request it denied.
+	var detail struct{ Reason, JoinRequestID string }
+	if err := e.DB.GetContext(context.Background(), &detail, `SELECT detail->>'reason' AS reason, detail->>'joinRequestId' AS joinrequestid
+		FROM audit_log WHERE method = 'joinRequests.deny' AND outcome = 'success'`); err != nil || detail.Reason != "unknown asset tag" || detail.JoinRequestID != jr {
+		t.Fatalf("audit detail %+v: %v", detail, err)
 	}
 	gd := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") { pools { edges { node { joinRequests { edges { node { denyReason } } } } } } } }`, nil))
 	if !strings.Contains(fmt.Sprint(gd), "unknown asset tag") {

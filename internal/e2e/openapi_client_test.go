@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -19,8 +20,12 @@ import (
 // the npm registry: @redocly/cli lints it (recommended-strict), openapi-
 // typescript generates the client's types, tsc type-checks the session
 // (test/clients/session.ts, strict) against them, and the compiled session
-// runs through openapi-fetch against this server: a tenant's project
-// created and listed, a missing project's error code read.
+// runs through openapi-fetch against this server. The session makes every
+// method call of the README's session with its inputs (pools.create with
+// "policy": {"sim": {"latencyMs": 1500}} among them) and reads the audit
+// trail; it also holds lines the types must refuse (@ts-expect-error), and
+// tsc must fail on test/clients/type-error.ts, so the check is known to
+// catch a type error.
 func TestTypedClientSession(t *testing.T) {
 	t.Parallel()
 	dir := clientsDir(t)
@@ -38,28 +43,42 @@ func TestTypedClientSession(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(gen, "openapi.json"), doc, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(what string, args ...string) string {
-		t.Helper()
+	m := testkit.NewMachine(t)
+	machine, _ := json.Marshal(map[string]string{"csr": m.CSR, "systemUuid": m.SystemUUID, "serial": m.Serial, "mac": m.MAC})
+	machineFile := filepath.Join(t.TempDir(), "machine.json")
+	if err := os.WriteFile(machineFile, machine, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := func(args ...string) (string, error) {
 		cmd := exec.Command("node", args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "REDOCLY_TELEMETRY=off", "REDOCLY_SUPPRESS_UPDATE_NOTICE=true", "NO_COLOR=1")
 		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	run := func(what string, args ...string) string {
+		t.Helper()
+		out, err := node(args...)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", what, err, out)
 		}
-		return string(out)
+		return out
 	}
 	run("redocly lint", "node_modules/.bin/redocly", "lint", "--extends", "recommended-strict", "--format", "stylish", ".generated/openapi.json")
 	run("openapi-typescript", "node_modules/.bin/openapi-typescript", ".generated/openapi.json", "-o", ".generated/api.d.ts")
+	if out, err := node("node_modules/.bin/tsc", "-p", "tsconfig.type-error.json"); err == nil ||
+		!strings.Contains(out, "type-error.ts(") || !strings.Contains(out, "error TS") {
+		t.Fatalf("tsc accepted type-error.ts (a string failureRate): %v\n%s", err, out)
+	}
 	run("tsc", "node_modules/.bin/tsc", "-p", "tsconfig.json")
-	out := run("the session", ".generated/session.js", e.Server.URL, e.Operator)
+	out := run("the session", ".generated/session.js", e.Server.URL, e.Operator, machineFile)
 
 	var got struct {
-		TenantCreatedAt, Role, ProjectID string
-		RowVersion                       int
-		Names                            []string
-		Next                             *string
-		Missing                          struct {
+		TenantCreatedAt, Role, ProjectID, GotProject string
+		RowVersion                                   int
+		Names                                        []string
+		Next                                         *string
+		Missing                                      struct {
 			Status int
 			Code   string
 		}
@@ -67,12 +86,23 @@ func TestTypedClientSession(t *testing.T) {
 			Status     int
 			Code, Path string
 		}
+		Stored               []bool
+		Changes              []string
+		Policy, StoredPolicy map[string]any
+		States, Desired      []string
+		EventTypes           []string
+		LastEvent            string
+		Stops                []struct{ Principal, Kind, Resource, Outcome string }
+		Refused              struct {
+			Status int
+			Code   string
+		}
 	}
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
 		t.Fatalf("session output: %v\n%s", err, out)
 	}
 	if got.TenantCreatedAt == "" || got.Role != "admin" || !projectIDRe.MatchString(got.ProjectID) || got.RowVersion != 1 ||
-		len(got.Names) != 1 || got.Names[0] != "web" || got.Next != nil {
+		len(got.Names) != 1 || got.Names[0] != "web" || got.Next != nil || got.GotProject != got.ProjectID {
 		t.Errorf("session: %+v", got)
 	}
 	if got.Missing.Status != 404 || got.Missing.Code != "NOT_FOUND" {
@@ -80,6 +110,23 @@ func TestTypedClientSession(t *testing.T) {
 	}
 	if got.Invalid.Status != 400 || got.Invalid.Code != "INVALID_INPUT" || got.Invalid.Path != "name" {
 		t.Errorf("invalid name: %+v", got.Invalid)
+	}
+	if fmt.Sprint(got.Stored) != "[true true]" || strings.Join(got.Changes, ",") != "driver.changed,gpu.missing" {
+		t.Errorf("inventory: stored %v, changes %v", got.Stored, got.Changes)
+	}
+	if fmt.Sprint(got.StoredPolicy) != fmt.Sprint(got.Policy) || fmt.Sprint(got.Policy) != "map[sim:map[latencyMs:1500]]" {
+		t.Errorf("policy: sent %v, stored %v", got.Policy, got.StoredPolicy)
+	}
+	if strings.Join(got.States, ",") != "pending" || strings.Join(got.Desired, ",") != "stopped,running,running,deleted" ||
+		len(got.EventTypes) == 0 || got.EventTypes[0] != "instance.created" || !eventIDRe.MatchString(got.LastEvent) {
+		t.Errorf("instance: states %v, desired %v, events %v %s", got.States, got.Desired, got.EventTypes, got.LastEvent)
+	}
+	if len(got.Stops) != 1 || got.Stops[0].Kind != "service" || !strings.HasPrefix(got.Stops[0].Principal, "prn_") ||
+		!instIDRe.MatchString(got.Stops[0].Resource) || got.Stops[0].Outcome != "success" {
+		t.Errorf("audit trail: %+v", got.Stops)
+	}
+	if got.Refused.Status != 403 || got.Refused.Code != "PERMISSION_DENIED" {
+		t.Errorf("a member's audit.list: %+v", got.Refused)
 	}
 }
 

@@ -49,7 +49,21 @@ func TestReadmeSession(t *testing.T) {
 		t.Fatalf("README: %d session blocks and %d reset blocks; want at least 2 and exactly 1", len(session), len(reset))
 	}
 	all := strings.Join(session, "\n")
-	script := all + "\n" + reset[0] + "\necho '--- second run ---'\n" + all + "\n" + reset[0] + "\n"
+	// The session's first lines start a server only when none answers:
+	// run again while the session's server runs, they must leave it be
+	// (a second make run would fail: "data directory ... in use").
+	var start []string
+	for _, line := range strings.Split(session[0], "\n") {
+		start = append(start, line)
+		if strings.Contains(line, "make run") {
+			break
+		}
+	}
+	if len(start) == 0 || !strings.Contains(start[len(start)-1], "make run") {
+		t.Fatal("README: the first session block starts no server")
+	}
+	again := "( " + strings.Join(start, "\n") + "\nwait $! ) && echo '--- no second server ---'\n"
+	script := all + "\n" + again + reset[0] + "\necho '--- second run ---'\n" + all + "\n" + reset[0] + "\n"
 
 	// The embedded database runs as the postgres user, which must be able
 	// to enter every parent of the data directory (t.TempDir is 0700).
@@ -94,12 +108,16 @@ func TestReadmeSession(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's session failed: %v\n%s", err, tail(text, 6000))
 	}
+	if !strings.Contains(text, "--- no second server ---") || strings.Contains(text, "in use") {
+		t.Errorf("the session's first lines, run again while its server runs, started another:\n%s", tail(text, 4000))
+	}
 	first, second, ok := strings.Cut(text, "--- second run ---")
 	if !ok {
 		t.Fatalf("no second run:\n%s", tail(text, 6000))
 	}
 	for i, run := range []string{first, second} {
-		for _, want := range []string{`"projectId":"prj_`, `"totalCount":1`, `"type":"gpu.missing"`, `"type":"driver.changed"`, `"type":"GPU_MISSING"`} {
+		for _, want := range []string{`"projectId":"prj_`, `"totalCount":1`, `"type":"gpu.missing"`, `"type":"driver.changed"`, `"type":"GPU_MISSING"`,
+			`"outcome":"success","clientAddress":"127.0.0.1"`} {
 			if !strings.Contains(run, want) {
 				t.Errorf("run %d of the session: no %s in its output:\n%s", i+1, want, tail(run, 4000))
 			}

@@ -47,12 +47,15 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		projects(first: 10) { totalCount edges { node { name members(first: 3) { totalCount edges { node { principalId } } } } } }
 		members(first: 10) { totalCount edges { node { principalId role } } }
 		tokens(first: 10) { totalCount edges { node { tokenId } } }
+		auditLog(first: 5) { totalCount edges { node { auditId method principal { kind } resource { id } } } }
 		profiles(first: 10) { totalCount edges { node { profileId versions(first: 3) { totalCount edges { node { profileVersion } } } } } } } } } } }`
 	const fleetQuery = `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId
 		offers { toTenantId }
+		auditLog(first: 3) { totalCount edges { node { method } } }
 		joinRequests(first: 3) { totalCount edges { node { joinRequestId } } }
 		nodes(first: 10) { totalCount edges { node { nodeId pool { poolId } inventory { hash }
 			inventoryHistory(first: 2) { totalCount edges { node { snapshotId } } }
+			auditLog(first: 2) { totalCount }
 			workflows(first: 2) { totalCount edges { node { workflowId node { nodeId } profile { profileId } } } } } } } } } } } }`
 	count := func(tenants, per int) (int64, int64) {
 		e := testkit.Start(t)
@@ -100,7 +103,8 @@ func TestInstanceStatementsDoNotGrow(t *testing.T) {
 	// Not parallel: counted batches need the CPU to themselves.
 	query := `{ tenant(tenantId: "acme") {
 		instances(first: 50) { totalCount edges { node { id name state pool { poolId capacity { free { gpus } } } project { projectId } host { nodeId }
-			events(first: 5) { totalCount edges { node { type instance { instanceId } } } } } } }
+			events(first: 5) { totalCount edges { node { type instance { instanceId } } } }
+			auditLog(first: 3) { totalCount edges { node { method } } } } } }
 		pools(first: 20) { edges { node { poolId
 			instances(first: 10) { totalCount edges { node { instanceId events(first: 2) { totalCount } } } }
 			reservations(first: 5) { totalCount edges { node { reservationId state } } }

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/instances/provider"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
@@ -203,7 +204,8 @@ func move(ctx context.Context, q store.Q, i *Instance, to string, reason *string
 		return nil, err
 	}
 	if p := reqctx.PrincipalFrom(ctx); p == systemPrincipal {
-		if err := audit.Write(ctx, q, "vps.instances."+to, "compute-instance/"+i.InstanceID, "ok", nil); err != nil {
+		if err := audit.Write(ctx, q, audit.Entry{TenantID: i.TenantID, Method: "vps.instances." + to, Outcome: audit.Success,
+			Resource: audit.Resource{Type: authz.Instance, ID: i.InstanceID}}); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/cluster"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances/provider"
@@ -36,8 +37,11 @@ type Config struct {
 	Workers int
 	// EventRetention is how long instance events are kept (default 7 days).
 	EventRetention time.Duration
-	// PruneEvery is how often the retention job runs (default 1 hour).
+	// PruneEvery is how often the retention jobs run (default 1 hour).
 	PruneEvery time.Duration
+	// AuditRetention is how long audit records are kept (default 400
+	// days); the replicas' river client runs its retention job too.
+	AuditRetention time.Duration
 	// SweepEvery is how often the cluster looks for instances that are
 	// not converged and have no queued job (default 5 s).
 	SweepEvery time.Duration
@@ -62,6 +66,9 @@ func (c *Config) defaults() {
 	}
 	if c.PruneEvery <= 0 {
 		c.PruneEvery = time.Hour
+	}
+	if c.AuditRetention <= 0 {
+		c.AuditRetention = audit.DefaultRetention
 	}
 	if c.SweepEvery <= 0 {
 		c.SweepEvery = 5 * time.Second
@@ -139,6 +146,7 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &reconcileWorker{s: s})
 	river.AddWorker(workers, &pruneWorker{s: s})
+	river.AddWorker(workers, &auditPruneWorker{s: s})
 	s.client, err = river.NewClient(riverdatabasesql.NewWithPgxListener(db.DB.DB, s.listen), &river.Config{
 		ID:                   s.clientID,
 		Logger:               slog.New(warnOnly{log.Handler()}).With("component", "river"),
@@ -150,7 +158,9 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 		RescueStuckJobsAfter: time.Minute,
 		RetryPolicy:          retryPolicy{},
 		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
-			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
+			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
+				func() (river.JobArgs, *river.InsertOpts) { return auditPruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
 	})
 	if err != nil {
 		s.listen.Close()
@@ -383,6 +393,31 @@ func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
 	n, err := events.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.EventRetention))
 	if err == nil && n > 0 {
 		w.s.log.Info("pruned instance events", "events", n, "retention", w.s.cfg.EventRetention)
+	}
+	return err
+}
+
+// --- audit retention ------------------------------------------------------
+
+type auditPruneArgs struct{}
+
+func (auditPruneArgs) Kind() string { return "audit.prune" }
+
+func (auditPruneArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
+}
+
+type auditPruneWorker struct {
+	river.WorkerDefaults[auditPruneArgs]
+	s *Service
+}
+
+// Work prunes audit records older than the retention; audit.Prune records
+// each deletion in the platform's trail.
+func (w *auditPruneWorker) Work(ctx context.Context, _ *river.Job[auditPruneArgs]) error {
+	n, err := audit.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.AuditRetention))
+	if err == nil && n > 0 {
+		w.s.log.Info("pruned audit records", "records", n, "retention", w.s.cfg.AuditRetention)
 	}
 	return err
 }

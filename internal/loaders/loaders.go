@@ -65,6 +65,7 @@ type Loaders struct {
 	Profile        *L[profiles.Key, *profiles.Profile]
 	Versions       *L[PageKey, *page.Conn[profiles.Profile]]
 	Instances      *InstanceLoaders // instances.go
+	Audit          *AuditLoaders    // audit.go
 
 	q          store.Q
 	callerOnce sync.Once
@@ -168,6 +169,7 @@ func New(q store.Q) *Loaders {
 	})
 	l.Versions = pages(l, authz.ProfilesRead, profiles.VersionPages, profiles.CountVersions)
 	l.Instances = newInstanceLoaders(q, l)
+	l.Audit = newAuditLoaders(l)
 	return l
 }
 
@@ -352,7 +354,7 @@ type countFetch func(ctx context.Context, q store.Q, scope authz.Scope, parents 
 // statement; parents with an empty page are counted apart (count nil:
 // the connection has no total).
 func pages[T any](l *Loaders, perm authz.Permission, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
-	return pagesOf(l, perm, false, fetch, count)
+	return pagesOf(l, perm, nil, fetch, count)
 }
 
 // tenantPages builds the loader of a tenant's connection: decided on the
@@ -367,12 +369,15 @@ func tenantPages[T any](l *Loaders, perm authz.Permission,
 			return count(ctx, q, parents)
 		}
 	}
-	return pagesOf(l, perm, true, func(ctx context.Context, q store.Q, _ authz.Scope, parents []string, after string, limit int) (page.Rows[T], error) {
+	return pagesOf(l, perm, func(parent string) string { return parent }, func(ctx context.Context, q store.Q, _ authz.Scope, parents []string, after string, limit int) (page.Rows[T], error) {
 		return fetch(ctx, q, parents, after, limit)
 	}, c)
 }
 
-func pagesOf[T any](l *Loaders, perm authz.Permission, gate bool, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
+// pagesOf builds a connection loader. gate, when not nil, names the tenant
+// a key's page is decided on (the caller needs perm on it, else
+// PERMISSION_DENIED for that key).
+func pagesOf[T any](l *Loaders, perm authz.Permission, gate func(parent string) string, fetch pageFetch[T], count countFetch) *L[PageKey, *page.Conn[T]] {
 	return loader(func(ctx context.Context, keys []PageKey) []*dataloader.Result[*page.Conn[T]] {
 		out := make([]*dataloader.Result[*page.Conn[T]], len(keys))
 		c, err := l.Caller(ctx)
@@ -390,8 +395,8 @@ func pagesOf[T any](l *Loaders, perm authz.Permission, gate bool, fetch pageFetc
 		groups := map[args][]string{}
 		results := map[PageKey]*dataloader.Result[*page.Conn[T]]{}
 		for _, k := range keys {
-			if gate {
-				if err := c.Check(perm, k.Parent); err != nil {
+			if gate != nil {
+				if err := c.Check(perm, gate(k.Parent)); err != nil {
 					results[k] = &dataloader.Result[*page.Conn[T]]{Error: err}
 					continue
 				}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 
+	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/pki"
@@ -99,7 +101,7 @@ func Methods(db *store.DB) []registry.Method {
 	serial := registry.Field{Name: "serial", Type: registry.String, MaxLength: 128, Pattern: `^[\x20-\x7E]*$`,
 		Description: "the system serial number (printable ASCII)"}
 	ownerOnly := "Only the pool's owner may call it; a pool the tenant does not own is `NOT_FOUND`."
-	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true,
+	labels := registry.Field{Name: "labels", Type: registry.Object, Open: true, Schema: LabelsSchema,
 		Description: "label keys (prefix/name) to values, at most 64"}
 	nodeState := registry.EnumField("state", StateEnum, false)
 	reqState := registry.EnumField("state", ReqStateEnum, false)
@@ -210,7 +212,7 @@ func Methods(db *store.DB) []registry.Method {
 			pool(registry.Field{Name: "ekHash", Type: registry.String, Required: true, Pattern: `^[0-9a-f]{64}$`})...),
 			nil, DisallowKey),
 
-		registry.Def(join, nil, s.join),
+		registry.WithHolder(registry.Def(join, nil, s.join), joinHolder),
 		registry.Def(m("nodes", "get", registry.Read, authz.NodesRead, authz.Node,
 			"Returns one of the tenant's nodes.",
 			[]string{"`NOT_FOUND` when the node is not owned by the tenant (tenants a pool is offered to do not see its nodes)."}, node()...), nil, GetNode),
@@ -245,4 +247,22 @@ func Methods(db *store.DB) []registry.Method {
 			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), ApproveJoinRequest),
 		deny,
 	}
+}
+
+// joinHolder names the join token presented to nodes.join for the audit
+// record: the token (principal kind join-token, its id) and its pool, in
+// the pool's tenant. An unknown token names nothing: the record is the
+// platform's.
+func joinHolder(ctx context.Context, q store.Q, in *JoinInput) (audit.Actor, authz.Resource) {
+	var t struct {
+		ID       string `db:"join_token_id"`
+		PoolID   string `db:"pool_id"`
+		TenantID string `db:"tenant_id"`
+	}
+	err := q.GetContext(ctx, &t, `SELECT join_token_id, pool_id, tenant_id FROM join_tokens WHERE secret_hash = $1`, auth.Hash(in.JoinToken))
+	if err != nil {
+		return audit.Actor{Kind: audit.KindJoinToken, Name: "unknown join token"}, authz.Resource{Type: authz.Pool}
+	}
+	return audit.Actor{PrincipalID: &t.ID, Kind: audit.KindJoinToken, Name: "join token of pool " + t.PoolID},
+		authz.Resource{Type: authz.Pool, TenantID: t.TenantID, ID: t.PoolID}
 }

@@ -10,12 +10,14 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pattern"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -104,6 +106,13 @@ var (
 
 // MaxLabels bounds a node's labels.
 const MaxLabels = 64
+
+// LabelsSchema is the labels' schema in the OpenAPI document: a map of
+// strings, with checkLabels' rules.
+var LabelsSchema = registry.DefineSchema("NodeLabels", `{"type": "object", "maxProperties": `+strconv.Itoa(MaxLabels)+`,
+	"description": "label keys (an optional DNS prefix and /, then a name of at most 63 characters) to values (at most 63 alphanumeric, '.', '_' or '-' characters)",
+	"propertyNames": {"pattern": `+strconv.Quote(labelKey.String())+`},
+	"additionalProperties": {"type": "string", "pattern": `+strconv.Quote(labelValue.String())+`}}`)
 
 func checkLabels(path string, labels map[string]any) (string, error) {
 	if len(labels) > MaxLabels {

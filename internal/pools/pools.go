@@ -38,7 +38,6 @@ var (
 	SharingModeEnum = registry.DefineEnum("PoolSharingMode", "how the pool's GPUs are shared between instances", Exclusive, MIG, TimeSliced)
 	KindEnum        = registry.DefineEnum("PoolKind", "where the pool's capacity comes from", BareMetal, VPSHosted, VPSProvider)
 	StateEnum       = registry.DefineEnum("PoolState", "an archived pool takes no new offers, joins or changes", Active, Archived)
-	PolicySchema    = registry.DefineSchema("PoolPolicy", `{"type": "object", "description": "the pool's free-form policy object ({} when none was given); strings hold no NUL characters"}`)
 )
 
 // Pool is one compute pool.
@@ -201,6 +200,9 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	}
 	if p := pgtext.FirstNUL(path, v); p != "" {
 		return "", errs.Invalid(p, "%s must not contain NUL characters", p)
+	}
+	if err := checkPolicy(path, raw); err != nil {
+		return "", err
 	}
 	return string(raw), nil
 }

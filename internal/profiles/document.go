@@ -70,7 +70,7 @@ var documentSchema = `{
         "properties": {
           "name": {"type": "string", "minLength": 1, "maxLength": 128},
           "use": {"type": "string", "minLength": 1, "maxLength": 128},
-          "with": {"type": "object", "maxProperties": 64}
+          "with": {"type": "object", "maxProperties": 64, "additionalProperties": true}
         }
       }
     },
@@ -104,7 +104,7 @@ var (
 	VisibilityEnum   = registry.DefineEnum("ProfileVisibility", "a public profile is visible to every tenant; a private one to its own", Private, Public)
 	PhaseEnum        = registry.DefineEnum("StepPhase", "the phases a workflow runs, in order", Phases...)
 	IssueCodeEnum    = registry.DefineEnum("ProfileIssueCode", "what validate found", IssueUnknownStep, IssueInvalidWith, IssueEmptyExpansion, IssueDuplicateName, IssuePhaseOrder, IssueNoSteps)
-	StepParamsSchema = registry.DefineSchema("StepParameters", `{"type": "object", "description": "a step's with: its parameters, checked against the step's own schema by validate and render"}`)
+	StepParamsSchema = registry.DefineSchema("StepParameters", `{"type": "object", "additionalProperties": true, "description": "a step's with: its parameters, checked against the step's own schema by validate and render"}`)
 )
 
 func mustCompile(url, text string) *jsonschema.Schema {

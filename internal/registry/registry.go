@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,11 +80,23 @@ type Method struct {
 	// TPM challenge answered wrongly is spent all the same).
 	// An error it returns is logged.
 	AfterFailure func(ctx context.Context, db store.Q, in any, err error) error
+	// Holder names who presented a credential that is no principal (the
+	// join token of nodes.join) for the audit record: the actor, and the
+	// resource the credential belongs to (its pool, with the pool's tenant).
+	// Set with WithHolder.
+	holder func(ctx context.Context, q store.Q, in any) (audit.Actor, authz.Resource)
 
 	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
 	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
 	decode func(v *value) (any, error)
 	run    func(ctx context.Context, q store.Q, in any) (any, error)
+}
+
+// WithHolder sets the function naming the holder of a method's credential
+// when it is no principal (Method.holder).
+func WithHolder[In any](m Method, f func(ctx context.Context, q store.Q, in *In) (audit.Actor, authz.Resource)) Method {
+	m.holder = func(ctx context.Context, q store.Q, in any) (audit.Actor, authz.Resource) { return f(ctx, q, in.(*In)) }
+	return m
 }
 
 // Key is "group.name".
@@ -276,7 +290,7 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	if m.Credential == NodeCred && p.Kind != "node" {
 		err := errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
 		if m.Kind == Mutation {
-			r.auditFailure(ctx, m, defaultResource(m.Resource, v), err)
+			r.auditFailure(ctx, m, v, in, defaultResource(m.Resource, v), err)
 		}
 		return nil, err
 	}
@@ -320,10 +334,10 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 		if m.Quiet != nil && m.Quiet(out) {
 			return nil
 		}
-		return audit.Write(ctx, tx, m.Key(), auditResource(res, out), "ok", auditDetail(m, v))
+		return audit.Write(ctx, tx, auditEntry(ctx, tx, m, v, in, res, out, nil))
 	})
 	if err != nil {
-		r.auditFailure(ctx, m, res, err)
+		r.auditFailure(ctx, m, v, in, res, err)
 		if m.AfterFailure != nil && r.db != nil {
 			if aerr := m.AfterFailure(context.WithoutCancel(ctx), r.db, in, err); aerr != nil && !store.Unreachable(aerr) {
 				r.log.ErrorContext(ctx, "after a failed mutation", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
@@ -334,13 +348,48 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	return out, nil
 }
 
-// auditDetail is the JSON object of the method's AuditFields as sent.
+// auditEntry is the audit record of one mutation attempt (err nil: a
+// success). Its tenant is the tenant the call names (tenants.create: the
+// tenant created or asked for), else the tenant of the resource its
+// credential belongs to (a node credential's node, a join token's pool);
+// audit.Write records a tenant that does not exist under the platform.
+func auditEntry(ctx context.Context, q store.Q, m *Method, v *value, in any, res authz.Resource, out any, err error) audit.Entry {
+	e := audit.Entry{Method: m.Key(), Outcome: audit.Success, Detail: auditDetail(m, v)}
+	if err != nil {
+		e.Outcome = string(errs.CodeOf(err))
+	}
+	if m.holder != nil && in != nil {
+		// The credential's own resource (a join token's pool) when the call
+		// made nothing more specific (the node a join admitted).
+		actor, owner := m.holder(ctx, q, in)
+		e.Actor = &actor
+		if res.ID == "" {
+			e.TenantID, e.Resource = owner.TenantID, auditResource(res, out)
+			if e.Resource.ID == "" {
+				e.Resource = audit.Resource{Type: owner.Type, ID: owner.ID}
+			}
+			return e
+		}
+	}
+	e.TenantID = res.TenantID
+	if e.TenantID == "" {
+		if p := reqctx.PrincipalFrom(ctx); p != nil && p.Kind == "node" {
+			e.TenantID = p.TenantID
+		}
+	}
+	e.Resource = auditResource(res, out)
+	return e
+}
+
+// auditDetail is the JSON object of the method's AuditFields and of the
+// ids its input names besides the tenant and the resource (the join
+// request an approval is about, the principal a grant binds), as sent.
 func auditDetail(m *Method, v *value) []byte {
 	var b []byte
-	for _, f := range m.AuditFields {
+	add := func(f string) {
 		x := v.get(f)
 		if x == nil || x.kind == kNull {
-			continue
+			return
 		}
 		k, _ := json.Marshal(f)
 		if b == nil {
@@ -350,6 +399,15 @@ func auditDetail(m *Method, v *value) []byte {
 		}
 		b = append(append(append(b, k...), ':'), x.raw...)
 	}
+	for _, f := range m.Input {
+		if f.Type == String && strings.HasSuffix(f.Name, "Id") && f.Name != "tenantId" && f.Name != idFields[m.Resource] &&
+			!slices.Contains(m.AuditFields, f.Name) {
+			add(f.Name)
+		}
+	}
+	for _, f := range m.AuditFields {
+		add(f)
+	}
 	if b != nil {
 		b = append(b, '}')
 	}
@@ -357,10 +415,16 @@ func auditDetail(m *Method, v *value) []byte {
 }
 
 // auditResource names the resource of a mutation; for creates, whose id is
-// generated, the output's id names it.
-func auditResource(res authz.Resource, out any) string {
-	if res.ID != "" || res.Type == authz.Platform {
-		return res.String()
+// generated, the output's id names it. tenants.create is about the tenant
+// it creates.
+func auditResource(res authz.Resource, out any) audit.Resource {
+	switch {
+	case res.Type == authz.Platform && res.TenantID != "":
+		return audit.Resource{Type: authz.Tenant, ID: res.TenantID}
+	case res.Type == authz.Platform:
+		return audit.Resource{Type: authz.Platform}
+	case res.ID != "":
+		return audit.Resource{Type: res.Type, ID: res.ID}
 	}
 	b, _ := json.Marshal(out)
 	var m map[string]any
@@ -368,17 +432,24 @@ func auditResource(res authz.Resource, out any) string {
 	// The most specific id first, so the choice does not depend on map order.
 	for _, typ := range []string{authz.Instance, authz.Node, authz.Project, authz.Pool} {
 		if s, ok := m[idFields[typ]].(string); ok && s != "" {
-			return authz.Resource{Type: typ, TenantID: res.TenantID, ID: s}.String()
+			return audit.Resource{Type: typ, ID: s}
 		}
 	}
-	return res.String()
+	if res.Type == authz.Tenant {
+		return audit.Resource{Type: authz.Tenant, ID: res.TenantID}
+	}
+	return audit.Resource{Type: res.Type, ID: res.ID}
 }
 
-func (r *Registry) auditFailure(ctx context.Context, m *Method, res authz.Resource, err error) {
+// auditFailure records a refused or failed mutation after its rollback
+// (nothing when the database is unreachable: the record could not be
+// written either).
+func (r *Registry) auditFailure(ctx context.Context, m *Method, v *value, in any, res authz.Resource, err error) {
 	if store.Unreachable(err) {
 		return
 	}
-	if aerr := audit.Write(context.WithoutCancel(ctx), r.db, m.Key(), res.String(), string(errs.CodeOf(err)), nil); aerr != nil {
+	ctx = context.WithoutCancel(ctx)
+	if aerr := audit.Write(ctx, r.db, auditEntry(ctx, r.db, m, v, in, res, nil, err)); aerr != nil {
 		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
 	}
 }

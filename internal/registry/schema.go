@@ -158,6 +158,12 @@ func (f Field) JSONSchema() map[string]any {
 		s["properties"], s["required"] = objectSchema(f.Fields)
 		s["additionalProperties"] = false
 	}
+	if f.Type == Object && f.Open {
+		// Say so: an object schema without additionalProperties is read
+		// as an empty record by client generators (openapi-typescript
+		// makes it Record<string, never>).
+		s["additionalProperties"] = true
+	}
 	return s
 }
 

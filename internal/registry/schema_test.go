@@ -169,3 +169,16 @@ func TestAssign(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// An open object says it holds anything: without additionalProperties a
+// client generator reads {"type": "object"} as an empty record.
+func TestOpenObjectsAllowAnyProperty(t *testing.T) {
+	s := Field{Name: "x", Type: Object, Open: true}.JSONSchema()
+	if s["additionalProperties"] != true {
+		t.Fatalf("open object schema %v", s)
+	}
+	s = Field{Name: "x", Type: Object, Fields: []Field{{Name: "a", Type: String}}}.JSONSchema()
+	if s["additionalProperties"] != false {
+		t.Fatalf("closed object schema %v", s)
+	}
+}

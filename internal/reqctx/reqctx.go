@@ -91,21 +91,6 @@ type principalKey struct{}
 type requestIDKey struct{}
 type clientAddrKey struct{}
 
-// WithClientAddr returns ctx carrying the client address the server
-// decided for the request (internal/clientaddr: the peer, or behind a
-// trusted proxy the right-most untrusted forwarded hop).
-func WithClientAddr(ctx context.Context, addr string) context.Context {
-	return context.WithValue(ctx, clientAddrKey{}, addr)
-}
-
-// ClientAddr is the request's client address: the one every limit keyed by
-// address used, the request log shows and the audit trail records. Empty
-// outside a request (background work).
-func ClientAddr(ctx context.Context) string {
-	a, _ := ctx.Value(clientAddrKey{}).(string)
-	return a
-}
-
 // WithPrincipal returns ctx carrying p.
 func WithPrincipal(ctx context.Context, p *Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
@@ -126,6 +111,31 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
+}
+
+// WithClientAddr returns ctx carrying the client address: the one the
+// rate limits used for the request (the server's middleware sets it), which
+// the audit trail records.
+func WithClientAddr(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, clientAddrKey{}, addr)
+}
+
+// ClientAddr returns the request's client address, empty outside a request
+// (the reconciler, a periodic job).
+func ClientAddr(ctx context.Context) string {
+	a, _ := ctx.Value(clientAddrKey{}).(string)
+	return a
+}
+
+// Detach returns a context without ctx's deadline, cancelation or other
+// values that keeps what identifies the request (its id and client
+// address): a WebSocket's operations outlive the upgrade request.
+func Detach(ctx context.Context) context.Context {
+	out := WithRequestID(context.Background(), RequestID(ctx))
+	if a := ClientAddr(ctx); a != "" {
+		out = WithClientAddr(out, a)
+	}
+	return out
 }
 
 // Session is a long-lived connection's hold on its credential (a

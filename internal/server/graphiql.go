@@ -22,32 +22,54 @@ func graphiqlAssets(w http.ResponseWriter, r *http.Request) {
 	assets.ServeHTTP(w, r)
 }
 
+// graphiqlPage is GraphiQL behind a token bar. Without a token it shows
+// which token to paste instead of GraphiQL, and sends nothing (no query,
+// no introspection): GraphiQL asks for the schema as it mounts, and without
+// a token the answer is an UNAUTHENTICATED error in its results pane.
 const graphiqlPage = `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>Better Compute GraphiQL</title>
 <link rel="stylesheet" href="/graphiql/graphiql.min.css">
-<style>body{margin:0;height:100vh;display:flex;flex-direction:column}#bar{font:13px sans-serif;padding:6px;background:#f3f3f3;display:flex;gap:6px;align-items:center}#graphiql{flex:1}#bar input{flex:1;font-family:monospace}</style>
+<style>body{margin:0;height:100vh;display:flex;flex-direction:column}#bar{font:13px sans-serif;padding:6px;background:#f3f3f3;display:flex;gap:6px;align-items:center}#graphiql{flex:1}#bar input{flex:1;font-family:monospace}
+#help{font:15px/1.5 sans-serif;max-width:46em;margin:3em auto;padding:0 1em;color:#222}#help code{background:#f3f3f3;padding:1px 4px;border-radius:3px}#help h1{font-size:20px}</style>
 </head>
 <body>
-<div id="bar"><label for="token">Bearer token</label><input id="token" type="password" placeholder="paste a token; it stays in this browser's localStorage"><button id="save">Use</button></div>
-<div id="graphiql">Loading…</div>
+<div id="bar"><label for="token">Bearer token</label><input id="token" type="password" autocomplete="off" placeholder="paste a token; it stays in this browser's localStorage"><button id="save">Use</button><button id="forget">Forget</button></div>
+<div id="graphiql" hidden>Loading…</div>
+<div id="help" hidden>
+<h1>Paste a bearer token above to start</h1>
+<p>Every request needs one; this page sends none until you paste it (GraphiQL, its schema and docs load then).</p>
+<ul>
+<li><b>The operator's token</b> (every tenant): the file <code>$COMPUTE_DATA_DIR/operator-token</code> on the server's machine, <code>.data/operator-token</code> under the checkout by default (<code>cat .data/operator-token</code>); it is written on the embedded database's first start. With <code>COMPUTE_BOOTSTRAP_TOKEN</code> set, it is that value.</li>
+<li><b>A tenant's token</b>: the <code>secret</code> that <code>tokens.create</code> answers once (<code>POST /api/compute/tokens/create</code> with <code>tenantId</code>, <code>name</code> and <code>role</code>: viewer, member or admin), called with the operator's token or a tenant admin's.</li>
+</ul>
+<p>The token stays in this browser's localStorage until you press Forget.</p>
+</div>
 <script src="/graphiql/react.production.min.js"></script>
 <script src="/graphiql/react-dom.production.min.js"></script>
 <script src="/graphiql/graphiql.min.js"></script>
 <script>
 const input = document.getElementById('token');
-input.value = localStorage.getItem('compute-token') || '';
+const token = localStorage.getItem('compute-token') || '';
+input.value = token;
 function render() {
-  const token = localStorage.getItem('compute-token') || '';
-  const auth = token ? {Authorization: 'Bearer ' + token} : {};
+  const auth = {Authorization: 'Bearer ' + token};
   const wsURL = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/graphql';
   const fetcher = GraphiQL.createFetcher({url: '/graphql', subscriptionUrl: wsURL, headers: auth, wsConnectionParams: auth});
+  document.getElementById('graphiql').hidden = false;
   ReactDOM.createRoot(document.getElementById('graphiql')).render(React.createElement(GraphiQL, {fetcher, defaultEditorToolsVisibility: true}));
 }
 document.getElementById('save').onclick = () => { localStorage.setItem('compute-token', input.value.trim()); location.reload(); };
-render();
+input.onkeydown = (e) => { if (e.key === 'Enter') document.getElementById('save').click(); };
+document.getElementById('forget').onclick = () => { localStorage.removeItem('compute-token'); location.reload(); };
+if (token) {
+  render();
+} else {
+  document.getElementById('help').hidden = false;
+  input.focus();
+}
 </script>
 </body>
 </html>`

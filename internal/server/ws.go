@@ -77,11 +77,10 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	}
 	c.SetReadLimit(rest.DefaultMaxBody)
 	// The socket outlives the request: it keeps only the upgrade's request
-	// id, and its reader runs on a goroutine of its own, so neither the
+	// id and client address, and its reader runs on a goroutine of its own, so neither the
 	// request (headers, router state) nor the handler chain's deep stack
 	// stays alive for every open socket.
-	ctx, cancel := context.WithCancel(reqctx.WithClientAddr(reqctx.WithRequestID(context.Background(), reqctx.RequestID(r.Context())),
-		reqctx.ClientAddr(r.Context())))
+	ctx, cancel := context.WithCancel(reqctx.Detach(r.Context()))
 	conn := &wsConn{
 		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]*wsOp{},

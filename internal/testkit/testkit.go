@@ -172,6 +172,9 @@ type Options struct {
 	// DatabaseURL, when set, is the database to serve (another Env's
 	// DB.URL: a second replica on the same database) instead of a fresh one.
 	DatabaseURL string
+	// Instances configures the instances service (its reconciler and the
+	// retention jobs); SweepEvery defaults to 1 s.
+	Instances instances.Config
 }
 
 // Start starts the whole HTTP server on a fresh database.
@@ -204,7 +207,11 @@ func StartWith(t testing.TB, o Options) *Env {
 	// The instances service can queue jobs from the start; its reconciler
 	// runs only in tests that ask for it (RunReconciler), so the others
 	// pay for no polling.
-	inst, err := instances.NewService(d, log, instances.Config{SweepEvery: time.Second})
+	icfg := o.Instances
+	if icfg.SweepEvery == 0 {
+		icfg.SweepEvery = time.Second
+	}
+	inst, err := instances.NewService(d, log, icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

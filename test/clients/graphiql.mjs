@@ -1,14 +1,15 @@
 // Opens GraphiQL in headless Chromium as a person would: enters the token in
 // the page's bar, runs a query through the editor, opens the Docs pane and
 // finds ComputeNode through its search, and types "{ ten" to see what
-// autocomplete offers. Prints one JSON object; writes a screenshot of each
-// stage into the directory given as the fourth argument.
+// autocomplete offers. Before the token, it records what the page says and
+// whether it sent any request. Prints one JSON object; writes a screenshot
+// of each stage into the directory given as the fourth argument.
 //
 //   node graphiql.mjs <base URL> <token> <query> <screenshot dir>
 import { chromium } from 'playwright-core';
 
 const [base, token, query, shots] = process.argv.slice(2);
-const out = { response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
+const out = { before: null, response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
 const t0 = Date.now();
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -32,7 +33,20 @@ const poll = async (fn, arg, what, tries = 150) => {
 try {
   page.on('console', (m) => { if (m.type() === 'error' && m.text().includes('Content Security Policy')) out.blocked.push(m.text().slice(0, 200)); });
   page.on('pageerror', (e) => out.blocked.push(String(e).slice(0, 200)));
+  // 0. Without a token: the page says which token to paste and sends no
+  // request to /graphql (no introspection either), for a while.
+  const sent = [];
+  page.on('request', (r) => { if (new URL(r.url()).pathname.startsWith('/graphql')) sent.push(r.method() + ' ' + r.url()); });
   await page.goto(base + '/');
+  await page.waitForSelector('#help:not([hidden])', { timeout: 45000 });
+  await new Promise((r) => setTimeout(r, 1500));
+  out.before = await page.evaluate(() => ({
+    help: document.getElementById('help').innerText,
+    graphiqlShown: !document.getElementById('graphiql').hidden,
+    focused: document.activeElement && document.activeElement.id,
+  }));
+  out.before.requests = [...sent];
+  await shot('no-token');
   await page.fill('#token', token);
   await page.click('#save');
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
