@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/cluster"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
@@ -201,6 +202,10 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Log.Info("migrations applied")
 		return nil
 	}
+	// The event sequencer numbers the events this replica's writers commit
+	// (internal/events); it stops after the reconciler, last.
+	seq := events.Start(database, m.Log)
+	defer seq.Stop()
 	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
 	if err != nil {
 		return err

@@ -153,7 +153,7 @@ func waitAll(t *testing.T, e *testkit.Env, ids []string, state string, timeout t
 // order, ending at its state, none duplicated.
 func checkEvents(t *testing.T, e *testkit.Env, ids []string, want []string) {
 	t.Helper()
-	rows, err := e.DB.Query(`SELECT instance_id, type FROM instance_events WHERE instance_id = ANY($1) ORDER BY instance_id, xid, seq`, ids)
+	rows, err := e.DB.Query(`SELECT resource_id, type FROM events WHERE resource_id = ANY($1) ORDER BY resource_id, seq`, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

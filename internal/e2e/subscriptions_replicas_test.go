@@ -60,7 +60,7 @@ func (w *wsClient) drain(id string, quiet time.Duration) (ids []string, closed b
 // outbox is every event id of the tenant after a cursor, in stream order.
 func outbox(t *testing.T, e *testkit.Env, tenant, after string) []string {
 	t.Helper()
-	pos, err := events.ParseCursor("after", after)
+	pos, err := events.ParseCursor("after", tenant, after)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func outbox(t *testing.T, e *testkit.Env, tenant, after string) []string {
 		if len(page) < 1000 {
 			return out
 		}
-		pos = page[len(page)-1].Position
+		pos = page[len(page)-1].Seq
 	}
 }
 

@@ -420,3 +420,18 @@ func (n *Node) LabelsValue() any {
 	}
 	return out
 }
+
+// JoinRequestsByID loads the join requests of ids visible in scope (the
+// pool owner's readers of join requests) in one statement, keyed by id.
+func JoinRequestsByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*JoinRequest, error) {
+	var rows []JoinRequest
+	if err := q.SelectContext(ctx, &rows, `SELECT `+reqCols+` FROM join_requests r WHERE r.join_request_id = ANY($1) AND `+authz.Where("$2", requestVisible), ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*JoinRequest, len(rows))
+	for i := range rows {
+		rows[i].fix()
+		out[rows[i].JoinRequestID] = &rows[i]
+	}
+	return out, nil
+}
