@@ -229,6 +229,15 @@ func (m *Main) Run(ctx context.Context) error {
 		_, err := ratelimit.Prune(ctx, database, 10*time.Minute)
 		return err
 	})
+	// Expiries that no write makes: a join request's time running out, a
+	// reservation's window ending. Their events are written once, here.
+	maint.Add("events.expire", 5*time.Second, func(ctx context.Context) error {
+		if _, err := nodes.ExpireJoinRequests(ctx, database); err != nil {
+			return err
+		}
+		_, err := instances.ExpireReservations(ctx, database)
+		return err
+	})
 	mctx, stopMaint := context.WithCancel(ctx)
 	maintDone := make(chan struct{})
 	go func() { defer close(maintDone); maint.Run(mctx) }()

@@ -66,7 +66,14 @@ SELECT tenant_id, max(seq) FROM events GROUP BY tenant_id;
 DROP TABLE instance_events_pruned;
 DROP TABLE instance_events;
 
+-- A reservation's end is not a write (reads show it expired from then on):
+-- the maintenance lease's holder writes its reservation.expired event once
+-- and marks it here. Reservations that ended before this migration get none.
+ALTER TABLE reservations ADD COLUMN expiry_announced boolean NOT NULL DEFAULT false;
+UPDATE reservations SET expiry_announced = true WHERE ends_at <= now();
+
 -- +goose Down
+ALTER TABLE reservations DROP COLUMN expiry_announced;
 CREATE TABLE instance_events (
     seq           bigint GENERATED ALWAYS AS IDENTITY,
     xid           xid8 NOT NULL DEFAULT pg_current_xact_id(),
