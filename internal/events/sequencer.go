@@ -17,8 +17,8 @@ import (
 
 // Sequencer numbers one replica's committed events (see the package doc).
 // Writers tell it their tenants after commit (Committed, wired as
-// store.DB.Committed) and wait for the pass that numbers their events, so a
-// request that changed something reads its own events when it returns.
+// store.DB.Committed); a client's request waits for the pass that numbers
+// its events, so it reads its own events when it returns.
 // One goroutine runs the passes; a pass numbers every tenant marked since
 // the previous one in one transaction, so under load a pass serves many
 // writers. Once a second it also numbers inbox rows left behind by a
@@ -96,13 +96,20 @@ func (s *Sequencer) OnNumbered(f func(tenants []string)) {
 // is numbered by a later pass or the sweep, and the writer goes on.
 const passWait = 5 * time.Second
 
-// Committed marks the tenants' events as committed and waits until a
-// pass that began after this call has ended (or ctx ends, or passWait).
+// Committed marks the tenants' events as committed. For a client's
+// request (store.ForRequest) it then waits until a pass that began after
+// this call has ended (or ctx ends, or passWait), so that the request's
+// answer comes after its events are readable; background writers (the
+// reconciler, expiries) go on at once and their events follow within a
+// pass.
 func (s *Sequencer) Committed(ctx context.Context, tenants []string) {
 	if s.stopped.Load() {
 		return
 	}
 	done := s.mark(tenants)
+	if !store.IsRequest(ctx) {
+		return
+	}
 	t := time.NewTimer(passWait)
 	defer t.Stop()
 	select {

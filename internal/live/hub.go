@@ -475,7 +475,7 @@ type stream struct {
 	wakeC  chan struct{}
 
 	mu   sync.Mutex
-	pos  uint64 // the number of the last event read
+	pos  uint64                     // the number of the last event read
 	subs int                        // every subscription, live or pumping
 	live map[*Subscription]struct{} // those the stream hands events to
 	ring []*events.Event            // the event of sequence k is ring[k%len(ring)]

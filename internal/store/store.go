@@ -160,6 +160,11 @@ func ForRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, requestKey{}, true)
 }
 
+// IsRequest says ctx comes from ForRequest: work done for a client's
+// request (which waits for what it wrote to be readable) rather than
+// background work.
+func IsRequest(ctx context.Context) bool { return ctx.Value(requestKey{}) != nil }
+
 // RequestStatements counts the statements sent on contexts from ForRequest.
 func RequestStatements() int64 { return requestStatements.Load() }
 
