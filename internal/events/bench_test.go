@@ -63,9 +63,10 @@ func durable(b *testing.B) string {
 
 // waits samples pg_stat_activity every 5 ms until stop and counts the
 // samples of a writer (application_name bench-writer) waiting on the
-// database-wide notify lock (Lock: object) and on any lock.
-func waits(url string, stop <-chan struct{}) (notify, locks *atomic.Int64, done func()) {
-	notify, locks = &atomic.Int64{}, &atomic.Int64{}
+// database-wide notify lock (Lock: object) and on any lock, and of a
+// sequencer pass waiting on the notify lock.
+func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.Int64, done func()) {
+	notify, locks, seqNotify = &atomic.Int64{}, &atomic.Int64{}, &atomic.Int64{}
 	d, err := store.Open(context.Background(), url)
 	if err != nil {
 		panic(err)
@@ -83,18 +84,21 @@ func waits(url string, stop <-chan struct{}) (notify, locks *atomic.Int64, done 
 			case <-t.C:
 			}
 			var n struct {
-				Notify int64 `db:"notify"`
-				Locks  int64 `db:"locks"`
+				Notify    int64 `db:"notify"`
+				Locks     int64 `db:"locks"`
+				SeqNotify int64 `db:"seq_notify"`
 			}
-			if d.Get(&n, `SELECT count(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = 'object') AS notify,
-				count(*) FILTER (WHERE wait_event_type = 'Lock') AS locks
-				FROM pg_stat_activity WHERE application_name = 'bench-writer'`) == nil {
+			if d.Get(&n, `SELECT count(*) FILTER (WHERE application_name = 'bench-writer' AND wait_event_type = 'Lock' AND wait_event = 'object') AS notify,
+				count(*) FILTER (WHERE application_name = 'bench-writer' AND wait_event_type = 'Lock') AS locks,
+				count(*) FILTER (WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'object') AS seq_notify
+				FROM pg_stat_activity`, events.SequencerName) == nil {
 				notify.Add(n.Notify)
 				locks.Add(n.Locks)
+				seqNotify.Add(n.SeqNotify)
 			}
 		}
 	}()
-	return notify, locks, func() { wg.Wait(); d.Close() }
+	return notify, locks, seqNotify, func() { wg.Wait(); d.Close() }
 }
 
 func openWriters(b *testing.B, url string) *store.DB {
@@ -164,9 +168,9 @@ func BenchmarkEventWriters(b *testing.B) {
 	url := durable(b)
 	d := benchDuration()
 	ctx := context.Background()
-	report := func(name string, n int64, notify, locks int64, samples int64) {
-		b.Logf("%-28s %8.0f events/s  writers waiting on the notify lock %d, on any lock %d (samples of 16 writers, %d samples)",
-			name, float64(n)/d.Seconds(), notify, locks, samples)
+	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64) {
+		b.Logf("%-28s %8.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers)",
+			name, float64(n)/d.Seconds(), notify, locks, seqNotify, samples)
 		b.ReportMetric(float64(n)/d.Seconds(), strings.NewReplacer(" ", "", ",", "_").Replace(name)+"-events/s")
 	}
 	samples := int64(d / (5 * time.Millisecond))
@@ -176,7 +180,7 @@ func BenchmarkEventWriters(b *testing.B) {
 	{
 		w := openWriters(b, appName(url))
 		stop := make(chan struct{})
-		notify, locks, done := waits(url, stop)
+		notify, locks, seqNotify, done := waits(url, stop)
 		n, err := run(d, func(wr, i int) error {
 			return w.Tx(ctx, func(tx *sqlx.Tx) error {
 				_, err := tx.ExecContext(ctx, `WITH e AS (INSERT INTO old_outbox (tenant_id, instance_id, type, instance)
@@ -190,7 +194,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		report("old outbox, 16 writers", n, notify.Load(), locks.Load(), samples)
+		report("old outbox, 16 writers", n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
 	}
 
 	phase := func(name string, replicas int, tenants []string) {
@@ -225,7 +229,7 @@ func BenchmarkEventWriters(b *testing.B) {
 			time.Sleep(10 * time.Millisecond) // the listeners are up
 		}
 		stop := make(chan struct{})
-		notify, locks, done := waits(url, stop)
+		notify, locks, seqNotify, done := waits(url, stop)
 		t0 := time.Now()
 		n, err := run(d, func(wr, i int) error {
 			rep := reps[wr%replicas]
@@ -256,7 +260,7 @@ func BenchmarkEventWriters(b *testing.B) {
 				s.Stop()
 			}
 		}
-		report(name, n, notify.Load(), locks.Load(), samples)
+		report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
 		b.Logf("%-28s last delivery %v after the writers stopped", "", tail.Round(time.Millisecond))
 	}
 	var sixteen []string

@@ -84,7 +84,7 @@ func write(ctx context.Context, q store.Q, tenant, name string) error {
 // readable after one sorting after it (a reader would have skipped it).
 func TestConcurrentWritersReadersSeeAPrefix(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	// The unrelated transaction: the old outbox stalled every reader
 	// behind it.
 	hold, err := d.BeginTxx(ctx, nil)
@@ -216,7 +216,7 @@ func TestConcurrentWritersReadersSeeAPrefix(t *testing.T) {
 // the cluster holds an xid (the old outbox's readers waited for it).
 func TestReadableAtCommitDespiteOpenTransaction(t *testing.T) {
 	d, other := testkit.DB(t), testkit.DB(t)
-	ctx := context.Background()
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	hold, err := other.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestReadableAtCommitDespiteOpenTransaction(t *testing.T) {
 // replica's sweep.
 func TestStrandedInboxRowsAreNumbered(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	// A statement on the pool itself (no DB.Tx): nothing tells the
 	// sequencer, as when the writer's replica died after its commit.
 	if _, err := d.DB.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at)
@@ -268,7 +268,7 @@ func TestStrandedInboxRowsAreNumbered(t *testing.T) {
 // TestFilter: types by exact name and by prefix, resources, pool.
 func TestFilter(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	recs := []events.Record{
 		{TenantID: "acme", Type: events.NodeCordoned, ResourceID: "node_1", PoolID: "pool_a", Data: map[string]int{}},
 		{TenantID: "acme", Type: events.InventoryChanged, ResourceID: "node_1", PoolID: "pool_a", Data: map[string]int{}},
@@ -321,7 +321,7 @@ func TestFilter(t *testing.T) {
 // records it; a cursor before it is expired, one at it is not.
 func TestPruneAndExpiredCursor(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	for i := 0; i < 5; i++ {
 		if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", fmt.Sprint(i)) }); err != nil {
 			t.Fatal(err)

@@ -92,6 +92,9 @@ func (s *Sequencer) OnNumbered(f func(tenants []string)) {
 	s.mu.Unlock()
 }
 
+// SequencerName is the application_name of a pass's transaction.
+const SequencerName = "computed-events-sequencer"
+
 // passWait bounds how long a writer waits for its pass; past it the event
 // is numbered by a later pass or the sweep, and the writer goes on.
 const passWait = 5 * time.Second
@@ -237,7 +240,10 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 		// The streams' rows, locked in tenant order (no deadlock between
 		// replicas' passes): a tenant's passes take turns from here to
 		// commit.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO event_streams (tenant_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, tenants); err != nil {
+		// (The pass names itself in pg_stat_activity for its transaction.)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO event_streams (tenant_id)
+			SELECT t FROM unnest($1::text[]) AS t, (SELECT set_config('application_name', $2, true)) AS app
+			ON CONFLICT DO NOTHING`, tenants, s.db.AppName(SequencerName)); err != nil {
 			return store.Wrap(err)
 		}
 		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM event_streams WHERE tenant_id = ANY($1) ORDER BY tenant_id FOR UPDATE`, tenants); err != nil {

@@ -23,8 +23,10 @@ import (
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 func write(t testing.TB, db *store.DB, tenant, pool, inst string, hold time.Duration) {
-	err := db.Tx(context.Background(), func(tx *sqlx.Tx) error {
-		if err := events.Write(context.Background(), tx, events.Record{Type: events.Running, TenantID: tenant, PoolID: pool,
+	// A client's request: Tx returns once the event is numbered.
+	ctx := store.ForRequest(context.Background())
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: tenant, PoolID: pool,
 			ResourceID: inst, Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
 			return err
 		}
