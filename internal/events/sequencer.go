@@ -239,22 +239,34 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 		moved, n = nil, 0
 		// The streams' rows, locked in tenant order (no deadlock between
 		// replicas' passes): a tenant's passes take turns from here to
-		// commit.
-		// (The pass names itself in pg_stat_activity for its transaction.)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO event_streams (tenant_id)
-			SELECT t FROM unnest($1::text[]) AS t, (SELECT set_config('application_name', $2, true)) AS app
-			ON CONFLICT DO NOTHING`, tenants, s.db.AppName(SequencerName)); err != nil {
+		// commit. The pass names itself in pg_stat_activity for the
+		// transaction.
+		var locked []string
+		if err := tx.SelectContext(ctx, &locked, `SELECT s.tenant_id FROM event_streams s, (SELECT set_config('application_name', $2, true)) AS app
+			WHERE s.tenant_id = ANY($1) ORDER BY s.tenant_id FOR UPDATE OF s`, tenants, s.db.AppName(SequencerName)); err != nil {
 			return store.Wrap(err)
 		}
-		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM event_streams WHERE tenant_id = ANY($1) ORDER BY tenant_id FOR UPDATE`, tenants); err != nil {
-			return store.Wrap(err)
+		// A tenant's first events create its stream row, then lock it (a
+		// deadlock with another replica's first pass of the same tenants is
+		// retried by Tx).
+		if fresh := missing(tenants, locked); len(fresh) > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO event_streams (tenant_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, fresh); err != nil {
+				return store.Wrap(err)
+			}
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM event_streams WHERE tenant_id = ANY($1) ORDER BY tenant_id FOR UPDATE`, fresh); err != nil {
+				return store.Wrap(err)
+			}
 		}
 		// This statement's snapshot begins after the locks were granted, so
 		// it sees everything earlier passes numbered, and only committed
-		// inbox rows.
+		// inbox rows. It also wakes the other replicas' readers: one
+		// notification per pass naming the tenants, sent from this
+		// transaction, never from a writer's (when the names would pass
+		// PostgreSQL's 8000 bytes, in pieces below).
 		var rows []struct {
 			TenantID string `db:"tenant_id"`
 			N        int64  `db:"n"`
+			Noted    int64  `db:"noted"`
 		}
 		err := tx.SelectContext(ctx, &rows, `WITH moved AS (
 				DELETE FROM event_inbox WHERE tenant_id = ANY($1) RETURNING *),
@@ -266,8 +278,9 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 				SELECT tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at FROM numbered
 				RETURNING tenant_id, seq),
 			last AS (SELECT tenant_id, max(seq) AS last_seq, count(*) AS n FROM ins GROUP BY tenant_id),
-			upd AS (UPDATE event_streams s SET last_seq = last.last_seq FROM last WHERE s.tenant_id = last.tenant_id)
-			SELECT tenant_id, n FROM last ORDER BY tenant_id`, tenants)
+			upd AS (UPDATE event_streams s SET last_seq = last.last_seq FROM last WHERE s.tenant_id = last.tenant_id),
+			note AS (SELECT pg_notify($2, string_agg(tenant_id, ',')) FROM last HAVING sum(length(tenant_id) + 1) < 7900)
+			SELECT tenant_id, n, (SELECT count(*) FROM note) AS noted FROM last ORDER BY tenant_id`, tenants, Channel)
 		if err != nil {
 			return store.Wrap(err)
 		}
@@ -275,17 +288,27 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 			moved = append(moved, r.TenantID)
 			n += r.N
 		}
-		// The other replicas' readers: one notification per pass (payloads
-		// stay under PostgreSQL's 8000 bytes), sent from this transaction,
-		// never from a writer's.
-		for _, p := range payloads(moved) {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, p); err != nil {
-				return store.Wrap(err)
+		if len(rows) > 0 && rows[0].Noted == 0 {
+			for _, p := range payloads(moved) {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, p); err != nil {
+					return store.Wrap(err)
+				}
 			}
 		}
 		return nil
 	})
 	return moved, n, err
+}
+
+// missing returns the tenants not in have.
+func missing(tenants, have []string) []string {
+	var out []string
+	for _, t := range tenants {
+		if !slices.Contains(have, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // payloads joins tenant ids with commas into payloads under 7,900 bytes.
