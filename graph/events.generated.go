@@ -13,16 +13,33 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/workflows"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
 
 type InstanceEventResolver interface {
+	PoolID(ctx context.Context, obj *events.Event) (string, error)
+	ProjectID(ctx context.Context, obj *events.Event) (*string, error)
+	State(ctx context.Context, obj *events.Event) (string, error)
+	DesiredState(ctx context.Context, obj *events.Event) (string, error)
+	StateReason(ctx context.Context, obj *events.Event) (*string, error)
+
 	Instance(ctx context.Context, obj *events.Event) (*instances.View, error)
 }
 type SubscriptionResolver interface {
 	InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error)
+	TenantEvents(ctx context.Context, tenantID string, types []string, after *string) (<-chan *events.Event, error)
+}
+type TenantEventResolver interface {
+	Data(ctx context.Context, obj *events.Event) (any, error)
+	Instance(ctx context.Context, obj *events.Event) (*instances.View, error)
+	Node(ctx context.Context, obj *events.Event) (*nodes.Node, error)
+	JoinRequest(ctx context.Context, obj *events.Event) (*nodes.JoinRequest, error)
+	Workflow(ctx context.Context, obj *events.Event) (*workflows.Workflow, error)
+	Reservation(ctx context.Context, obj *events.Event) (*instances.Reservation, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -64,6 +81,36 @@ func (ec *executionContext) field_Subscription_instanceEvents_args(ctx context.C
 		return nil, err
 	}
 	args["after"] = arg3
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_tenantEvents_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "tenantId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["tenantId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "types",
+		func(ctx context.Context, v any) ([]string, error) {
+			return ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["types"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg2
 	return args, nil
 }
 
@@ -125,7 +172,7 @@ func (ec *executionContext) fieldContext_InstanceEvent_type(_ context.Context, f
 
 func (ec *executionContext) _InstanceEvent_instanceId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
-		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
+		return ec.marshalNString2string(ctx, field.Selections, obj.ResourceID)
 	}
 	return graphql.ResolveField(
 		ctx,
@@ -135,7 +182,7 @@ func (ec *executionContext) _InstanceEvent_instanceId(ctx context.Context, field
 			return ec.fieldContext_InstanceEvent_instanceId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.InstanceID, nil
+			return obj.ResourceID, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -176,9 +223,6 @@ func (ec *executionContext) fieldContext_InstanceEvent_tenantId(_ context.Contex
 }
 
 func (ec *executionContext) _InstanceEvent_poolId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if directLeaves(ec.OperationContext) {
-		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
-	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -187,7 +231,7 @@ func (ec *executionContext) _InstanceEvent_poolId(ctx context.Context, field gra
 			return ec.fieldContext_InstanceEvent_poolId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.PoolID, nil
+			return ec.Resolvers.InstanceEvent().PoolID(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -198,13 +242,10 @@ func (ec *executionContext) _InstanceEvent_poolId(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_InstanceEvent_poolId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InstanceEvent", field, true, true, "String")
 }
 
 func (ec *executionContext) _InstanceEvent_projectId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if directLeaves(ec.OperationContext) {
-		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
-	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -213,7 +254,7 @@ func (ec *executionContext) _InstanceEvent_projectId(ctx context.Context, field 
 			return ec.fieldContext_InstanceEvent_projectId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ProjectID, nil
+			return ec.Resolvers.InstanceEvent().ProjectID(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -224,13 +265,10 @@ func (ec *executionContext) _InstanceEvent_projectId(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext_InstanceEvent_projectId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InstanceEvent", field, true, true, "String")
 }
 
 func (ec *executionContext) _InstanceEvent_state(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if directLeaves(ec.OperationContext) {
-		return ec.marshalNString2string(ctx, field.Selections, obj.State)
-	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -239,24 +277,21 @@ func (ec *executionContext) _InstanceEvent_state(ctx context.Context, field grap
 			return ec.fieldContext_InstanceEvent_state(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.State, nil
+			return ec.Resolvers.InstanceEvent().State(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNInstanceState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_InstanceEvent_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InstanceEvent", field, true, true, "InstanceState")
 }
 
 func (ec *executionContext) _InstanceEvent_desiredState(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if directLeaves(ec.OperationContext) {
-		return ec.marshalNString2string(ctx, field.Selections, obj.DesiredState)
-	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -265,24 +300,21 @@ func (ec *executionContext) _InstanceEvent_desiredState(ctx context.Context, fie
 			return ec.fieldContext_InstanceEvent_desiredState(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.DesiredState, nil
+			return ec.Resolvers.InstanceEvent().DesiredState(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
+			return ec.marshalNInstanceDesiredState2string(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_InstanceEvent_desiredState(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InstanceEvent", field, true, true, "InstanceDesiredState")
 }
 
 func (ec *executionContext) _InstanceEvent_stateReason(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
-	if directLeaves(ec.OperationContext) {
-		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
-	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -291,7 +323,7 @@ func (ec *executionContext) _InstanceEvent_stateReason(ctx context.Context, fiel
 			return ec.fieldContext_InstanceEvent_stateReason(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.StateReason, nil
+			return ec.Resolvers.InstanceEvent().StateReason(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -302,7 +334,7 @@ func (ec *executionContext) _InstanceEvent_stateReason(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_InstanceEvent_stateReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("InstanceEvent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("InstanceEvent", field, true, true, "String")
 }
 
 func (ec *executionContext) _InstanceEvent_occurredAt(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
@@ -404,6 +436,412 @@ func (ec *executionContext) fieldContext_Subscription_instanceEvents(ctx context
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscription_tenantEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_tenantEvents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().TenantEvents(ctx, fc.Args["tenantId"].(string), fc.Args["types"].([]string), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *events.Event) graphql.Marshaler {
+			return ec.marshalNTenantEvent2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋeventsᚐEvent(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_tenantEvents(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantEvent(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_tenantEvents_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEvent_eventId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.EventID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_eventId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EventID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_eventId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEvent_type(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Type)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEvent_tenantId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_tenantId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TenantID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_tenantId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEvent_resourceType(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNEventResourceType2string(ctx, field.Selections, obj.ResourceType)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_resourceType(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResourceType, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNEventResourceType2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_resourceType(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "EventResourceType")
+}
+
+func (ec *executionContext) _TenantEvent_resourceId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.ResourceID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_resourceId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResourceID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_resourceId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEvent_poolId(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.PoolID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_poolId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PoolID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_poolId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEvent_occurredAt(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_occurredAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OccurredAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_occurredAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, false, false, "Time")
+}
+
+func (ec *executionContext) _TenantEvent_data(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_data(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().Data(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v any) graphql.Marshaler {
+			return ec.marshalNJSON2interface(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_data(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEvent", field, true, true, "JSON")
+}
+
+func (ec *executionContext) _TenantEvent_instance(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_instance(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().Instance(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
+			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_instance(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Instance(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEvent_node(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().Node(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.Node) graphql.Marshaler {
+			return ec.marshalOComputeNode2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐNode(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ComputeNode(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEvent_joinRequest(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_joinRequest(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().JoinRequest(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.JoinRequest) graphql.Marshaler {
+			return ec.marshalOJoinRequest2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinRequest(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_joinRequest(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JoinRequest(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEvent_workflow(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_workflow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().Workflow(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *workflows.Workflow) graphql.Marshaler {
+			return ec.marshalOWorkflow2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐWorkflow(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_workflow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Workflow(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEvent_reservation(ctx context.Context, field graphql.CollectedField, obj *events.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEvent_reservation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TenantEvent().Reservation(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *instances.Reservation) graphql.Marshaler {
+			return ec.marshalOReservation2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐReservation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEvent_reservation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEvent",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reservation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -448,30 +886,35 @@ func (ec *executionContext) _InstanceEvent(ctx context.Context, sel ast.Selectio
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "poolId":
-			out.Values[i] = ec._InstanceEvent_poolId(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_poolId(ctx, field, obj)
+				})
 		case "projectId":
-			out.Values[i] = ec._InstanceEvent_projectId(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_projectId(ctx, field, obj)
+				})
 		case "state":
-			out.Values[i] = ec._InstanceEvent_state(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_state(ctx, field, obj)
+				})
 		case "desiredState":
-			out.Values[i] = ec._InstanceEvent_desiredState(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_desiredState(ctx, field, obj)
+				})
 		case "stateReason":
-			out.Values[i] = ec._InstanceEvent_stateReason(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InstanceEvent_stateReason(ctx, field, obj)
+				})
 		case "occurredAt":
 			out.Values[i] = ec._InstanceEvent_occurredAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -516,14 +959,148 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 	switch fields[0].Name {
 	case "instanceEvents":
 		return ec._Subscription_instanceEvents(ctx, fields[0])
+	case "tenantEvents":
+		return ec._Subscription_tenantEvents(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
 }
 
+var tenantEventImplementors = []string{"TenantEvent"}
+
+func (ec *executionContext) _TenantEvent(ctx context.Context, sel ast.SelectionSet, obj *events.Event) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantEventImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantEvent")
+		case "eventId":
+			out.Values[i] = ec._TenantEvent_eventId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "type":
+			out.Values[i] = ec._TenantEvent_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "tenantId":
+			out.Values[i] = ec._TenantEvent_tenantId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "resourceType":
+			out.Values[i] = ec._TenantEvent_resourceType(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "resourceId":
+			out.Values[i] = ec._TenantEvent_resourceId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "poolId":
+			out.Values[i] = ec._TenantEvent_poolId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "occurredAt":
+			out.Values[i] = ec._TenantEvent_occurredAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "data":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_data(ctx, field, obj)
+				})
+		case "instance":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_instance(ctx, field, obj)
+				})
+		case "node":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_node(ctx, field, obj)
+				})
+		case "joinRequest":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_joinRequest(ctx, field, obj)
+				})
+		case "workflow":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_workflow(ctx, field, obj)
+				})
+		case "reservation":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._TenantEvent_reservation(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
 // endregion **************************** object.gotpl ****************************
 
 // region    ***************************** type.gotpl *****************************
+
+func (ec *executionContext) unmarshalNEventResourceType2string(ctx context.Context, v any) (string, error) {
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalNEventResourceType2string[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNEventResourceType2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := gqlscalar.MarshalString(marshalNEventResourceType2string[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "EventResourceType!")
+	}
+	return res
+}
+
+var (
+	unmarshalNEventResourceType2string = map[string]string{
+		"INSTANCE":     events.ResInstance,
+		"NODE":         events.ResNode,
+		"JOIN_REQUEST": events.ResJoinRequest,
+		"WORKFLOW":     events.ResWorkflow,
+		"RESERVATION":  events.ResReservation,
+	}
+	marshalNEventResourceType2string = map[string]string{
+		events.ResInstance:    "INSTANCE",
+		events.ResNode:        "NODE",
+		events.ResJoinRequest: "JOIN_REQUEST",
+		events.ResWorkflow:    "WORKFLOW",
+		events.ResReservation: "RESERVATION",
+	}
+)
 
 func (ec *executionContext) marshalNInstanceEvent2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋeventsᚐEvent(ctx context.Context, sel ast.SelectionSet, v *events.Event) graphql.Marshaler {
 	if v == nil {
@@ -572,5 +1149,13 @@ var (
 		events.Failed:       "INSTANCE_FAILED",
 	}
 )
+
+func (ec *executionContext) marshalNTenantEvent2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋeventsᚐEvent(ctx context.Context, sel ast.SelectionSet, v *events.Event) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantEvent!")
+		return graphql.Null
+	}
+	return ec._TenantEvent(ctx, sel, v)
+}
 
 // endregion ***************************** type.gotpl *****************************

@@ -3577,6 +3577,13 @@ func (ec *executionContext) marshalOPoolCapacity2ᚖgithubᚗcomᚋbettercompute
 	return ec._PoolCapacity(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalOReservation2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐReservation(ctx context.Context, sel ast.SelectionSet, v *instances.Reservation) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Reservation(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalOReservationState2ᚖstring(ctx context.Context, v any) (*string, error) {
 	if v == nil {
 		return nil, nil

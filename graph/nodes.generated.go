@@ -6542,6 +6542,13 @@ func (ec *executionContext) marshalOInventorySnapshot2ᚖgithubᚗcomᚋbetterco
 	return ec._InventorySnapshot(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalOJoinRequest2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinRequest(ctx context.Context, sel ast.SelectionSet, v *nodes.JoinRequest) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._JoinRequest(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalOLong2ᚖint64(ctx context.Context, v any) (*int64, error) {
 	if v == nil {
 		return nil, nil

@@ -35,6 +35,7 @@ type ResolverRoot interface {
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
 	Tenant() TenantResolver
+	TenantEvent() TenantEventResolver
 	Viewer() ViewerResolver
 	Workflow() WorkflowResolver
 	WorkflowStep() WorkflowStepResolver
@@ -288,9 +289,9 @@ extend type ComputeNode {
 }
 `, BuiltIn: false},
 	{Name: "../schema/events.graphqls", Input: `"""
-An instance's state moved: one event per move, written in the same
-transaction as the move. ` + "`" + `eventId` + "`" + ` is the resume cursor: event ids sort in
-stream order.
+An instance's state moved: one event per move, in the tenant's event stream
+(see ` + "`" + `tenantEvents` + "`" + `). ` + "`" + `eventId` + "`" + ` is the resume cursor: event ids sort in
+stream order within the tenant.
 """
 type InstanceEvent {
   "The resume cursor: pass it as ` + "`" + `after` + "`" + ` to continue after this event."
@@ -301,8 +302,8 @@ type InstanceEvent {
   poolId: String!
   projectId: String
   "The instance's state after the move."
-  state: String!
-  desiredState: String!
+  state: InstanceState!
+  desiredState: InstanceDesiredState!
   stateReason: String
   occurredAt: Time!
   """
@@ -327,6 +328,61 @@ enum InstanceEventType {
   INSTANCE_FAILED
 }
 
+"The kind of resource an event's ` + "`" + `resourceId` + "`" + ` names."
+enum EventResourceType {
+  INSTANCE
+  NODE
+  JOIN_REQUEST
+  WORKFLOW
+  RESERVATION
+}
+
+"""
+One event of a tenant's stream: something a dashboard watches changed. The
+stream holds every event of the tenant in commit order; a reader sees the
+events of the resources it may read (instance.* and reservation.* with
+compute:instances:read, node.* and inventory.changed with
+compute:nodes:read, joinRequest.* with compute:joinTokens:read, workflow.*
+with compute:workflows:read on the tenant). Event ids sort in stream order
+and are resume cursors. See docs/graphql.md, "Events".
+"""
+type TenantEvent {
+  "The resume cursor: pass it as ` + "`" + `after` + "`" + ` to continue after this event."
+  eventId: String!
+  """
+  The dotted event type (the CloudEvents convention): instance.created …
+  instance.failed, node.joined, node.updated, node.cordoned,
+  node.uncordoned, node.removed, inventory.changed, joinRequest.pending,
+  joinRequest.approved, joinRequest.denied, joinRequest.expired,
+  workflow.created, workflow.step, workflow.succeeded, workflow.failed,
+  workflow.canceled, reservation.created, reservation.canceled,
+  reservation.expired.
+  """
+  type: String!
+  tenantId: String!
+  resourceType: EventResourceType!
+  "The instance, node, join request, workflow or reservation id."
+  resourceId: String!
+  "The pool of the resource, when it is in one."
+  poolId: String
+  occurredAt: Time!
+  """
+  The resource as of the event, in the method surface's form
+  (inventory.changed: the node, the snapshot id and the diff's changes).
+  """
+  data: JSON!
+  "The instance as it is now (instance.* events), while the caller reads it."
+  instance: Instance
+  "The node as it is now (node.* and inventory.changed), while the caller reads it."
+  node: ComputeNode
+  "The join request as it is now (joinRequest.*), while the caller reads it."
+  joinRequest: JoinRequest
+  "The workflow as it is now (workflow.*), while the caller reads it."
+  workflow: Workflow
+  "The reservation as it is now (reservation.*), while the caller reads it."
+  reservation: Reservation
+}
+
 type Subscription {
   """
   A tenant's instance events as they happen, decided as
@@ -334,11 +390,22 @@ type Subscription {
   caller cannot see is NOT_FOUND). With ` + "`" + `after` + "`" + ` (an eventId), every later
   event is replayed first, then the stream goes live, with no gap and no
   duplicate; without it, it starts live from now. An ` + "`" + `after` + "`" + ` older than the
-  retention is INVALID_STATE with details.reason "expired-cursor". Over
-  WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events
-  (graphql-sse) at /graphql/stream.
+  retention, or issued before the per-tenant streams, is INVALID_STATE with
+  details.reason "expired-cursor". Over WebSocket (graphql-transport-ws) at
+  /graphql or Server-Sent Events (graphql-sse) at /graphql/stream.
   """
   instanceEvents(tenantId: String!, instanceId: String, poolId: String, after: String): InstanceEvent!
+  """
+  Every event of the tenant's stream the caller may read (see TenantEvent),
+  as they happen, in commit order. ` + "`" + `types` + "`" + ` keeps the events of those types,
+  exactly or by prefix when an entry ends in "." ("node."). With ` + "`" + `after` + "`" + ` (an
+  eventId of this tenant), every later event is replayed first, then the
+  stream goes live, with no gap and no duplicate; without it, it starts live
+  from now. A caller that reads none of the tenant's event kinds is
+  refused as on the tenant's reads. An ` + "`" + `after` + "`" + ` older than the retention is
+  INVALID_STATE with details.reason "expired-cursor".
+  """
+  tenantEvents(tenantId: String!, types: [String!], after: String): TenantEvent!
 }
 `, BuiltIn: false},
 	{Name: "../schema/iam.graphqls", Input: `type Token {
@@ -2820,6 +2887,38 @@ func (ec *executionContext) childFields_TenantEdge(ctx context.Context, field gr
 		return ec.fieldContext_TenantEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TenantEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_TenantEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "eventId":
+		return ec.fieldContext_TenantEvent_eventId(ctx, field)
+	case "type":
+		return ec.fieldContext_TenantEvent_type(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_TenantEvent_tenantId(ctx, field)
+	case "resourceType":
+		return ec.fieldContext_TenantEvent_resourceType(ctx, field)
+	case "resourceId":
+		return ec.fieldContext_TenantEvent_resourceId(ctx, field)
+	case "poolId":
+		return ec.fieldContext_TenantEvent_poolId(ctx, field)
+	case "occurredAt":
+		return ec.fieldContext_TenantEvent_occurredAt(ctx, field)
+	case "data":
+		return ec.fieldContext_TenantEvent_data(ctx, field)
+	case "instance":
+		return ec.fieldContext_TenantEvent_instance(ctx, field)
+	case "node":
+		return ec.fieldContext_TenantEvent_node(ctx, field)
+	case "joinRequest":
+		return ec.fieldContext_TenantEvent_joinRequest(ctx, field)
+	case "workflow":
+		return ec.fieldContext_TenantEvent_workflow(ctx, field)
+	case "reservation":
+		return ec.fieldContext_TenantEvent_reservation(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantEvent", field.Name)
 }
 
 func (ec *executionContext) childFields_TenantHolding(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -1600,4 +1600,11 @@ func (ec *executionContext) marshalNWorkflowStep2ᚕgithubᚗcomᚋbettercompute
 	return ret
 }
 
+func (ec *executionContext) marshalOWorkflow2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋworkflowsᚐWorkflow(ctx context.Context, sel ast.SelectionSet, v *workflows.Workflow) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Workflow(ctx, sel, v)
+}
+
 // endregion ***************************** type.gotpl *****************************

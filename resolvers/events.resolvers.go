@@ -10,14 +10,44 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/feed"
 	"github.com/bettercompute/computed/internal/instances"
-	"github.com/bettercompute/computed/internal/live"
-	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/workflows"
 )
+
+// PoolID is the resolver for the poolId field.
+func (r *instanceEventResolver) PoolID(ctx context.Context, obj *events.Event) (string, error) {
+	if obj.PoolID == nil {
+		return "", nil
+	}
+	return *obj.PoolID, nil
+}
+
+// ProjectID is the resolver for the projectId field.
+func (r *instanceEventResolver) ProjectID(ctx context.Context, obj *events.Event) (*string, error) {
+	return instanceFields(obj).ProjectID, nil
+}
+
+// State is the resolver for the state field.
+func (r *instanceEventResolver) State(ctx context.Context, obj *events.Event) (string, error) {
+	return instanceFields(obj).State, nil
+}
+
+// DesiredState is the resolver for the desiredState field.
+func (r *instanceEventResolver) DesiredState(ctx context.Context, obj *events.Event) (string, error) {
+	return instanceFields(obj).DesiredState, nil
+}
+
+// StateReason is the resolver for the stateReason field.
+func (r *instanceEventResolver) StateReason(ctx context.Context, obj *events.Event) (*string, error) {
+	return instanceFields(obj).StateReason, nil
+}
 
 // Instance is the resolver for the instance field.
 func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
-	return loadInstance(ctx, obj.EventID, obj.InstanceID)
+	return loadInstance(ctx, obj.EventID, obj.ResourceID)
 }
 
 // InstanceEvents is the resolver for the instanceEvents field.
@@ -26,39 +56,65 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 	if err != nil {
 		return nil, err
 	}
-	if err := instances.AuthorizeEvents(ctx, r.DB, reqctx.PrincipalFrom(ctx), w); err != nil {
-		return nil, err
-	}
-	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
-	if s := reqctx.SessionFrom(ctx); s != nil {
-		opts.OnChange = s.OnChange
-		opts.Recheck = func(ctx context.Context) error {
-			p, err := s.Principal(ctx)
-			if err != nil {
-				return err
-			}
-			return instances.AuthorizeEvents(ctx, r.DB, p, w)
-		}
-	}
-	d := reqctx.DriverFrom(ctx)
-	if d != nil {
-		ready := d.Ready()
-		opts.OnReady = func(ev *events.Event) {
-			if ev == nil {
-				ready(nil)
-				return
-			}
-			ready(ev)
-		}
-	}
-	sub, err := r.Live.Subscribe(ctx, w.Filter, w.After, opts)
+	return r.subscribe(ctx, w.After, func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
+		return w.Filter, instances.AuthorizeEvents(ctx, db, p, w)
+	})
+}
+
+// TenantEvents is the resolver for the tenantEvents field.
+func (r *subscriptionResolver) TenantEvents(ctx context.Context, tenantID string, types []string, after *string) (<-chan *events.Event, error) {
+	w, err := feed.ParseWatch(tenantID, types, after)
 	if err != nil {
 		return nil, err
 	}
-	if d != nil {
-		d.Attach(func() { <-sub.C })
+	return r.subscribe(ctx, w.After, func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
+		return feed.Authorize(ctx, db, p, w)
+	})
+}
+
+// Data is the resolver for the data field.
+func (r *tenantEventResolver) Data(ctx context.Context, obj *events.Event) (any, error) {
+	return obj.Data, nil
+}
+
+// Instance is the resolver for the instance field.
+func (r *tenantEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
+	if obj.ResourceType != events.ResInstance {
+		return nil, nil
 	}
-	return sub.C, nil
+	return loadInstance(ctx, obj.EventID, obj.ResourceID)
+}
+
+// Node is the resolver for the node field.
+func (r *tenantEventResolver) Node(ctx context.Context, obj *events.Event) (*nodes.Node, error) {
+	if obj.ResourceType != events.ResNode {
+		return nil, nil
+	}
+	return loadLink(ctx, loaders.From(ctx).Node, obj.ResourceID)
+}
+
+// JoinRequest is the resolver for the joinRequest field.
+func (r *tenantEventResolver) JoinRequest(ctx context.Context, obj *events.Event) (*nodes.JoinRequest, error) {
+	if obj.ResourceType != events.ResJoinRequest {
+		return nil, nil
+	}
+	return loadLink(ctx, loaders.From(ctx).JoinRequest, obj.ResourceID)
+}
+
+// Workflow is the resolver for the workflow field.
+func (r *tenantEventResolver) Workflow(ctx context.Context, obj *events.Event) (*workflows.Workflow, error) {
+	if obj.ResourceType != events.ResWorkflow {
+		return nil, nil
+	}
+	return loadLink(ctx, loaders.From(ctx).Workflow, obj.ResourceID)
+}
+
+// Reservation is the resolver for the reservation field.
+func (r *tenantEventResolver) Reservation(ctx context.Context, obj *events.Event) (*instances.Reservation, error) {
+	if obj.ResourceType != events.ResReservation {
+		return nil, nil
+	}
+	return loadLink(ctx, loaders.From(ctx).Instances.Reservation, obj.ResourceID)
 }
 
 // InstanceEvent returns graph.InstanceEventResolver implementation.
@@ -67,7 +123,11 @@ func (r *Resolver) InstanceEvent() graph.InstanceEventResolver { return &instanc
 // Subscription returns graph.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() graph.SubscriptionResolver { return &subscriptionResolver{r} }
 
+// TenantEvent returns graph.TenantEventResolver implementation.
+func (r *Resolver) TenantEvent() graph.TenantEventResolver { return &tenantEventResolver{r} }
+
 type (
 	instanceEventResolver struct{ *Resolver }
 	subscriptionResolver  struct{ *Resolver }
+	tenantEventResolver   struct{ *Resolver }
 )

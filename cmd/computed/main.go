@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/cluster"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
@@ -119,7 +120,7 @@ func (m *Main) ParseFlags(args []string) error {
 	host, _ := os.Hostname()
 	fs.StringVar(&m.ReplicaName, "replica-name", env("COMPUTE_REPLICA_NAME", fmt.Sprintf("%s-%d", host, os.Getpid())), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
-	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long instance events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
 	auditRetention := fs.String("audit-retention", env("COMPUTE_AUDIT_RETENTION", "400d"), "how long audit records are kept: a Go duration or a number of days such as 400d (COMPUTE_AUDIT_RETENTION)")
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
@@ -201,6 +202,10 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Log.Info("migrations applied")
 		return nil
 	}
+	// The event sequencer numbers the events this replica's writers commit
+	// (internal/events); it stops after the reconciler, last.
+	seq := events.Start(database, m.Log)
+	defer seq.Stop()
 	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
 	if err != nil {
 		return err
@@ -222,6 +227,15 @@ func (m *Main) Run(ctx context.Context) error {
 	maint := cluster.New(database, "maintenance", m.ReplicaName, m.Log)
 	maint.Add("rate_buckets.prune", time.Minute, func(ctx context.Context) error {
 		_, err := ratelimit.Prune(ctx, database, 10*time.Minute)
+		return err
+	})
+	// Expiries that no write makes: a join request's time running out, a
+	// reservation's window ending. Their events are written once, here.
+	maint.Add("events.expire", 5*time.Second, func(ctx context.Context) error {
+		if _, err := nodes.ExpireJoinRequests(ctx, database); err != nil {
+			return err
+		}
+		_, err := instances.ExpireReservations(ctx, database)
 		return err
 	})
 	mctx, stopMaint := context.WithCancel(ctx)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/computed/internal/audit/auditlist"
+	"github.com/bettercompute/computed/internal/feed"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/inventory"
@@ -25,7 +26,7 @@ import (
 func Groups() []registry.Group {
 	return []registry.Group{tenants.Group, iam.TokensGroup, iam.MembersGroup, projects.Group, pools.Group,
 		nodes.JoinTokensGroup, nodes.MachinesGroup, nodes.TPMKeysGroup, nodes.NodesGroup, nodes.JoinRequestsGroup, inventory.Group,
-		profiles.Group, workflows.Group, instances.Group, instances.ReservationsGroup, auditlist.Group}
+		profiles.Group, workflows.Group, instances.Group, instances.ReservationsGroup, feed.Group, auditlist.Group}
 }
 
 // Registry builds the registry; db, metrics and inst may be nil to render
@@ -39,5 +40,5 @@ func Registry(db *store.DB, log *slog.Logger, metrics prometheus.Registerer, ins
 		inst, _ = instances.NewService(nil, log, instances.Config{}) // documents only: never fails without a database
 	}
 	return registry.New(db, log, metrics, Groups(), tenants.Methods(), iam.Methods(), projects.Methods(), pools.Methods(), nodes.Methods(db),
-		inventory.Methods(), profiles.Methods(), workflows.Methods(), instances.Methods(inst), auditlist.Methods())
+		inventory.Methods(), profiles.Methods(), workflows.Methods(), instances.Methods(inst), feed.Methods(), auditlist.Methods())
 }

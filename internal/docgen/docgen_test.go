@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -93,6 +94,8 @@ func TestGraphQLEnumsAreTheRegistrys(t *testing.T) {
 				}
 			}()
 			for _, v := range registry.Enum(name) {
+				// camelCase splits at its humps: joinRequest is JOIN_REQUEST.
+				v = regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(v, "${1}_$2")
 				want = append(want, spell.Replace(strings.ToUpper(v)))
 			}
 		}()

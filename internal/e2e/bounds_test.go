@@ -187,6 +187,7 @@ func TestIntegerBoundsOfEveryMethod(t *testing.T) {
 		"reservations/create":  {member, tenant(map[string]any{"poolId": vps, "size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1}, "startsAt": start.Format(time.RFC3339), "endsAt": start.Add(time.Hour).Format(time.RFC3339)})},
 		"reservations/list":    {member, tenant(nil)},
 		"audit/list":           {admin, tenant(nil)},
+		"events/list":          {member, tenant(nil)},
 		"pools/create": {admin, tenant(map[string]any{"name": "bounds", "site": "fra1", "gpuModel": "H100", "sharingMode": "exclusive",
 			"kind": "vps-provider"})},
 		"reservations/cancel":   {member, tenant(map[string]any{"reservationId": rsv})},

@@ -25,7 +25,7 @@ func BenchmarkInstances1000ToRunning(b *testing.B) {
 		pool := e.Must(e.Call(admin, "pools/create", map[string]any{"tenantId": "acme", "name": fmt.Sprintf("bench-%d", it), "site": "fra1",
 			"gpuModel": "H100", "sharingMode": "exclusive", "kind": "vps-provider"})).Str("poolId")
 		var evBefore int
-		_ = e.DB.QueryRow(`SELECT count(*) FROM instance_events`).Scan(&evBefore)
+		_ = e.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&evBefore)
 		b.ResetTimer()
 		start := time.Now()
 		stmtBefore := store.TotalStatements()
@@ -71,7 +71,7 @@ func BenchmarkInstances1000ToRunning(b *testing.B) {
 		b.StopTimer()
 		stmts := store.TotalStatements() - stmtBefore - createStmts.Load() - pollStmts.Load()
 		var evAfter int
-		_ = e.DB.QueryRow(`SELECT count(*) FROM instance_events`).Scan(&evAfter)
+		_ = e.DB.QueryRow(`SELECT count(*) FROM events`).Scan(&evAfter)
 		secs = elapsed.Seconds()
 		evps = float64(evAfter-evBefore) / elapsed.Seconds()
 		perTransition = float64(stmts) / float64(2*n)

@@ -202,7 +202,7 @@ func TestInstancesChangeErrors(t *testing.T) {
 	if len(all) < 4 {
 		t.Fatalf("events: %v", all)
 	}
-	if _, err := e.DB.Exec(`UPDATE instance_events SET occurred_at = now() - interval '30 days' WHERE instance_id = $1 AND type IN ('instance.created', 'instance.provisioning')`, id); err != nil {
+	if _, err := e.DB.Exec(`UPDATE events SET occurred_at = now() - interval '30 days' WHERE resource_id = $1 AND type IN ('instance.created', 'instance.provisioning')`, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := events.Prune(context.Background(), e.DB, time.Now().Add(-7*24*time.Hour)); err != nil {

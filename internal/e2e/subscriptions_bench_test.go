@@ -237,7 +237,7 @@ func (f *subFleet) publish(b *testing.B, e *testkit.Env, per, writers int) {
 		}
 		for k := 0; k < per; k++ {
 			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "bench", PoolID: "pool_bench",
-				InstanceID: "inst_bench", State: "running", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+				ResourceID: "inst_bench", Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -253,6 +253,9 @@ func (f *subFleet) publish(b *testing.B, e *testkit.Env, per, writers int) {
 			if err := tx.Commit(); err != nil {
 				b.Error(err)
 			}
+			// Its own transaction, not DB.Tx: tell the sequencer, as
+			// DB.Tx does after a commit.
+			e.DB.Committed(ctx, []string{"bench"})
 		}()
 	}
 	wg.Wait()

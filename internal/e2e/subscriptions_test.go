@@ -147,14 +147,24 @@ func TestInstanceEventsSubscription(t *testing.T) {
 			t.Fatalf("%v: %s, want %s", c.vars, code, c.code)
 		}
 	}
-	// A cursor older than the retention.
+	// Another tenant's cursor names no place in this tenant's stream (and
+	// says nothing of how many events the other tenant has).
+	if code := opError(w.op("theirs", eventsSub, map[string]any{"t": "beta", "a": got[0]["eventId"]})); code != "INVALID_INPUT" {
+		t.Fatalf("another tenant's cursor: %s", code)
+	}
+	// A cursor older than the retention, and one of the outbox before the
+	// per-tenant streams.
 	must(t, e.Call(acme.Member.Token, "instances/delete", map[string]any{"tenantId": "acme", "instanceId": id2}))
-	if _, err := e.DB.ExecContext(context.Background(), `INSERT INTO instance_events_pruned (id, xid, seq) SELECT true, xid, seq FROM instance_events ORDER BY xid DESC, seq DESC LIMIT 1`); err != nil {
+	if _, err := e.DB.ExecContext(context.Background(), `UPDATE event_streams SET pruned_seq = last_seq WHERE tenant_id = 'acme'`); err != nil {
 		t.Fatal(err)
 	}
-	msgs := w.op("old", eventsSub, map[string]any{"t": "beta", "a": got[0]["eventId"]})
-	if opError(msgs) != "INVALID_STATE" || !strings.Contains(fmt.Sprint(msgs), "expired-cursor") {
-		t.Fatalf("expired cursor: %v", msgs)
+	mine := dialWS(t, e)
+	mine.init(acme.Member.Token)
+	for _, cursor := range []any{got[0]["eventId"], "evt_00000000000h3k00000000004x"} {
+		msgs := mine.op("old", eventsSub, map[string]any{"t": "acme", "a": cursor})
+		if opError(msgs) != "INVALID_STATE" || !strings.Contains(fmt.Sprint(msgs), "expired-cursor") {
+			t.Fatalf("expired cursor %v: %v", cursor, msgs)
+		}
 	}
 }
 

@@ -1,36 +1,66 @@
-// Package events is the instance event outbox: every instance state move
-// writes one row of instance_events in the transaction that makes the move,
-// and notifies compute_instance_events with the tenant id in that same
-// transaction.
+// Package events is the event outbox: one stream per tenant, in commit
+// order, of every change a dashboard watches (instances, nodes and their
+// inventory, join requests, workflows, reservations).
 //
-// Stream order is (xid, seq): xid is the writing transaction's id
-// (pg_current_xact_id(), an xid8), seq an identity. Readers only return rows
-// whose xid is below pg_snapshot_xmin(pg_current_snapshot()): every
-// transaction with a smaller xid has ended, so no row can later appear before
-// a row a reader has already seen. An event id encodes (xid, seq) as 26
-// lowercase Crockford base32 characters, so string order is stream order.
+// A writer stores an event with Write in the transaction that makes the
+// change: one row of event_inbox, with no lock, notify or counter shared
+// with any other writer. After the transaction commits, the Sequencer of
+// the replica that wrote it (told through store.DB.Committed) moves the
+// tenant's committed inbox rows into events, numbering them after the
+// tenant's last number under the lock of its event_streams row, and wakes
+// the readers: this replica's at once, the others' with one batched NOTIFY
+// sent from the sequencer's own transaction. Sequencers of one tenant take
+// turns on that row and each numbers only committed rows, so a tenant's
+// readers always see the numbers 1..last_seq without a hole: a reader
+// never later finds an event that sorts before one it has seen, whatever
+// else runs in the cluster, and an event is readable as soon as its
+// sequencer commits (milliseconds after its own commit).
+//
+// Within one sequencer pass a tenant's rows are numbered by (xid, ord):
+// the writing transaction's id, then the order of the write in it. A
+// transaction that began after another committed has a larger xid, so the
+// changes of one resource (each made after the previous committed) keep
+// their order.
+//
+// An event id is "evt_" and 26 lowercase Crockford base32 characters: a
+// version bit, 64 bits of a hash of the tenant id and the tenant's
+// sequence number. Ids sort in stream order within a tenant and carry no
+// count of other tenants' events. Ids issued before the per-tenant stream
+// (version bit clear) are answered as expired cursors.
 package events
 
 import (
 	"context"
-	"database/sql"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// Channel is the NOTIFY channel; the payload is the tenant id.
-const Channel = "compute_instance_events"
+// Channel is the NOTIFY channel the sequencers wake other replicas on; the
+// payload is a comma-separated list of tenant ids.
+const Channel = "compute_events"
 
-// Types of instance events.
+// Resource types.
+const (
+	ResInstance    = "instance"
+	ResNode        = "node"
+	ResJoinRequest = "joinRequest"
+	ResWorkflow    = "workflow"
+	ResReservation = "reservation"
+)
+
+// ResourceTypes lists the resource types, in the order the docs list them.
+var ResourceTypes = []string{ResInstance, ResNode, ResJoinRequest, ResWorkflow, ResReservation}
+
+// Event types: "<resource>.<what happened>", the CloudEvents convention.
 const (
 	Created      = "instance.created"
 	Provisioning = "instance.provisioning"
@@ -41,28 +71,66 @@ const (
 	Deleting     = "instance.deleting"
 	Deleted      = "instance.deleted"
 	Failed       = "instance.failed"
+
+	NodeJoined     = "node.joined"
+	NodeUpdated    = "node.updated"
+	NodeCordoned   = "node.cordoned"
+	NodeUncordoned = "node.uncordoned"
+	NodeRemoved    = "node.removed"
+
+	InventoryChanged = "inventory.changed"
+
+	JoinRequestPending  = "joinRequest.pending"
+	JoinRequestApproved = "joinRequest.approved"
+	JoinRequestDenied   = "joinRequest.denied"
+	JoinRequestExpired  = "joinRequest.expired"
+
+	WorkflowCreated   = "workflow.created"
+	WorkflowStep      = "workflow.step"
+	WorkflowSucceeded = "workflow.succeeded"
+	WorkflowFailed    = "workflow.failed"
+	WorkflowCanceled  = "workflow.canceled"
+
+	ReservationCreated  = "reservation.created"
+	ReservationCanceled = "reservation.canceled"
+	ReservationExpired  = "reservation.expired"
 )
 
-// Types lists every event type.
-var Types = []string{Created, Provisioning, Running, Stopping, Stopped, Rebooting, Deleting, Deleted, Failed}
+// InstanceTypes lists the instance.* event types.
+var InstanceTypes = []string{Created, Provisioning, Running, Stopping, Stopped, Rebooting, Deleting, Deleted, Failed}
 
-// TypeEnum names the event types for both surfaces (GraphQL spells
-// instance.created as INSTANCE_CREATED).
-var TypeEnum = registry.DefineEnum("InstanceEventType", "an instance.* event: the state the instance moved to", Types...)
+// Kinds maps every event type to the resource type its resourceId names.
+var Kinds = func() map[string]string {
+	m := map[string]string{
+		NodeJoined: ResNode, NodeUpdated: ResNode, NodeCordoned: ResNode, NodeUncordoned: ResNode, NodeRemoved: ResNode,
+		InventoryChanged:   ResNode,
+		JoinRequestPending: ResJoinRequest, JoinRequestApproved: ResJoinRequest, JoinRequestDenied: ResJoinRequest, JoinRequestExpired: ResJoinRequest,
+		WorkflowCreated: ResWorkflow, WorkflowStep: ResWorkflow, WorkflowSucceeded: ResWorkflow, WorkflowFailed: ResWorkflow, WorkflowCanceled: ResWorkflow,
+		ReservationCreated: ResReservation, ReservationCanceled: ResReservation, ReservationExpired: ResReservation,
+	}
+	for _, t := range InstanceTypes {
+		m[t] = ResInstance
+	}
+	return m
+}()
 
-// Position is a place in the stream: (xid, seq).
-type Position struct {
-	XID uint64
-	Seq uint64
+// AllTypes lists every event type, grouped by resource.
+var AllTypes = []string{
+	Created, Provisioning, Running, Stopping, Stopped, Rebooting, Deleting, Deleted, Failed,
+	NodeJoined, NodeUpdated, NodeCordoned, NodeUncordoned, NodeRemoved, InventoryChanged,
+	JoinRequestPending, JoinRequestApproved, JoinRequestDenied, JoinRequestExpired,
+	WorkflowCreated, WorkflowStep, WorkflowSucceeded, WorkflowFailed, WorkflowCanceled,
+	ReservationCreated, ReservationCanceled, ReservationExpired,
 }
 
-// Less orders positions in stream order.
-func (p Position) Less(o Position) bool {
-	return p.XID < o.XID || (p.XID == o.XID && p.Seq < o.Seq)
-}
+// TypeEnum names the instance event types for both surfaces (GraphQL
+// spells instance.created as INSTANCE_CREATED).
+var TypeEnum = registry.DefineEnum("InstanceEventType", "an instance.* event: the state the instance moved to", InstanceTypes...)
 
-// IsZero reports the position before every event.
-func (p Position) IsZero() bool { return p.XID == 0 && p.Seq == 0 }
+// ResourceTypeEnum names the resource types.
+var ResourceTypeEnum = registry.DefineEnum("EventResourceType", "the kind of resource an event's resourceId names", ResourceTypes...)
+
+// --- ids ----------------------------------------------------------------
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -77,180 +145,124 @@ var decodeTable = func() [256]int8 {
 	return t
 }()
 
-// idChars is the length of an encoded position: 26 characters hold 130
-// bits, the 128 bits of (xid, seq) with two leading zero bits.
+// idChars is the length of an encoded id: 26 characters hold 130 bits,
+// the version bit (bit 129, bit 128 clear) and 128 bits of (hash, seq).
 const idChars = 26
 
 // Prefix starts every event id.
 const Prefix = "evt_"
 
-// EncodeID turns a position into its event id: "evt_" and the 128-bit
-// big-endian value xid||seq in 26 lowercase Crockford base32 characters.
-func EncodeID(p Position) string {
+// TenantHash is the 64 bits of a tenant's ids that name its stream.
+func TenantHash(tenantID string) uint64 {
+	h := sha256.Sum256([]byte("compute-events/" + tenantID))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// EncodeID is the id of the tenant's event number seq.
+func EncodeID(tenantID string, seq uint64) string { return encode(TenantHash(tenantID), seq) }
+
+func encode(hash, seq uint64) string {
 	var b [idChars]byte
-	hi, lo := p.XID, p.Seq
+	top, hi, lo := uint64(2), hash, seq
 	for i := idChars - 1; i >= 0; i-- {
 		b[i] = alphabet[lo&31]
 		lo = lo>>5 | hi<<59
-		hi >>= 5
+		hi = hi>>5 | top<<59
+		top >>= 5
 	}
 	return Prefix + string(b[:])
 }
 
-// DecodeID reads an event id made by EncodeID.
-func DecodeID(id string) (Position, error) {
+// Cursor errors.
+var (
+	errNotID  = fmt.Errorf("events: not an event id")
+	errLegacy = fmt.Errorf("events: an event id from before the per-tenant streams")
+	errOther  = fmt.Errorf("events: an event id of another stream")
+)
+
+// DecodeID reads the sequence number of an id of the tenant's stream.
+func DecodeID(tenantID, id string) (uint64, error) {
+	hash, seq, err := decode(id)
+	if err == nil && hash != TenantHash(tenantID) {
+		return 0, errOther
+	}
+	return seq, err
+}
+
+// decode reads an id's stream hash and sequence number.
+func decode(id string) (hash, seq uint64, err error) {
 	if len(id) != len(Prefix)+idChars || id[:len(Prefix)] != Prefix {
-		return Position{}, fmt.Errorf("events: %q is not an event id", id)
+		return 0, 0, errNotID
+	}
+	first := decodeTable[id[len(Prefix)]]
+	switch {
+	case first < 0:
+		return 0, 0, errNotID
+	case first < 8:
+		// Bits 129 and 128 clear: the (xid, seq) ids of the old outbox.
+		for i := len(Prefix) + 1; i < len(id); i++ {
+			if decodeTable[id[i]] < 0 {
+				return 0, 0, errNotID
+			}
+		}
+		return 0, 0, errLegacy
+	case first >= 24:
+		return 0, 0, errNotID // bit 128 set: no id has it
 	}
 	var hi, lo uint64
 	for i := len(Prefix); i < len(id); i++ {
 		v := decodeTable[id[i]]
 		if v < 0 {
-			return Position{}, fmt.Errorf("events: %q is not an event id", id)
-		}
-		if i == len(Prefix) && v > 7 {
-			return Position{}, fmt.Errorf("events: %q is out of range", id)
+			return 0, 0, errNotID
 		}
 		hi = hi<<5 | lo>>59
 		lo = lo<<5 | uint64(v)
 	}
-	return Position{XID: hi, Seq: lo}, nil
+	return hi, lo, nil
 }
 
-// Event is one stored instance event.
-type Event struct {
-	EventID      string          `json:"eventId"`
-	Type         string          `json:"type" schema:"InstanceEventType"`
-	TenantID     string          `json:"tenantId"`
-	PoolID       string          `json:"poolId"`
-	InstanceID   string          `json:"instanceId"`
-	ProjectID    *string         `json:"projectId"`
-	State        string          `json:"state"`
-	DesiredState string          `json:"desiredState"`
-	StateReason  *string         `json:"stateReason"`
-	OccurredAt   time.Time       `json:"occurredAt"`
-	Instance     json.RawMessage `json:"instance" schema:"InstanceAtEvent"` // the instance as of the event (defined by package instances)
-
-	Position Position `json:"-"`
-}
-
-// Record is what a state move writes.
-type Record struct {
-	Type         string
-	TenantID     string
-	PoolID       string
-	InstanceID   string
-	ProjectID    *string
-	State        string
-	DesiredState string
-	StateReason  *string
-	// Instance is the instance's method-surface JSON after the move.
-	Instance json.RawMessage
-}
-
-// Write stores one event and notifies the channel, in one statement, in the
-// caller's transaction (the one making the state move).
-func Write(ctx context.Context, q store.Q, r Record) error {
-	_, err := q.ExecContext(ctx, `WITH e AS (
-			INSERT INTO instance_events (tenant_id, pool_id, instance_id, project_id, type, state, desired_state, state_reason, instance)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb) RETURNING tenant_id)
-		SELECT pg_notify('`+Channel+`', tenant_id) FROM e`,
-		r.TenantID, r.PoolID, r.InstanceID, r.ProjectID, r.Type, r.State, r.DesiredState, r.StateReason, string(r.Instance))
-	return store.Wrap(err)
-}
-
-// Filter selects the events of one tenant, optionally of one instance or
-// one pool.
-type Filter struct {
-	TenantID   string
-	InstanceID string // "" for any
-	PoolID     string // "" for any
-}
-
-type row struct {
-	XID          string    `db:"xid"`
-	Seq          int64     `db:"seq"`
-	Type         string    `db:"type"`
-	TenantID     string    `db:"tenant_id"`
-	PoolID       string    `db:"pool_id"`
-	InstanceID   string    `db:"instance_id"`
-	ProjectID    *string   `db:"project_id"`
-	State        string    `db:"state"`
-	DesiredState string    `db:"desired_state"`
-	StateReason  *string   `db:"state_reason"`
-	OccurredAt   time.Time `db:"occurred_at"`
-	Instance     string    `db:"instance"`
-}
-
-// Visible is the one visibility predicate over instance events e: the
-// readers of the event's tenant. The outbox reads of the method surface
-// and the live streams (Page) and the graph's batches use it.
-func Visible(tenants string) string { return `e.tenant_id = ANY(` + tenants + `)` }
-
-// Page returns up to limit events of the filter after the cursor position
-// (the zero position for the start), in stream order, only below the
-// visibility horizon. It does not check retention: see CheckCursor.
-func Page(ctx context.Context, q store.Q, f Filter, after Position, limit int) ([]Event, error) {
-	var rows []row
-	err := q.SelectContext(ctx, &rows, `SELECT xid::text AS xid, seq, type, tenant_id, pool_id, instance_id, project_id,
-			state, desired_state, state_reason, occurred_at, instance::text AS instance
-		FROM instance_events e
-		WHERE `+Visible("ARRAY[$1]")+`
-		  AND ($2 = '' OR instance_id = $2)
-		  AND ($3 = '' OR pool_id = $3)
-		  AND (xid, seq) > ($4::text::xid8, $5::bigint)
-		  AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY e.xid, seq
-		LIMIT $6`, f.TenantID, f.InstanceID, f.PoolID, strconv.FormatUint(after.XID, 10), int64(after.Seq), limit)
-	if err != nil {
-		return nil, store.Wrap(err)
-	}
-	out := make([]Event, len(rows))
-	for i, r := range rows {
-		x, err := strconv.ParseUint(r.XID, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("events: stored xid %q: %w", r.XID, err)
-		}
-		pos := Position{XID: x, Seq: uint64(r.Seq)}
-		out[i] = Event{EventID: EncodeID(pos), Type: r.Type, TenantID: r.TenantID, PoolID: r.PoolID, InstanceID: r.InstanceID,
-			ProjectID: r.ProjectID, State: r.State, DesiredState: r.DesiredState, StateReason: r.StateReason,
-			OccurredAt: r.OccurredAt.UTC(), Instance: json.RawMessage(r.Instance), Position: pos}
-	}
-	return out, nil
-}
-
-// ParseCursor reads an event id given as a cursor; "" is the start. A
-// malformed id is INVALID_INPUT naming path.
-func ParseCursor(path, cursor string) (Position, error) {
+// ParseCursor reads an event id given as a cursor of the tenant's stream
+// at path; "" is the start (0). A malformed id, or one of another
+// tenant's stream, is INVALID_INPUT; an id issued before the per-tenant
+// streams is INVALID_STATE, details.reason "expired-cursor".
+func ParseCursor(path, tenantID, cursor string) (uint64, error) {
 	if cursor == "" {
-		return Position{}, nil
+		return 0, nil
 	}
-	p, err := DecodeID(cursor)
-	if err != nil {
-		return Position{}, errs.Invalid(path, "%s is not an event id this server returned", path)
+	seq, err := DecodeID(tenantID, cursor)
+	switch err {
+	case nil:
+		return seq, nil
+	case errLegacy:
+		return 0, ExpiredCursor(path)
+	case errOther:
+		return 0, errs.Invalid(path, "%s is not an event id of tenant %s", path, tenantID)
+	default:
+		return 0, errs.Invalid(path, "%s is not an event id this server returned", path)
 	}
-	return p, nil
 }
 
-// PrunedThrough returns the last position retention has pruned (the zero
-// position when nothing was pruned).
-func PrunedThrough(ctx context.Context, q store.Q) (Position, error) {
-	var r struct {
-		XID string `db:"xid"`
-		Seq int64  `db:"seq"`
+// Cursor is a parsed cursor whose tenant is not known yet (a connection's
+// page over resources of several tenants).
+type Cursor struct {
+	Hash, Seq uint64
+}
+
+// ParseAnyCursor reads an event id given as a cursor at path, of any
+// tenant's stream; "" is the zero Cursor. Errors as ParseCursor's.
+func ParseAnyCursor(path, cursor string) (Cursor, error) {
+	if cursor == "" {
+		return Cursor{}, nil
 	}
-	err := q.GetContext(ctx, &r, `SELECT xid::text AS xid, seq FROM instance_events_pruned WHERE id`)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Position{}, nil
+	hash, seq, err := decode(cursor)
+	switch err {
+	case nil:
+		return Cursor{Hash: hash, Seq: seq}, nil
+	case errLegacy:
+		return Cursor{}, ExpiredCursor(path)
+	default:
+		return Cursor{}, errs.Invalid(path, "%s is not an event id this server returned", path)
 	}
-	if err != nil {
-		return Position{}, store.Wrap(err)
-	}
-	x, err := strconv.ParseUint(r.XID, 10, 64)
-	if err != nil {
-		return Position{}, err
-	}
-	return Position{XID: x, Seq: uint64(r.Seq)}, nil
 }
 
 // ExpiredCursor is the error of a cursor older than retention.
@@ -259,58 +271,245 @@ func ExpiredCursor(path string) error {
 		With("reason", "expired-cursor").With("path", path)
 }
 
-// CheckCursor refuses a cursor that retention has overtaken: events after
-// it may have been pruned (INVALID_STATE, details.reason "expired-cursor").
-// The zero position (no cursor) is never expired: it starts at the oldest
-// retained event.
-func CheckCursor(ctx context.Context, q store.Q, after Position) error {
-	if after.IsZero() {
+// --- events -------------------------------------------------------------
+
+// Event is one stored event.
+type Event struct {
+	EventID      string    `json:"eventId"`
+	Type         string    `json:"type"`
+	TenantID     string    `json:"tenantId"`
+	ResourceType string    `json:"resourceType" schema:"EventResourceType"`
+	ResourceID   string    `json:"resourceId"`
+	PoolID       *string   `json:"poolId"`
+	OccurredAt   time.Time `json:"occurredAt"`
+	// Data is the resource as of the event in the method surface's form
+	// (inventory.changed: the snapshot's id and the diff's changes).
+	Data json.RawMessage `json:"data" schema:"EventData"`
+
+	Seq uint64 `json:"-"`
+	// Instance holds the instance fields of an instance.* event's data.
+	Instance *InstanceFields `json:"-"`
+}
+
+// InstanceFields are what an instance event's data says of the instance.
+type InstanceFields struct {
+	ProjectID    *string `json:"projectId"`
+	State        string  `json:"state"`
+	DesiredState string  `json:"desiredState"`
+	StateReason  *string `json:"stateReason"`
+}
+
+// Record is what a change writes.
+type Record struct {
+	TenantID   string
+	Type       string // one of AllTypes; the resource type follows from it
+	ResourceID string
+	PoolID     string // "" when the resource is in no pool
+	// Data is the resource as of the change (marshaled as JSON), or its
+	// JSON already.
+	Data any
+}
+
+// ord orders the writes of one transaction (all made by this process).
+var ord atomic.Int64
+
+// Write stores one event in the caller's transaction (the one making the
+// change). It becomes readable when that transaction has committed and the
+// sequencer has numbered it.
+func Write(ctx context.Context, q store.Q, r Record) error {
+	kind, ok := Kinds[r.Type]
+	if !ok {
+		return fmt.Errorf("events: unknown event type %q", r.Type)
+	}
+	var data []byte
+	switch d := r.Data.(type) {
+	case json.RawMessage:
+		data = d
+	case []byte:
+		data = d
+	default:
+		b, err := json.Marshal(d)
+		if err != nil {
+			return err
+		}
+		data = b
+	}
+	var pool *string
+	if r.PoolID != "" {
+		pool = &r.PoolID
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, pool_id, data)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,
+		r.TenantID, ord.Add(1), r.Type, kind, r.ResourceID, pool, string(data)); err != nil {
+		return store.Wrap(err)
+	}
+	store.NoteEvents(ctx, q, r.TenantID)
+	return nil
+}
+
+// --- reading ------------------------------------------------------------
+
+// Filter selects events of one tenant.
+type Filter struct {
+	TenantID   string
+	ResourceID string // "" for any
+	PoolID     string // "" for any
+	// Types keeps the events whose type is one of them, or starts with one
+	// that ends in "." (a prefix: "node."); empty keeps every type.
+	Types []string
+	// Resources keeps only events of these resource types (the ones the
+	// reader may read); nil keeps every type.
+	Resources []string
+}
+
+// Matches reports whether the filter keeps the event.
+func (f *Filter) Matches(ev *Event) bool {
+	if f.ResourceID != "" && ev.ResourceID != f.ResourceID {
+		return false
+	}
+	if f.PoolID != "" && (ev.PoolID == nil || *ev.PoolID != f.PoolID) {
+		return false
+	}
+	if f.Resources != nil && !contains(f.Resources, ev.ResourceType) {
+		return false
+	}
+	if len(f.Types) == 0 {
+		return true
+	}
+	for _, t := range f.Types {
+		if t == ev.Type || (strings.HasSuffix(t, ".") && strings.HasPrefix(ev.Type, t)) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// where is the filter's condition over events e, with its arguments
+// numbered from next on.
+func (f *Filter) where(args *[]any) string {
+	add := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+	w := "e.tenant_id = " + add(f.TenantID)
+	if f.ResourceID != "" {
+		w += " AND e.resource_id = " + add(f.ResourceID)
+	}
+	if f.PoolID != "" {
+		w += " AND e.pool_id = " + add(f.PoolID)
+	}
+	if f.Resources != nil {
+		w += " AND e.resource_type = ANY(" + add(f.Resources) + ")"
+	}
+	if len(f.Types) > 0 {
+		var exact, prefixes []string
+		for _, t := range f.Types {
+			if strings.HasSuffix(t, ".") {
+				prefixes = append(prefixes, t)
+			} else {
+				exact = append(exact, t)
+			}
+		}
+		w += " AND (e.type = ANY(" + add(exact) + ") OR e.type ^@ ANY(" + add(prefixes) + "))"
+	}
+	return w
+}
+
+type row struct {
+	TenantID     string    `db:"tenant_id"`
+	Seq          int64     `db:"seq"`
+	Type         string    `db:"type"`
+	ResourceType string    `db:"resource_type"`
+	ResourceID   string    `db:"resource_id"`
+	PoolID       *string   `db:"pool_id"`
+	Data         string    `db:"data"`
+	OccurredAt   time.Time `db:"occurred_at"`
+}
+
+// Cols are the columns a row reads from events e.
+const Cols = `e.tenant_id, e.seq, e.type, e.resource_type, e.resource_id, e.pool_id, e.data::text AS data, e.occurred_at`
+
+func (r *row) event() Event {
+	ev := Event{EventID: EncodeID(r.TenantID, uint64(r.Seq)), Type: r.Type, TenantID: r.TenantID, ResourceType: r.ResourceType,
+		ResourceID: r.ResourceID, PoolID: r.PoolID, OccurredAt: r.OccurredAt.UTC(), Data: json.RawMessage(r.Data), Seq: uint64(r.Seq)}
+	if r.ResourceType == ResInstance {
+		var f InstanceFields
+		if json.Unmarshal(ev.Data, &f) == nil {
+			ev.Instance = &f
+		}
+	}
+	return ev
+}
+
+// Page returns up to limit events of the filter after sequence number
+// after (0 for the start), in stream order. It does not check retention:
+// see CheckCursor.
+func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]Event, error) {
+	args := []any{}
+	w := f.where(&args)
+	args = append(args, int64(after), limit)
+	var rows []row
+	err := q.SelectContext(ctx, &rows, `SELECT `+Cols+` FROM events e WHERE `+w+
+		fmt.Sprintf(` AND e.seq > $%d ORDER BY e.seq LIMIT $%d`, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make([]Event, len(rows))
+	for i := range rows {
+		out[i] = rows[i].event()
+	}
+	return out, nil
+}
+
+// Last returns the tenant's last sequence number (0 before its first
+// event).
+func Last(ctx context.Context, q store.Q, tenantID string) (uint64, error) {
+	var n []int64
+	if err := q.SelectContext(ctx, &n, `SELECT last_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
+		return 0, store.Wrap(err)
+	}
+	if len(n) == 0 {
+		return 0, nil
+	}
+	return uint64(n[0]), nil
+}
+
+// CheckCursor refuses a cursor of the tenant's stream that retention has
+// overtaken: events after it may have been pruned (INVALID_STATE,
+// details.reason "expired-cursor", naming path). 0 (no cursor) is never
+// expired: it starts at the oldest retained event.
+func CheckCursor(ctx context.Context, q store.Q, path, tenantID string, after uint64) error {
+	if after == 0 {
 		return nil
 	}
-	p, err := PrunedThrough(ctx, q)
-	if err != nil {
-		return err
+	var pruned []int64
+	if err := q.SelectContext(ctx, &pruned, `SELECT pruned_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
+		return store.Wrap(err)
 	}
-	if after.Less(p) {
-		return ExpiredCursor("cursor")
+	if len(pruned) > 0 && after < uint64(pruned[0]) {
+		return ExpiredCursor(path)
 	}
 	return nil
 }
 
-// Prune deletes the events that occurred before cutoff, as a prefix of the
-// stream: it finds the last such event below the visibility horizon and
-// deletes every event up to it, then records that position. It returns the
-// number deleted.
+// Prune deletes, per tenant, the events up to the last one that occurred
+// before cutoff (a prefix of each stream) and records how far it pruned.
+// It returns the number deleted.
 func Prune(ctx context.Context, db *store.DB, cutoff time.Time) (int64, error) {
 	var n int64
-	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
-		// One pruner at a time (replicas all run the periodic job's leader,
-		// but a manual call may race it).
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7248301559)`); err != nil {
-			return store.Wrap(err)
-		}
-		var last struct {
-			XID sql.NullString `db:"xid"`
-			Seq sql.NullInt64  `db:"seq"`
-		}
-		err := tx.GetContext(ctx, &last, `SELECT xid::text AS xid, seq FROM instance_events
-			WHERE occurred_at < $1 AND xid < pg_snapshot_xmin(pg_current_snapshot())
-			ORDER BY instance_events.xid DESC, seq DESC LIMIT 1`, cutoff)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return store.Wrap(err)
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM instance_events WHERE (xid, seq) <= ($1::text::xid8, $2::bigint)`, last.XID.String, last.Seq.Int64)
-		if err != nil {
-			return store.Wrap(err)
-		}
-		n, _ = res.RowsAffected()
-		_, err = tx.ExecContext(ctx, `INSERT INTO instance_events_pruned (id, xid, seq, pruned_at) VALUES (true, $1::text::xid8, $2, now())
-			ON CONFLICT (id) DO UPDATE SET xid = EXCLUDED.xid, seq = EXCLUDED.seq, pruned_at = now()
-			WHERE (instance_events_pruned.xid, instance_events_pruned.seq) < (EXCLUDED.xid, EXCLUDED.seq)`, last.XID.String, last.Seq.Int64)
-		return store.Wrap(err)
-	})
-	return n, err
+	err := db.GetContext(ctx, &n, `WITH c AS (
+			SELECT tenant_id, max(seq) AS upto FROM events WHERE occurred_at < $1 GROUP BY tenant_id),
+		d AS (DELETE FROM events e USING c WHERE e.tenant_id = c.tenant_id AND e.seq <= c.upto RETURNING 1),
+		m AS (UPDATE event_streams s SET pruned_seq = c.upto FROM c WHERE s.tenant_id = c.tenant_id AND s.pruned_seq < c.upto)
+		SELECT count(*) FROM d`, cutoff)
+	return n, store.Wrap(err)
 }

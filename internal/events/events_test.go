@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -16,62 +15,88 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-var idRe = regexp.MustCompile(`^evt_[0-9a-hjkmnp-tv-z]{26,52}$`)
+var idRe = regexp.MustCompile(`^evt_[ghjkmnpq][0-9a-hjkmnp-tv-z]{25}$`)
 
 func TestEncodeDecodeOrder(t *testing.T) {
-	positions := []events.Position{
-		{0, 0}, {0, 1}, {0, 31}, {0, 32}, {1, 0}, {1, math.MaxUint64}, {2, 0}, {1 << 32, 5},
-		{math.MaxUint64 - 1, math.MaxUint64}, {math.MaxUint64, 0}, {math.MaxUint64, math.MaxUint64},
-	}
+	seqs := []uint64{0, 1, 31, 32, 1 << 32, math.MaxUint64 - 1, math.MaxUint64}
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 2000; i++ {
-		positions = append(positions, events.Position{XID: r.Uint64() >> r.IntN(64), Seq: r.Uint64() >> r.IntN(64)})
+		seqs = append(seqs, r.Uint64()>>r.IntN(64))
 	}
-	for _, p := range positions {
-		id := events.EncodeID(p)
-		if !idRe.MatchString(id) || len(id) != 30 {
-			t.Fatalf("%v encodes to %q", p, id)
+	for _, tenant := range []string{"acme", "globex", "a", "x:y.z-1"} {
+		for _, seq := range seqs {
+			id := events.EncodeID(tenant, seq)
+			if !idRe.MatchString(id) || len(id) != 30 {
+				t.Fatalf("%s %d encodes to %q", tenant, seq, id)
+			}
+			back, err := events.DecodeID(tenant, id)
+			if err != nil || back != seq {
+				t.Fatalf("%d -> %q -> %d, %v", seq, id, back, err)
+			}
 		}
-		back, err := events.DecodeID(id)
-		if err != nil || back != p {
-			t.Fatalf("%v -> %q -> %v, %v", p, id, back, err)
+		sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+		for i := 1; i < len(seqs); i++ {
+			a, b := events.EncodeID(tenant, seqs[i-1]), events.EncodeID(tenant, seqs[i])
+			if seqs[i-1] != seqs[i] && !(a < b) {
+				t.Fatalf("string order differs from stream order: %d %q, %d %q", seqs[i-1], a, seqs[i], b)
+			}
 		}
 	}
-	sort.Slice(positions, func(i, j int) bool { return positions[i].Less(positions[j]) })
-	for i := 1; i < len(positions); i++ {
-		a, b := events.EncodeID(positions[i-1]), events.EncodeID(positions[i])
-		if positions[i-1] != positions[i] && !(a < b) {
-			t.Fatalf("string order differs from stream order: %v %q, %v %q", positions[i-1], a, positions[i], b)
-		}
+	// Another tenant's id is INVALID_INPUT, never a position in this stream.
+	if _, err := events.ParseCursor("after", "acme", events.EncodeID("globex", 5)); errs.CodeOf(err) != errs.InvalidInput {
+		t.Fatalf("another tenant's cursor: %v", err)
 	}
-	if events.EncodeID(events.Position{XID: 1, Seq: 2}) != "evt_0000000000000g000000000002" {
-		t.Fatalf("known value: %s", events.EncodeID(events.Position{XID: 1, Seq: 2}))
+	// An id of the old outbox ((xid, seq), first character 0-7) is an
+	// expired cursor.
+	for _, legacy := range []string{"evt_0000000000000g000000000002", "evt_00000000000h3k00000000004x", "evt_7zzzzzzzzzzzzzzzzzzzzzzzzz"} {
+		_, err := events.ParseCursor("after", "acme", legacy)
+		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" || e.Details["path"] != "after" {
+			t.Fatalf("legacy cursor %s: %v", legacy, err)
+		}
 	}
 	for _, bad := range []string{"", "evt_", "evt_0000000000000000000000000", "evt_000000000000000000000000001", "evt_0000000000000000000000000i",
-		"evt_8000000000000000000000000", "evt_80000000000000000000000000", "inst_00000000000000000000000000"} {
-		if _, err := events.DecodeID(bad); err == nil {
+		"evt_8000000000000000000000000", "evt_80000000000000000000000000", "evt_z0000000000000000000000000", "inst_00000000000000000000000000",
+		"evt_h000000000000000000000000\xff"} {
+		if _, err := events.DecodeID("acme", bad); err == nil {
 			t.Fatalf("DecodeID(%q) accepted", bad)
 		}
 	}
 }
 
-// TestConcurrentWritersReaderMissesNothing: writer goroutines commit (and
-// roll back) events, some holding their transactions open for a while, so
-// commits happen out of xid order; a reader pages behind them with a cursor.
-// It must see every committed event exactly once, in increasing id order,
-// and nothing rolled back.
-func TestConcurrentWritersReaderMissesNothing(t *testing.T) {
+func write(ctx context.Context, q store.Q, tenant, name string) error {
+	return events.Write(ctx, q, events.Record{Type: events.NodeUpdated, TenantID: tenant, PoolID: "pool_x", ResourceID: name,
+		Data: map[string]string{"name": name}})
+}
+
+// TestConcurrentWritersReadersSeeAPrefix: writer goroutines of three
+// tenants commit (and roll back) events with random delays inside their
+// transactions, so transactions commit out of xid order, while an
+// unrelated transaction with an xid is held open for the whole test.
+// Readers page behind them per tenant. Each must see every committed
+// event of its tenant exactly once, nothing rolled back, and numbers
+// 1, 2, 3, ... without a hole: a hole would be an event that became
+// readable after one sorting after it (a reader would have skipped it).
+func TestConcurrentWritersReadersSeeAPrefix(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
-	if _, err := d.Exec(`INSERT INTO tenants (tenant_id, name) VALUES ('acme', 'Acme')`); err != nil {
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
+	// The unrelated transaction: the old outbox stalled every reader
+	// behind it.
+	hold, err := d.BeginTxx(ctx, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	const writers, txs = 8, 25
+	defer hold.Rollback() //nolint:errcheck
+	if _, err := hold.Exec(`SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	tenants := []string{"acme", "globex", "initech"}
+	const writers, txs = 12, 20
 	var mu sync.Mutex
 	committed := map[string]bool{}
 	var wg sync.WaitGroup
@@ -84,11 +109,12 @@ func TestConcurrentWritersReaderMissesNothing(t *testing.T) {
 				var names []string
 				rollback := r.IntN(6) == 0
 				err := d.Tx(ctx, func(tx *sqlx.Tx) error {
+					names = names[:0]
 					n := 1 + r.IntN(3)
 					for k := 0; k < n; k++ {
-						name := fmt.Sprintf("w%d-t%d-e%d", w, i, k)
-						if err := events.Write(ctx, tx, events.Record{Type: events.Created, TenantID: "acme", PoolID: "pool_x",
-							InstanceID: name, State: "pending", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+						tenant := tenants[(w+k)%len(tenants)]
+						name := fmt.Sprintf("%s/w%d-t%d-e%d", tenant, w, i, k)
+						if err := write(ctx, tx, tenant, name); err != nil {
 							return err
 						}
 						names = append(names, name)
@@ -125,37 +151,45 @@ func TestConcurrentWritersReaderMissesNothing(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 
 	seen := map[string]bool{}
-	var after events.Position
-	last := ""
-	read := func() int {
-		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, after, 7)
+	after := map[string]uint64{}
+	read := func(tenant string) int {
+		page, err := events.Page(ctx, d, events.Filter{TenantID: tenant}, after[tenant], 7)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range page {
-			if e.EventID <= last {
-				t.Fatalf("event %s after %s: out of order", e.EventID, last)
+			if e.Seq != after[tenant]+1 {
+				t.Fatalf("%s: event %d after %d: a hole in the stream", tenant, e.Seq, after[tenant])
 			}
-			if seen[e.InstanceID] {
-				t.Fatalf("event %s (%s) seen twice", e.EventID, e.InstanceID)
+			if e.EventID != events.EncodeID(tenant, e.Seq) || e.TenantID != tenant {
+				t.Fatalf("%s: event %+v", tenant, e)
 			}
-			seen[e.InstanceID] = true
-			last, after = e.EventID, e.Position
+			if seen[e.ResourceID] {
+				t.Fatalf("event %s (%s) seen twice", e.EventID, e.ResourceID)
+			}
+			seen[e.ResourceID] = true
+			after[tenant] = e.Seq
 		}
 		return len(page)
 	}
-	finished := false
-	for !finished {
+	readAll := func() (n int) {
+		for _, tenant := range tenants {
+			n += read(tenant)
+		}
+		return n
+	}
+	for finished := false; !finished; {
 		select {
 		case <-done:
 			finished = true
 		default:
 		}
-		if read() == 0 {
-			time.Sleep(2 * time.Millisecond)
+		if readAll() == 0 {
+			time.Sleep(2 * time.Millisecond) // polling the outbox, as a reader without a wake-up does
 		}
 	}
-	for read() > 0 {
+	// Every writer's Tx has returned: its events are numbered.
+	for readAll() > 0 {
 	}
 	if t.Failed() {
 		return
@@ -173,48 +207,156 @@ func TestConcurrentWritersReaderMissesNothing(t *testing.T) {
 	if len(committed) < writers*txs/2 {
 		t.Fatalf("only %d events committed", len(committed))
 	}
-	t.Logf("%d events read in order by a reader paging behind %d writers", len(seen), writers)
+	t.Logf("%d events of %d tenants read in order by readers paging behind %d writers, an unrelated transaction open throughout",
+		len(seen), len(tenants), writers)
 }
 
-// TestPruneAndExpiredCursor: pruning deletes a prefix of the stream and
+// TestReadableAtCommitDespiteOpenTransaction: an event is readable when the
+// write's transaction returns, while a transaction in another database of
+// the cluster holds an xid (the old outbox's readers waited for it).
+func TestReadableAtCommitDespiteOpenTransaction(t *testing.T) {
+	d, other := testkit.DB(t), testkit.DB(t)
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
+	hold, err := other.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback() //nolint:errcheck
+	if _, err := hold.Exec(`SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("n%d", i)
+		if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", name) }); err != nil {
+			t.Fatal(err)
+		}
+		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, uint64(i), 10)
+		if err != nil || len(page) != 1 || page[0].ResourceID != name || page[0].Seq != uint64(i+1) {
+			t.Fatalf("after the write of %s: %+v, %v", name, page, err)
+		}
+	}
+}
+
+// TestStrandedInboxRowsAreNumbered: rows a writer committed without its
+// replica numbering them (it died in between) are numbered by any
+// replica's sweep.
+func TestStrandedInboxRowsAreNumbered(t *testing.T) {
+	d := testkit.DB(t)
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
+	// A statement on the pool itself (no DB.Tx): nothing tells the
+	// sequencer, as when the writer's replica died after its commit.
+	if _, err := d.DB.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at)
+		VALUES ('acme', 1, 'node.updated', 'node', 'node_1', '{}', now() - interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stranded inbox row was never numbered")
+		}
+		time.Sleep(50 * time.Millisecond) // the sweep runs every second
+	}
+}
+
+// TestFilter: types by exact name and by prefix, resources, pool.
+func TestFilter(t *testing.T) {
+	d := testkit.DB(t)
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
+	recs := []events.Record{
+		{TenantID: "acme", Type: events.NodeCordoned, ResourceID: "node_1", PoolID: "pool_a", Data: map[string]int{}},
+		{TenantID: "acme", Type: events.InventoryChanged, ResourceID: "node_1", PoolID: "pool_a", Data: map[string]int{}},
+		{TenantID: "acme", Type: events.Created, ResourceID: "inst_1", PoolID: "pool_b", Data: map[string]string{"state": "pending", "desiredState": "running"}},
+		{TenantID: "acme", Type: events.WorkflowStep, ResourceID: "wf_1", Data: map[string]int{}},
+		{TenantID: "globex", Type: events.NodeCordoned, ResourceID: "node_9", Data: map[string]int{}},
+	}
+	if err := d.Tx(ctx, func(tx *sqlx.Tx) error {
+		for _, r := range recs {
+			if err := events.Write(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		f    events.Filter
+		want []string
+	}{
+		{events.Filter{TenantID: "acme"}, []string{events.NodeCordoned, events.InventoryChanged, events.Created, events.WorkflowStep}},
+		{events.Filter{TenantID: "acme", Types: []string{"node."}}, []string{events.NodeCordoned}},
+		{events.Filter{TenantID: "acme", Types: []string{"node.", events.WorkflowStep}}, []string{events.NodeCordoned, events.WorkflowStep}},
+		{events.Filter{TenantID: "acme", Resources: []string{events.ResNode}}, []string{events.NodeCordoned, events.InventoryChanged}},
+		{events.Filter{TenantID: "acme", PoolID: "pool_b"}, []string{events.Created}},
+		{events.Filter{TenantID: "acme", ResourceID: "node_1", Types: []string{events.InventoryChanged}}, []string{events.InventoryChanged}},
+		{events.Filter{TenantID: "acme", Resources: []string{}}, nil},
+		{events.Filter{TenantID: "globex"}, []string{events.NodeCordoned}},
+	}
+	for i, c := range cases {
+		page, err := events.Page(ctx, d, c.f, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range page {
+			got = append(got, e.Type)
+			if !c.f.Matches(&e) {
+				t.Fatalf("case %d: Matches refuses %s, which the SQL kept", i, e.Type)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("case %d: %v, want %v", i, got, c.want)
+		}
+	}
+}
+
+// TestPruneAndExpiredCursor: pruning deletes a prefix of each stream and
 // records it; a cursor before it is expired, one at it is not.
 func TestPruneAndExpiredCursor(t *testing.T) {
 	d := testkit.DB(t)
-	ctx := context.Background()
-	if _, err := d.Exec(`INSERT INTO tenants (tenant_id, name) VALUES ('acme', 'Acme')`); err != nil {
-		t.Fatal(err)
-	}
+	ctx := store.ForRequest(context.Background()) // a client's request: Tx returns once its events are numbered
 	for i := 0; i < 5; i++ {
-		if err := d.Tx(ctx, func(tx *sqlx.Tx) error {
-			return events.Write(ctx, tx, events.Record{Type: events.Created, TenantID: "acme", PoolID: "p", InstanceID: fmt.Sprint(i),
-				State: "pending", DesiredState: "running", Instance: json.RawMessage(`{}`)})
-		}); err != nil {
+		if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", fmt.Sprint(i)) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	all, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, events.Position{}, 100)
+	if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "globex", "g") }); err != nil {
+		t.Fatal(err)
+	}
+	all, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 100)
 	if err != nil || len(all) != 5 {
 		t.Fatalf("%d events, %v", len(all), err)
 	}
 	// The first three are old.
-	if _, err := d.Exec(`UPDATE instance_events SET occurred_at = now() - interval '8 days' WHERE instance_id IN ('0', '1', '2')`); err != nil {
+	if _, err := d.Exec(`UPDATE events SET occurred_at = now() - interval '8 days' WHERE resource_id IN ('0', '1', '2')`); err != nil {
 		t.Fatal(err)
 	}
 	n, err := events.Prune(ctx, d, time.Now().Add(-7*24*time.Hour))
 	if err != nil || n != 3 {
 		t.Fatalf("pruned %d, %v", n, err)
 	}
-	if err := events.CheckCursor(ctx, d, all[1].Position); err == nil {
+	if err := events.CheckCursor(ctx, d, "cursor", "acme", all[1].Seq); err == nil {
 		t.Fatal("a cursor before the pruned position is not expired")
-	} else if e, _ := errs.As(err); e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" {
+	} else if e, _ := errs.As(err); e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" || e.Details["path"] != "cursor" {
 		t.Fatalf("expired cursor error: %v", err)
 	}
-	for _, ok := range []events.Position{{}, all[2].Position, all[4].Position} {
-		if err := events.CheckCursor(ctx, d, ok); err != nil {
+	for _, ok := range []uint64{0, all[2].Seq, all[4].Seq} {
+		if err := events.CheckCursor(ctx, d, "cursor", "acme", ok); err != nil {
 			t.Fatalf("cursor %v: %v", ok, err)
 		}
 	}
-	rest, _ := events.Page(ctx, d, events.Filter{TenantID: "acme"}, events.Position{}, 100)
+	// Another tenant's stream is its own: nothing of it was pruned.
+	if err := events.CheckCursor(ctx, d, "cursor", "globex", 1); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 100)
 	if len(rest) != 2 || rest[0].EventID != all[3].EventID {
 		t.Fatalf("after pruning: %v", rest)
 	}

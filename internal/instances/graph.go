@@ -45,9 +45,11 @@ func Visible(tenants string) string { return `i.tenant_id = ANY(` + tenants + `)
 // ReservationVisible is a reservation's (over reservations r).
 func ReservationVisible(tenants string) string { return `r.tenant_id = ANY(` + tenants + `)` }
 
-// EventVisible is an instance event's (over instance_events e): its
-// instance's.
-func EventVisible(tenants string) string { return events.Visible(tenants) }
+// EventVisible is an instance event's (over events e): its tenant's
+// readers.
+func EventVisible(tenants string) string {
+	return `e.resource_type = 'instance' AND e.tenant_id = ANY(` + tenants + `)`
+}
 
 // CapacityVisible is a pool's capacity's (over pools p): the pool's
 // readers, its owner's and those of the tenants it is offered to.
@@ -267,22 +269,33 @@ func CountReservations(ctx context.Context, q store.Q, scope authz.Scope, by Par
 // one statement, with each instance's total; a cursor older than the
 // retention is INVALID_STATE (expired-cursor) as on instances.events.
 func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string, after string, limit int) (page.Rows[events.Event], error) {
-	pos, err := events.ParseCursor("after", after)
+	cur, err := events.ParseAnyCursor("after", after)
 	if err != nil {
 		return page.Rows[events.Event]{}, err
 	}
-	if err := events.CheckCursor(ctx, q, pos); err != nil {
-		if errs.CodeOf(err) == errs.InvalidState {
-			err = events.ExpiredCursor("after")
+	if cur.Seq > 0 {
+		// The cursor names its tenant's stream by hash: find it among the
+		// instances' tenants, and refuse it once retention overtook it.
+		var streams []struct {
+			TenantID string `db:"tenant_id"`
+			Pruned   int64  `db:"pruned_seq"`
 		}
-		return page.Rows[events.Event]{}, err
+		if err := q.SelectContext(ctx, &streams, `SELECT s.tenant_id, s.pruned_seq FROM event_streams s
+			WHERE s.tenant_id IN (SELECT i.tenant_id FROM instances i WHERE i.instance_id = ANY($1))`, instanceIDs); err != nil {
+			return page.Rows[events.Event]{}, store.Wrap(err)
+		}
+		for _, s := range streams {
+			if events.TenantHash(s.TenantID) == cur.Hash && cur.Seq < uint64(s.Pruned) {
+				return page.Rows[events.Event]{}, events.ExpiredCursor("after")
+			}
+		}
 	}
-	return events.PagesByInstance(ctx, q, instanceIDs, pos, limit, where(EventVisible), scope.Arg())
+	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, where(EventVisible), scope.Arg())
 }
 
 // CountEvents counts each readable instance's events.
 func CountEvents(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string) (map[string]int, error) {
-	return events.CountByInstance(ctx, q, instanceIDs, where(EventVisible), scope.Arg())
+	return events.CountByResource(ctx, q, instanceIDs, where(EventVisible), scope.Arg())
 }
 
 // --- capacity -----------------------------------------------------------
@@ -412,4 +425,21 @@ func NewScope(parent string, poolID, projectID, state *string) (Scope, error) {
 		s.State = *state
 	}
 	return s, nil
+}
+
+// ReservationsByID loads the reservations of ids visible in scope in one
+// statement, keyed by id.
+func ReservationsByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Reservation, error) {
+	var rows []resRow
+	if err := q.SelectContext(ctx, &rows, `SELECT '' AS parent_key, 0 AS total_count, r.reservation_id, r.tenant_id, r.pool_id, r.gpus, r.vcpus, r.memory_gib,
+			r.starts_at, r.ends_at, r.state, r.row_version, r.created_at, r.updated_at, r.canceled_at, now() AS tx_now
+		FROM reservations r WHERE r.reservation_id = ANY($1) AND `+authz.Where("$2", ReservationVisible), ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*Reservation, len(rows))
+	for i := range rows {
+		rows[i].fix()
+		out[rows[i].ReservationID] = &rows[i].Reservation
+	}
+	return out, nil
 }

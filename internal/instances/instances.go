@@ -321,12 +321,7 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 
 // writeEvent records the instance's current state as an event.
 func writeEvent(ctx context.Context, q store.Q, i *Instance) error {
-	b, err := json.Marshal(i)
-	if err != nil {
-		return err
-	}
-	return events.Write(ctx, q, events.Record{Type: EventType(i.State), TenantID: i.TenantID, PoolID: i.PoolID, InstanceID: i.InstanceID,
-		ProjectID: i.ProjectID, State: i.State, DesiredState: i.DesiredState, StateReason: i.StateReason, Instance: b})
+	return events.Write(ctx, q, events.Record{Type: EventType(i.State), TenantID: i.TenantID, PoolID: i.PoolID, ResourceID: i.InstanceID, Data: i})
 }
 
 // Get returns one of the tenant's instances. The method surface's reads
@@ -447,25 +442,59 @@ func (s *Service) Delete(ctx context.Context, q store.Q, in *ChangeInput) (*Inst
 	return s.setDesired(ctx, q, in, Deleted, false)
 }
 
+// Event is an instance.* event as the method surface shows it: the
+// tenant's event (package events) with the instance as of the event.
+type Event struct {
+	EventID      string    `json:"eventId"`
+	Type         string    `json:"type" schema:"InstanceEventType"`
+	TenantID     string    `json:"tenantId"`
+	PoolID       string    `json:"poolId"`
+	InstanceID   string    `json:"instanceId"`
+	ProjectID    *string   `json:"projectId"`
+	State        string    `json:"state" schema:"InstanceState"`
+	DesiredState string    `json:"desiredState" schema:"InstanceDesiredState"`
+	StateReason  *string   `json:"stateReason"`
+	OccurredAt   time.Time `json:"occurredAt"`
+	// Instance is the instance as of the event.
+	Instance *Instance `json:"instance"`
+}
+
+// EventOf is the method surface's form of an instance event.
+func EventOf(ev *events.Event) (Event, error) {
+	var i Instance
+	if err := json.Unmarshal(ev.Data, &i); err != nil {
+		return Event{}, fmt.Errorf("instances: event %s: %w", ev.EventID, err)
+	}
+	return Event{EventID: ev.EventID, Type: ev.Type, TenantID: ev.TenantID, PoolID: i.PoolID, InstanceID: ev.ResourceID,
+		ProjectID: i.ProjectID, State: i.State, DesiredState: i.DesiredState, StateReason: i.StateReason,
+		OccurredAt: ev.OccurredAt, Instance: &i}, nil
+}
+
 // EventPage is a page of an instance's events.
-type EventPage = page.Page[events.Event]
+type EventPage = page.Page[Event]
 
 // Events pages one instance's events oldest first; the cursor is the last
 // event id returned.
 func Events(ctx context.Context, q store.Q, in *EventsInput) (*EventPage, error) {
-	after, err := events.ParseCursor("cursor", in.Cursor)
+	after, err := events.ParseCursor("cursor", in.TenantID, in.Cursor)
 	if err != nil {
 		return nil, err
 	}
-	if err := events.CheckCursor(ctx, q, after); err != nil {
+	if err := events.CheckCursor(ctx, q, "cursor", in.TenantID, after); err != nil {
 		return nil, err
 	}
-	list, err := events.Page(ctx, q, events.Filter{TenantID: in.TenantID, InstanceID: in.InstanceID}, after, in.Limit+1)
+	list, err := events.Page(ctx, q, events.Filter{TenantID: in.TenantID, ResourceID: in.InstanceID, Resources: []string{events.ResInstance}}, after, in.Limit+1)
 	if err != nil {
 		return nil, err
 	}
 	items, cur := page.Trim(list, in.Limit, func(e events.Event) string { return e.EventID })
-	return &EventPage{Items: items, Cursor: cur}, nil
+	out := &EventPage{Items: make([]Event, len(items)), Cursor: cur}
+	for i := range items {
+		if out.Items[i], err = EventOf(&items[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // txOf returns the *sql.Tx under a mutation's query handle.

@@ -11,9 +11,6 @@ import (
 
 // Groups of this package, in docs order.
 var (
-	// InstanceAtEventSchema describes an event's instance field.
-	InstanceAtEventSchema = registry.DefineSchemaOf[Instance]("InstanceAtEvent")
-
 	// The closed sets both surfaces share (GraphQL spells running as
 	// RUNNING): the method fields and outputs name them, the graph's enums
 	// are them.

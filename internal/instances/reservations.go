@@ -6,7 +6,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/store"
@@ -204,7 +207,39 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return r.fix(), nil
+	return r.fix(), reservationEvent(ctx, q, events.ReservationCreated, &r)
+}
+
+// reservationEvent writes a reservation's event in the change's
+// transaction.
+func reservationEvent(ctx context.Context, q store.Q, typ string, r *Reservation) error {
+	return events.Write(ctx, q, events.Record{TenantID: r.TenantID, Type: typ, ResourceID: r.ReservationID, PoolID: r.PoolID, Data: r})
+}
+
+// ExpireReservations writes the reservation.expired event of every
+// reservation whose window has ended, once (the maintenance lease's holder
+// runs it; reads show a reservation expired from its end on). It returns
+// how many.
+func ExpireReservations(ctx context.Context, db *store.DB) (int, error) {
+	var n int
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		var rows []Reservation
+		if err := tx.SelectContext(ctx, &rows, `UPDATE reservations SET expiry_announced = true
+			WHERE reservation_id IN (SELECT reservation_id FROM reservations
+				WHERE state = 'active' AND ends_at <= now() AND NOT expiry_announced
+				ORDER BY reservation_id LIMIT 500 FOR UPDATE SKIP LOCKED)
+			RETURNING `+resCols); err != nil {
+			return store.Wrap(err)
+		}
+		for i := range rows {
+			if err := reservationEvent(ctx, tx, events.ReservationExpired, rows[i].fix()); err != nil {
+				return err
+			}
+		}
+		n = len(rows)
+		return nil
+	})
+	return n, err
 }
 
 func resNotFound(id string) error {
@@ -276,5 +311,5 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return out.fix(), nil
+	return out.fix(), reservationEvent(ctx, q, events.ReservationCanceled, &out)
 }

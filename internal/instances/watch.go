@@ -16,7 +16,7 @@ import (
 // Watch is what a subscription to instance events asks for.
 type Watch struct {
 	Filter events.Filter
-	After  *events.Position // nil: live from now
+	After  *uint64 // nil: live from now
 }
 
 // The graph checks its arguments with the registry's compiled patterns
@@ -30,7 +30,7 @@ var (
 // ParseWatch checks a subscription's arguments as the method surface checks
 // its inputs.
 func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, error) {
-	w := Watch{Filter: events.Filter{TenantID: tenantID}}
+	w := Watch{Filter: events.Filter{TenantID: tenantID, Resources: []string{events.ResInstance}}}
 	if !tenantRe.MatchString(tenantID) {
 		return w, errs.Invalid("tenantId", "tenantId does not match %s", registry.TenantPattern)
 	}
@@ -38,7 +38,7 @@ func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, erro
 		if !instanceRe.MatchString(*instanceID) {
 			return w, errs.Invalid("instanceId", "instanceId does not match %s", ids.Pattern(ids.Instance))
 		}
-		w.Filter.InstanceID = *instanceID
+		w.Filter.ResourceID = *instanceID
 	}
 	if poolID != nil && *poolID != "" {
 		if !poolRe.MatchString(*poolID) {
@@ -47,7 +47,7 @@ func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, erro
 		w.Filter.PoolID = *poolID
 	}
 	if after != nil && *after != "" {
-		p, err := events.ParseCursor("after", *after)
+		p, err := events.ParseCursor("after", tenantID, *after)
 		if err != nil {
 			return w, err
 		}
@@ -61,7 +61,7 @@ func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, erro
 // are filters, and an instance or pool the tenant cannot see is NOT_FOUND.
 // Subscriptions run it again whenever the caller's role bindings change.
 func AuthorizeEvents(ctx context.Context, q store.Q, p *reqctx.Principal, w Watch) error {
-	tenantID, instanceID, poolID := w.Filter.TenantID, w.Filter.InstanceID, w.Filter.PoolID
+	tenantID, instanceID, poolID := w.Filter.TenantID, w.Filter.ResourceID, w.Filter.PoolID
 	if err := authz.Decide(ctx, q, p, authz.InstancesRead, authz.Resource{Type: authz.Tenant, TenantID: tenantID}); err != nil {
 		return err
 	}

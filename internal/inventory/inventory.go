@@ -21,6 +21,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
@@ -167,10 +168,12 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 		collected = t.UTC()
 	}
 	var node struct {
-		State  string         `db:"state"`
-		Latest sql.NullString `db:"latest_snapshot_id"`
+		State    string         `db:"state"`
+		Latest   sql.NullString `db:"latest_snapshot_id"`
+		TenantID string         `db:"tenant_id"`
+		PoolID   string         `db:"pool_id"`
 	}
-	err = q.GetContext(ctx, &node, `SELECT state, latest_snapshot_id FROM nodes WHERE node_id = $1 FOR UPDATE`, in.NodeID)
+	err = q.GetContext(ctx, &node, `SELECT state, latest_snapshot_id, tenant_id, pool_id FROM nodes WHERE node_id = $1 FOR UPDATE`, in.NodeID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errs.E(errs.NotFound, "node %s not found", in.NodeID)
 	}
@@ -180,6 +183,7 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 	if node.State == nodes.Removed {
 		return nil, errs.E(errs.InvalidState, "node %s is removed", in.NodeID).With("state", node.State)
 	}
+	var before *Sections // a first snapshot has no changes, as inventory.diff says
 	if node.Latest.Valid {
 		var latest Snapshot
 		if err := q.GetContext(ctx, &latest, `SELECT `+snapCols+` FROM inventory_snapshots WHERE snapshot_id = $1`, node.Latest.String); err != nil {
@@ -187,6 +191,9 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 		}
 		if latest.Hash == hash {
 			return &Reported{Snapshot: latest.fix(), Stored: false}, nil
+		}
+		if before, err = latest.Typed(); err != nil {
+			return nil, err
 		}
 	}
 	id := after(node.Latest.String)
@@ -199,7 +206,35 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 	if _, err := q.ExecContext(ctx, `UPDATE nodes SET latest_snapshot_id = $2 WHERE node_id = $1`, in.NodeID, id); err != nil {
 		return nil, store.Wrap(err)
 	}
+	now, err := s.Typed()
+	if err != nil {
+		return nil, err
+	}
+	// The diff against the previous snapshot reaches dashboards with the
+	// snapshot (a gpu.missing the moment the daemon reports it).
+	change := Changed{NodeID: in.NodeID, SnapshotID: id, Previous: nullable(node.Latest), Changes: Diff(before, now)}
+	if err := events.Write(ctx, q, events.Record{TenantID: node.TenantID, Type: events.InventoryChanged, ResourceID: in.NodeID,
+		PoolID: node.PoolID, Data: change}); err != nil {
+		return nil, err
+	}
 	return &Reported{Snapshot: s.fix(), Stored: true}, nil
+}
+
+// Changed is an inventory.changed event's data: the snapshot stored and
+// its changes against the node's previous one (none for a node's first
+// snapshot).
+type Changed struct {
+	NodeID     string   `json:"nodeId"`
+	SnapshotID string   `json:"snapshotId"`
+	Previous   *string  `json:"previousSnapshotId"`
+	Changes    []Change `json:"changes"`
+}
+
+func nullable(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	return &s.String
 }
 
 // after returns a new snapshot id that sorts after prev, so that history

@@ -1,7 +1,11 @@
-// Package live fans instance events out to subscribers. The outbox
-// (package events) is the truth; a notification only wakes readers.
+// Package live fans tenants' events out to subscribers. The outbox
+// (package events) is the truth; a wake-up only tells readers to read.
 //
-// Every replica holds ONE LISTEN connection (jackc/pgxlisten, reconnecting).
+// Readers are woken by this replica's event sequencer when it has numbered
+// a tenant's events (Wake), and by the other replicas' sequencers through
+// ONE LISTEN connection per replica (jackc/pgxlisten, reconnecting): one
+// notification per sequencer pass names the tenants it numbered. No
+// writer's transaction notifies.
 // Per tenant with subscribers a stream reads the new rows once, from its
 // position in the stream, and hands them to that tenant's subscribers in
 // memory: the stream appends them to one bounded ring that all of them read
@@ -19,7 +23,7 @@ package live
 import (
 	"context"
 	"log/slog"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,8 +48,8 @@ type Config struct {
 	// Stall ends a subscriber whose client has not taken an event for this
 	// long (default 10 s): it is ended with an error naming its last event.
 	Stall time.Duration
-	// Poll is how often a tenant's stream reads without a notification, to
-	// cover a lost LISTEN connection (default 2 s).
+	// Poll is how often a tenant's stream reads without a wake-up, to
+	// cover a lost LISTEN connection (default 1 s).
 	Poll time.Duration
 	// Page is how many rows one read takes (default 500).
 	Page int
@@ -56,7 +60,7 @@ func (c *Config) defaults() {
 		c.Buffer = 1024
 	}
 	if c.Poll <= 0 {
-		c.Poll = 2 * time.Second
+		c.Poll = time.Second
 	}
 	if c.Page <= 0 {
 		c.Page = 500
@@ -134,7 +138,7 @@ func (h *Hub) Run(ctx context.Context) error {
 type handler struct{ h *Hub }
 
 func (x handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	x.h.wake(n.Payload)
+	x.h.Wake(strings.Split(n.Payload, ","))
 	return nil
 }
 
@@ -149,12 +153,14 @@ func (x handler) HandleBacklog(context.Context, string, *pgx.Conn) error {
 	return nil
 }
 
-func (h *Hub) wake(tenantID string) {
+// Wake tells the streams of the tenants that new events are numbered.
+func (h *Hub) Wake(tenants []string) {
 	h.mu.Lock()
-	s := h.streams[tenantID]
-	h.mu.Unlock()
-	if s != nil {
-		s.poke()
+	defer h.mu.Unlock()
+	for _, t := range tenants {
+		if s := h.streams[t]; s != nil {
+			s.poke()
+		}
 	}
 }
 
@@ -177,7 +183,7 @@ type Subscription struct {
 	ctx    context.Context
 	st     *stream
 	opts   Options
-	filter events.Filter
+	filter atomic.Pointer[events.Filter]
 	err    atomic.Pointer[error]
 	cancel context.CancelFunc
 	// stopChange unregisters the OnChange hook.
@@ -185,8 +191,8 @@ type Subscription struct {
 
 	// Owned by the stream, under st.mu, while the subscription is live; by
 	// its pump while pumping.
-	next    uint64          // the ring sequence of the next event to consider
-	last    events.Position // the last event handed to c
+	next    uint64 // the ring sequence of the next event to consider
+	last    uint64 // the stream number of the last event handed to c
 	pumping bool
 	closed  bool
 }
@@ -206,9 +212,14 @@ func (s *Subscription) Err() error {
 // Stop ends the subscription.
 func (s *Subscription) Stop() { s.cancel() }
 
-func (s *Subscription) matches(ev *events.Event) bool {
-	return (s.filter.InstanceID == "" || ev.InstanceID == s.filter.InstanceID) &&
-		(s.filter.PoolID == "" || ev.PoolID == s.filter.PoolID)
+func (s *Subscription) matches(ev *events.Event) bool { return s.filter.Load().Matches(ev) }
+
+// SetFilter changes the subscription's filter (what its reader may read
+// changed): events not yet delivered are delivered by the new one. The
+// tenant stays.
+func (s *Subscription) SetFilter(f events.Filter) {
+	f.TenantID = s.filter.Load().TenantID
+	s.filter.Store(&f)
 }
 
 // end records why the subscription ends (the first reason wins) and tells
@@ -243,20 +254,19 @@ func (s *Subscription) ready(ev *events.Event) {
 }
 
 // Subscribe starts a subscription of the filter's events. With after nil
-// it starts live from now; with after, it first replays every later event
-// of the filter from the outbox (an after older than the retention is
-// INVALID_STATE, details.reason "expired-cursor"), then goes live.
-func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *events.Position, opts ...Options) (*Subscription, error) {
+// it starts live from now; with after (a number of the tenant's stream),
+// it first replays every later event of the filter from the outbox (an
+// after older than the retention is INVALID_STATE, details.reason
+// "expired-cursor"), then goes live.
+func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *uint64, opts ...Options) (*Subscription, error) {
 	if after != nil {
-		if err := events.CheckCursor(ctx, h.db, *after); err != nil {
-			if e, ok := errs.As(err); ok && e.Details["reason"] == "expired-cursor" {
-				return nil, events.ExpiredCursor("after")
-			}
+		if err := events.CheckCursor(ctx, h.db, "after", f.TenantID, *after); err != nil {
 			return nil, err
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	sub := &Subscription{c: make(chan *events.Event, subBuffer), ctx: ctx, filter: f, cancel: cancel}
+	sub := &Subscription{c: make(chan *events.Event, subBuffer), ctx: ctx, cancel: cancel}
+	sub.filter.Store(&f)
 	for _, o := range opts {
 		sub.opts = o
 	}
@@ -360,12 +370,12 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 	// overlapped the live events). A client that does not take it within
 	// Stall is ended.
 	emit := func(ev *events.Event) bool {
-		if !sub.last.Less(ev.Position) {
+		if ev.Seq <= sub.last {
 			return true
 		}
 		select {
 		case sub.c <- ev:
-			sub.last = ev.Position
+			sub.last = ev.Seq
 			sub.ready(ev)
 			return true
 		default:
@@ -373,11 +383,11 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 		stall.Reset(h.cfg.Stall)
 		select {
 		case sub.c <- ev:
-			sub.last = ev.Position
+			sub.last = ev.Seq
 			sub.ready(ev)
 			return true
 		case <-stall.C:
-			sub.end(slowConsumer(sub.last))
+			sub.end(slowConsumer(sub.filter.Load().TenantID, sub.last))
 			return false
 		case <-ctx.Done():
 			return false
@@ -387,7 +397,7 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 	// the outbox, until it has read all there is.
 	catchUp := func() bool {
 		for {
-			page, err := events.Page(ctx, h.db, sub.filter, sub.last, h.cfg.Page)
+			page, err := events.Page(ctx, h.db, *sub.filter.Load(), sub.last, h.cfg.Page)
 			if err != nil {
 				if ctx.Err() == nil {
 					sub.end(err)
@@ -447,11 +457,11 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 }
 
 // SlowConsumer is the error of a subscriber that did not keep up.
-func slowConsumer(last events.Position) error {
+func slowConsumer(tenantID string, last uint64) error {
 	e := errs.E(errs.Unavailable, "the subscriber did not keep up with its events; resubscribe with after set to the last eventId received").
 		With("reason", "slow-consumer")
-	if !last.IsZero() {
-		e = e.With("lastEventId", events.EncodeID(last))
+	if last > 0 {
+		e = e.With("lastEventId", events.EncodeID(tenantID, last))
 	}
 	return e
 }
@@ -465,7 +475,7 @@ type stream struct {
 	wakeC  chan struct{}
 
 	mu   sync.Mutex
-	pos  events.Position
+	pos  uint64                     // the number of the last event read
 	subs int                        // every subscription, live or pumping
 	live map[*Subscription]struct{} // those the stream hands events to
 	ring []*events.Event            // the event of sequence k is ring[k%len(ring)]
@@ -477,8 +487,8 @@ type stream struct {
 // the next event: every event after the position is appended from that
 // sequence on. Under h.mu, so a stream that is ending (no subscribers) is
 // never joined.
-func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Position, uint64, error) {
-	tenantID := sub.filter.TenantID
+func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, uint64, uint64, error) {
+	tenantID := sub.filter.Load().TenantID
 	h.mu.Lock()
 	s := h.streams[tenantID]
 	if s != nil {
@@ -487,15 +497,11 @@ func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Posi
 		return s, pos, next, nil
 	}
 	h.mu.Unlock()
-	// A new stream starts at the visibility horizon: every event below it
-	// is committed (the past); every event at or above it is yet to come.
-	var xmin string
-	if err := h.db.GetContext(ctx, &xmin, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`); err != nil {
-		return nil, events.Position{}, 0, store.Wrap(err)
-	}
-	x, err := strconv.ParseUint(xmin, 10, 64)
+	// A new stream starts after the tenant's last numbered event: every
+	// event up to it is the past, every later one is yet to come.
+	x, err := events.Last(ctx, h.db, tenantID)
 	if err != nil {
-		return nil, events.Position{}, 0, err
+		return nil, 0, 0, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -503,7 +509,7 @@ func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Posi
 		pos, next := s.add()
 		return s, pos, next, nil
 	}
-	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: events.Position{XID: x},
+	s = &stream{h: h, tenant: tenantID, wakeC: make(chan struct{}, 1), pos: x,
 		ring: make([]*events.Event, h.cfg.Buffer), live: map[*Subscription]struct{}{}}
 	h.streams[tenantID] = s
 	pos, next := s.add()
@@ -513,7 +519,7 @@ func (h *Hub) join(ctx context.Context, sub *Subscription) (*stream, events.Posi
 
 // add counts a subscriber in and returns the stream's position and the
 // sequence of the next event.
-func (s *stream) add() (events.Position, uint64) {
+func (s *stream) add() (uint64, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subs++
@@ -548,10 +554,10 @@ func (s *stream) fill(sub *Subscription) bool {
 			return true
 		}
 		ev := s.ring[sub.next%size]
-		if sub.matches(ev) && sub.last.Less(ev.Position) {
+		if sub.matches(ev) && sub.last < ev.Seq {
 			select {
 			case sub.c <- ev:
-				sub.last = ev.Position
+				sub.last = ev.Seq
 				sub.ready(ev)
 			default:
 				return true
@@ -586,11 +592,6 @@ func (s *stream) poke() {
 	}
 }
 
-// retries after a notification that found nothing to read: the event is
-// committed but below an older transaction still open (the horizon).
-var retries = []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond,
-	300 * time.Millisecond, time.Second}
-
 // start runs the stream's loop on a goroutine of its own; a panic in it is
 // logged and the loop starts again (its state is the stream's, kept under
 // its lock).
@@ -602,16 +603,11 @@ func (s *stream) run() {
 	h := s.h
 	poll := time.NewTimer(h.cfg.Poll)
 	defer poll.Stop()
-	retry := -1
-	var retryC <-chan time.Time
 	for {
 		select {
 		case <-s.wakeC:
-			retry = 0
 		case <-poll.C:
-		case <-retryC:
 		}
-		retryC = nil
 		// No subscribers left: the stream ends (a new one starts at the
 		// horizon when a subscriber comes back).
 		h.mu.Lock()
@@ -624,13 +620,7 @@ func (s *stream) run() {
 		}
 		s.mu.Unlock()
 		h.mu.Unlock()
-		n := s.read()
-		if n > 0 || retry < 0 || retry >= len(retries) {
-			retry = -1
-		} else {
-			retryC = time.After(retries[retry])
-			retry++
-		}
+		s.read()
 		poll.Reset(h.cfg.Poll)
 	}
 }
@@ -655,7 +645,7 @@ func (s *stream) read() int {
 		for i := range page {
 			s.ring[s.head%uint64(len(s.ring))] = &page[i]
 			s.head++
-			s.pos = page[i].Position
+			s.pos = page[i].Seq
 		}
 		if len(page) > 0 {
 			for sub := range s.live {

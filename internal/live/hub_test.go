@@ -23,12 +23,14 @@ import (
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 func write(t testing.TB, db *store.DB, tenant, pool, inst string, hold time.Duration) {
-	err := db.Tx(context.Background(), func(tx *sqlx.Tx) error {
-		if err := events.Write(context.Background(), tx, events.Record{Type: events.Running, TenantID: tenant, PoolID: pool,
-			InstanceID: inst, State: "running", DesiredState: "running", Instance: json.RawMessage(`{}`)}); err != nil {
+	// A client's request: Tx returns once the event is numbered.
+	ctx := store.ForRequest(context.Background())
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: tenant, PoolID: pool,
+			ResourceID: inst, Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
 			return err
 		}
-		time.Sleep(hold) // an open transaction holds the horizon back
+		time.Sleep(hold) // transactions commit out of the order they wrote in
 		return nil
 	})
 	if err != nil {
@@ -39,7 +41,7 @@ func write(t testing.TB, db *store.DB, tenant, pool, inst string, hold time.Dura
 // all reads the filter's events from the outbox once the writers are done.
 func all(t testing.TB, db *store.DB, f events.Filter) []events.Event {
 	var out []events.Event
-	var pos events.Position
+	var pos uint64
 	for {
 		page, err := events.Page(context.Background(), db, f, pos, 1000)
 		if err != nil {
@@ -49,7 +51,7 @@ func all(t testing.TB, db *store.DB, f events.Filter) []events.Event {
 		if len(page) < 1000 {
 			return out
 		}
-		pos = page[len(page)-1].Position
+		pos = page[len(page)-1].Seq
 	}
 }
 
@@ -99,7 +101,7 @@ func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
 			write(t, db, tenant, "pool_a", fmt.Sprintf("inst_%d", i%3), 0)
 		}
 		history := all(t, db, events.Filter{TenantID: tenant})
-		cursor := history[len(history)/2].Position
+		cursor := history[len(history)/2].Seq
 
 		var wg sync.WaitGroup
 		const writers, each = 6, 15
@@ -121,11 +123,11 @@ func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		one, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, InstanceID: "inst_1"}, &events.Position{})
+		one, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, ResourceID: "inst_1"}, new(uint64))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pool, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, PoolID: "pool_b"}, &events.Position{})
+		pool, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant, PoolID: "pool_b"}, new(uint64))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,13 +135,13 @@ func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
 		final := all(t, db, events.Filter{TenantID: tenant})
 		var after, ofOne, ofPool []events.Event
 		for _, ev := range final {
-			if cursor.Less(ev.Position) {
+			if cursor < ev.Seq {
 				after = append(after, ev)
 			}
-			if ev.InstanceID == "inst_1" {
+			if ev.ResourceID == "inst_1" {
 				ofOne = append(ofOne, ev)
 			}
-			if ev.PoolID == "pool_b" {
+			if *ev.PoolID == "pool_b" {
 				ofPool = append(ofPool, ev)
 			}
 		}
@@ -182,7 +184,7 @@ func TestLiveFromNow(t *testing.T) {
 	}
 	write(t, db, "t", "p", "i2", 0)
 	got, err := collect(sub, 1, 5*time.Second)
-	if err != nil || got[0].InstanceID != "i2" {
+	if err != nil || got[0].ResourceID != "i2" {
 		t.Fatalf("%v %v", got, err)
 	}
 }
@@ -307,7 +309,7 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, db, "t", "p", "before", 0)
-	if got, err := collect(sub, 1, 5*time.Second); err != nil || got[0].InstanceID != "before" {
+	if got, err := collect(sub, 1, 5*time.Second); err != nil || got[0].ResourceID != "before" {
 		t.Fatalf("before the loss: %v %v", got, err)
 	}
 	var n int
@@ -322,8 +324,8 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 		t.Fatalf("after the loss: %v", err)
 	}
 	for i, ev := range got {
-		if ev.InstanceID != fmt.Sprint("during-", i) {
-			t.Fatalf("event %d: %s", i, ev.InstanceID)
+		if ev.ResourceID != fmt.Sprint("during-", i) {
+			t.Fatalf("event %d: %s", i, ev.ResourceID)
 		}
 	}
 }

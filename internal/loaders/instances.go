@@ -27,6 +27,7 @@ type InstanceLoaders struct {
 	PoolReservations   pageLoader[instances.Reservation]
 	Events             pageLoader[events.Event]
 	Capacity           *L[string, *instances.PoolCapacity]
+	Reservation        *L[string, *instances.Reservation]
 
 	refs refGroups
 }
@@ -167,12 +168,13 @@ func newInstanceLoaders(_ store.Q, l *Loaders) *InstanceLoaders {
 			r, err := instances.EventPages(ctx, q, scope, ids, after, limit)
 			evs, insts := make([]string, len(r.Items)), make([]string, len(r.Items))
 			for i := range r.Items {
-				evs[i], insts[i] = r.Items[i].EventID, r.Items[i].InstanceID
+				evs[i], insts[i] = r.Items[i].EventID, r.Items[i].ResourceID
 			}
 			l.Instances.refs.add(evs, map[string][]string{"instance": uniq(insts)})
 			return r, err
 		}, instances.CountEvents),
-		Capacity: byID(l, authz.PoolsRead, instances.Capacities),
+		Capacity:    byID(l, authz.PoolsRead, instances.Capacities),
+		Reservation: byID(l, authz.InstancesRead, instances.ReservationsByID),
 	}
 }
 
@@ -211,4 +213,12 @@ func (l *Loaders) PrefetchCapacity(ctx context.Context, poolID string) {
 func (l *Loaders) LoadInstanceFresh(ctx context.Context, id string) (*instances.View, error) {
 	l.Instances.Instance.Clear(ctx, id)
 	return l.Instances.Instance.Load(ctx, id)()
+}
+
+// Fresh reads a value past the request's cache: a subscription's loaders
+// live as long as it does, and each event shows its resource as it is when
+// the event is sent.
+func Fresh[V any](ctx context.Context, l *L[string, V], id string) (V, error) {
+	l.Clear(ctx, id)
+	return l.Load(ctx, id)()
 }

@@ -57,6 +57,7 @@ type Loaders struct {
 	Node           *L[string, *nodes.Node]
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
 	PoolJoinReqs   *L[PageKey, *page.Conn[nodes.JoinRequest]]
+	JoinRequest    *L[string, *nodes.JoinRequest]
 	Snapshot       *L[string, *inventory.Snapshot]
 	NodeHistory    *L[PageKey, *page.Conn[inventory.Snapshot]]
 	NodeDiff       *L[inventory.DiffKey, *inventory.DiffPair]
@@ -128,6 +129,7 @@ func New(q store.Q) *Loaders {
 		return r, err
 	}, nodes.CountNodesByPool)
 	l.PoolJoinReqs = pages(l, authz.JoinTokensRead, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool)
+	l.JoinRequest = byID(l, authz.JoinTokensRead, nodes.JoinRequestsByID)
 	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)
 	l.NodeHistory = pages(l, authz.NodesRead, inventory.PagesByNode, inventory.CountByNode)
 	l.NodeDiff = loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {

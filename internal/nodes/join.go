@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pki"
@@ -253,10 +256,16 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 		return nil, store.Wrap(err)
 	}
 	// An earlier request for this key pair in this pool decides first.
-	if _, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'expired', updated_at = now()
-		WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved') AND expires_at <= now()`,
-		tok.PoolID, csr.Fingerprint); err != nil {
+	var expired []JoinRequest
+	if err := q.SelectContext(ctx, &expired, `UPDATE join_requests SET state = 'expired', updated_at = now()
+		WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved') AND expires_at <= now()
+		RETURNING `+reqCols, tok.PoolID, csr.Fingerprint); err != nil {
 		return nil, store.Wrap(err)
+	}
+	for i := range expired {
+		if err := requestEvent(ctx, q, events.JoinRequestExpired, expired[i].fix()); err != nil {
+			return nil, err
+		}
 	}
 	var prev JoinRequest
 	err = q.GetContext(ctx, &prev, `SELECT `+reqCols+` FROM join_requests WHERE pool_id = $1 AND csr_fingerprint = $2
@@ -313,13 +322,18 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	rb, _ := json.Marshal(reasons)
 	hb, _ := json.Marshal(hw)
 	var id string
-	err = q.GetContext(ctx, &id, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
+	var created JoinRequest
+	err = q.GetContext(ctx, &created, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
 			csr_fingerprint, hardware, ek_hash, ek_proven, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, $10, now() + make_interval(secs => $11))
 		ON CONFLICT (pool_id, csr_fingerprint) WHERE state IN ('pending', 'approved') DO NOTHING
-		RETURNING join_request_id`,
+		RETURNING `+reqCols,
 		ids.New(ids.JoinRequest), tok.PoolID, tok.TenantID, tok.JoinTokenID, in.Attestor, string(rb),
 		csr.Fingerprint, string(hb), ekHash, proven != nil, int(PendingTTL/time.Second))
+	if err == nil {
+		id = created.JoinRequestID
+		err = requestEvent(ctx, q, events.JoinRequestPending, created.fix())
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		// A concurrent join with the same CSR deferred first: answer with its request.
 		err = q.GetContext(ctx, &id, `SELECT join_request_id FROM join_requests
@@ -426,9 +440,10 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 	if reqID != "" {
 		jr = &reqID
 	}
-	_, err = q.ExecContext(ctx, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, system_uuid, serial, macs,
+	var node Node
+	err = q.GetContext(ctx, &node, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, system_uuid, serial, macs,
 			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+nodeCols,
 		nodeID, tok.TenantID, tok.PoolID, name, attestor, hw.SystemUUID, hw.Serial, hw.MACs,
 		csr.Fingerprint, cert, notAfter, principalID, jr)
 	if store.IsUnique(err, "nodes_csr_fingerprint_key") {
@@ -436,6 +451,9 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
+	}
+	if _, err := nodeEvent(ctx, q, events.NodeJoined, node.fix()); err != nil {
+		return nil, err
 	}
 	if reqID != "" {
 		if _, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'consumed', node_id = $2, updated_at = now()
@@ -522,7 +540,40 @@ func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, reason *str
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return r.fix(), nil
+	typ := events.JoinRequestApproved
+	if to == Denied {
+		typ = events.JoinRequestDenied
+	}
+	return r.fix(), requestEvent(ctx, q, typ, &r)
+}
+
+// requestEvent writes a join request's event in the change's transaction.
+func requestEvent(ctx context.Context, q store.Q, typ string, r *JoinRequest) error {
+	return events.Write(ctx, q, events.Record{TenantID: r.TenantID, Type: typ, ResourceID: r.JoinRequestID, PoolID: r.PoolID, Data: r})
+}
+
+// ExpireJoinRequests moves the requests whose time ran out to expired and
+// writes their joinRequest.expired events (the maintenance lease's holder
+// runs it; reads already show them expired). It returns how many.
+func ExpireJoinRequests(ctx context.Context, db *store.DB) (int, error) {
+	var n int
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		var expired []JoinRequest
+		if err := tx.SelectContext(ctx, &expired, `UPDATE join_requests SET state = 'expired', updated_at = now()
+			WHERE join_request_id IN (SELECT join_request_id FROM join_requests
+				WHERE state IN ('pending', 'approved') AND expires_at <= now() ORDER BY join_request_id LIMIT 500 FOR UPDATE SKIP LOCKED)
+			RETURNING `+reqCols); err != nil {
+			return store.Wrap(err)
+		}
+		for i := range expired {
+			if err := requestEvent(ctx, tx, events.JoinRequestExpired, expired[i].fix()); err != nil {
+				return err
+			}
+		}
+		n = len(expired)
+		return nil
+	})
+	return n, err
 }
 
 // ApproveJoinRequest lets the machine's next join with the same CSR in.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/registry"
@@ -231,7 +232,16 @@ func UpdateNode(ctx context.Context, q store.Q, in *NodeUpdateInput) (*Node, err
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return n.fix(), nil
+	return nodeEvent(ctx, q, events.NodeUpdated, n.fix())
+}
+
+// nodeEvent writes the node's event in the change's transaction and
+// returns the node.
+func nodeEvent(ctx context.Context, q store.Q, typ string, n *Node) (*Node, error) {
+	if err := events.Write(ctx, q, events.Record{TenantID: n.TenantID, Type: typ, ResourceID: n.NodeID, PoolID: n.PoolID, Data: n}); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // setState moves a node from one state to another.
@@ -248,7 +258,11 @@ func setState(ctx context.Context, q store.Q, in *NodeChangeInput, from, to stri
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return n.fix(), nil
+	typ := events.NodeCordoned
+	if to == Ready {
+		typ = events.NodeUncordoned
+	}
+	return nodeEvent(ctx, q, typ, n.fix())
 }
 
 // Cordon stops new work landing on a ready node.
@@ -277,7 +291,7 @@ func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, err
 		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID); err != nil {
 		return nil, store.Wrap(err)
 	}
-	return n.fix(), nil
+	return nodeEvent(ctx, q, events.NodeRemoved, n.fix())
 }
 
 // --- batched reads for the graph --------------------------------------------
@@ -419,4 +433,19 @@ func (n *Node) LabelsValue() any {
 		out[k] = v
 	}
 	return out
+}
+
+// JoinRequestsByID loads the join requests of ids visible in scope (the
+// pool owner's readers of join requests) in one statement, keyed by id.
+func JoinRequestsByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*JoinRequest, error) {
+	var rows []JoinRequest
+	if err := q.SelectContext(ctx, &rows, `SELECT `+reqCols+` FROM join_requests r WHERE r.join_request_id = ANY($1) AND `+authz.Where("$2", requestVisible), ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*JoinRequest, len(rows))
+	for i := range rows {
+		rows[i].fix()
+		out[rows[i].JoinRequestID] = &rows[i]
+	}
+	return out, nil
 }

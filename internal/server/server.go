@@ -27,6 +27,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/registry"
@@ -126,6 +127,9 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: make(chan struct{}, cfg.GraphQLConcurrency)}
 	s.sessions.s = s
 	s.Live = live.New(database, log, cfg.Live)
+	// This replica's event sequencer wakes its readers the moment it has
+	// numbered a tenant's events (the other replicas' hear its NOTIFY).
+	events.Start(database, log).OnNumbered(s.Live.Wake)
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",

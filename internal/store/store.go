@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +39,11 @@ type DB struct {
 	URL string
 	// Replica names the replica in application_name (empty: not named).
 	Replica string
+	// Committed, when set, is told the tenants whose events a transaction
+	// of this handle wrote (NoteEvents), right after it commits, on the
+	// committing goroutine: package events numbers them there (the
+	// sequencer), outside the writer's transaction.
+	Committed func(ctx context.Context, tenants []string)
 }
 
 // AppName is the application_name of a connection of this replica in the
@@ -153,6 +160,11 @@ func ForRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, requestKey{}, true)
 }
 
+// IsRequest says ctx comes from ForRequest: work done for a client's
+// request (which waits for what it wrote to be readable) rather than
+// background work.
+func IsRequest(ctx context.Context) bool { return ctx.Value(requestKey{}) != nil }
+
 // RequestStatements counts the statements sent on contexts from ForRequest.
 func RequestStatements() int64 { return requestStatements.Load() }
 
@@ -200,11 +212,51 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	if err != nil {
 		return Wrap(err)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	defer func() {
+		tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+		noted.Delete(tx)
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return Wrap(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return Wrap(err)
+	}
+	if n, ok := noted.LoadAndDelete(tx); ok && db.Committed != nil {
+		db.Committed(ctx, n.(*txNotes).tenants)
+	}
+	return nil
+}
+
+// --- after commit -------------------------------------------------------
+
+// noted holds, per open transaction of DB.Tx, the tenants whose events it
+// wrote (NoteEvents).
+var noted sync.Map // *sqlx.Tx → *txNotes
+
+type txNotes struct {
+	mu      sync.Mutex
+	tenants []string
+}
+
+// NoteEvents records that q wrote events of the tenant: inside a
+// transaction of DB.Tx, DB.Committed is told after it commits; on the
+// handle itself (the statement committed on its own), it is told now.
+func NoteEvents(ctx context.Context, q Q, tenantID string) {
+	switch x := q.(type) {
+	case *sqlx.Tx:
+		v, _ := noted.LoadOrStore(x, &txNotes{})
+		n := v.(*txNotes)
+		n.mu.Lock()
+		if !slices.Contains(n.tenants, tenantID) {
+			n.tenants = append(n.tenants, tenantID)
+		}
+		n.mu.Unlock()
+	case *DB:
+		if x.Committed != nil {
+			x.Committed(ctx, []string{tenantID})
+		}
+	}
 }
 
 func retryable(err error) bool {

@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
@@ -120,6 +121,9 @@ func open(t testing.TB, url string) *store.DB {
 		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
+	// Every process that writes events numbers them (package events).
+	seq := events.Start(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(seq.Stop)
 	return d
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/profiles"
@@ -212,7 +213,26 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) 
 	if _, err := profiles.MarkUsed(ctx, q, p); err != nil {
 		return nil, err
 	}
-	return w, nil
+	return w, writeEvent(ctx, q, events.WorkflowCreated, w)
+}
+
+// writeEvent writes a workflow's event in the change's transaction.
+func writeEvent(ctx context.Context, q store.Q, typ string, w *Workflow) error {
+	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, Data: w})
+}
+
+// saveWith saves a locked workflow and writes its events in order.
+func saveWith(ctx context.Context, q store.Q, w *Workflow, types ...string) (*Workflow, error) {
+	out, err := save(ctx, q, w)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range types {
+		if err := writeEvent(ctx, q, t, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // visible is the visibility predicate over workflows w: a workflow is
@@ -316,7 +336,7 @@ func Cancel(ctx context.Context, q store.Q, in *CancelInput) (*Workflow, error) 
 		}
 	}
 	w.State, w.FinishedAt = Canceled, &now
-	return save(ctx, q, w)
+	return saveWith(ctx, q, w, events.WorkflowCanceled)
 }
 
 // ReportStep records a node's report on one step of its workflow. Steps
@@ -366,7 +386,14 @@ func ReportStep(ctx context.Context, q store.Q, in *ReportStepInput) (*Workflow,
 	case in.Status == Succeeded && in.Index == len(w.Steps)-1:
 		w.State, w.FinishedAt = Succeeded, &now
 	}
-	return save(ctx, q, w)
+	types := []string{events.WorkflowStep}
+	switch w.State {
+	case Failed:
+		types = append(types, events.WorkflowFailed)
+	case Succeeded:
+		types = append(types, events.WorkflowSucceeded)
+	}
+	return saveWith(ctx, q, w, types...)
 }
 
 // locateNode names the node the calling node principal reports on: the

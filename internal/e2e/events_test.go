@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+const tenantEventsSub = `subscription($t: String!, $types: [String!], $a: String) {
+  tenantEvents(tenantId: $t, types: $types, after: $a) {
+    eventId type tenantId resourceType resourceId poolId occurredAt data
+    instance { instanceId } node { nodeId state } joinRequest { joinRequestId state }
+    workflow { workflowId state } reservation { reservationId state }
+  }
+}`
+
+// tenantEvents reads n tenantEvents of subscription id.
+func (w *wsClient) tenantEvents(id string, n int) []map[string]any {
+	w.t.Helper()
+	var out []map[string]any
+	for len(out) < n {
+		m := w.next()
+		if m["id"] != id || m["type"] != "next" {
+			w.t.Fatalf("want event %d of %d of %s, got %v", len(out)+1, n, id, m)
+		}
+		p := m["payload"].(map[string]any)
+		if p["errors"] != nil {
+			w.t.Fatalf("subscription error: %v", p)
+		}
+		out = append(out, p["data"].(map[string]any)["tenantEvents"].(map[string]any))
+	}
+	return out
+}
+
+// listEvents reads every event events.list gives the caller.
+func listEvents(t *testing.T, e *testkit.Env, token, tenantID string, types []string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	cursor := ""
+	for {
+		in := map[string]any{"tenantId": tenantID, "limit": 7}
+		if types != nil {
+			in["types"] = types
+		}
+		if cursor != "" {
+			in["cursor"] = cursor
+		}
+		r := must(t, e.Call(token, "events/list", in))
+		out = append(out, items(t, r)...)
+		cursor = r.Str("cursor")
+		if cursor == "" {
+			return out
+		}
+	}
+}
+
+func typesOfEvents(evs []map[string]any) []string {
+	var s []string
+	for _, ev := range evs {
+		s = append(s, str(ev["type"]))
+	}
+	return s
+}
+
+// TestTenantEventsEveryKind: every kind of change a dashboard watches
+// reaches the tenant's stream in the order the calls were made, the same
+// on events.list, over WebSocket and over SSE; filters, links, resume,
+// visibility and the inputs' bounds.
+func TestTenantEventsEveryKind(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	beta := newTenant(t, e, "beta")
+	ctx := context.Background()
+
+	all := dialWS(t, e)
+	all.init(acme.Viewer.Token)
+	all.send(map[string]any{"id": "all", "type": "subscribe", "payload": map[string]any{"query": tenantEventsSub, "variables": map[string]any{"t": "acme"}}})
+	sse := openSSE(t, e, acme.Viewer.Token, tenantEventsSub, map[string]any{"t": "acme", "types": []string{"node.", "inventory.changed"}})
+	// A stranger and a bad filter are refused at subscribe time.
+	w := dialWS(t, e)
+	w.init(beta.Admin.Token)
+	for _, c := range []struct {
+		vars map[string]any
+		code string
+	}{
+		{map[string]any{"t": "acme"}, "PERMISSION_DENIED"},
+		{map[string]any{"t": "beta", "types": []string{"node.bogus"}}, "INVALID_INPUT"},
+		{map[string]any{"t": "beta", "types": []string{"nodes."}}, "INVALID_INPUT"},
+		{map[string]any{"t": "beta", "a": "evt_nope"}, "INVALID_INPUT"},
+	} {
+		if code := opError(w.op(fmt.Sprint(c.vars), tenantEventsSub, c.vars)); code != c.code {
+			t.Fatalf("%v: %s, want %s", c.vars, code, c.code)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the subscriptions are live
+
+	// Nodes and their inventory.
+	pool := e.Pool(acme.Admin.Token, "acme", "gpu")
+	nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
+	must(t, e.Call(acme.Admin.Token, "nodes/update", map[string]any{"tenantId": "acme", "nodeId": nodeID, "name": "gpu-01"}))
+	must(t, e.Call(acme.Admin.Token, "nodes/cordon", map[string]any{"tenantId": "acme", "nodeId": nodeID}))
+	must(t, e.Call(acme.Admin.Token, "nodes/uncordon", map[string]any{"tenantId": "acme", "nodeId": nodeID}))
+	report := h100(t)
+	invStore(t, e, cred, nodeID, report)
+	report["gpus"] = report["gpus"].([]any)[1:] // a GPU fell off the bus
+	invStore(t, e, cred, nodeID, report)
+
+	// Join requests: approved, denied, expired.
+	placeholder := func() string {
+		body := testkit.NewMachine(t).JoinBody(e.JoinToken(acme.Admin.Token, "acme", pool, 1))
+		body["hardware"].(map[string]any)["systemUuid"] = "00000000-0000-0000-0000-000000000000"
+		return must(t, e.Call("", "nodes/join", body)).Str("joinRequestId")
+	}
+	jr1, jr2, jr3 := placeholder(), placeholder(), placeholder()
+	must(t, e.Call(acme.Admin.Token, "joinRequests/approve", map[string]any{"tenantId": "acme", "joinRequestId": jr1}))
+	must(t, e.Call(acme.Admin.Token, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": jr2}))
+	if _, err := e.DB.Exec(`UPDATE join_requests SET expires_at = now() - interval '1 second' WHERE join_request_id = $1`, jr3); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := nodes.ExpireJoinRequests(ctx, e.DB); err != nil || n != 1 {
+		t.Fatalf("expired %d join requests: %v", n, err)
+	}
+	if n, err := nodes.ExpireJoinRequests(ctx, e.DB); err != nil || n != 0 {
+		t.Fatalf("expired %d join requests again: %v", n, err)
+	}
+
+	// Workflows: one succeeds step by step, one is canceled.
+	must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
+	wf := must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "gpu-node"}))
+	steps := len(wf.Body["steps"].([]any))
+	for i := 0; i < steps; i++ {
+		must(t, e.Call(cred, "workflows/reportStep", map[string]any{"nodeId": nodeID, "workflowId": wf.Str("workflowId"), "index": i, "status": "succeeded"}))
+	}
+	wf2 := must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "gpu-node"})).Str("workflowId")
+	must(t, e.Call(acme.Member.Token, "workflows/cancel", map[string]any{"tenantId": "acme", "workflowId": wf2}))
+
+	// Reservations and an instance in a VPS pool.
+	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	reserve := func(start time.Time) string {
+		return must(t, e.Call(acme.Member.Token, "reservations/create", map[string]any{"tenantId": "acme", "poolId": vps,
+			"size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1}, "startsAt": start.Format(time.RFC3339),
+			"endsAt": start.Add(time.Hour).Format(time.RFC3339)})).Str("reservationId")
+	}
+	r1 := reserve(time.Now().UTC().Add(time.Hour))
+	must(t, e.Call(acme.Member.Token, "reservations/cancel", map[string]any{"tenantId": "acme", "reservationId": r1}))
+	r2 := reserve(time.Now().UTC().Add(2 * time.Hour))
+	if _, err := e.DB.Exec(`UPDATE reservations SET starts_at = now() - interval '2 hours', ends_at = now() - interval '1 hour' WHERE reservation_id = $1`, r2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := instances.ExpireReservations(ctx, e.DB); err != nil || n != 1 {
+		t.Fatalf("expired %d reservations: %v", n, err)
+	}
+	inst := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", vps, "web", 1))).Str("instanceId")
+	must(t, e.Call(acme.Admin.Token, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": nodeID}))
+
+	want := []string{"node.joined", "node.updated", "node.cordoned", "node.uncordoned", "inventory.changed", "inventory.changed",
+		"joinRequest.pending", "joinRequest.pending", "joinRequest.pending", "joinRequest.approved", "joinRequest.denied", "joinRequest.expired",
+		"workflow.created"}
+	for i := 0; i < steps; i++ {
+		want = append(want, "workflow.step")
+	}
+	want = append(want, "workflow.succeeded", "workflow.created", "workflow.canceled",
+		"reservation.created", "reservation.canceled", "reservation.created", "reservation.expired", "instance.created", "node.removed")
+
+	// The method surface: in call order, oldest first, over pages of 7.
+	listed := listEvents(t, e, acme.Viewer.Token, "acme", nil)
+	if strings.Join(typesOfEvents(listed), " ") != strings.Join(want, " ") {
+		t.Fatalf("events.list:\n got %v\nwant %v", typesOfEvents(listed), want)
+	}
+	// Over WebSocket: the same events, the same ids, with their links.
+	got := all.tenantEvents("all", len(want))
+	for i, ev := range got {
+		if ev["eventId"] != listed[i]["eventId"] || ev["type"] != want[i] || ev["tenantId"] != "acme" || ev["resourceId"] != listed[i]["resourceId"] {
+			t.Fatalf("event %d over WebSocket %v, listed %v", i, ev, listed[i])
+		}
+		link := map[string]string{"NODE": "node", "JOIN_REQUEST": "joinRequest", "WORKFLOW": "workflow", "RESERVATION": "reservation", "INSTANCE": "instance"}[str(ev["resourceType"])]
+		if link == "" || ev[link] == nil {
+			t.Fatalf("event %d has no %s link: %v", i, ev["resourceType"], ev)
+		}
+		if i > 0 && !(str(got[i-1]["eventId"]) < str(ev["eventId"])) {
+			t.Fatalf("event ids out of order: %v then %v", got[i-1]["eventId"], ev["eventId"])
+		}
+	}
+	if got[len(got)-1]["node"].(map[string]any)["state"] != "REMOVED" || got[len(got)-2]["instance"].(map[string]any)["instanceId"] != inst {
+		t.Fatalf("links are the resources as they are now: %v", got[len(got)-2:])
+	}
+	// The inventory event carries the diff: the GPU that went missing.
+	inv := listEvents(t, e, acme.Viewer.Token, "acme", []string{"inventory.changed"})
+	if len(inv) != 2 || !strings.Contains(fmt.Sprint(inv[1]["data"]), "gpu.missing") || inv[1]["resourceId"] != nodeID {
+		t.Fatalf("inventory.changed: %v", inv)
+	}
+	// Over SSE with a type filter: node.* and inventory.changed only.
+	var nodeTypes []string
+	for _, typ := range want {
+		if strings.HasPrefix(typ, "node.") || typ == "inventory.changed" {
+			nodeTypes = append(nodeTypes, typ)
+		}
+	}
+	for i, typ := range nodeTypes {
+		name, m := sse.next()
+		ev, _ := m["data"].(map[string]any)["tenantEvents"].(map[string]any)
+		if name != "next" || ev["type"] != typ {
+			t.Fatalf("SSE event %d: %s %v, want %s", i, name, m, typ)
+		}
+	}
+	// Resume from the fifth event: exactly what followed it.
+	all.send(map[string]any{"id": "resumed", "type": "subscribe", "payload": map[string]any{"query": tenantEventsSub,
+		"variables": map[string]any{"t": "acme", "a": listed[4]["eventId"]}}})
+	resumed := all.tenantEvents("resumed", len(want)-5)
+	for i, ev := range resumed {
+		if ev["eventId"] != listed[5+i]["eventId"] {
+			t.Fatalf("resumed event %d: %v, want %v", i, ev["eventId"], listed[5+i]["eventId"])
+		}
+	}
+	if m, err := all.read(200 * time.Millisecond); err == nil {
+		t.Fatalf("after the replay: %v", m)
+	}
+
+	// Visibility and inputs.
+	if b := listEvents(t, e, beta.Admin.Token, "beta", nil); len(b) != 0 {
+		t.Fatalf("beta's stream holds acme's events: %v", b)
+	}
+	expect(t, e.Call(beta.Admin.Token, "events/list", map[string]any{"tenantId": "acme"}), "PERMISSION_DENIED", "")
+	expect(t, e.Call(cred, "events/list", map[string]any{"tenantId": "acme"}), "UNAUTHENTICATED", "")
+	for _, c := range []struct {
+		in   map[string]any
+		path string
+	}{
+		{map[string]any{"limit": 0}, "limit"},
+		{map[string]any{"limit": 201}, "limit"},
+		{map[string]any{"types": []string{"node.bogus"}}, "types[0]"},
+		{map[string]any{"types": []string{"instance.created", "Node."}}, "types[1]"},
+		{map[string]any{"cursor": "evt_nope"}, "cursor"},
+	} {
+		c.in["tenantId"] = "acme"
+		expect(t, e.Call(acme.Viewer.Token, "events/list", c.in), "INVALID_INPUT", c.path)
+	}
+	theirs := must(t, e.Call(beta.Admin.Token, "instances/create", instanceIn("beta", vpsPool(t, e, beta.Admin.Token, "beta", "vps", nil), "b", 1)))
+	_ = theirs
+	betaEvents := listEvents(t, e, beta.Admin.Token, "beta", nil)
+	expect(t, e.Call(acme.Viewer.Token, "events/list", map[string]any{"tenantId": "acme", "cursor": betaEvents[0]["eventId"]}), "INVALID_INPUT", "cursor")
+	if r := must(t, e.Call(acme.Viewer.Token, "events/list", map[string]any{"tenantId": "acme", "limit": 200})); len(items(t, r)) != len(want) {
+		t.Fatalf("limit 200: %d events", len(items(t, r)))
+	}
+	// Expired: a cursor retention overtook, and one of the old outbox.
+	if _, err := e.DB.Exec(`UPDATE event_streams SET pruned_seq = 3 WHERE tenant_id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, cursor := range []any{listed[0]["eventId"], "evt_00000000000h3k00000000004x"} {
+		r := e.Call(acme.Viewer.Token, "events/list", map[string]any{"tenantId": "acme", "cursor": cursor})
+		expect(t, r, "INVALID_STATE", "cursor")
+		if !strings.Contains(string(r.Raw), "expired-cursor") {
+			t.Fatalf("expired cursor %v: %s", cursor, r.Raw)
+		}
+	}
+}
+
+// TestTenantEventsFollowRoles: a member whose role is revoked keeps no
+// stream; the kinds a reader sees follow its role (a viewer reads every
+// kind; a caller with no role reads none).
+func TestTenantEventsFollowRoles(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	w := dialWS(t, e)
+	w.init(acme.Viewer.Token)
+	w.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{"query": tenantEventsSub, "variables": map[string]any{"t": "acme"}}})
+	time.Sleep(100 * time.Millisecond) // the subscription is live
+	pool := e.Pool(acme.Admin.Token, "acme", "gpu")
+	nodeID, _ := e.Node(acme.Admin.Token, "acme", pool)
+	if ev := w.tenantEvents("s", 1)[0]; ev["type"] != "node.joined" || ev["resourceId"] != nodeID {
+		t.Fatalf("first event: %v", ev)
+	}
+	// Revoking the viewer's token ends the stream.
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": acme.Viewer.TokenID}))
+	code, _ := w.closed(5 * time.Second)
+	if code == 0 {
+		t.Fatal("the socket of a revoked token stayed open")
+	}
+}

@@ -1,0 +1,351 @@
+package events
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/safe"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Sequencer numbers one replica's committed events (see the package doc).
+// Writers tell it their tenants after commit (Committed, wired as
+// store.DB.Committed); a client's request waits for the pass that numbers
+// its events, so it reads its own events when it returns.
+// One goroutine runs the passes; a pass numbers every tenant marked since
+// the previous one in one transaction, so under load a pass serves many
+// writers. Once a second it also numbers inbox rows left behind by a
+// replica that died between a commit and its pass.
+type Sequencer struct {
+	db  *store.DB
+	log *slog.Logger
+	// Sweep is how often inbox rows older than Stranded are looked for
+	// (default 1 s, Stranded 2 s).
+	Sweep, Stranded time.Duration
+
+	stop    context.CancelFunc
+	done    chan struct{}
+	stopped atomic.Bool
+
+	mu    sync.Mutex
+	wake  []func(tenants []string)
+	dirty map[string]struct{}
+	next  chan struct{} // closed when the pass after the current one ends
+	wakeC chan struct{}
+
+	passes, numbered, failures int64
+}
+
+var (
+	startMu sync.Mutex
+	running = map[*store.DB]*Sequencer{}
+)
+
+// Start starts the sequencer of db's writes (once per handle: a second
+// call returns the running one) and sets db.Committed to it. Every
+// process that writes events runs one; Stop ends it.
+func Start(db *store.DB, log *slog.Logger) *Sequencer {
+	startMu.Lock()
+	defer startMu.Unlock()
+	if s := running[db]; s != nil {
+		return s
+	}
+	s := &Sequencer{db: db, log: log, dirty: map[string]struct{}{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
+		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	running[db] = s
+	db.Committed = s.Committed
+	go func() {
+		defer close(s.done)
+		s.run(ctx)
+	}()
+	return s
+}
+
+// Stop ends the sequencer and waits for its pass; writers no longer wait.
+// Events committed after it are numbered by another replica's sweep or by
+// the next start.
+func (s *Sequencer) Stop() {
+	s.stopped.Store(true)
+	s.stop()
+	<-s.done
+	startMu.Lock()
+	if running[s.db] == s {
+		delete(running, s.db)
+	}
+	startMu.Unlock()
+}
+
+// OnNumbered adds a function told the tenants each pass numbered events
+// of (this replica's readers; the other replicas' hear the NOTIFY).
+func (s *Sequencer) OnNumbered(f func(tenants []string)) {
+	s.mu.Lock()
+	s.wake = append(s.wake, f)
+	s.mu.Unlock()
+}
+
+// SequencerName is the application_name of a pass's transaction.
+const SequencerName = "computed-events-sequencer"
+
+// passWait bounds how long a writer waits for its pass; past it the event
+// is numbered by a later pass or the sweep, and the writer goes on.
+const passWait = 5 * time.Second
+
+// Committed marks the tenants' events as committed. For a client's
+// request (store.ForRequest) it then waits until a pass that began after
+// this call has ended (or ctx ends, or passWait), so that the request's
+// answer comes after its events are readable; background writers (the
+// reconciler, expiries) go on at once and their events follow within a
+// pass.
+func (s *Sequencer) Committed(ctx context.Context, tenants []string) {
+	if s.stopped.Load() {
+		return
+	}
+	done := s.mark(tenants)
+	if !store.IsRequest(ctx) {
+		return
+	}
+	t := time.NewTimer(passWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (s *Sequencer) mark(tenants []string) <-chan struct{} {
+	s.mu.Lock()
+	for _, t := range tenants {
+		s.dirty[t] = struct{}{}
+	}
+	done := s.next
+	s.mu.Unlock()
+	select {
+	case s.wakeC <- struct{}{}:
+	default:
+	}
+	return done
+}
+
+// Stats are the sequencer's counters: passes run, events numbered, passes
+// that failed (their tenants are retried).
+func (s *Sequencer) Stats() (passes, numbered, failures int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.passes, s.numbered, s.failures
+}
+
+// maxTenantsPerPass bounds one pass's transaction.
+const maxTenantsPerPass = 256
+
+// run runs passes until ctx ends.
+func (s *Sequencer) run(ctx context.Context) {
+	sweep := time.NewTicker(s.Sweep)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			close(s.next) // release waiters
+			s.next = make(chan struct{})
+			s.mu.Unlock()
+			return
+		case <-s.wakeC:
+		case <-sweep.C:
+			safe.Do(ctx, s.log, "event sweep", func() { s.sweep(ctx) })
+			continue
+		}
+		s.mu.Lock()
+		tenants := make([]string, 0, len(s.dirty))
+		for t := range s.dirty {
+			tenants = append(tenants, t)
+		}
+		slices.Sort(tenants)
+		if len(tenants) > maxTenantsPerPass {
+			tenants = tenants[:maxTenantsPerPass]
+			select {
+			case s.wakeC <- struct{}{}:
+			default:
+			}
+		}
+		for _, t := range tenants {
+			delete(s.dirty, t)
+		}
+		// Writers that mark from now on wait for the next pass. (Past
+		// maxTenantsPerPass, the writers of the tenants left for the next
+		// pass are released with this one.)
+		done := s.next
+		s.next = make(chan struct{})
+		s.mu.Unlock()
+		if len(tenants) == 0 {
+			close(done)
+			continue
+		}
+		var moved []string
+		var n int64
+		var err error
+		safe.Do(ctx, s.log, "event sequencer", func() { moved, n, err = s.pass(ctx, tenants) })
+		s.mu.Lock()
+		s.passes++
+		s.numbered += n
+		if err != nil {
+			s.failures++
+			for _, t := range tenants {
+				s.dirty[t] = struct{}{}
+			}
+		}
+		close(done)
+		s.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("event sequencer", "tenants", len(tenants), "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			select {
+			case s.wakeC <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		if len(moved) > 0 {
+			s.mu.Lock()
+			wake := s.wake
+			s.mu.Unlock()
+			for _, f := range wake {
+				f(moved)
+			}
+		}
+	}
+}
+
+// pass numbers the committed inbox rows of the tenants (sorted) in one
+// transaction and returns the tenants it numbered events of.
+func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string, n int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = s.db.Tx(ctx, func(tx *sqlx.Tx) error {
+		moved, n = nil, 0
+		// The streams' rows, locked in tenant order (no deadlock between
+		// replicas' passes): a tenant's passes take turns from here to
+		// commit. The pass names itself in pg_stat_activity for the
+		// transaction.
+		var locked []string
+		if err := tx.SelectContext(ctx, &locked, `SELECT s.tenant_id FROM event_streams s, (SELECT set_config('application_name', $2, true)) AS app
+			WHERE s.tenant_id = ANY($1) ORDER BY s.tenant_id FOR UPDATE OF s`, tenants, s.db.AppName(SequencerName)); err != nil {
+			return store.Wrap(err)
+		}
+		// A tenant's first events create its stream row, then lock it (a
+		// deadlock with another replica's first pass of the same tenants is
+		// retried by Tx).
+		if fresh := missing(tenants, locked); len(fresh) > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO event_streams (tenant_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, fresh); err != nil {
+				return store.Wrap(err)
+			}
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM event_streams WHERE tenant_id = ANY($1) ORDER BY tenant_id FOR UPDATE`, fresh); err != nil {
+				return store.Wrap(err)
+			}
+		}
+		// This statement's snapshot begins after the locks were granted, so
+		// it sees everything earlier passes numbered, and only committed
+		// inbox rows. It also wakes the other replicas' readers: one
+		// notification per pass naming the tenants, sent from this
+		// transaction, never from a writer's (when the names would pass
+		// PostgreSQL's 8000 bytes, in pieces below).
+		var rows []struct {
+			TenantID string `db:"tenant_id"`
+			N        int64  `db:"n"`
+			Noted    int64  `db:"noted"`
+		}
+		err := tx.SelectContext(ctx, &rows, `WITH moved AS (
+				DELETE FROM event_inbox WHERE tenant_id = ANY($1) RETURNING *),
+			numbered AS (
+				SELECT m.*, s.last_seq + row_number() OVER (PARTITION BY m.tenant_id ORDER BY m.xid, m.ord) AS seq
+				FROM moved m JOIN event_streams s USING (tenant_id)),
+			ins AS (
+				INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at)
+				SELECT tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at FROM numbered
+				RETURNING tenant_id, seq),
+			last AS (SELECT tenant_id, max(seq) AS last_seq, count(*) AS n FROM ins GROUP BY tenant_id),
+			upd AS (UPDATE event_streams s SET last_seq = last.last_seq FROM last WHERE s.tenant_id = last.tenant_id),
+			note AS (SELECT pg_notify($2, string_agg(tenant_id, ',')) FROM last HAVING sum(length(tenant_id) + 1) < 7900)
+			SELECT tenant_id, n, (SELECT count(*) FROM note) AS noted FROM last ORDER BY tenant_id`, tenants, Channel)
+		if err != nil {
+			return store.Wrap(err)
+		}
+		for _, r := range rows {
+			moved = append(moved, r.TenantID)
+			n += r.N
+		}
+		if len(rows) > 0 && rows[0].Noted == 0 {
+			for _, p := range payloads(moved) {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, p); err != nil {
+					return store.Wrap(err)
+				}
+			}
+		}
+		return nil
+	})
+	return moved, n, err
+}
+
+// missing returns the tenants not in have.
+func missing(tenants, have []string) []string {
+	var out []string
+	for _, t := range tenants {
+		if !slices.Contains(have, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// payloads joins tenant ids with commas into payloads under 7,900 bytes.
+func payloads(tenants []string) []string {
+	var out []string
+	var b strings.Builder
+	for _, t := range tenants {
+		if b.Len() > 0 && b.Len()+1+len(t) > 7900 {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(t)
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// sweep marks the tenants of inbox rows older than Stranded: their writer
+// committed but its replica did not number them (it died, or its pass
+// failed and it stopped).
+func (s *Sequencer) sweep(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var tenants []string
+	if err := s.db.SelectContext(ctx, &tenants, `SELECT DISTINCT tenant_id FROM event_inbox
+		WHERE occurred_at < now() - make_interval(secs => $1) LIMIT 1000`, s.Stranded.Seconds()); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("event sweep", "err", err)
+		}
+		return
+	}
+	if len(tenants) > 0 {
+		s.mark(tenants)
+	}
+}

@@ -1,0 +1,93 @@
+package resolvers
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/live"
+	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
+)
+
+// Querier and Principal name what a subscription's decision reads.
+type (
+	Querier   = store.Q
+	Principal = *reqctx.Principal
+)
+
+// decideFunc decides a subscription for a principal and returns the filter
+// of the events it delivers.
+type decideFunc func(ctx context.Context, db Querier, p Principal) (events.Filter, error)
+
+// subscribe decides a subscription, starts it on this replica's hub, and
+// decides it again whenever the caller's role bindings change: a refusal
+// ends it with that error, a narrower or wider reach changes its filter.
+func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, decide decideFunc) (<-chan *events.Event, error) {
+	f, err := decide(ctx, r.DB, reqctx.PrincipalFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var subp atomic.Pointer[live.Subscription]
+	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
+	if s := reqctx.SessionFrom(ctx); s != nil {
+		opts.OnChange = s.OnChange
+		opts.Recheck = func(ctx context.Context) error {
+			p, err := s.Principal(ctx)
+			if err != nil {
+				return err
+			}
+			f, err := decide(ctx, r.DB, p)
+			if err != nil {
+				return err
+			}
+			if sub := subp.Load(); sub != nil {
+				sub.SetFilter(f)
+			}
+			return nil
+		}
+	}
+	d := reqctx.DriverFrom(ctx)
+	if d != nil {
+		ready := d.Ready()
+		opts.OnReady = func(ev *events.Event) {
+			if ev == nil {
+				ready(nil)
+				return
+			}
+			ready(ev)
+		}
+	}
+	sub, err := r.Live.Subscribe(ctx, f, after, opts)
+	if err != nil {
+		return nil, err
+	}
+	subp.Store(sub)
+	if d != nil {
+		d.Attach(func() { <-sub.C })
+	}
+	return sub.C, nil
+}
+
+// instanceFields are an instance event's fields (never nil: an event whose
+// data did not decode shows empty ones).
+func instanceFields(ev *events.Event) *events.InstanceFields {
+	if ev.Instance != nil {
+		return ev.Instance
+	}
+	return &events.InstanceFields{}
+}
+
+// loadLink reads an event's resource through the request's loader; in a
+// subscription past its cache, so each event shows the resource as it is
+// when the event is sent.
+func loadLink[V any](ctx context.Context, l *loaders.L[string, V], id string) (V, error) {
+	if oc := graphql.GetOperationContext(ctx); oc != nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
+		return loaders.Fresh(ctx, l, id)
+	}
+	return l.Load(ctx, id)()
+}
