@@ -57,12 +57,18 @@ func reservationConn(ctx context.Context, ld scopedLoader[instances.Reservation]
 	return &model.ReservationConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
+// changeInput is the typed input of instances.start, stop, reboot and
+// delete.
+func changeInput(in model.ChangeInstanceInput) *instances.ChangeInput {
+	return &instances.ChangeInput{TenantID: in.TenantID, InstanceID: in.InstanceID, ExpectedVersion: in.ExpectedVersion}
+}
+
 // changeInstance runs an instance method through the registry (the method
 // surface's validation, decision, transaction and audit). The payload is
 // the method's answer (the instance as the change left it, before the
 // reconciler moves it on), with the links the loader says the caller may
 // follow.
-func (r *mutationResolver) changeInstance(ctx context.Context, method string, in any) (*instances.View, error) {
+func changeInstance[In any](ctx context.Context, r *mutationResolver, method string, in *In) (*instances.View, error) {
 	i, err := call[instances.Instance](ctx, r.Resolver, method, in)
 	if err != nil {
 		return nil, err

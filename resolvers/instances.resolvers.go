@@ -8,6 +8,7 @@ package resolvers
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
@@ -71,7 +72,16 @@ func (r *instanceResolver) Events(ctx context.Context, obj *instances.View, firs
 
 // CreateInstance is the resolver for the createInstance field.
 func (r *mutationResolver) CreateInstance(ctx context.Context, input model.CreateInstanceInput) (*model.CreateInstancePayload, error) {
-	v, err := r.changeInstance(ctx, "instances.create", input)
+	in := &instances.CreateInput{TenantID: input.TenantID, PoolID: input.PoolID, Name: input.Name,
+		ProjectID: input.ProjectID, Image: input.Image, ClientToken: input.ClientToken}
+	if input.Size != nil {
+		in.Size = instances.Size{GPUs: input.Size.Gpus, VCPUs: input.Size.Vcpus, MemoryGiB: input.Size.MemoryGiB,
+			GPUProfile: input.Size.GpuProfile}
+	}
+	if input.DesiredState != nil {
+		in.DesiredState = *input.DesiredState
+	}
+	v, err := changeInstance(ctx, r, "instances.create", in)
 	if err != nil {
 		return nil, err
 	}
@@ -80,27 +90,32 @@ func (r *mutationResolver) CreateInstance(ctx context.Context, input model.Creat
 
 // StartInstance is the resolver for the startInstance field.
 func (r *mutationResolver) StartInstance(ctx context.Context, input model.ChangeInstanceInput) (*model.InstancePayload, error) {
-	return instancePayload(r.changeInstance(ctx, "instances.start", input))
+	return instancePayload(changeInstance(ctx, r, "instances.start", changeInput(input)))
 }
 
 // StopInstance is the resolver for the stopInstance field.
 func (r *mutationResolver) StopInstance(ctx context.Context, input model.ChangeInstanceInput) (*model.InstancePayload, error) {
-	return instancePayload(r.changeInstance(ctx, "instances.stop", input))
+	return instancePayload(changeInstance(ctx, r, "instances.stop", changeInput(input)))
 }
 
 // RebootInstance is the resolver for the rebootInstance field.
 func (r *mutationResolver) RebootInstance(ctx context.Context, input model.ChangeInstanceInput) (*model.InstancePayload, error) {
-	return instancePayload(r.changeInstance(ctx, "instances.reboot", input))
+	return instancePayload(changeInstance(ctx, r, "instances.reboot", changeInput(input)))
 }
 
 // DeleteInstance is the resolver for the deleteInstance field.
 func (r *mutationResolver) DeleteInstance(ctx context.Context, input model.ChangeInstanceInput) (*model.InstancePayload, error) {
-	return instancePayload(r.changeInstance(ctx, "instances.delete", input))
+	return instancePayload(changeInstance(ctx, r, "instances.delete", changeInput(input)))
 }
 
 // CreateReservation is the resolver for the createReservation field.
 func (r *mutationResolver) CreateReservation(ctx context.Context, input model.CreateReservationInput) (*model.ReservationPayload, error) {
-	res, err := call[instances.Reservation](ctx, r.Resolver, "reservations.create", input)
+	in := &instances.ReservationCreateInput{TenantID: input.TenantID, PoolID: input.PoolID,
+		StartsAt: input.StartsAt.Format(time.RFC3339Nano), EndsAt: input.EndsAt.Format(time.RFC3339Nano)}
+	if input.Size != nil {
+		in.Size = instances.Resources{GPUs: input.Size.Gpus, VCPUs: input.Size.Vcpus, MemoryGiB: input.Size.MemoryGiB}
+	}
+	res, err := call[instances.Reservation](ctx, r.Resolver, "reservations.create", in)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +124,8 @@ func (r *mutationResolver) CreateReservation(ctx context.Context, input model.Cr
 
 // CancelReservation is the resolver for the cancelReservation field.
 func (r *mutationResolver) CancelReservation(ctx context.Context, input model.CancelReservationInput) (*model.ReservationPayload, error) {
-	res, err := call[instances.Reservation](ctx, r.Resolver, "reservations.cancel", input)
+	res, err := call[instances.Reservation](ctx, r.Resolver, "reservations.cancel", &instances.ReservationCancelInput{
+		TenantID: input.TenantID, ReservationID: input.ReservationID, ExpectedVersion: input.ExpectedVersion})
 	if err != nil {
 		return nil, err
 	}

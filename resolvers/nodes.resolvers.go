@@ -104,7 +104,13 @@ func (r *joinRequestResolver) Hardware(ctx context.Context, obj *nodes.JoinReque
 
 // UpdatePool is the resolver for the updatePool field.
 func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*model.UpdatePoolPayload, error) {
-	p, err := call[pools.Pool](ctx, r.Resolver, "pools.update", input)
+	policy, err := jsonArg(input.Policy)
+	if err != nil {
+		return nil, err
+	}
+	p, err := call[pools.Pool](ctx, r.Resolver, "pools.update", &pools.UpdateInput{
+		TenantID: input.TenantID, PoolID: input.PoolID, Name: input.Name, Policy: policy,
+		ExpectedVersion: input.ExpectedVersion})
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +119,7 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 
 // ArchivePool is the resolver for the archivePool field.
 func (r *mutationResolver) ArchivePool(ctx context.Context, input pools.ArchiveInput) (*model.ArchivePoolPayload, error) {
-	p, err := call[pools.Pool](ctx, r.Resolver, "pools.archive", input)
+	p, err := call[pools.Pool](ctx, r.Resolver, "pools.archive", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -122,17 +128,18 @@ func (r *mutationResolver) ArchivePool(ctx context.Context, input pools.ArchiveI
 
 // UnofferPool is the resolver for the unofferPool field.
 func (r *mutationResolver) UnofferPool(ctx context.Context, input pools.UnofferInput) (*pools.Removed, error) {
-	return call[pools.Removed](ctx, r.Resolver, "pools.unoffer", input)
+	return call[pools.Removed](ctx, r.Resolver, "pools.unoffer", &input)
 }
 
 // CreateJoinToken is the resolver for the createJoinToken field.
 func (r *mutationResolver) CreateJoinToken(ctx context.Context, input model.CreateJoinTokenInput) (*nodes.CreatedJoinToken, error) {
-	return call[nodes.CreatedJoinToken](ctx, r.Resolver, "joinTokens.create", input)
+	return call[nodes.CreatedJoinToken](ctx, r.Resolver, "joinTokens.create", &nodes.JoinTokenCreateInput{
+		TenantID: input.TenantID, PoolID: input.PoolID, TTLSeconds: input.TTLSeconds, MaxUses: input.MaxUses})
 }
 
 // RevokeJoinToken is the resolver for the revokeJoinToken field.
 func (r *mutationResolver) RevokeJoinToken(ctx context.Context, input nodes.JoinTokenRefInput) (*model.RevokeJoinTokenPayload, error) {
-	t, err := call[nodes.JoinToken](ctx, r.Resolver, "joinTokens.revoke", input)
+	t, err := call[nodes.JoinToken](ctx, r.Resolver, "joinTokens.revoke", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +148,7 @@ func (r *mutationResolver) RevokeJoinToken(ctx context.Context, input nodes.Join
 
 // ApproveJoinRequest is the resolver for the approveJoinRequest field.
 func (r *mutationResolver) ApproveJoinRequest(ctx context.Context, input nodes.JoinRequestRefInput) (*model.DecideJoinRequestPayload, error) {
-	j, err := call[nodes.JoinRequest](ctx, r.Resolver, "joinRequests.approve", input)
+	j, err := call[nodes.JoinRequest](ctx, r.Resolver, "joinRequests.approve", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +157,7 @@ func (r *mutationResolver) ApproveJoinRequest(ctx context.Context, input nodes.J
 
 // DenyJoinRequest is the resolver for the denyJoinRequest field.
 func (r *mutationResolver) DenyJoinRequest(ctx context.Context, input nodes.DenyInput) (*model.DecideJoinRequestPayload, error) {
-	j, err := call[nodes.JoinRequest](ctx, r.Resolver, "joinRequests.deny", input)
+	j, err := call[nodes.JoinRequest](ctx, r.Resolver, "joinRequests.deny", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -159,22 +166,28 @@ func (r *mutationResolver) DenyJoinRequest(ctx context.Context, input nodes.Deny
 
 // UpdateNode is the resolver for the updateNode field.
 func (r *mutationResolver) UpdateNode(ctx context.Context, input model.UpdateNodeInput) (*model.NodePayload, error) {
-	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.update", input))
+	labels, err := objectArg("labels", input.Labels)
+	if err != nil {
+		return nil, err
+	}
+	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.update", &nodes.NodeUpdateInput{
+		TenantID: input.TenantID, NodeID: input.NodeID, Name: input.Name, Labels: labels,
+		ExpectedVersion: input.ExpectedVersion}))
 }
 
 // CordonNode is the resolver for the cordonNode field.
 func (r *mutationResolver) CordonNode(ctx context.Context, input nodes.NodeChangeInput) (*model.NodePayload, error) {
-	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.cordon", input))
+	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.cordon", &input))
 }
 
 // UncordonNode is the resolver for the uncordonNode field.
 func (r *mutationResolver) UncordonNode(ctx context.Context, input nodes.NodeChangeInput) (*model.NodePayload, error) {
-	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.uncordon", input))
+	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.uncordon", &input))
 }
 
 // RemoveNode is the resolver for the removeNode field.
 func (r *mutationResolver) RemoveNode(ctx context.Context, input nodes.NodeChangeInput) (*model.NodePayload, error) {
-	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.remove", input))
+	return nodePayload(call[nodes.Node](ctx, r.Resolver, "nodes.remove", &input))
 }
 
 // Nodes is the resolver for the nodes field: the owner's members see the
@@ -231,7 +244,7 @@ type (
 
 // RegisterMachine is the resolver for the registerMachine field.
 func (r *mutationResolver) RegisterMachine(ctx context.Context, input nodes.MachineRegisterInput) (*model.RegisterMachinePayload, error) {
-	m, err := call[nodes.ExpectedMachine](ctx, r.Resolver, "machines.register", input)
+	m, err := call[nodes.ExpectedMachine](ctx, r.Resolver, "machines.register", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -240,12 +253,17 @@ func (r *mutationResolver) RegisterMachine(ctx context.Context, input nodes.Mach
 
 // ForgetMachine is the resolver for the forgetMachine field.
 func (r *mutationResolver) ForgetMachine(ctx context.Context, input nodes.MachineRefInput) (*nodes.RemovedCount, error) {
-	return call[nodes.RemovedCount](ctx, r.Resolver, "machines.forget", input)
+	return call[nodes.RemovedCount](ctx, r.Resolver, "machines.forget", &input)
 }
 
 // AllowTpmKey is the resolver for the allowTpmKey field.
 func (r *mutationResolver) AllowTpmKey(ctx context.Context, input model.AllowTpmKeyInput) (*model.AllowTpmKeyPayload, error) {
-	k, err := call[nodes.AllowedKey](ctx, r.Resolver, "tpmKeys.allow", input)
+	in := &nodes.KeyAllowInput{TenantID: input.TenantID, PoolID: input.PoolID, EKHash: input.EkHash,
+		EKPublicKey: input.EkPublicKey, CACertificate: input.CaCertificate}
+	if input.Description != nil {
+		in.Description = *input.Description
+	}
+	k, err := call[nodes.AllowedKey](ctx, r.Resolver, "tpmKeys.allow", in)
 	if err != nil {
 		return nil, err
 	}
@@ -254,5 +272,5 @@ func (r *mutationResolver) AllowTpmKey(ctx context.Context, input model.AllowTpm
 
 // DisallowTpmKey is the resolver for the disallowTpmKey field.
 func (r *mutationResolver) DisallowTpmKey(ctx context.Context, input nodes.KeyRefInput) (*nodes.RemovedCount, error) {
-	return call[nodes.RemovedCount](ctx, r.Resolver, "tpmKeys.disallow", input)
+	return call[nodes.RemovedCount](ctx, r.Resolver, "tpmKeys.disallow", &input)
 }

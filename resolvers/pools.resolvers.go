@@ -14,7 +14,14 @@ import (
 
 // CreatePool is the resolver for the createPool field.
 func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoolInput) (*model.CreatePoolPayload, error) {
-	p, err := call[pools.Pool](ctx, r.Resolver, "pools.create", input)
+	policy, err := jsonArg(input.Policy)
+	if err != nil {
+		return nil, err
+	}
+	p, err := call[pools.Pool](ctx, r.Resolver, "pools.create", &pools.CreateInput{
+		TenantID: input.TenantID, Name: input.Name, Site: input.Site, GPUModel: input.GpuModel,
+		SharingMode: input.SharingMode, Kind: input.Kind, Provider: input.Provider,
+		ProviderAccount: input.ProviderAccount, Policy: policy})
 	if err != nil {
 		return nil, err
 	}
@@ -23,7 +30,11 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 
 // OfferPool is the resolver for the offerPool field.
 func (r *mutationResolver) OfferPool(ctx context.Context, input model.OfferPoolInput) (*model.OfferPoolPayload, error) {
-	o, err := call[pools.Offer](ctx, r.Resolver, "pools.offer", input)
+	in := &pools.OfferInput{TenantID: input.TenantID, PoolID: input.PoolID, ToTenantID: input.ToTenantID}
+	if input.Quota != nil {
+		in.Quota = pools.Quota{GPUs: input.Quota.Gpus, Instances: input.Quota.Instances}
+	}
+	o, err := call[pools.Offer](ctx, r.Resolver, "pools.offer", in)
 	if err != nil {
 		return nil, err
 	}

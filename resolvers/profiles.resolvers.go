@@ -16,7 +16,12 @@ import (
 
 // CreateProfile is the resolver for the createProfile field.
 func (r *mutationResolver) CreateProfile(ctx context.Context, input model.CreateProfileInput) (*model.CreateProfilePayload, error) {
-	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.create", input)
+	doc, err := jsonArg(input.Document)
+	if err != nil {
+		return nil, err
+	}
+	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.create", &profiles.CreateInput{
+		TenantID: input.TenantID, Document: doc, Visibility: input.Visibility})
 	if err != nil {
 		return nil, err
 	}
@@ -25,7 +30,13 @@ func (r *mutationResolver) CreateProfile(ctx context.Context, input model.Create
 
 // UpdateProfile is the resolver for the updateProfile field.
 func (r *mutationResolver) UpdateProfile(ctx context.Context, input model.UpdateProfileInput) (*model.UpdateProfilePayload, error) {
-	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.update", input)
+	doc, err := jsonArg(input.Document)
+	if err != nil {
+		return nil, err
+	}
+	p, err := call[profiles.Profile](ctx, r.Resolver, "profiles.update", &profiles.UpdateInput{
+		TenantID: input.TenantID, ProfileID: input.ProfileID, ProfileVersion: input.ProfileVersion,
+		Document: doc, Visibility: input.Visibility, ExpectedVersion: input.ExpectedVersion})
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +45,8 @@ func (r *mutationResolver) UpdateProfile(ctx context.Context, input model.Update
 
 // DeleteProfile is the resolver for the deleteProfile field.
 func (r *mutationResolver) DeleteProfile(ctx context.Context, input model.DeleteProfileInput) (*profiles.Deleted, error) {
-	return call[profiles.Deleted](ctx, r.Resolver, "profiles.delete", input)
+	return call[profiles.Deleted](ctx, r.Resolver, "profiles.delete", &profiles.RefInput{
+		TenantID: input.TenantID, ProfileID: input.ProfileID, ProfileVersion: input.ProfileVersion})
 }
 
 // ID is the resolver for the id field: owner tenant, profile id and version.
@@ -115,7 +127,7 @@ func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, firs
 
 // Profile is the resolver for the profile field.
 func (r *tenantResolver) Profile(ctx context.Context, obj *tenants.Tenant, profileID string, profileVersion *int) (*profiles.Profile, error) {
-	return call[profiles.Profile](ctx, r.Resolver, "profiles.get", profiles.RefInput{TenantID: obj.TenantID, ProfileID: profileID, ProfileVersion: profileVersion})
+	return call[profiles.Profile](ctx, r.Resolver, "profiles.get", &profiles.RefInput{TenantID: obj.TenantID, ProfileID: profileID, ProfileVersion: profileVersion})
 }
 
 // Profile returns graph.ProfileResolver implementation.

@@ -30,8 +30,34 @@ type Resolver struct {
 	Live     *live.Hub
 }
 
-func call[Out any](ctx context.Context, r *Resolver, key string, in any) (*Out, error) {
-	return registry.Call[Out](ctx, r.Registry, key, in)
+// call runs a registry method with its typed input: the method surface's
+// validation, decision, transaction and audit. The method's handler is
+// named in its registration (see the registry package's doc).
+func call[Out, In any](ctx context.Context, r *Resolver, key string, in *In) (*Out, error) {
+	return registry.Call[In, Out](ctx, r.Registry, key, in)
+}
+
+// jsonArg is a JSON scalar argument as the bytes a method's free-form
+// field takes (nil when the argument is absent or null); the registry
+// checks them as it checks a body's.
+func jsonArg(v any) (json.RawMessage, error) {
+	if v == nil {
+		return nil, nil
+	}
+	return json.Marshal(v)
+}
+
+// objectArg is a JSON scalar argument a method takes as an object: a
+// value that is not one is refused as the method surface refuses it.
+func objectArg(name string, v any) (map[string]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errs.Invalid(name, "%s must be an object", name)
+	}
+	return m, nil
 }
 
 // pageArgs checks first/after the way the method surface checks limit/cursor.

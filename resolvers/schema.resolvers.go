@@ -18,7 +18,7 @@ import (
 
 // CreateTenant is the resolver for the createTenant field.
 func (r *mutationResolver) CreateTenant(ctx context.Context, input tenants.CreateInput) (*model.CreateTenantPayload, error) {
-	t, err := call[tenants.Tenant](ctx, r.Resolver, "tenants.create", input)
+	t, err := call[tenants.Tenant](ctx, r.Resolver, "tenants.create", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -27,12 +27,12 @@ func (r *mutationResolver) CreateTenant(ctx context.Context, input tenants.Creat
 
 // CreateToken is the resolver for the createToken field.
 func (r *mutationResolver) CreateToken(ctx context.Context, input iam.TokenCreateInput) (*iam.CreatedToken, error) {
-	return call[iam.CreatedToken](ctx, r.Resolver, "tokens.create", input)
+	return call[iam.CreatedToken](ctx, r.Resolver, "tokens.create", &input)
 }
 
 // RevokeToken is the resolver for the revokeToken field.
 func (r *mutationResolver) RevokeToken(ctx context.Context, input iam.TokenRefInput) (*model.RevokeTokenPayload, error) {
-	t, err := call[iam.Token](ctx, r.Resolver, "tokens.revoke", input)
+	t, err := call[iam.Token](ctx, r.Resolver, "tokens.revoke", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (r *mutationResolver) RevokeToken(ctx context.Context, input iam.TokenRefIn
 
 // GrantMember is the resolver for the grantMember field.
 func (r *mutationResolver) GrantMember(ctx context.Context, input iam.GrantInput) (*model.GrantMemberPayload, error) {
-	b, err := call[iam.Binding](ctx, r.Resolver, "members.grant", input)
+	b, err := call[iam.Binding](ctx, r.Resolver, "members.grant", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -50,12 +50,12 @@ func (r *mutationResolver) GrantMember(ctx context.Context, input iam.GrantInput
 
 // RevokeMember is the resolver for the revokeMember field.
 func (r *mutationResolver) RevokeMember(ctx context.Context, input iam.MemberRefInput) (*iam.Revoked, error) {
-	return call[iam.Revoked](ctx, r.Resolver, "members.revoke", input)
+	return call[iam.Revoked](ctx, r.Resolver, "members.revoke", &input)
 }
 
 // CreateProject is the resolver for the createProject field.
 func (r *mutationResolver) CreateProject(ctx context.Context, input projects.CreateInput) (*model.CreateProjectPayload, error) {
-	p, err := call[projects.Project](ctx, r.Resolver, "projects.create", input)
+	p, err := call[projects.Project](ctx, r.Resolver, "projects.create", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (r *mutationResolver) CreateProject(ctx context.Context, input projects.Cre
 
 // UpdateProject is the resolver for the updateProject field.
 func (r *mutationResolver) UpdateProject(ctx context.Context, input projects.UpdateInput) (*model.UpdateProjectPayload, error) {
-	p, err := call[projects.Project](ctx, r.Resolver, "projects.update", input)
+	p, err := call[projects.Project](ctx, r.Resolver, "projects.update", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -73,12 +73,12 @@ func (r *mutationResolver) UpdateProject(ctx context.Context, input projects.Upd
 
 // DeleteProject is the resolver for the deleteProject field.
 func (r *mutationResolver) DeleteProject(ctx context.Context, input projects.RefInput) (*projects.Deleted, error) {
-	return call[projects.Deleted](ctx, r.Resolver, "projects.delete", input)
+	return call[projects.Deleted](ctx, r.Resolver, "projects.delete", &input)
 }
 
 // AddProjectMember is the resolver for the addProjectMember field.
 func (r *mutationResolver) AddProjectMember(ctx context.Context, input projects.MemberInput) (*model.AddProjectMemberPayload, error) {
-	m, err := call[projects.Member](ctx, r.Resolver, "projects.addMember", input)
+	m, err := call[projects.Member](ctx, r.Resolver, "projects.addMember", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (r *mutationResolver) AddProjectMember(ctx context.Context, input projects.
 
 // RemoveProjectMember is the resolver for the removeProjectMember field.
 func (r *mutationResolver) RemoveProjectMember(ctx context.Context, input projects.MemberInput) (*projects.Removed, error) {
-	return call[projects.Removed](ctx, r.Resolver, "projects.removeMember", input)
+	return call[projects.Removed](ctx, r.Resolver, "projects.removeMember", &input)
 }
 
 // Viewer is the resolver for the viewer field.

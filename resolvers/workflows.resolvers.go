@@ -33,7 +33,7 @@ func (r *computeNodeResolver) Workflows(ctx context.Context, obj *nodes.Node, fi
 
 // CreateWorkflow is the resolver for the createWorkflow field.
 func (r *mutationResolver) CreateWorkflow(ctx context.Context, input workflows.CreateInput) (*model.WorkflowPayload, error) {
-	w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.create", input)
+	w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.create", &input)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (r *mutationResolver) CreateWorkflow(ctx context.Context, input workflows.C
 
 // CancelWorkflow is the resolver for the cancelWorkflow field.
 func (r *mutationResolver) CancelWorkflow(ctx context.Context, input workflows.CancelInput) (*model.WorkflowPayload, error) {
-	w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.cancel", input)
+	w, err := call[workflows.Workflow](ctx, r.Resolver, "workflows.cancel", &input)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -198,7 +199,14 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		}
 		return denied(perm, r)
 	}
-	role = effectiveRole(p, role, perm, r.TenantID)
+	return decideResource(ctx, q, p, effectiveRole(p, role, perm, r.TenantID), perm, r)
+}
+
+// decideResource is Decide on a resource inside a tenant (a pool, a node,
+// a profile...): its type's resolver says whether the caller holding role
+// sees it and what it grants directly; a resource the caller cannot see
+// is NOT_FOUND, one it sees without the permission PERMISSION_DENIED.
+func decideResource(ctx context.Context, q store.Q, p *reqctx.Principal, role string, perm Permission, r Resource) error {
 	mu.RLock()
 	resolve, ok := resolvers[r.Type]
 	mu.RUnlock()
@@ -218,18 +226,8 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		}
 		return errs.E(errs.NotFound, "%s not found", r)
 	}
-	if p.IsOperator() {
-		return nil
-	}
-	granted := func(x Permission) bool {
-		for _, d := range v.Direct {
-			if d == x {
-				return true
-			}
-		}
-		return RoleAllows(role, x) && (v.Scope == nil || v.Scope(x))
-	}
-	if granted(perm) {
+	if p.IsOperator() || slices.Contains(v.Direct, perm) ||
+		RoleAllows(role, perm) && (v.Scope == nil || v.Scope(perm)) {
 		return nil
 	}
 	return denied(perm, r)

@@ -54,6 +54,7 @@ func Files(root string) (map[string][]byte, error) {
 	idx.WriteString("Every method is `POST /api/compute/{group}/{method}` with a JSON object body and a bearer token (`Authorization: Bearer …`; only `nodes.join` takes none). `GET /api/compute` serves this index as JSON, with each method's input and output schemas, and `GET /openapi.json` the OpenAPI 3.1 document ([openapi.json](openapi.json)).\n\n")
 	idx.WriteString("- [Errors](errors.md): the codes, their HTTP statuses and what a client should do.\n")
 	idx.WriteString("- [Named schemas](schemas.md): profile documents, inventory sections and the closed sets of strings.\n")
+	idx.WriteString("- [Handlers](handlers.md): the Go function that implements each method, with its input and output types.\n")
 	idx.WriteString("- Each method page shows the input and output fields, the errors and a request and answer recorded from the e2e suite.\n\n")
 	idx.WriteString("| Group | Methods |\n|---|---|\n")
 	for _, g := range reg.Groups {
@@ -69,6 +70,7 @@ func Files(root string) (map[string][]byte, error) {
 	out["docs/api/README.md"] = []byte(idx.String())
 	out["docs/api/errors.md"] = []byte(registry.ErrorsMarkdown())
 	out["docs/api/schemas.md"] = []byte(reg.SchemasMarkdown())
+	out["docs/api/handlers.md"] = []byte(reg.HandlersMarkdown())
 	b, _ := json.MarshalIndent(reg.OpenAPI("0.2.0"), "", "  ")
 	out["docs/api/openapi.json"] = append(b, '\n')
 	out["schema.graphql"] = SDL()

@@ -260,23 +260,42 @@ type counts struct{ leaves, groups, objects, elements, lists, autos, buffers int
 // expect holds each rewrite to what the schema and gqlgen's own output
 // (raw) say it must reach, and returns every shortfall.
 func expect(schema *gql.Schema, raw, out map[string]string, structReads map[string]bool, table map[string]map[string]field, n counts) error {
-	var errs []error
-	short := func(rewrite, expected string, missing []string, of int) {
-		if len(missing) == 0 {
-			return
-		}
-		sort.Strings(missing)
-		shown := missing
-		if len(shown) > 8 {
-			shown = append(shown[:8:8], fmt.Sprintf("and %d more", len(missing)-8))
-		}
-		errs = append(errs, fmt.Errorf("rewrite %q: expected %s; %d of %d did not match: %s",
-			rewrite, expected, len(missing), of, strings.Join(shown, ", ")))
+	var sf shortfalls
+	expectLeaves(&sf, raw, structReads, n)
+	expectObjects(&sf, schema, out)
+	expectLists(&sf, schema, out, n)
+	expectBuffer(&sf, schema, out, n)
+	expectTable(&sf, schema, raw, table)
+	if len(sf.errs) == 0 {
+		return nil
 	}
-	none := func(rewrite, expected string) {
-		errs = append(errs, fmt.Errorf("rewrite %q: expected %s; it matched nothing", rewrite, expected))
-	}
+	sf.errs = append(sf.errs, errors.New("has gqlgen's output changed? docs/design.md (gqlfast) says how to upgrade gqlgen"))
+	return errors.Join(sf.errs...)
+}
 
+// shortfalls collects what the rewrites did not reach.
+type shortfalls struct{ errs []error }
+
+// short records the names a rewrite missed out of of.
+func (sf *shortfalls) short(rewrite, expected string, missing []string, of int) {
+	if len(missing) == 0 {
+		return
+	}
+	sort.Strings(missing)
+	shown := missing
+	if len(shown) > 8 {
+		shown = append(shown[:8:8], fmt.Sprintf("and %d more", len(missing)-8))
+	}
+	sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected %s; %d of %d did not match: %s",
+		rewrite, expected, len(missing), of, strings.Join(shown, ", ")))
+}
+
+// none records a rewrite that matched nothing.
+func (sf *shortfalls) none(rewrite, expected string) {
+	sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected %s; it matched nothing", rewrite, expected))
+}
+
+func expectLeaves(sf *shortfalls, raw map[string]string, structReads map[string]bool, n counts) {
 	// direct leaves: every field gqlgen binds to a struct field (its field
 	// context says neither method nor resolver, or its resolver returns
 	// obj.X) is recognised, and then rewritten when its type allows; a
@@ -297,11 +316,13 @@ func expect(schema *gql.Schema, raw, out map[string]string, structReads map[stri
 			unrecognised = append(unrecognised, strings.TrimPrefix(name, "_"))
 		}
 	}
-	short(rwLeaves, "every field bound to a struct field to be `return graphql.ResolveField(ctx, ec.OperationContext, field, fieldContext, func(ctx) { return obj.X, nil }, nil, marshaller)`", unrecognised, len(bound))
+	sf.short(rwLeaves, "every field bound to a struct field to be `return graphql.ResolveField(ctx, ec.OperationContext, field, fieldContext, func(ctx) { return obj.X, nil }, nil, marshaller)`", unrecognised, len(bound))
 	if len(bound) == 0 || n.leaves == 0 {
-		none(rwLeaves, "leaf fields bound to struct fields of scalar or enum types")
+		sf.none(rwLeaves, "leaf fields bound to struct fields of scalar or enum types")
 	}
+}
 
+func expectObjects(sf *shortfalls, schema *gql.Schema, out map[string]string) {
 	// Every object type (Subscription aside: its template has no field
 	// set) has a marshaller, with a lazy @defer group and marshalled
 	// without copies when nothing is deferred.
@@ -323,10 +344,12 @@ func expect(schema *gql.Schema, raw, out map[string]string, structReads map[stri
 			copied = append(copied, name)
 		}
 	}
-	short(rwDeferred+", "+rwObjects, "a marshaller func (ec *executionContext) _T(ctx, sel, ...) for every object type T", noFunc, len(objects))
-	short(rwDeferred, "every object's marshaller to build its group with `"+strings.TrimSpace(deferredOld)+"`", eagerGroup, len(objects))
-	short(rwObjects, "every object's marshaller to end with `"+strings.ReplaceAll(objectOld, "\n", `\n`)+"`", copied, len(objects))
+	sf.short(rwDeferred+", "+rwObjects, "a marshaller func (ec *executionContext) _T(ctx, sel, ...) for every object type T", noFunc, len(objects))
+	sf.short(rwDeferred, "every object's marshaller to build its group with `"+strings.TrimSpace(deferredOld)+"`", eagerGroup, len(objects))
+	sf.short(rwObjects, "every object's marshaller to end with `"+strings.ReplaceAll(objectOld, "\n", `\n`)+"`", copied, len(objects))
+}
 
+func expectLists(sf *shortfalls, schema *gql.Schema, out map[string]string, n counts) {
 	// Every list of an object type goes through marshalSliceInline or
 	// marshalSliceAuto; one of values is marshalled element by element in
 	// place.
@@ -351,22 +374,26 @@ func expect(schema *gql.Schema, raw, out map[string]string, structReads map[stri
 			}
 		}
 	}
-	short(rwLists, "every list marshaller of an object type to start (after `if v == nil { return graphql.Null }`) `ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, `", concurrent, len(lists))
+	sf.short(rwLists, "every list marshaller of an object type to start (after `if v == nil { return graphql.Null }`) `ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, `", concurrent, len(lists))
 	if len(lists) == 0 || n.lists == 0 {
-		none(rwLists, "list marshallers of object types (marshal[NO]T2ᚕ…) and lists of objects that resolve nothing")
+		sf.none(rwLists, "list marshallers of object types (marshal[NO]T2ᚕ…) and lists of objects that resolve nothing")
 	}
-	short(rwElements, "every list of object values to marshal `ec.marshalN…(ctx, sel, v[i])` with a by-value marshaller `return ec._T(ctx, sel, &v)`", copies, len(values))
+	sf.short(rwElements, "every list of object values to marshal `ec.marshalN…(ctx, sel, v[i])` with a by-value marshaller `return ec._T(ctx, sel, &v)`", copies, len(values))
 	if len(values) == 0 {
-		none(rwElements, "list marshallers of object values (v []T)")
+		sf.none(rwElements, "list marshallers of object values (v []T)")
 	}
+}
 
+func expectBuffer(sf *shortfalls, schema *gql.Schema, out map[string]string, n counts) {
 	// One query response buffer, in Exec.
 	if schema.Query != nil {
 		if k := strings.Count(out["Exec"], bufferNew); k != 1 || n.buffers != 1 {
-			errs = append(errs, fmt.Errorf("rewrite %q: expected one query response buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(bufferOld, "\n", `\n`), n.buffers))
+			sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected one query response buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(bufferOld, "\n", `\n`), n.buffers))
 		}
 	}
+}
 
+func expectTable(sf *shortfalls, schema *gql.Schema, raw map[string]string, table map[string]map[string]field) {
 	// The field table names every field of every object with its type,
 	// and marks every resolver as resolved concurrently.
 	var tableFields, wrong []string
@@ -390,13 +417,7 @@ func expect(schema *gql.Schema, raw, out map[string]string, structReads map[stri
 			}
 		}
 	}
-	short(rwFields, "every object's field in its marshaller's switch (`case \"f\":`, `out.ResolveConcurrently` for a resolver) and a field function `_T_f` returning `ec.marshal[NO]<Type>2…`", wrong, len(tableFields))
-
-	if len(errs) == 0 {
-		return nil
-	}
-	errs = append(errs, errors.New("has gqlgen's output changed? docs/design.md (gqlfast) says how to upgrade gqlgen"))
-	return errors.Join(errs...)
+	sf.short(rwFields, "every object's field in its marshaller's switch (`case \"f\":`, `out.ResolveConcurrently` for a resolver) and a field function `_T_f` returning `ec.marshal[NO]<Type>2…`", wrong, len(tableFields))
 }
 
 func isRoot(schema *gql.Schema, name string) bool {

@@ -463,53 +463,8 @@ func (p *parser) scanString(max int) (s string, prob string) {
 		case c < 0x20:
 			return "", "control character in string"
 		case c == '\\':
-			if p.pos+1 >= len(p.data) {
-				return "", "unterminated string"
-			}
-			e := p.data[p.pos+1]
-			p.pos += 2
-			switch e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r, ok := p.hex4()
-				if !ok {
-					return "", "invalid \\u escape"
-				}
-				if utf16.IsSurrogate(r) {
-					if r >= 0xDC00 {
-						return "", "lone low surrogate in \\u escape"
-					}
-					if p.pos+1 >= len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
-						return "", "lone high surrogate in \\u escape"
-					}
-					p.pos += 2
-					r2, ok := p.hex4()
-					if !ok {
-						return "", "invalid \\u escape"
-					}
-					if r2 < 0xDC00 || r2 > 0xDFFF {
-						return "", "invalid surrogate pair in \\u escape"
-					}
-					r = utf16.DecodeRune(r, r2)
-				}
-				if r == 0 {
-					return "", probNUL
-				}
-				b = utf8.AppendRune(b, r)
-			default:
-				p.pos -= 2
-				return "", "invalid escape in string"
+			if b, prob = p.escape(b); prob != "" {
+				return "", prob
 			}
 			n++
 		case c < utf8.RuneSelf:
@@ -526,6 +481,68 @@ func (p *parser) scanString(max int) (s string, prob string) {
 			n++
 		}
 	}
+}
+
+// escape appends the character of the escape at p.pos (a backslash) to b;
+// prob is as scanString's.
+func (p *parser) escape(b []byte) (_ []byte, prob string) {
+	if p.pos+1 >= len(p.data) {
+		return b, "unterminated string"
+	}
+	e := p.data[p.pos+1]
+	p.pos += 2
+	switch e {
+	case '"', '\\', '/':
+		return append(b, e), ""
+	case 'b':
+		return append(b, '\b'), ""
+	case 'f':
+		return append(b, '\f'), ""
+	case 'n':
+		return append(b, '\n'), ""
+	case 'r':
+		return append(b, '\r'), ""
+	case 't':
+		return append(b, '\t'), ""
+	case 'u':
+		r, prob := p.unicodeEscape()
+		if prob != "" {
+			return b, prob
+		}
+		return utf8.AppendRune(b, r), ""
+	}
+	p.pos -= 2
+	return b, "invalid escape in string"
+}
+
+// unicodeEscape reads the hex digits of a \u escape at p.pos, and the
+// low half of a surrogate pair after a high one.
+func (p *parser) unicodeEscape() (rune, string) {
+	r, ok := p.hex4()
+	if !ok {
+		return 0, "invalid \\u escape"
+	}
+	if utf16.IsSurrogate(r) {
+		if r >= 0xDC00 {
+			return 0, "lone low surrogate in \\u escape"
+		}
+		if p.pos+1 >= len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
+			return 0, "lone high surrogate in \\u escape"
+		}
+		p.pos += 2
+		r2, ok := p.hex4()
+		if !ok {
+			return 0, "invalid \\u escape"
+		}
+		if r2 < 0xDC00 || r2 > 0xDFFF {
+			return 0, "invalid surrogate pair in \\u escape"
+		}
+		r = utf16.DecodeRune(r, r2)
+	}
+	if r == 0 {
+		return 0, probNUL
+	}
+	return r, ""
 }
 
 func (p *parser) hex4() (rune, bool) {
@@ -623,73 +640,115 @@ func (p *parser) integer(max int64) (int64, error) {
 	if c != '-' && (c < '0' || c > '9') {
 		return 0, p.wrongType("an integer")
 	}
+	n, err := p.scanNumber()
+	if err != nil {
+		return 0, err
+	}
+	v, prob := n.value()
+	switch {
+	case prob == numZero:
+		return 0, nil // zero, however spelled (-0, 0.0e9)
+	case prob == numFraction:
+		return 0, p.fail("must be an integer")
+	case prob == numHuge || n.neg || v > uint64(max):
+		return 0, p.fail("must be between 0 and %d", max)
+	}
+	return int64(v), nil
+}
+
+// number is a JSON number as written: its sign, the digits before and
+// after the point (sub-slices of the body) and the exponent.
+type number struct {
+	neg        bool
+	whole, fra []byte
+	exp        int64
+}
+
+// scanNumber reads a number token at p.pos, refusing what is not JSON.
+func (p *parser) scanNumber() (number, error) {
 	d := p.data
 	i := p.pos
-	neg := false
+	var n number
 	if d[i] == '-' {
-		neg = true
+		n.neg = true
 		i++
 	}
-	intStart := i
+	start := i
 	switch {
 	case i < len(d) && d[i] == '0':
 		i++
 	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
+		i = digitsEnd(d, i)
 	default:
 		p.pos = i
-		return 0, p.syntax("expected a digit")
+		return n, p.syntax("expected a digit")
 	}
-	intEnd := i
-	fracStart, fracEnd := i, i
+	n.whole = d[start:i]
 	if i < len(d) && d[i] == '.' {
-		i++
-		fracStart = i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		fracEnd = i
-		if fracEnd == fracStart {
+		start = i + 1
+		if i = digitsEnd(d, start); i == start {
 			p.pos = i
-			return 0, p.syntax("expected a digit after '.'")
+			return n, p.syntax("expected a digit after '.'")
 		}
+		n.fra = d[start:i]
 	}
-	var exp int64
 	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		expNeg := false
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			expNeg = d[i] == '-'
-			i++
-		}
-		expStart := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			if exp < 1<<40 { // saturate: far beyond any input length
-				exp = exp*10 + int64(d[i]-'0')
-			}
-			i++
-		}
-		if i == expStart {
+		var ok bool
+		if i, n.exp, ok = exponent(d, i+1); !ok {
 			p.pos = i
-			return 0, p.syntax("expected a digit in the exponent")
-		}
-		if expNeg {
-			exp = -exp
+			return n, p.syntax("expected a digit in the exponent")
 		}
 	}
 	p.pos = i
+	return n, nil
+}
 
-	// The value is digits(int ++ frac) * 10^(exp - len(frac)).
-	digit := func(k int) byte { // k indexes int ++ frac
-		if n := intEnd - intStart; k < n {
-			return d[intStart+k]
-		} else {
-			return d[fracStart+k-n]
+// digitsEnd is the index after the decimal digits starting at i.
+func digitsEnd(d []byte, i int) int {
+	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// exponent reads an exponent's optional sign and digits starting at i
+// (after the 'e'); ok is false when there is no digit.
+func exponent(d []byte, i int) (end int, exp int64, ok bool) {
+	neg := false
+	if i < len(d) && (d[i] == '+' || d[i] == '-') {
+		neg = d[i] == '-'
+		i++
+	}
+	start := i
+	for ; i < len(d) && d[i] >= '0' && d[i] <= '9'; i++ {
+		if exp < 1<<40 { // saturate: far beyond any input length
+			exp = exp*10 + int64(d[i]-'0')
 		}
 	}
-	total := (intEnd - intStart) + (fracEnd - fracStart)
+	if neg {
+		exp = -exp
+	}
+	return i, exp, i > start
+}
+
+// What a number's value is besides a non-negative integer (value).
+const (
+	numOK       = iota
+	numZero     // zero, however spelled
+	numFraction // not integral
+	numHuge     // at least 10^17: beyond every limit
+)
+
+// value is the number's magnitude when it is an integer below 10^17
+// (sign aside): digits(whole ++ fra) * 10^(exp - len(fra)).
+func (n number) value() (uint64, int) {
+	digit := func(k int) byte { // k indexes whole ++ fra
+		if k < len(n.whole) {
+			return n.whole[k]
+		}
+		return n.fra[k-len(n.whole)]
+	}
+	total := len(n.whole) + len(n.fra)
 	first, last := -1, -1
 	for k := 0; k < total; k++ {
 		if digit(k) != '0' {
@@ -700,18 +759,14 @@ func (p *parser) integer(max int64) (int64, error) {
 		}
 	}
 	if first < 0 {
-		return 0, nil // zero, however spelled (-0, 0.0e9)
+		return 0, numZero
 	}
-	scale := exp - int64(fracEnd-fracStart) + int64(total-1-last)
+	scale := n.exp - int64(len(n.fra)) + int64(total-1-last)
 	if scale < 0 {
-		return 0, p.fail("must be an integer")
+		return 0, numFraction
 	}
-	if neg {
-		return 0, p.fail("must be between 0 and %d", max)
-	}
-	sig := int64(last - first + 1)
-	if sig+scale > 17 { // at least 10^17: beyond every limit
-		return 0, p.fail("must be between 0 and %d", max)
+	if int64(last-first+1)+scale > 17 {
+		return 0, numHuge
 	}
 	var v uint64
 	for k := first; k <= last; k++ {
@@ -720,10 +775,7 @@ func (p *parser) integer(max int64) (int64, error) {
 	for ; scale > 0; scale-- {
 		v *= 10
 	}
-	if v > uint64(max) {
-		return 0, p.fail("must be between 0 and %d", max)
-	}
-	return int64(v), nil
+	return v, numOK
 }
 
 func (p *parser) intField(max int) (*int, error) {

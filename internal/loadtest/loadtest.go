@@ -147,44 +147,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	c := &client{base: base, http: &http.Client{Timeout: 60 * time.Second}}
-	statePath := filepath.Join(dir, "seed.json")
-	st, err := readSeed(statePath)
-	if err != nil || st.Pools != cfg.Pools || st.PerPool != cfg.PerPool {
-		if err == nil {
-			return fmt.Errorf("%s holds a fleet of %d x %d; remove %s for %d x %d", dir, st.Pools, st.PerPool, dir, cfg.Pools, cfg.PerPool)
-		}
-		logf("seeding %d pools x %d nodes through the method surface (once; kept in %s)", cfg.Pools, cfg.PerPool, dir)
-		t0 := time.Now()
-		if st, err = seed(ctx, c, operator, cfg.Pools, cfg.PerPool, logf); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
-		b, _ := json.Marshal(st)
-		if err := os.WriteFile(statePath, b, 0o600); err != nil {
-			return err
-		}
-		logf("seeded in %.0f s", time.Since(t0).Seconds())
-		if err := analyze(ctx, dbURL); err != nil {
-			return err
-		}
+	st, err := seeded(ctx, cfg, c, dir, dbURL, operator, logf)
+	if err != nil {
+		return err
 	}
 	targets := []*target{{name: "computed", url: base + "/graphql", token: st.Admin, p: srv, metrics: base + "/metrics", operator: operator}}
 
 	if cfg.PostGraphile {
-		if err := execSQL(ctx, dbURL, postgraphileSQL); err != nil {
-			return fmt.Errorf("postgraphile functions: %w", err)
-		}
-		gport, _ := freePort()
-		gp, err := start("postgraphile", filepath.Join(dir, "postgraphile.log"), cfg.PGDir, cfg.Node, []string{"server.mjs"},
-			[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production", "PGL_WORKERS=" + strconv.Itoa(pglWorkers(cfg))})
+		gp, err := startPostGraphile(ctx, cfg, dir, dbURL)
 		if err != nil {
 			return err
 		}
-		defer gp.stop()
-		gurl := fmt.Sprintf("http://127.0.0.1:%d/graphql", gport)
-		if err := gp.waitHTTP(ctx, gurl, `{"query":"{ __typename }"}`); err != nil {
-			return err
-		}
-		targets = append(targets, &target{name: "postgraphile", url: gurl, p: gp, queries: 1})
+		defer gp.p.stop()
+		targets = append(targets, gp)
 	}
 
 	// Both servers must answer the same fleet before anything is timed.
@@ -200,6 +175,65 @@ func Run(ctx context.Context, cfg Config) error {
 		logf("postgraphile: %d Node.js workers (computed: GOMAXPROCS %d)", pglWorkers(cfg), runtime.NumCPU())
 	}
 
+	results, err := measureAll(ctx, cfg, targets, st, pg)
+	if err != nil {
+		return err
+	}
+	logf("load average after: %s", loadavg())
+	for _, t := range targets {
+		logf("%s: peak resident memory %d MB", t.name, t.p.peakRSS()>>20)
+	}
+	summarize(out, cfg, results)
+	return nil
+}
+
+// seeded returns the fleet kept in dir, seeding it through the method
+// surface the first time.
+func seeded(ctx context.Context, cfg Config, c *client, dir, dbURL, operator string, logf func(string, ...any)) (*seedState, error) {
+	statePath := filepath.Join(dir, "seed.json")
+	st, err := readSeed(statePath)
+	if err == nil && (st.Pools != cfg.Pools || st.PerPool != cfg.PerPool) {
+		return nil, fmt.Errorf("%s holds a fleet of %d x %d; remove %s for %d x %d", dir, st.Pools, st.PerPool, dir, cfg.Pools, cfg.PerPool)
+	}
+	if err == nil {
+		return st, nil
+	}
+	logf("seeding %d pools x %d nodes through the method surface (once; kept in %s)", cfg.Pools, cfg.PerPool, dir)
+	t0 := time.Now()
+	if st, err = seed(ctx, c, operator, cfg.Pools, cfg.PerPool, logf); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	b, _ := json.Marshal(st)
+	if err := os.WriteFile(statePath, b, 0o600); err != nil {
+		return nil, err
+	}
+	logf("seeded in %.0f s", time.Since(t0).Seconds())
+	return st, analyze(ctx, dbURL)
+}
+
+// startPostGraphile starts the comparison server on the same database;
+// the caller stops its process.
+func startPostGraphile(ctx context.Context, cfg Config, dir, dbURL string) (*target, error) {
+	if err := execSQL(ctx, dbURL, postgraphileSQL); err != nil {
+		return nil, fmt.Errorf("postgraphile functions: %w", err)
+	}
+	gport, _ := freePort()
+	gp, err := start("postgraphile", filepath.Join(dir, "postgraphile.log"), cfg.PGDir, cfg.Node, []string{"server.mjs"},
+		[]string{"DATABASE_URL=" + dbURL, "PORT=" + strconv.Itoa(gport), "NODE_ENV=production", "PGL_WORKERS=" + strconv.Itoa(pglWorkers(cfg))})
+	if err != nil {
+		return nil, err
+	}
+	gurl := fmt.Sprintf("http://127.0.0.1:%d/graphql", gport)
+	if err := gp.waitHTTP(ctx, gurl, `{"query":"{ __typename }"}`); err != nil {
+		gp.stop()
+		return nil, err
+	}
+	return &target{name: "postgraphile", url: gurl, p: gp, queries: 1}, nil
+}
+
+// measureAll measures every query at every connection count, round after
+// round, alternating the servers' order, and prints each run.
+func measureAll(ctx context.Context, cfg Config, targets []*target, st *seedState, pg *pgembed.Server) ([]Result, error) {
 	var results []Result
 	for round := 0; round < cfg.Rounds; round++ {
 		for _, q := range cfg.Queries {
@@ -211,20 +245,15 @@ func Run(ctx context.Context, cfg Config) error {
 				for _, t := range order {
 					r, err := measure(ctx, cfg, t, q, conns, st, pg)
 					if err != nil {
-						return err
+						return nil, err
 					}
 					results = append(results, r)
-					printRun(out, r)
+					printRun(cfg.Out, r)
 				}
 			}
 		}
 	}
-	logf("load average after: %s", loadavg())
-	for _, t := range targets {
-		logf("%s: peak resident memory %d MB", t.name, t.p.peakRSS()>>20)
-	}
-	summarize(out, cfg, results)
-	return nil
+	return results, nil
 }
 
 func body(t *target, q string, st *seedState) []byte {

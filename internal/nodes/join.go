@@ -200,15 +200,9 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	if err != nil {
 		return nil, err
 	}
-	hw := Hardware{SystemUUID: normUUID(in.Hardware.SystemUUID), Serial: strings.TrimSpace(in.Hardware.Serial), MACs: []string{}}
-	seen := map[string]bool{}
-	for i, m := range in.Hardware.MACs {
-		m = strings.ToLower(m)
-		if seen[m] {
-			return nil, errs.Invalid(fmt.Sprintf("hardware.macs[%d]", i), "MAC %s is listed twice", m)
-		}
-		seen[m] = true
-		hw.MACs = append(hw.MACs, m)
+	hw, err := reportedHardware(in.Hardware)
+	if err != nil {
+		return nil, err
 	}
 	var tpm *tpmEvidence
 	if in.Attestor == AttestorTPM {
@@ -216,13 +210,68 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 			return nil, err
 		}
 	}
+	tok, err := lockToken(ctx, q, in.JoinToken)
+	if err != nil {
+		return nil, err
+	}
+	// The tpm attestor's answer proves possession of the EK before
+	// anything else is decided (an approval included).
+	var proven *provenEK
+	if tpm != nil && tpm.answer() {
+		if proven, err = prove(ctx, q, tok, csr, hw, tpm); err != nil {
+			return nil, err
+		}
+	}
+	prev, err := previousRequest(ctx, q, tok, csr)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		if res, err, decided := s.joinAgain(ctx, q, tok, csr, hw, in, tpm, proven, prev); decided {
+			return res, err
+		}
+	}
+	if tok.Uses >= tok.MaxUses {
+		return nil, badToken("the join token has no uses left")
+	}
+	if tpm != nil && !tpm.answer() {
+		return s.challenge(ctx, q, tok, csr, hw, tpm)
+	}
+	reasons, err := attest(ctx, q, tok.PoolID, hw, in.Attestor, proven)
+	if err != nil {
+		return nil, err
+	}
+	if len(reasons) == 0 {
+		return s.admit(ctx, q, tok, hw, csr, in, "")
+	}
+	return deferJoin(ctx, q, tok, csr, hw, in.Attestor, proven, reasons)
+}
 
-	// The token row lock serializes joins through one token (its use count).
+// reportedHardware is the machine's hardware ids as compared and stored:
+// the UUID normalized, MACs in lower case and each once.
+func reportedHardware(in Hardware) (Hardware, error) {
+	hw := Hardware{SystemUUID: normUUID(in.SystemUUID), Serial: strings.TrimSpace(in.Serial), MACs: []string{}}
+	seen := map[string]bool{}
+	for i, m := range in.MACs {
+		m = strings.ToLower(m)
+		if seen[m] {
+			return hw, errs.Invalid(fmt.Sprintf("hardware.macs[%d]", i), "MAC %s is listed twice", m)
+		}
+		seen[m] = true
+		hw.MACs = append(hw.MACs, m)
+	}
+	return hw, nil
+}
+
+// lockToken finds the join token by its secret and locks its row, which
+// serializes joins through one token (its use count); a token that
+// admits nothing more, or whose pool takes no joins, is refused.
+func lockToken(ctx context.Context, q store.Q, secret string) (*tokenRow, error) {
 	var tok tokenRow
-	err = q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
+	err := q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
 			t.expires_at <= now() AS expired, p.state AS pool_state
 		FROM join_tokens t JOIN pools p ON p.pool_id = t.pool_id
-		WHERE t.secret_hash = $1 FOR UPDATE OF t FOR SHARE OF p`, auth.Hash(in.JoinToken))
+		WHERE t.secret_hash = $1 FOR UPDATE OF t FOR SHARE OF p`, auth.Hash(secret))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, badToken("unknown join token")
 	}
@@ -237,18 +286,15 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	case tok.PoolState != "active":
 		return nil, errs.E(errs.InvalidState, "pool %s is %s and takes no joins", tok.PoolID, tok.PoolState).With("state", tok.PoolState)
 	}
-	// The tpm attestor's answer proves possession of the EK before
-	// anything else is decided (an approval included).
-	var proven *provenEK
-	if tpm != nil && tpm.answer() {
-		if proven, err = prove(ctx, q, &tok, csr, hw, tpm); err != nil {
-			return nil, err
-		}
-	}
+	return &tok, nil
+}
 
-	// A key pair that a live node holds joins nothing more.
+// previousRequest refuses a key pair a live node holds, expires the
+// pool's requests for the key pair that are past their time, and returns
+// the latest one, locked (nil when there is none).
+func previousRequest(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR) (*JoinRequest, error) {
 	var live string
-	err = q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
+	err := q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
 	if err == nil {
 		return nil, errs.E(errs.Conflict, "a live node already holds this CSR's key; remove it or join with a new key")
 	}
@@ -270,65 +316,69 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	var prev JoinRequest
 	err = q.GetContext(ctx, &prev, `SELECT `+reqCols+` FROM join_requests WHERE pool_id = $1 AND csr_fingerprint = $2
 		ORDER BY join_request_id DESC LIMIT 1 FOR UPDATE`, tok.PoolID, csr.Fingerprint)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	if err == nil && tpm != nil && !tpm.answer() && (prev.State == Pending || prev.State == Approved) {
+	return &prev, nil
+}
+
+// joinAgain decides a join for a key pair with an earlier request in the
+// pool: decided is false when the request is spent (consumed or expired)
+// and the join is attested afresh (a consumed request whose node is still
+// live was refused by the node's fingerprint).
+func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardware, in *JoinInput,
+	tpm *tpmEvidence, proven *provenEK, prev *JoinRequest) (_ *JoinResult, _ error, decided bool) {
+	open := prev.State == Pending || prev.State == Approved
+	if tpm != nil && !tpm.answer() && open {
 		// The tpm attestor's first call: every admission, an approved one
 		// included, and every answer about a pending request wait for the
 		// challenge's answer (a denied request is refused below).
-		return s.challenge(ctx, q, &tok, csr, hw, tpm)
+		res, err := s.challenge(ctx, q, tok, csr, hw, tpm)
+		return res, err, true
 	}
-	if err == nil && proven != nil && (prev.State == Pending || prev.State == Approved) && prev.EKHash != nil && *prev.EKHash != proven.ekHash {
+	if proven != nil && open && prev.EKHash != nil && *prev.EKHash != proven.ekHash {
 		// The request (and its approval) is for the TPM that asked: a CSR
 		// sent again from another TPM gets nothing of it.
 		return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was made from a TPM with another endorsement key", prev.JoinRequestID).
-			With("joinRequestId", prev.JoinRequestID)
+			With("joinRequestId", prev.JoinRequestID), true
 	}
-	if err == nil {
-		switch prev.State {
-		case Approved:
-			return s.admit(ctx, q, &tok, hw, csr, in, prev.JoinRequestID)
-		case Pending:
-			prev.fix()
-			var reasons []Reason
-			_ = json.Unmarshal(prev.Reasons, &reasons)
-			return &JoinResult{Status: Pending, PoolID: tok.PoolID, JoinRequestID: prev.JoinRequestID, Reasons: reasons}, nil
-		case Denied:
-			return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was denied", prev.JoinRequestID).
-				With("joinRequestId", prev.JoinRequestID)
-		}
-		// consumed or expired: attest afresh (a consumed request whose node
-		// is still live is refused below by the node's fingerprint).
+	switch prev.State {
+	case Approved:
+		res, err := s.admit(ctx, q, tok, hw, csr, in, prev.JoinRequestID)
+		return res, err, true
+	case Pending:
+		prev.fix()
+		var reasons []Reason
+		_ = json.Unmarshal(prev.Reasons, &reasons)
+		return &JoinResult{Status: Pending, PoolID: tok.PoolID, JoinRequestID: prev.JoinRequestID, Reasons: reasons}, nil, true
+	case Denied:
+		return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was denied", prev.JoinRequestID).
+			With("joinRequestId", prev.JoinRequestID), true
 	}
-	if tok.Uses >= tok.MaxUses {
-		return nil, badToken("the join token has no uses left")
-	}
-	if tpm != nil && !tpm.answer() {
-		return s.challenge(ctx, q, &tok, csr, hw, tpm)
-	}
+	return nil, nil, false
+}
 
+// deferJoin stores a join that waits for approval as a pending join
+// request, and answers with it (or with the request a concurrent join for
+// the same key pair made first).
+func deferJoin(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardware, attestor string, proven *provenEK, reasons []Reason) (*JoinResult, error) {
 	var ekHash *string
 	if proven != nil {
 		ekHash = &proven.ekHash
-	}
-	reasons, err := attest(ctx, q, tok.PoolID, hw, in.Attestor, proven)
-	if err != nil {
-		return nil, err
-	}
-	if len(reasons) == 0 {
-		return s.admit(ctx, q, &tok, hw, csr, in, "")
 	}
 	rb, _ := json.Marshal(reasons)
 	hb, _ := json.Marshal(hw)
 	var id string
 	var created JoinRequest
-	err = q.GetContext(ctx, &created, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
+	err := q.GetContext(ctx, &created, `INSERT INTO join_requests (join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons,
 			csr_fingerprint, hardware, ek_hash, ek_proven, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8::jsonb, $9, $10, now() + make_interval(secs => $11))
 		ON CONFLICT (pool_id, csr_fingerprint) WHERE state IN ('pending', 'approved') DO NOTHING
 		RETURNING `+reqCols,
-		ids.New(ids.JoinRequest), tok.PoolID, tok.TenantID, tok.JoinTokenID, in.Attestor, string(rb),
+		ids.New(ids.JoinRequest), tok.PoolID, tok.TenantID, tok.JoinTokenID, attestor, string(rb),
 		csr.Fingerprint, string(hb), ekHash, proven != nil, int(PendingTTL/time.Second))
 	if err == nil {
 		id = created.JoinRequestID

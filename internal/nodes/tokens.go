@@ -43,8 +43,8 @@ type (
 	JoinTokenCreateInput struct {
 		TenantID   string `json:"tenantId"`
 		PoolID     string `json:"poolId"`
-		TTLSeconds int    `json:"ttlSeconds"`
-		MaxUses    int    `json:"maxUses"`
+		TTLSeconds *int   `json:"ttlSeconds"` // defaulted by the registry
+		MaxUses    *int   `json:"maxUses"`    // defaulted by the registry
 	}
 	JoinTokenListInput struct {
 		TenantID string `json:"tenantId"`
@@ -74,7 +74,7 @@ func CreateJoinToken(ctx context.Context, q store.Q, in *JoinTokenCreateInput) (
 	var t JoinToken
 	err := q.GetContext(ctx, &t, `INSERT INTO join_tokens (join_token_id, pool_id, tenant_id, secret_hash, max_uses, expires_at)
 		VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6)) RETURNING `+tokenCols,
-		ids.New(ids.JoinToken), in.PoolID, in.TenantID, auth.Hash(secret), in.MaxUses, in.TTLSeconds)
+		ids.New(ids.JoinToken), in.PoolID, in.TenantID, auth.Hash(secret), *in.MaxUses, *in.TTLSeconds)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}

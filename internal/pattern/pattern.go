@@ -197,29 +197,9 @@ func (t *translator) run() error {
 			atomEnd = true
 			continue
 		case '(':
-			rest := t.src[t.i+1:]
-			switch {
-			case strings.HasPrefix(rest, "?:"):
-				t.out.WriteString("(?:")
-				t.i += 3
-			case strings.HasPrefix(rest, "?<") && !strings.HasPrefix(rest, "?<=") && !strings.HasPrefix(rest, "?<!"):
-				end := strings.IndexByte(rest, '>')
-				name := ""
-				if end > 2 {
-					name = rest[2:end]
-				}
-				if !groupName(name) {
-					return fmt.Errorf("a group name RE2 cannot hold")
-				}
-				t.out.WriteString("(?P<" + name + ">")
-				t.i += 1 + end + 1
-			case strings.HasPrefix(rest, "?"):
-				return fmt.Errorf("lookaround and group modifiers are not supported")
-			default:
-				t.out.WriteString("(")
-				t.i++
+			if err := t.group(); err != nil {
+				return err
 			}
-			t.groups++
 			atomEnd = false
 			continue
 		case ')':
@@ -229,31 +209,9 @@ func (t *translator) run() error {
 			t.groups--
 			t.out.WriteByte(')')
 			atomEnd = true
-		case '*', '+', '?':
-			if !atomEnd {
-				return fmt.Errorf("nothing to repeat")
-			}
-			t.out.WriteRune(c)
-			t.i++
-			if r, _ := t.peek(); r == '?' { // lazy
-				t.out.WriteByte('?')
-				t.i++
-			}
-			atomEnd = false
-			continue
-		case '{':
-			q, ok := quantifier(t.src[t.i:])
-			if !ok {
-				return fmt.Errorf("a lone { (ECMA-262 with the u flag refuses it)")
-			}
-			if !atomEnd {
-				return fmt.Errorf("nothing to repeat")
-			}
-			t.out.WriteString(q)
-			t.i += len(q)
-			if r, _ := t.peek(); r == '?' {
-				t.out.WriteByte('?')
-				t.i++
+		case '*', '+', '?', '{':
+			if err := t.repeat(c, atomEnd); err != nil {
+				return err
 			}
 			atomEnd = false
 			continue
@@ -275,6 +233,56 @@ func (t *translator) run() error {
 	}
 	if t.groups != 0 {
 		return fmt.Errorf("unterminated group")
+	}
+	return nil
+}
+
+// group opens a group at t.i ('('): plain, non-capturing or named.
+func (t *translator) group() error {
+	rest := t.src[t.i+1:]
+	switch {
+	case strings.HasPrefix(rest, "?:"):
+		t.out.WriteString("(?:")
+		t.i += 3
+	case strings.HasPrefix(rest, "?<") && !strings.HasPrefix(rest, "?<=") && !strings.HasPrefix(rest, "?<!"):
+		end := strings.IndexByte(rest, '>')
+		name := ""
+		if end > 2 {
+			name = rest[2:end]
+		}
+		if !groupName(name) {
+			return fmt.Errorf("a group name RE2 cannot hold")
+		}
+		t.out.WriteString("(?P<" + name + ">")
+		t.i += 1 + end + 1
+	case strings.HasPrefix(rest, "?"):
+		return fmt.Errorf("lookaround and group modifiers are not supported")
+	default:
+		t.out.WriteString("(")
+		t.i++
+	}
+	t.groups++
+	return nil
+}
+
+// repeat writes the quantifier at t.i (c is its first character: *, +, ?
+// or {), lazy or not; atomEnd says the last thing written can take one.
+func (t *translator) repeat(c rune, atomEnd bool) error {
+	q := string(c)
+	if c == '{' {
+		var ok bool
+		if q, ok = quantifier(t.src[t.i:]); !ok {
+			return fmt.Errorf("a lone { (ECMA-262 with the u flag refuses it)")
+		}
+	}
+	if !atomEnd {
+		return fmt.Errorf("nothing to repeat")
+	}
+	t.out.WriteString(q)
+	t.i += len(q)
+	if r, _ := t.peek(); r == '?' { // lazy
+		t.out.WriteByte('?')
+		t.i++
 	}
 	return nil
 }
@@ -494,6 +502,26 @@ func (t *translator) escape(inClass bool) (string, error) {
 		return `\` + string(c), nil // ASCII in both (no i flag)
 	case 't', 'n', 'r', 'f', 'v':
 		return `\` + string(c), nil
+	case '0', 'x', 'u', 'c':
+		return t.codePointEscape(c)
+	case 'p', 'P':
+		return "", fmt.Errorf("unicode property escapes are not supported")
+	case 'k':
+		return "", fmt.Errorf("backreferences are not supported")
+	}
+	if c >= '1' && c <= '9' {
+		return "", fmt.Errorf("backreferences are not supported")
+	}
+	if strings.ContainsRune(syntaxChars, c) || inClass && c == '-' {
+		return regexp.QuoteMeta(string(c)), nil
+	}
+	return "", fmt.Errorf(`an identity escape \%c (ECMA-262 with the u flag refuses it)`, c)
+}
+
+// codePointEscape translates an escape naming one code point (\0, \xHH,
+// \uXXXX or \u{X…}, \cX) into RE2's \x{…}; c is its letter, t.i is past it.
+func (t *translator) codePointEscape(c rune) (string, error) {
+	switch c {
 	case '0':
 		if r, _ := t.peek(); r >= '0' && r <= '9' {
 			return "", fmt.Errorf("an octal escape")
@@ -522,18 +550,8 @@ func (t *translator) escape(inClass bool) (string, error) {
 		}
 		t.i++
 		return fmt.Sprintf(`\x{%x}`, r%32), nil
-	case 'p', 'P':
-		return "", fmt.Errorf("unicode property escapes are not supported")
-	case 'k':
-		return "", fmt.Errorf("backreferences are not supported")
 	}
-	if c >= '1' && c <= '9' {
-		return "", fmt.Errorf("backreferences are not supported")
-	}
-	if strings.ContainsRune(syntaxChars, c) || inClass && c == '-' {
-		return regexp.QuoteMeta(string(c)), nil
-	}
-	return "", fmt.Errorf(`an identity escape \%c (ECMA-262 with the u flag refuses it)`, c)
+	return "", fmt.Errorf("not a code point escape: %c", c)
 }
 
 // unicodeEscape reads XXXX or {X…} after \u; a surrogate pair of two

@@ -60,7 +60,7 @@ type (
 	CreateInput struct {
 		TenantID   string          `json:"tenantId"`
 		Document   json.RawMessage `json:"document"`
-		Visibility string          `json:"visibility"`
+		Visibility *string         `json:"visibility"` // defaulted by the registry
 	}
 	RefInput struct {
 		TenantID       string `json:"tenantId"`
@@ -163,9 +163,9 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	vis := in.Visibility
-	if vis == "" {
-		vis = "private"
+	vis := "private"
+	if in.Visibility != nil {
+		vis = *in.Visibility
 	}
 	var p Profile
 	// A hidden (deleted) version is invisible, so its id and version can be

@@ -268,35 +268,9 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 		} else {
 			kids = []child{{"", s.Use, with}}
 		}
-		bad := false
-		var batch []Rendered
-		for _, k := range kids {
-			kd := steps[k.Use]
-			w := k.With
-			if kd.Fill != nil {
-				w = kd.Fill(&d, w)
-			}
-			if k.Use != s.Use || kd.Fill != nil {
-				if iss := checkWith(kd, base+".with", w); iss != nil {
-					if kd.Source != "" && fromDocument(iss.Path, base+".with", k.With) {
-						iss.Path = kd.Source
-						iss.Message += fmt.Sprintf(" (%s takes it from %s when with does not give it)", k.Use, kd.Source)
-					}
-					if k.Use != s.Use {
-						iss.Message = s.Use + " expands to " + iss.Message
-					}
-					issues = append(issues, *iss)
-					bad = true
-					break
-				}
-			}
-			n := name
-			if k.Suffix != "" {
-				n = name + "/" + k.Suffix
-			}
-			batch = append(batch, Rendered{Name: n, Use: k.Use, Phase: kd.Phase, With: w})
-		}
-		if bad {
+		batch, iss := renderChildren(&d, s.Use, name, base, kids)
+		if iss != nil {
+			issues = append(issues, *iss)
 			continue
 		}
 		for _, r := range batch {
@@ -317,6 +291,38 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 		out = []Rendered{}
 	}
 	return out, issues
+}
+
+// renderChildren renders the steps a document step (use, named name, at
+// path base) expands to, each filled from the document where its
+// definition says so and checked once filled; the first issue ends it.
+func renderChildren(d *docView, use, name, base string, kids []child) ([]Rendered, *Issue) {
+	var batch []Rendered
+	for _, k := range kids {
+		kd := steps[k.Use]
+		w := k.With
+		if kd.Fill != nil {
+			w = kd.Fill(d, w)
+		}
+		if k.Use != use || kd.Fill != nil {
+			if iss := checkWith(kd, base+".with", w); iss != nil {
+				if kd.Source != "" && fromDocument(iss.Path, base+".with", k.With) {
+					iss.Path = kd.Source
+					iss.Message += fmt.Sprintf(" (%s takes it from %s when with does not give it)", k.Use, kd.Source)
+				}
+				if k.Use != use {
+					iss.Message = use + " expands to " + iss.Message
+				}
+				return nil, iss
+			}
+		}
+		n := name
+		if k.Suffix != "" {
+			n = name + "/" + k.Suffix
+		}
+		batch = append(batch, Rendered{Name: n, Use: k.Use, Phase: kd.Phase, With: w})
+	}
+	return batch, nil
 }
 
 // checkWith validates with against the step's schema; nil when it passes.

@@ -31,6 +31,25 @@ func assign(dst reflect.Value, v *value) error {
 		}
 	}
 	switch dst.Kind() {
+	case reflect.Slice:
+		return assignSlice(dst, v)
+	case reflect.Map:
+		return assignMap(dst, v)
+	case reflect.Struct:
+		return assignStruct(dst, v)
+	case reflect.Interface:
+		if dst.NumMethod() != 0 {
+			return mismatch(dst, v)
+		}
+		dst.Set(reflect.ValueOf(v.plain()))
+		return nil
+	}
+	return assignScalar(dst, v)
+}
+
+// assignScalar sets a string, number or boolean.
+func assignScalar(dst reflect.Value, v *value) error {
+	switch dst.Kind() {
 	case reflect.String:
 		if v.kind != kString {
 			return mismatch(dst, v)
@@ -53,51 +72,56 @@ func assign(dst reflect.Value, v *value) error {
 			return mismatch(dst, v)
 		}
 		dst.SetBool(v.b)
-	case reflect.Slice:
-		if v.kind != kArray {
-			return mismatch(dst, v)
-		}
-		s := reflect.MakeSlice(dst.Type(), len(v.vals), len(v.vals))
-		for i, x := range v.vals {
-			if err := assign(s.Index(i), x); err != nil {
-				return err
-			}
-		}
-		dst.Set(s)
-	case reflect.Map:
-		if v.kind != kObject || dst.Type().Key().Kind() != reflect.String {
-			return mismatch(dst, v)
-		}
-		m := reflect.MakeMapWithSize(dst.Type(), len(v.keys))
-		for i, k := range v.keys {
-			e := reflect.New(dst.Type().Elem()).Elem()
-			if err := assign(e, v.vals[i]); err != nil {
-				return err
-			}
-			m.SetMapIndex(reflect.ValueOf(k).Convert(dst.Type().Key()), e)
-		}
-		dst.Set(m)
-	case reflect.Struct:
-		if v.kind != kObject {
-			return mismatch(dst, v)
-		}
-		fields := structFields(dst.Type())
-		for i, k := range v.keys {
-			idx, ok := fields[k]
-			if !ok {
-				continue // validated already: a field the Go type does not keep
-			}
-			if err := assign(dst.FieldByIndex(idx), v.vals[i]); err != nil {
-				return err
-			}
-		}
-	case reflect.Interface:
-		if dst.NumMethod() != 0 {
-			return mismatch(dst, v)
-		}
-		dst.Set(reflect.ValueOf(v.plain()))
 	default:
 		return mismatch(dst, v)
+	}
+	return nil
+}
+
+func assignSlice(dst reflect.Value, v *value) error {
+	if v.kind != kArray {
+		return mismatch(dst, v)
+	}
+	s := reflect.MakeSlice(dst.Type(), len(v.vals), len(v.vals))
+	for i, x := range v.vals {
+		if err := assign(s.Index(i), x); err != nil {
+			return err
+		}
+	}
+	dst.Set(s)
+	return nil
+}
+
+func assignMap(dst reflect.Value, v *value) error {
+	if v.kind != kObject || dst.Type().Key().Kind() != reflect.String {
+		return mismatch(dst, v)
+	}
+	m := reflect.MakeMapWithSize(dst.Type(), len(v.keys))
+	for i, k := range v.keys {
+		e := reflect.New(dst.Type().Elem()).Elem()
+		if err := assign(e, v.vals[i]); err != nil {
+			return err
+		}
+		m.SetMapIndex(reflect.ValueOf(k).Convert(dst.Type().Key()), e)
+	}
+	dst.Set(m)
+	return nil
+}
+
+// assignStruct sets a struct's fields by their json names.
+func assignStruct(dst reflect.Value, v *value) error {
+	if v.kind != kObject {
+		return mismatch(dst, v)
+	}
+	fields := structFields(dst.Type())
+	for i, k := range v.keys {
+		idx, ok := fields[k]
+		if !ok {
+			continue // validated already: a field the Go type does not keep
+		}
+		if err := assign(dst.FieldByIndex(idx), v.vals[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -146,11 +170,16 @@ func structFields(t reflect.Type) map[string][]int {
 			f := t.Field(i)
 			idx := append(append([]int{}, prefix...), i)
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" || !f.IsExported() {
+			if name == "-" {
 				continue
 			}
+			// As encoding/json: an embedded struct's fields are promoted,
+			// even when its type is unexported.
 			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
 				walk(f.Type, idx)
+				continue
+			}
+			if !f.IsExported() {
 				continue
 			}
 			if name == "" {

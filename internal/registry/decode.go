@@ -161,9 +161,12 @@ type pathSeg struct {
 	index int // -1 for a key
 }
 
-func (d *decoder) pathString() string {
+func (d *decoder) pathString() string { return pathText(d.path) }
+
+// pathText renders a path as error details carry it: a.b[2].c.
+func pathText(path []pathSeg) string {
 	var b strings.Builder
-	for _, s := range d.path {
+	for _, s := range path {
 		if s.index < 0 {
 			if b.Len() > 0 {
 				b.WriteByte('.')
@@ -437,15 +440,8 @@ func (d *decoder) check(f *Field, v *value) error {
 		if v.kind != kString {
 			return d.typeError(f)
 		}
-		s := v.str
-		if f.MaxLength > 0 && utf8.RuneCountInString(s) > f.MaxLength {
-			return d.invalid("%p is longer than %d characters", f.MaxLength)
-		}
-		if len(f.Enum) > 0 && !contains(f.Enum, s) {
-			return d.invalid("%p must be one of %s", strings.Join(f.Enum, ", "))
-		}
-		if f.re != nil && !f.re.MatchString(s) {
-			return d.invalid("%p does not match %s", f.Pattern)
+		if msg, args := stringProblem(f, v.str); msg != "" {
+			return d.invalid(msg, args...)
 		}
 	case Integer:
 		if v.kind != kNumber {
@@ -455,8 +451,8 @@ func (d *decoder) check(f *Field, v *value) error {
 		if !ok {
 			return d.typeError(f)
 		}
-		if i < *f.Min || i > *f.Max {
-			return d.invalid("%p must be in %s", rangeText(f))
+		if msg, args := integerProblem(f, i); msg != "" {
+			return d.invalid(msg, args...)
 		}
 		v.num = json.Number(strconv.FormatInt(i, 10))
 	case Boolean:
@@ -467,6 +463,30 @@ func (d *decoder) check(f *Field, v *value) error {
 		return d.typeError(f)
 	}
 	return nil
+}
+
+// The rules of a string and of an integer field, shared by the body
+// decoder and the typed validator (typed.go) so both say the same thing:
+// a message whose %p stands for the field's path, and its arguments; ""
+// when the value passes.
+
+func stringProblem(f *Field, s string) (string, []any) {
+	switch {
+	case f.MaxLength > 0 && utf8.RuneCountInString(s) > f.MaxLength:
+		return "%p is longer than %d characters", []any{f.MaxLength}
+	case len(f.Enum) > 0 && !contains(f.Enum, s):
+		return "%p must be one of %s", []any{strings.Join(f.Enum, ", ")}
+	case f.re != nil && !f.re.MatchString(s):
+		return "%p does not match %s", []any{f.Pattern}
+	}
+	return "", nil
+}
+
+func integerProblem(f *Field, i int64) (string, []any) {
+	if i < *f.Min || i > *f.Max {
+		return "%p must be in %s", []any{rangeText(f)}
+	}
+	return "", nil
 }
 
 // integer reads a JSON number that is an integer (1, 1.0, 1e3) within

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -24,7 +25,9 @@ var fuzzFields = func() []Field {
 }()
 
 // FuzzDecodeInput feeds untrusted bodies to the method-surface decoder: it
-// must never panic, and every rejection must be INVALID_INPUT.
+// must never panic, and every rejection must be INVALID_INPUT. What it
+// accepts, decoded into the Go input, the typed validator (Call's) accepts
+// too and leaves as it is.
 func FuzzDecodeInput(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `{"tenantId":"acme","profileId":"gpu-base"}`, `{"tenantId":"a","profileId":"b","profileVersion":1.0}`,
@@ -35,9 +38,23 @@ func FuzzDecodeInput(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		_, err := decode(raw, fuzzFields)
-		if err != nil && errs.CodeOf(err) != errs.InvalidInput {
-			t.Fatalf("rejection with code %s: %v", errs.CodeOf(err), err)
+		v, err := decode(raw, fuzzFields)
+		if err != nil {
+			if errs.CodeOf(err) != errs.InvalidInput {
+				t.Fatalf("rejection with code %s: %v", errs.CodeOf(err), err)
+			}
+			return
+		}
+		in := new(fuzzInput)
+		if err := assign(reflect.ValueOf(in).Elem(), v); err != nil {
+			t.Fatalf("assign: %v", err)
+		}
+		typed := *in
+		if err := validateTyped(fuzzFields, &typed); err != nil {
+			t.Fatalf("the typed validator refuses what the body decoder accepted: %v", err)
+		}
+		if !reflect.DeepEqual(typed, *in) {
+			t.Fatalf("the typed validator changed the input:\n%+v\n%+v", *in, typed)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"github.com/bettercompute/computed/internal/authz"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,20 @@ func TestOutputReflection(t *testing.T) {
 	doc, _ := json.Marshal(c["TestDoc"])
 	if string(doc) != `{"type":"object"}` {
 		t.Errorf("TestDoc: %s", doc)
+	}
+}
+
+// Every method's handler is a named function a reader can open: the one
+// its registration names (docs/api/handlers.md lists them).
+func TestHandlersAreNamedFunctions(t *testing.T) {
+	reg := app.Registry(nil, nil, nil, nil)
+	for _, m := range reg.Methods() {
+		name := m.HandlerName()
+		if name == "" || strings.Contains(name, ".func") {
+			t.Errorf("%s: the handler %q is not a named function: register a named function (or method)", m.Key(), name)
+		}
+		if m.InputType() == nil || m.OutputType() == nil {
+			t.Errorf("%s: no input or output type", m.Key())
+		}
 	}
 }

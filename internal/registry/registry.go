@@ -1,8 +1,32 @@
 // Package registry is the one description of every method: group, name,
-// kind, authorization, module, phase, status and input schema. The REST
-// adapter routes and validates from it, GraphQL resolvers call through it,
-// and the method index, the OpenAPI document and docs/api are rendered from
-// it.
+// kind, authorization, module, phase, status, input schema and handler.
+// The REST adapter routes and validates from it, GraphQL resolvers call
+// through it, and the method index, the OpenAPI document and docs/api are
+// rendered from it.
+//
+// # Finding a method's handler
+//
+// Every domain package registers its methods in one function, Methods
+// (internal/app lists them all). Each entry is
+//
+//	registry.Def(description, locate, handler)
+//
+// and the third argument is the handler: a named function
+// func(ctx, store.Q, *In) (*Out, error) of that package (pools.Create for
+// pools.create, a service's method such as s.Start for instances.start).
+// Its In and Out are the method's input and output types. So to go from
+// "pools.create" to its code: grep the package for `"create"` in Methods,
+// or run `go doc ./internal/pools Create`. docs/api/handlers.md lists every
+// method with its handler, input and output type, generated from here.
+//
+// # One call path
+//
+// Dispatch (a method-surface body) decodes JSON into the typed input with
+// the body decoder (decode.go, assign.go); Call (a GraphQL resolver, or any
+// Go caller) takes the typed input and validates it with the same rules
+// and messages (typed.go). Both then go through the same path: the
+// credential, the authorization decision, the handler (a mutation in a
+// transaction that also writes the audit record), metrics.
 package registry
 
 import (
@@ -11,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -86,10 +111,14 @@ type Method struct {
 	// Set with WithHolder.
 	holder func(ctx context.Context, q store.Q, in any) (audit.Actor, authz.Resource)
 
+	input  reflect.Type // Def's In, the type the handler takes a pointer to
 	output reflect.Type // Def's Out: the output schema is reflected from it (output.go)
-	locate func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
-	decode func(v *value) (any, error)
-	run    func(ctx context.Context, q store.Q, in any) (any, error)
+	// handler is the function Def was given (HandlerName names it); run
+	// calls it with a *In.
+	handler  any
+	run      func(ctx context.Context, q store.Q, in any) (any, error)
+	locate   func(ctx context.Context, q store.Q, in any) (authz.Resource, error)
+	outputID []outputID // where an output names its resource (auditResource)
 }
 
 // WithHolder sets the function naming the holder of a method's credential
@@ -127,9 +156,11 @@ func (m *Method) Authorization() string {
 // a query handle (the transaction, for mutations).
 type Handler[In, Out any] func(ctx context.Context, q store.Q, in *In) (*Out, error)
 
-// Def binds a typed handler to a method description. locate names the
-// resource the decision is about; nil means the default for m.Resource
-// (tenantId plus the resource type's id field).
+// Def binds a typed handler to a method description: h is the method's
+// implementation, In its input type (the fields of m.Input, by json name)
+// and Out its output type. locate names the resource the decision is
+// about; nil means the default for m.Resource (tenantId plus the resource
+// type's id field).
 func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *In) (authz.Resource, error), h Handler[In, Out]) Method {
 	if m.Status == "" {
 		m.Status = "registered"
@@ -137,14 +168,10 @@ func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *
 	if m.Credential == "" {
 		m.Credential = Bearer
 	}
+	m.input = reflect.TypeFor[In]()
 	m.output = reflect.TypeFor[Out]()
-	m.decode = func(v *value) (any, error) {
-		in := new(In)
-		if err := assign(reflect.ValueOf(in).Elem(), v); err != nil {
-			return nil, err // a method whose fields and input type disagree: a bug
-		}
-		return in, nil
-	}
+	m.outputID = outputIDs(m.output)
+	m.handler = h
 	if locate != nil {
 		m.locate = func(ctx context.Context, q store.Q, in any) (authz.Resource, error) { return locate(ctx, q, in.(*In)) }
 	}
@@ -158,6 +185,21 @@ func Def[In, Out any](m Method, locate func(ctx context.Context, q store.Q, in *
 	return m
 }
 
+// HandlerName is the handler's Go name as the runtime knows it, such as
+// github.com/bettercompute/computed/internal/pools.Create.
+func (m *Method) HandlerName() string {
+	if m.handler == nil {
+		return ""
+	}
+	name := runtime.FuncForPC(reflect.ValueOf(m.handler).Pointer()).Name()
+	return strings.TrimSuffix(name, "-fm") // a method value: pkg.(*T).M-fm
+}
+
+// InputType and OutputType are the Go types of the method's input and
+// output.
+func (m *Method) InputType() reflect.Type  { return m.input }
+func (m *Method) OutputType() reflect.Type { return m.output }
+
 // idFields maps resource types to the input field naming the resource.
 var idFields = map[string]string{
 	authz.Profile:  "profileId",
@@ -168,18 +210,41 @@ var idFields = map[string]string{
 }
 
 // defaultResource reads tenantId and the resource's id field from the
-// decoded input.
-func defaultResource(resourceType string, v *value) authz.Resource {
-	r := authz.Resource{Type: resourceType}
-	if t := v.get("tenantId"); t != nil {
-		r.TenantID = t.str
-	}
+// typed input.
+func defaultResource(resourceType string, in any) authz.Resource {
+	r := authz.Resource{Type: resourceType, TenantID: inputString(in, "tenantId")}
 	if f, ok := idFields[resourceType]; ok {
-		if id := v.get(f); id != nil {
-			r.ID = id.str
-		}
+		r.ID = inputString(in, f)
 	}
 	return r
+}
+
+// inputField is the input's field of a json name (the zero Value when
+// the type has none).
+func inputField(in any, name string) reflect.Value {
+	v := reflect.ValueOf(in)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	return fieldByIndex(v, structFields(v.Type())[name])
+}
+
+// inputString is a string field of the input ("" when absent).
+func inputString(in any, name string) string {
+	v := inputField(in, name)
+	for v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.String {
+		return v.String()
+	}
+	return ""
 }
 
 // Registry holds every method and dispatches calls to them.
@@ -211,6 +276,11 @@ func New(db *store.DB, logger *slog.Logger, reg prometheus.Registerer, groups []
 				// A misspelled permission stops the server at start-up.
 				authz.CheckKnown(m.Permission, "method "+m.Key())
 			}
+			if m.input == nil {
+				panic("registry: " + m.Key() + " was not made with Def")
+			}
+			// So does a field the input type cannot hold.
+			checkInputType(m.Key(), m.Input, m.input)
 			r.methods[m.Key()] = &m
 			r.order = append(r.order, &m)
 		}
@@ -243,32 +313,54 @@ func (r *Registry) Lookup(group, name string) (*Method, bool) {
 	return m, ok
 }
 
-// Call invokes a method by key with a Go value as input (GraphQL resolvers
-// pass their input objects). The value goes through the same validation as a
-// REST body.
-func Call[Out any](ctx context.Context, r *Registry, key string, in any) (*Out, error) {
+// Call invokes a method by key with its typed input (GraphQL resolvers
+// build it from their arguments): the same path as a method-surface call,
+// the input validated by the same rules with the same messages and
+// defaults (typed.go). In and Out must be the method's input and output
+// types; *in is not changed.
+func Call[In, Out any](ctx context.Context, r *Registry, key string, in *In) (*Out, error) {
 	m, ok := r.methods[key]
 	if !ok {
 		return nil, fmt.Errorf("registry: unknown method %s", key)
 	}
-	raw, err := json.Marshal(in)
+	if m.input != reflect.TypeFor[In]() || m.output != reflect.TypeFor[Out]() {
+		return nil, fmt.Errorf("registry: %s takes *%s and returns *%s, not *%s and *%s",
+			key, m.input, m.output, reflect.TypeFor[In](), reflect.TypeFor[Out]())
+	}
+	out, err := r.call(ctx, m, func() (any, error) {
+		cp := *in
+		if err := validateTyped(m.Input, &cp); err != nil {
+			return nil, err
+		}
+		return &cp, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out, err := r.Dispatch(ctx, m, raw)
-	if err != nil {
-		return nil, err
-	}
-	o, ok := out.(*Out)
-	if !ok {
-		return nil, fmt.Errorf("registry: %s returned %T", key, out)
-	}
-	return o, nil
+	return out.(*Out), nil
 }
 
-// Dispatch runs one call: authenticate, validate, decide, run (mutations in
-// a transaction that also writes the audit record), count and time it.
-func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any, err error) {
+// Dispatch runs one method-surface call: the body is decoded into the
+// method's typed input (decode.go, assign.go), then the call goes the
+// same way as Call's.
+func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (any, error) {
+	return r.call(ctx, m, func() (any, error) {
+		v, err := decode(raw, m.Input)
+		if err != nil {
+			return nil, err
+		}
+		in := reflect.New(m.input)
+		if err := assign(in.Elem(), v); err != nil {
+			return nil, err // a method whose fields and input type disagree: a bug
+		}
+		return in.Interface(), nil
+	})
+}
+
+// call runs one call: authenticate, validate (input returns the validated
+// *In), decide, run (mutations in a transaction that also writes the audit
+// record), count and time it.
+func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error)) (out any, err error) {
 	start := time.Now()
 	defer func() {
 		if r.metrics != nil {
@@ -279,18 +371,14 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	if m.Credential != JoinToken && p == nil {
 		return nil, errs.E(errs.Unauthenticated, "a bearer token is required")
 	}
-	v, err := decode(raw, m.Input)
-	if err != nil {
-		return nil, err
-	}
-	in, err := m.decode(v)
+	in, err := input()
 	if err != nil {
 		return nil, err
 	}
 	if m.Credential == NodeCred && p.Kind != "node" {
 		err := errs.E(errs.PermissionDenied, "%s takes a node credential", m.Key())
 		if m.Kind == Mutation {
-			r.auditFailure(ctx, m, v, in, defaultResource(m.Resource, v), err)
+			r.auditFailure(ctx, m, in, defaultResource(m.Resource, in), err)
 		}
 		return nil, err
 	}
@@ -300,7 +388,7 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 		if m.Credential == JoinToken {
 			return authz.Resource{Type: m.Resource}, nil
 		}
-		res := defaultResource(m.Resource, v)
+		res := defaultResource(m.Resource, in)
 		if m.locate != nil {
 			var err error
 			if res, err = m.locate(ctx, q, in); err != nil {
@@ -321,7 +409,7 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 	// A mutation is decided inside its transaction, with the rows the
 	// decision rests on locked, so nothing changes between the decision
 	// and the write.
-	res := defaultResource(m.Resource, v)
+	res := defaultResource(m.Resource, in)
 	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
 		var rerr error
 		if res, rerr = decide(tx); rerr != nil {
@@ -334,10 +422,10 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 		if m.Quiet != nil && m.Quiet(out) {
 			return nil
 		}
-		return audit.Write(ctx, tx, auditEntry(ctx, tx, m, v, in, res, out, nil))
+		return audit.Write(ctx, tx, auditEntry(ctx, tx, m, in, res, out, nil))
 	})
 	if err != nil {
-		r.auditFailure(ctx, m, v, in, res, err)
+		r.auditFailure(ctx, m, in, res, err)
 		if m.AfterFailure != nil && r.db != nil {
 			if aerr := m.AfterFailure(context.WithoutCancel(ctx), r.db, in, err); aerr != nil && !store.Unreachable(aerr) {
 				r.log.ErrorContext(ctx, "after a failed mutation", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
@@ -353,8 +441,8 @@ func (r *Registry) Dispatch(ctx context.Context, m *Method, raw []byte) (out any
 // tenant created or asked for), else the tenant of the resource its
 // credential belongs to (a node credential's node, a join token's pool);
 // audit.Write records a tenant that does not exist under the platform.
-func auditEntry(ctx context.Context, q store.Q, m *Method, v *value, in any, res authz.Resource, out any, err error) audit.Entry {
-	e := audit.Entry{Method: m.Key(), Outcome: audit.Success, Detail: auditDetail(m, v)}
+func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Resource, out any, err error) audit.Entry {
+	e := audit.Entry{Method: m.Key(), Outcome: audit.Success, Detail: auditDetail(m, in)}
 	if err != nil {
 		e.Outcome = string(errs.CodeOf(err))
 	}
@@ -364,7 +452,7 @@ func auditEntry(ctx context.Context, q store.Q, m *Method, v *value, in any, res
 		actor, owner := m.holder(ctx, q, in)
 		e.Actor = &actor
 		if res.ID == "" {
-			e.TenantID, e.Resource = owner.TenantID, auditResource(res, out)
+			e.TenantID, e.Resource = owner.TenantID, auditResource(m, res, out)
 			if e.Resource.ID == "" {
 				e.Resource = audit.Resource{Type: owner.Type, ID: owner.ID}
 			}
@@ -377,36 +465,44 @@ func auditEntry(ctx context.Context, q store.Q, m *Method, v *value, in any, res
 			e.TenantID = p.TenantID
 		}
 	}
-	e.Resource = auditResource(res, out)
+	e.Resource = auditResource(m, res, out)
 	return e
 }
 
 // auditDetail is the JSON object of the method's AuditFields and of the
 // ids its input names besides the tenant and the resource (the join
-// request an approval is about, the principal a grant binds), as sent.
-func auditDetail(m *Method, v *value) []byte {
+// request an approval is about, the principal a grant binds), from the
+// typed input.
+func auditDetail(m *Method, in any) []byte {
 	var b []byte
-	add := func(f string) {
-		x := v.get(f)
-		if x == nil || x.kind == kNull {
+	add := func(f *Field) {
+		x := inputField(in, f.Name)
+		if absent(f, x) {
 			return
 		}
-		k, _ := json.Marshal(f)
+		val, err := json.Marshal(x.Interface())
+		if err != nil {
+			return
+		}
+		k, _ := json.Marshal(f.Name)
 		if b == nil {
 			b = append(b, '{')
 		} else {
 			b = append(b, ',')
 		}
-		b = append(append(append(b, k...), ':'), x.raw...)
+		b = append(append(append(b, k...), ':'), val...)
 	}
-	for _, f := range m.Input {
+	for i := range m.Input {
+		f := &m.Input[i]
 		if f.Type == String && strings.HasSuffix(f.Name, "Id") && f.Name != "tenantId" && f.Name != idFields[m.Resource] &&
 			!slices.Contains(m.AuditFields, f.Name) {
-			add(f.Name)
+			add(f)
 		}
 	}
-	for _, f := range m.AuditFields {
-		add(f)
+	for _, name := range m.AuditFields {
+		if f := fieldNamed(m.Input, name); f != nil {
+			add(f)
+		}
 	}
 	if b != nil {
 		b = append(b, '}')
@@ -414,10 +510,39 @@ func auditDetail(m *Method, v *value) []byte {
 	return b
 }
 
+// outputID is a resource id field of an output type.
+type outputID struct {
+	typ   string // authz resource type
+	index []int  // reflect field index
+}
+
+// outputIDs finds, once per method, the fields of an output type that
+// name a resource: instanceId, nodeId, projectId and poolId at its top
+// level (embedded structs included), the most specific first.
+func outputIDs(t reflect.Type) []outputID {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := structFields(t)
+	var ids []outputID
+	for _, typ := range []string{authz.Instance, authz.Node, authz.Project, authz.Pool} {
+		if x, ok := fields[idFields[typ]]; ok {
+			ft := t.FieldByIndex(x).Type
+			if ft.Kind() == reflect.String || ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.String {
+				ids = append(ids, outputID{typ: typ, index: x})
+			}
+		}
+	}
+	return ids
+}
+
 // auditResource names the resource of a mutation; for creates, whose id is
-// generated, the output's id names it. tenants.create is about the tenant
-// it creates.
-func auditResource(res authz.Resource, out any) audit.Resource {
+// generated, the output's id names it (the first of the method's outputID
+// fields that is set). tenants.create is about the tenant it creates.
+func auditResource(m *Method, res authz.Resource, out any) audit.Resource {
 	switch {
 	case res.Type == authz.Platform && res.TenantID != "":
 		return audit.Resource{Type: authz.Tenant, ID: res.TenantID}
@@ -426,13 +551,15 @@ func auditResource(res authz.Resource, out any) audit.Resource {
 	case res.ID != "":
 		return audit.Resource{Type: res.Type, ID: res.ID}
 	}
-	b, _ := json.Marshal(out)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	// The most specific id first, so the choice does not depend on map order.
-	for _, typ := range []string{authz.Instance, authz.Node, authz.Project, authz.Pool} {
-		if s, ok := m[idFields[typ]].(string); ok && s != "" {
-			return audit.Resource{Type: typ, ID: s}
+	if ov := reflect.ValueOf(out); ov.Kind() == reflect.Pointer && !ov.IsNil() {
+		for _, id := range m.outputID {
+			f := fieldByIndex(ov.Elem(), id.index)
+			for f.Kind() == reflect.Pointer && !f.IsNil() {
+				f = f.Elem()
+			}
+			if f.Kind() == reflect.String && f.String() != "" {
+				return audit.Resource{Type: id.typ, ID: f.String()}
+			}
 		}
 	}
 	if res.Type == authz.Tenant {
@@ -444,12 +571,12 @@ func auditResource(res authz.Resource, out any) audit.Resource {
 // auditFailure records a refused or failed mutation after its rollback
 // (nothing when the database is unreachable: the record could not be
 // written either).
-func (r *Registry) auditFailure(ctx context.Context, m *Method, v *value, in any, res authz.Resource, err error) {
+func (r *Registry) auditFailure(ctx context.Context, m *Method, in any, res authz.Resource, err error) {
 	if store.Unreachable(err) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	if aerr := audit.Write(ctx, r.db, auditEntry(ctx, r.db, m, v, in, res, nil, err)); aerr != nil {
+	if aerr := audit.Write(ctx, r.db, auditEntry(ctx, r.db, m, in, res, nil, err)); aerr != nil {
 		r.log.ErrorContext(ctx, "audit write failed", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
 	}
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -257,3 +258,33 @@ func typeText(f Field) string {
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// HandlersMarkdown renders docs/api/handlers.md: every method with the Go
+// function that implements it and its input and output types, for a
+// reader going from a method to its code.
+func (r *Registry) HandlersMarkdown() string {
+	var b strings.Builder
+	b.WriteString("# Handlers\n\nGenerated from the method registry by `make generate`; do not edit.\n\n")
+	b.WriteString("Where each method is implemented. A domain package registers its methods in its `Methods` function as `registry.Def(description, locate, handler)`; the handler is the function below, `func(ctx, store.Q, *Input) (*Output, error)`, and `go doc` finds it (`go doc ./internal/pools Create`). The method surface and GraphQL resolvers both reach it through the registry (`Dispatch` and `Call`), after the same validation, authorization and, for mutations, in the transaction that writes the audit record.\n\n")
+	b.WriteString("| Method | Handler | Input | Output |\n|---|---|---|---|\n")
+	for _, m := range r.order {
+		fmt.Fprintf(&b, "| `%s` | `%s` | `%s` | `%s` |\n", m.Key(), goName(m.HandlerName()), goName(typeName(m.input)), goName(typeName(m.output)))
+	}
+	return b.String()
+}
+
+// modulePath is this module's import path, left out of the names above.
+const modulePath = "github.com/bettercompute/computed/"
+
+func goName(s string) string { return strings.ReplaceAll(s, modulePath, "") }
+
+// typeName is a type's name with its package path (page.Page[T] with T's).
+func typeName(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	if t.PkgPath() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
+}

@@ -415,37 +415,7 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 		// bytes; otherwise it is executed, and kept for the others.
 		driven = true
 		key := renderKeyOf(p, params)
-		drv.start(func(item any) bool {
-			var mine *rendering
-			if item != nil {
-				r, owner := c.s.renders.claim(item, key)
-				if owner {
-					mine = r
-				} else if b, ok := r.wait(rctx); ok {
-					drv.skip()
-					return op.send(c, wsMessage{Type: "next", Payload: b}, true)
-				}
-			}
-			resp := responses(rctx)
-			var b []byte
-			var err error
-			if resp != nil {
-				b, err = json.Marshal(resp)
-			}
-			if mine != nil {
-				// Errors are not shared: they may be this subscription's own.
-				mine.done(b, resp != nil && err == nil && len(resp.Errors) == 0)
-			}
-			if resp != nil && err == nil && op.send(c, wsMessage{Type: "next", Payload: b}, true) {
-				return true
-			}
-			if resp == nil {
-				end()
-			}
-			op.cancel() // the source ends (if it has not) and says so once more
-			c.finish(op)
-			return false
-		})
+		drv.start(func(item any) bool { return c.step(op, drv, rctx, responses, key, end, item) })
 		return
 	}
 	for {
@@ -461,6 +431,42 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 		}
 	}
 	end()
+}
+
+// step is one step of a driven subscription (see run): it takes item (an
+// event, or nil for the end) and writes it, as rendered by another
+// subscription of the same key or executed here. It says whether the
+// subscription goes on.
+func (c *wsConn) step(op *wsOp, drv *wsDriver, rctx context.Context, responses graphql.ResponseHandler, key string, end func(), item any) bool {
+	var mine *rendering
+	if item != nil {
+		r, owner := c.s.renders.claim(item, key)
+		if owner {
+			mine = r
+		} else if b, ok := r.wait(rctx); ok {
+			drv.skip()
+			return op.send(c, wsMessage{Type: "next", Payload: b}, true)
+		}
+	}
+	resp := responses(rctx)
+	var b []byte
+	var err error
+	if resp != nil {
+		b, err = json.Marshal(resp)
+	}
+	if mine != nil {
+		// Errors are not shared: they may be this subscription's own.
+		mine.done(b, resp != nil && err == nil && len(resp.Errors) == 0)
+	}
+	if resp != nil && err == nil && op.send(c, wsMessage{Type: "next", Payload: b}, true) {
+		return true
+	}
+	if resp == nil {
+		end()
+	}
+	op.cancel() // the source ends (if it has not) and says so once more
+	c.finish(op)
+	return false
 }
 
 // wsDriver drives a subscription by its source's ready calls
