@@ -456,7 +456,7 @@ type Event struct {
 	StateReason  *string   `json:"stateReason"`
 	OccurredAt   time.Time `json:"occurredAt"`
 	// Instance is the instance as of the event.
-	Instance *Instance `json:"instance"`
+	Instance Instance `json:"instance"`
 }
 
 // EventOf is the method surface's form of an instance event.
@@ -467,7 +467,7 @@ func EventOf(ev *events.Event) (Event, error) {
 	}
 	return Event{EventID: ev.EventID, Type: ev.Type, TenantID: ev.TenantID, PoolID: i.PoolID, InstanceID: ev.ResourceID,
 		ProjectID: i.ProjectID, State: i.State, DesiredState: i.DesiredState, StateReason: i.StateReason,
-		OccurredAt: ev.OccurredAt, Instance: &i}, nil
+		OccurredAt: ev.OccurredAt, Instance: i}, nil
 }
 
 // EventPage is a page of an instance's events.

@@ -11,6 +11,10 @@ import (
 
 // Groups of this package, in docs order.
 var (
+	// EventSchema names the method surface's instance event as the graph
+	// does.
+	EventSchema = registry.DefineSchemaOf[Event]("InstanceEvent")
+
 	// The closed sets both surfaces share (GraphQL spells running as
 	// RUNNING): the method fields and outputs name them, the graph's enums
 	// are them.
