@@ -33,7 +33,7 @@ func newEnv(t *testing.T) *env {
 func doc(id string, version int, edit ...func(d map[string]any)) json.RawMessage {
 	d := map[string]any{
 		"id": id, "version": version, "name": "Ubuntu",
-		"image": map[string]any{"url": "https://images.example/noble.raw.zst", "sha256": strings.Repeat("ab", 32), "format": "raw"},
+		"image":   map[string]any{"url": "https://images.example/noble.raw.zst", "sha256": strings.Repeat("ab", 32), "format": "raw"},
 		"drivers": []any{map[string]any{"name": "nvidia", "version": "570.86.15"}},
 		"steps": []any{
 			map[string]any{"name": "wipe", "use": "disk.wipe", "with": map[string]any{"devices": []any{"/dev/nvme0n1"}}},
