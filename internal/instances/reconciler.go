@@ -254,14 +254,14 @@ const poll = 500 * time.Millisecond
 func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (stepResult, error) {
 	drv, ok := s.providers[p.Provider.String]
 	if !ok {
-		if i.State == Failed || i.State == Deleting || i.State == Pending {
-			if n := Next(i); n == Deleted || n == Deleting {
-				if i.State == Deleting {
-					n = Deleted
-				}
-				_, err := move(ctx, q, i, n, nil)
-				return stepResult{outcome: progress}, err
+		// A delete needs no provider call: deleting ends deleted (Next of
+		// deleting is the provider's to say, so it is not asked).
+		if n := Next(i); i.State == Deleting || ((i.State == Failed || i.State == Pending) && (n == Deleted || n == Deleting)) {
+			if i.State == Deleting {
+				n = Deleted
 			}
+			_, err := move(ctx, q, i, n, nil)
+			return stepResult{outcome: progress}, err
 		}
 		if i.State != Failed {
 			_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("the pool's provider %q is not available in this server", p.Provider.String)))

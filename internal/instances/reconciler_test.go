@@ -434,3 +434,23 @@ func TestHostedStepMovesAndWaits(t *testing.T) {
 		t.Fatalf("%v %d %q", states, res.outcome, deref(r.get(waiting).StateReason))
 	}
 }
+
+// Deleting needs no call of a provider this server does not have: a
+// failed instance that is deleted, and one the provider went away from
+// while it was deleted, end deleted, not failed again.
+func TestProviderStepDeletesWithoutItsProvider(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "gone", `{}`)
+	id := r.instance(pool, Running)
+	r.converge(id, Failed)
+	r.want(id, Deleted)
+	r.converge(id, Deleting, Deleted)
+
+	sim := r.pool("vps-provider", "sim", instant)
+	mid := r.instance(sim, Running)
+	r.converge(mid, Provisioning, Running)
+	r.want(mid, Deleted)
+	r.step(mid) // deleting
+	r.exec(`UPDATE pools SET provider = 'gone' WHERE pool_id = $1`, sim)
+	r.converge(mid, Deleted)
+}
