@@ -392,7 +392,7 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 		}
 		host = state
 	}
-	if host == "removed" && i.State != Failed && i.State != Pending {
+	if host == "removed" && i.State != Failed && i.State != Pending && i.State != Deleted {
 		// The VM went with its host.
 		if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
 			return stepResult{}, store.Wrap(err)

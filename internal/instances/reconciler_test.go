@@ -454,3 +454,19 @@ func TestProviderStepDeletesWithoutItsProvider(t *testing.T) {
 	r.exec(`UPDATE pools SET provider = 'gone' WHERE pool_id = $1`, sim)
 	r.converge(mid, Deleted)
 }
+
+// A deleted instance whose host was removed is done: the step after its
+// move to deleted (the worker takes it at once) converges, and a later job
+// of it too, instead of trying to fail it.
+func TestHostedStepDeletedInstanceOnRemovedHost(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-hosted", "", `{}`)
+	host := r.node(pool, "ready")
+	id := r.instance(pool, Deleted)
+	r.placed(id, host, Deleting)
+	r.exec(`UPDATE nodes SET state = 'removed' WHERE node_id = $1`, host)
+	r.converge(id, Deleted)
+	if res := r.step(id); res.outcome != done {
+		t.Fatalf("a later job: outcome %d", res.outcome)
+	}
+}
