@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -144,17 +146,18 @@ func TestConcurrentWritersReaderMissesNothing(t *testing.T) {
 		}
 		return len(page)
 	}
-	finished := false
-	for !finished {
+	// The reader pages behind the writers while they write, then reads
+	// what is left.
+	wait.Eventually(t, 2*time.Minute, func() error {
 		select {
 		case <-done:
-			finished = true
+			return nil
 		default:
 		}
-		if read() == 0 {
-			time.Sleep(2 * time.Millisecond)
+		for read() > 0 {
 		}
-	}
+		return errors.New("the writers are still writing")
+	})
 	for read() > 0 {
 	}
 	if t.Failed() {
