@@ -206,3 +206,21 @@ func TestListPages(t *testing.T) {
 		t.Fatalf("beta reads acme's project members: %+v", m.Items)
 	}
 }
+
+// Relationships are changed only on the named tenant's projects, in the
+// domain itself as in the decision: another tenant naming acme's project
+// relates no one and removes no one (NOT_FOUND).
+func TestMembershipStaysInTheTenant(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	_, err := projects.AddMember(e.As(e.beta.Admin), e.DB, &projects.MemberInput{TenantID: "beta", ProjectID: pr.ProjectID,
+		PrincipalID: e.beta.Member.ID, Relation: "owner"})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = projects.RemoveMember(e.As(e.beta.Admin), e.DB, &projects.MemberInput{TenantID: "beta", ProjectID: pr.ProjectID,
+		PrincipalID: e.acme.Member.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+	m := fixture.Must(projects.ListMembers(e.Ctx, e.DB, &projects.MemberListInput{TenantID: "acme", ProjectID: pr.ProjectID, Limit: 10}))
+	if len(m.Items) != 1 || m.Items[0].PrincipalID != e.acme.Member.ID || m.Items[0].Relation != "owner" {
+		t.Fatalf("acme's project's members: %+v", m.Items)
+	}
+}
