@@ -97,7 +97,9 @@ func (c *Caller) Scope(perm Permission) Scope {
 // Scope is a set of tenants a read may return resources of: every tenant
 // (the operator) or a list; and the principal, for resource types that
 // grant reads through direct relationships (a project's members). The zero
-// Scope reads nothing: a scope forgotten or left unset fails closed.
+// Scope holds no tenant: a scope forgotten or left unset fails closed (SQL
+// bound to it reads only what no tenant owns, such as public profiles, and
+// loaders read nothing for it: Nothing).
 type Scope struct {
 	all       bool
 	none      bool // reads nothing at all, not even what is public

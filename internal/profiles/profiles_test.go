@@ -464,3 +464,50 @@ func TestListPages(t *testing.T) {
 	_, err := profiles.List(e.Ctx, e.DB, &profiles.ListInput{TenantID: "acme", Limit: 5, Cursor: "garbage"})
 	fixture.Code(t, err, errs.InvalidInput, "cursor")
 }
+
+// A profile's versions in the graph: the owner reads them all, another
+// tenant only the public ones, and so does the zero scope (it holds no
+// tenant); shipped versions are read by the scopes holding builtin.
+func TestVersionPages(t *testing.T) {
+	e := newEnv(t)
+	e.create("acme", "multi", 1, profiles.Private)
+	e.create("acme", "multi", 2, profiles.Public)
+	e.create("acme", "multi", 3, profiles.Private)
+	parent := profiles.VersionsParent("acme", "multi")
+	shipped := profiles.VersionsParent(authz.BuiltinTenant, "rocky-9-base")
+	for _, c := range []struct {
+		name           string
+		scope          authz.Scope
+		versions       string
+		count, shipped int
+	}{
+		{"the owner", authz.TenantScope("acme"), "[1 2 3]", 3, 0},
+		{"another tenant", authz.TenantScope("beta"), "[2]", 1, 0},
+		{"the zero scope", authz.Scope{}, "[2]", 1, 0},
+	} {
+		rows := fixture.Must(profiles.VersionPages(e.Ctx, e.DB, c.scope, []string{parent}, "", 10))
+		var got []int
+		for _, p := range rows.Items {
+			got = append(got, p.ProfileVersion)
+		}
+		if got == nil {
+			got = []int{}
+		}
+		counts := fixture.Must(profiles.CountVersions(e.Ctx, e.DB, c.scope, []string{parent}))
+		if fmt.Sprint(got) != c.versions || counts[parent] != c.count {
+			t.Fatalf("%s: versions %v, counted %d", c.name, got, counts[parent])
+		}
+	}
+	// Pages after a version, with one row beyond the page to tell a next one.
+	rows := fixture.Must(profiles.VersionPages(e.Ctx, e.DB, authz.TenantScope("acme"), []string{parent}, "1", 1))
+	if len(rows.Items) != 2 || rows.Items[0].ProfileVersion != 2 {
+		t.Fatalf("after version 1, limit 1: %+v", rows.Items)
+	}
+	// Shipped versions: every reader with the builtin tenant in its scope.
+	if n := fixture.Must(profiles.CountVersions(e.Ctx, e.DB, authz.TenantScope(authz.BuiltinTenant), []string{shipped})); n[shipped] != 1 {
+		t.Fatalf("shipped versions counted %d", n[shipped])
+	}
+	if n := fixture.Must(profiles.CountVersions(e.Ctx, e.DB, authz.Scope{}, []string{shipped})); n[shipped] != 0 {
+		t.Fatalf("the zero scope counts %d shipped versions", n[shipped])
+	}
+}
