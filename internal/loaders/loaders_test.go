@@ -111,23 +111,19 @@ func TestOneStatementPerLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := c.N()
-	var wg sync.WaitGroup
-	got := make([]*pools.Pool, len(e.pools)*3)
-	for i := range got {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			got[i], _ = l.Pool.Load(ctx, e.pools[i%len(e.pools)])()
-		}(i)
+	// As a level's resolvers do: every load asked for, then every result
+	// awaited (each pool three times).
+	var thunks []func() (*pools.Pool, error)
+	for i := 0; i < len(e.pools)*3; i++ {
+		thunks = append(thunks, l.Pool.Load(ctx, e.pools[i%len(e.pools)]))
 	}
-	wg.Wait()
-	for i, p := range got {
-		if p == nil || p.PoolID != e.pools[i%len(e.pools)] {
-			t.Fatalf("load %d: %+v", i, p)
+	for i, th := range thunks {
+		if p, err := th(); err != nil || p == nil || p.PoolID != e.pools[i%len(e.pools)] {
+			t.Fatalf("load %d: %+v %v", i, p, err)
 		}
 	}
 	if n := c.N() - before; n != 1 {
-		t.Fatalf("%d statements for one level of %d loads", n, len(got))
+		t.Fatalf("%d statements for one level of %d loads", n, len(thunks))
 	}
 	// Cached for the request.
 	before = c.N()
