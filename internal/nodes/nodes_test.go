@@ -608,3 +608,84 @@ func sorted(s []string) []string {
 	}
 	return out
 }
+
+// Pages of a pool's join requests (optionally in one state) and join
+// tokens: each once, in id order, the last page without a cursor; the
+// owner's only.
+func TestJoinRequestAndTokenPages(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token(10)
+	var reqs []string
+	for i := 0; i < 5; i++ {
+		reqs = append(reqs, fixture.Must(e.join(placeholder(t), tok)).JoinRequestID)
+	}
+	fixture.Must(nodes.DenyJoinRequest(e.As(e.acme.Admin), e.DB, &nodes.DenyInput{TenantID: "acme", JoinRequestID: reqs[1]}))
+	fixture.Must(nodes.ApproveJoinRequest(e.As(e.acme.Admin), e.DB, &nodes.JoinRequestRefInput{TenantID: "acme", JoinRequestID: reqs[3]}))
+	list := func(state *string, limit int) []string {
+		var out []string
+		cursor := ""
+		for n := 0; ; n++ {
+			p := fixture.Must(nodes.ListJoinRequests(e.Ctx, e.DB, &nodes.JoinRequestListInput{TenantID: "acme", PoolID: e.pool, State: state, Limit: limit, Cursor: cursor}))
+			if len(p.Items) > limit || n > 10 {
+				t.Fatalf("limit %d: a page of %d", limit, len(p.Items))
+			}
+			for _, r := range p.Items {
+				if state != nil && r.State != *state {
+					t.Fatalf("state %s listed under %s", r.State, *state)
+				}
+				out = append(out, r.JoinRequestID)
+			}
+			if p.Cursor == nil {
+				return out
+			}
+			cursor = *p.Cursor
+		}
+	}
+	all := sorted(reqs)
+	for limit := 1; limit <= 6; limit++ {
+		if got := list(nil, limit); fmt.Sprint(got) != fmt.Sprint(all) {
+			t.Fatalf("limit %d: %v, want %v", limit, got, all)
+		}
+	}
+	if got := list(fixture.Ptr(nodes.Pending), 2); len(got) != 3 {
+		t.Fatalf("pending: %v", got)
+	}
+	if got := list(fixture.Ptr(nodes.Denied), 1); fmt.Sprint(got) != fmt.Sprint([]string{reqs[1]}) {
+		t.Fatalf("denied: %v", got)
+	}
+	_, err := nodes.ListJoinRequests(e.Ctx, e.DB, &nodes.JoinRequestListInput{TenantID: "beta", PoolID: e.pool, Limit: 10})
+	fixture.Code(t, err, errs.NotFound, "")
+	// The graph's pages of the pool's requests: the owner's scope only.
+	for _, c := range []struct {
+		scope authz.Scope
+		want  int
+	}{{authz.TenantScope("acme"), 5}, {authz.TenantScope("beta"), 0}, {authz.Scope{}, 0}} {
+		rows := fixture.Must(nodes.JoinRequestPagesByPool(e.Ctx, e.DB, c.scope, []string{e.pool}, "", 10))
+		counts := fixture.Must(nodes.CountJoinRequestsByPool(e.Ctx, e.DB, c.scope, []string{e.pool}))
+		if len(rows.Items) != c.want || counts[e.pool] != c.want {
+			t.Fatalf("scope %+v: %d requests, counted %d", c.scope, len(rows.Items), counts[e.pool])
+		}
+	}
+
+	// Tokens: revoked and used-up ones are listed with their state.
+	created := fixture.Must(nodes.CreateJoinToken(e.Ctx, e.DB, &nodes.JoinTokenCreateInput{TenantID: "acme", PoolID: e.pool, TTLSeconds: 60, MaxUses: 1}))
+	fixture.Must(nodes.RevokeJoinToken(e.Ctx, e.DB, &nodes.JoinTokenRefInput{TenantID: "acme", JoinTokenID: created.JoinToken.JoinTokenID}))
+	e.admit() // a token of one use, used
+	states := map[string]int{}
+	cursor := ""
+	for n := 0; ; n++ {
+		p := fixture.Must(nodes.ListJoinTokens(e.Ctx, e.DB, &nodes.JoinTokenListInput{TenantID: "acme", PoolID: e.pool, Limit: 1, Cursor: cursor}))
+		for _, tk := range p.Items {
+			states[tk.State]++
+		}
+		if p.Cursor == nil || n > 10 {
+			break
+		}
+		cursor = *p.Cursor
+	}
+	if states[nodes.TokenActive] != 1 || states[nodes.TokenRevoked] != 1 || states[nodes.TokenExhausted] != 1 {
+		t.Fatalf("token states %v", states)
+	}
+	_, err = nodes.ListJoinTokens(e.Ctx, e.DB, &nodes.JoinTokenListInput{TenantID: "beta", PoolID: e.pool, Limit: 10})
+	fixture.Code(t, err, errs.NotFound, "")
+}
