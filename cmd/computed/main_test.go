@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func freeAddr(t *testing.T) string {
@@ -38,25 +40,14 @@ func serve(t *testing.T, dataDir, addr string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { err := m.Run(ctx); m.Close(); done <- err }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
-			}
-		}
+	wait.Eventually(t, 60*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("server stopped: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("server not ready within 60s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ready(addr)
+	})
 	return func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -173,25 +164,31 @@ func startProcess(t *testing.T, bin, dataDir, addr string) process {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		res, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return process{cmd, exited}
-			}
-		}
+	wait.Eventually(t, 90*time.Second, func() error {
 		select {
 		case <-exited:
 			t.Fatalf("server exited: %s", logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not ready: %s", logs.String())
+		if err := ready(addr); err != nil {
+			return fmt.Errorf("%v: %s", err, logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	return process{cmd, exited}
+}
+
+// ready is nil once the server at addr answers /readyz with 200.
+func ready(addr string) error {
+	res, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return fmt.Errorf("server not ready: %v", err)
 	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		return fmt.Errorf("server not ready: /readyz %d", res.StatusCode)
+	}
+	return nil
 }
 
 // TestRestartAfterKillUnderWriteLoad: kill -9 of the server while it
@@ -246,7 +243,15 @@ func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
 				}
 			}(w)
 		}
-		time.Sleep(700 * time.Millisecond)
+		// Killed while the writers write, once some writes were acknowledged.
+		wait.Eventually(t, 30*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(acked) < 20 {
+				return fmt.Errorf("%d writes acknowledged", len(acked))
+			}
+			return nil
+		})
 		p.stop(syscall.SIGKILL)
 		close(stop)
 		wg.Wait()

@@ -96,7 +96,10 @@ func (c *Caller) Scope(perm Permission) Scope {
 
 // Scope is a set of tenants a read may return resources of: every tenant
 // (the operator) or a list; and the principal, for resource types that
-// grant reads through direct relationships (a project's members).
+// grant reads through direct relationships (a project's members). The zero
+// Scope holds no tenant: a scope forgotten or left unset fails closed (SQL
+// bound to it reads only what no tenant owns, such as public profiles, and
+// loaders read nothing for it: Nothing).
 type Scope struct {
 	all       bool
 	none      bool // reads nothing at all, not even what is public
@@ -107,7 +110,7 @@ type Scope struct {
 // Nothing says the scope reads nothing, public resources included (a node
 // credential, which reads nothing but reports): loaders answer without a
 // statement.
-func (s Scope) Nothing() bool { return s.none }
+func (s Scope) Nothing() bool { return s.none || (!s.all && s.tenants == nil) }
 
 // Principal is the principal the scope reads for ("" on the method
 // surface, whose decision has already looked at direct relationships).
@@ -120,10 +123,14 @@ func TenantScope(tenantID string) Scope { return Scope{tenants: []string{tenantI
 func (s Scope) Has(tenantID string) bool { return s.all || slices.Contains(s.tenants, tenantID) }
 
 // Arg is the scope as an SQL parameter: NULL for every tenant, else a
-// text[] of tenant ids. Bind it where Where says.
+// text[] of tenant ids (empty for the zero Scope: a nil slice would bind
+// as NULL, every tenant). Bind it where Where says.
 func (s Scope) Arg() any {
 	if s.all {
 		return nil
+	}
+	if s.tenants == nil {
+		return []string{}
 	}
 	return s.tenants
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // auditRecord is an audit.list item.
@@ -422,15 +424,13 @@ func TestAuditRetention(t *testing.T) {
 	}
 	young := recordsIn(t, e, "acme")
 	e.RunReconciler()
-	deadline := time.Now().Add(30 * time.Second)
 	var prunes []auditRecord
-	for time.Now().Before(deadline) {
-		prunes, _ = auditList(t, e, e.Operator, map[string]any{"tenantId": audit.PlatformTenant, "method": "audit.prune"})
-		if len(prunes) > 0 {
-			break
+	wait.Eventually(t, 30*time.Second, func() error {
+		if prunes, _ = auditList(t, e, e.Operator, map[string]any{"tenantId": audit.PlatformTenant, "method": "audit.prune"}); len(prunes) == 0 {
+			return errors.New("no audit.prune record")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(prunes) != 1 {
 		t.Fatalf("prune records %+v", prunes)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // graphql-js's getIntrospectionQuery (16.11, every option on): what
@@ -311,26 +313,30 @@ func TestFrozenDatabase(t *testing.T) {
 		}
 	}
 	// A client that gives up while the database is frozen.
+	const logged = `"path":"/api/compute/tenants/get"`
+	before := strings.Count(logs.String(), logged)
 	client := &http.Client{Timeout: 200 * time.Millisecond}
 	req, _ := http.NewRequest("POST", e.Server.URL+"/api/compute/tenants/get", strings.NewReader(`{"tenantId":"acme"}`))
 	req.Header.Set("Authorization", "Bearer "+acme.Admin.Token)
 	if res, err := client.Do(req); err == nil {
 		res.Body.Close()
 	}
-	time.Sleep(1500 * time.Millisecond) // the server's side ends at its deadline
+	// The server's side ends at its deadline, and logs the request then.
+	wait.Eventually(t, 10*time.Second, func() error {
+		if strings.Count(logs.String(), logged) == before {
+			return errors.New("the departed client's request has not ended on the server")
+		}
+		return nil
+	})
 	e.Proxy.Thaw()
 	// Recovered: new requests work.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		r := e.Call(acme.Admin.Token, "tenants/get", map[string]any{"tenantId": "acme"})
 		if r.Status == 200 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery after the thaw: %d %s", r.Status, r.Raw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("no recovery after the thaw: %d %s", r.Status, r.Raw)
+	})
 	if strings.Contains(logs.String(), `"msg":"internal error"`) || strings.Contains(logs.String(), `"level":"ERROR"`) {
 		t.Fatalf("a frozen database or a departed client was logged as an error:\n%s", logs.String())
 	}

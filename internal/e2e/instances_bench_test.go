@@ -9,6 +9,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // BenchmarkInstances1000ToRunning: 1000 instances created at once (32
@@ -53,20 +54,17 @@ func BenchmarkInstances1000ToRunning(b *testing.B) {
 		}
 		wg.Wait()
 		created := time.Since(start)
-		for {
+		wait.Eventually(b, 2*time.Minute-time.Since(start), func() error {
 			var running int
 			pollStmts.Add(1)
 			if err := e.DB.QueryRow(`SELECT count(*) FROM instances WHERE pool_id = $1 AND state = 'running'`, pool).Scan(&running); err != nil {
 				b.Fatal(err)
 			}
-			if running == n {
-				break
+			if running != n {
+				return fmt.Errorf("%d of %d running", running, n)
 			}
-			if time.Since(start) > 2*time.Minute {
-				b.Fatalf("%d of %d running after 2 minutes", running, n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 		elapsed := time.Since(start)
 		b.StopTimer()
 		stmts := store.TotalStatements() - stmtBefore - createStmts.Load() - pollStmts.Load()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // dig walks a decoded GraphQL answer by keys and list indexes.
@@ -47,18 +48,15 @@ const instFields = `id instanceId tenantId poolId projectId name state desiredSt
 // gqlWaitState polls an instance through node(id:) until it is in state.
 func gqlWaitState(t testing.TB, e *testkit.Env, token, gid, state string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	var last any
-	for time.Now().Before(deadline) {
+	var m map[string]any
+	wait.Eventually(t, 15*time.Second, func() error {
 		d := gqlOK(t, e.GraphQL(token, `query($id: ID!) { node(id: $id) { ... on Instance { state rowVersion desiredState } } }`, map[string]any{"id": gid}))
-		last = d["node"]
-		if m, _ := last.(map[string]any); m != nil && m["state"] == state {
-			return m
+		if m, _ = d["node"].(map[string]any); m == nil || m["state"] != state {
+			return fmt.Errorf("instance %s not %s: %v", gid, state, d["node"])
 		}
-		time.Sleep(30 * time.Millisecond)
-	}
-	t.Fatalf("instance %s not %s: %v", gid, state, last)
-	return nil
+		return nil
+	})
+	return m
 }
 
 // TestInstancesGraphQL: instances, their events, reservations and pool
@@ -242,15 +240,13 @@ func TestInstancesGraphQL(t *testing.T) {
 		t.Fatalf("rebootInstance: %v", rb)
 	}
 	// The reboot is done once its instance.running is readable (nine events).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(30 * time.Millisecond) {
+	wait.Eventually(t, 10*time.Second, func() error {
 		d := gqlOK(t, e.GraphQL(acme.Viewer.Token, `query($id: ID!) { node(id: $id) { ... on Instance { events(first: 1) { totalCount } } } }`, map[string]any{"id": a1["id"]}))
-		if dig(t, d, "node", "events", "totalCount").(float64) >= 9 {
-			break
+		if dig(t, d, "node", "events", "totalCount").(float64) < 9 {
+			return fmt.Errorf("reboot not done: %v", d)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reboot not done: %v", d)
-		}
-	}
+		return nil
+	})
 	gqlOK(t, change(acme.Member.Token, "deleteInstance", "acme", a1, nil))
 	gqlWaitState(t, e, acme.Viewer.Token, str(a1["id"]), "DELETED")
 
@@ -261,8 +257,7 @@ func TestInstancesGraphQL(t *testing.T) {
 	want := []string{"INSTANCE_CREATED", "INSTANCE_PROVISIONING", "INSTANCE_RUNNING", "INSTANCE_STOPPING", "INSTANCE_STOPPED",
 		"INSTANCE_PROVISIONING", "INSTANCE_RUNNING", "INSTANCE_REBOOTING", "INSTANCE_RUNNING", "INSTANCE_DELETING", "INSTANCE_DELETED"}
 	var got []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		got = got[:0]
 		var after any
 		last := ""
@@ -283,14 +278,11 @@ func TestInstancesGraphQL(t *testing.T) {
 			}
 			after = dig(t, conn, "pageInfo", "endCursor")
 		}
-		if strings.Join(got, ",") == strings.Join(want, ",") {
-			break
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("events %v, want %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events %v, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	// A cursor that is no event position is refused.
 	gqlExpect(t, e.GraphQL(acme.Viewer.Token, evq, map[string]any{"id": a1["id"], "after": "bogus"}), "INVALID_INPUT", "after")
 
@@ -358,7 +350,7 @@ func TestInstanceEventInstanceInSubscription(t *testing.T) {
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
 	s := openSSE(t, e, acme.Viewer.Token, `subscription($t: String!) { instanceEvents(tenantId: $t) { type instanceId instance { instanceId state pool { poolId } } } }`,
 		map[string]any{"t": "acme"})
-	time.Sleep(100 * time.Millisecond)
+	waitSubscribers(t, e, 1)
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
 	var last map[string]any
 	for n := 0; n < 3; n++ {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // hostedPool creates a vps-hosted pool.
@@ -109,18 +110,14 @@ func TestHostedPlacement(t *testing.T) {
 		}
 		return
 	}
-	deadline := time.Now().Add(15 * time.Second)
 	var run, pend []string
-	for {
+	wait.Eventually(t, 15*time.Second, func() error {
 		run, pend = running()
 		if len(run) == 2 && len(pend) == 4 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want 2 running and 4 pending, got %d and %d", len(run), len(pend))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("want 2 running and 4 pending, got %d and %d", len(run), len(pend))
+	})
 	// Distinct GPUs, as the host sees them.
 	a := must(t, e.Call(credA, "instances/assigned", map[string]any{"nodeId": nodeA}))
 	seen := map[string]bool{}
@@ -141,31 +138,23 @@ func TestHostedPlacement(t *testing.T) {
 	nodeB, credB := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
 	wg.Add(1)
 	go daemon(t, e, nodeB, credB, stop, &wg)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	wait.Eventually(t, 15*time.Second, func() error {
 		run, pend = running()
 		if len(run) == 4 && len(pend) == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a second host: %d running, %d pending", len(run), len(pend))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("after a second host: %d running, %d pending", len(run), len(pend))
+	})
 	// Deleting one frees its GPU for a pending one.
 	must(t, e.Call(acme.Member.Token, "instances/delete", map[string]any{"tenantId": "acme", "instanceId": run[0]}))
 	waitState(t, e, acme.Viewer.Token, "acme", run[0], "deleted", 10*time.Second)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	wait.Eventually(t, 15*time.Second, func() error {
 		r2, p2 := running()
 		if len(r2) == 4 && len(p2) == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a delete: %d running, %d pending", len(r2), len(p2))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("after a delete: %d running, %d pending", len(r2), len(p2))
+	})
 	var n, distinct int
 	if err := e.DB.QueryRow(`SELECT count(*), count(DISTINCT (node_id, device_id)) FROM instance_allocations`).Scan(&n, &distinct); err != nil || n != 4 || distinct != 4 {
 		t.Fatalf("allocations %d, distinct %d, %v", n, distinct, err)
@@ -173,8 +162,7 @@ func TestHostedPlacement(t *testing.T) {
 
 	// A removed host's instances fail; their devices are freed.
 	must(t, e.Call(acme.Admin.Token, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": nodeB}))
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	wait.Eventually(t, 15*time.Second, func() error {
 		failed := 0
 		for _, id := range ids {
 			g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
@@ -183,13 +171,10 @@ func TestHostedPlacement(t *testing.T) {
 			}
 		}
 		if failed == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instances of the removed host did not fail (%d)", failed)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("instances of the removed host did not fail (%d)", failed)
+	})
 
 	// Node-side refusals.
 	expect(t, e.Call(acme.Member.Token, "instances/assigned", map[string]any{"nodeId": nodeA}), "PERMISSION_DENIED", anyPath)

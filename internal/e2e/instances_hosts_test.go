@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // TestCordonedAndRemovedHosts: placement never puts an instance on a
@@ -41,14 +43,28 @@ func TestCordonedAndRemovedHosts(t *testing.T) {
 	// waiting asserts an instance stays pending, unplaced, with a reason.
 	waiting := func(id string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for get(id).Str("stateReason") == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("instance %s never said why it waits: %s", id, get(id).Raw)
+		wait.Eventually(t, 10*time.Second, func() error {
+			if g := get(id); g.Str("stateReason") == "" {
+				return fmt.Errorf("instance %s never said why it waits: %s", id, g.Raw)
 			}
-			time.Sleep(30 * time.Millisecond)
+			return nil
+		})
+		// The reconciler takes it up twice more (it snoozes in between).
+		attempts := func() int {
+			var n int
+			if err := e.DB.QueryRow(`SELECT COALESCE(sum(cardinality(attempted_by)), 0) FROM river_job WHERE kind = $1 AND args->>'instanceId' = $2`,
+				instances.Kind, id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
-		time.Sleep(1500 * time.Millisecond) // more than one sweep and one snooze
+		seen := attempts()
+		wait.Eventually(t, 10*time.Second, func() error {
+			if n := attempts(); n < seen+2 {
+				return fmt.Errorf("instance %s was taken up %d times since it said why it waits", id, n-seen)
+			}
+			return nil
+		})
 		if g := get(id); g.Str("state") != "pending" || g.Str("hostNodeId") != "" || !strings.Contains(g.Str("stateReason"), "waiting for capacity") {
 			t.Fatalf("instance %s was placed: %s", id, g.Raw)
 		}

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 var (
@@ -33,17 +35,15 @@ func instanceIn(tenantID, poolID, name string, gpus int) map[string]any {
 // given, desired) or the timeout passes.
 func waitState(t testing.TB, e *testkit.Env, token, tenantID, id, state string, timeout time.Duration) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last testkit.Resp
-	for time.Now().Before(deadline) {
+	wait.Eventually(t, timeout, func() error {
 		last = env(t, e).Call(token, "instances/get", map[string]any{"tenantId": tenantID, "instanceId": id})
-		if last.Status == 200 && last.Str("state") == state {
-			return last.Body
+		if last.Status != 200 || last.Str("state") != state {
+			return fmt.Errorf("instance %s not %s: %s", id, state, last.Raw)
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("instance %s not %s within %s: %s", id, state, timeout, last.Raw)
-	return nil
+		return nil
+	})
+	return last.Body
 }
 
 // eventTypes reads every event of an instance through instances.events,
@@ -79,17 +79,14 @@ func eventTypes(t testing.TB, e *testkit.Env, token, tenantID, id string, limit 
 // ended, which may be a moment after its instance reads as moved.
 func waitEvents(t testing.TB, e *testkit.Env, token, tenantID, id, last string, limit int) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		types := eventTypes(t, e, token, tenantID, id, limit)
-		if len(types) > 0 && types[len(types)-1] == last {
-			return types
+	var types []string
+	wait.Eventually(t, 10*time.Second, func() error {
+		if types = eventTypes(t, e, token, tenantID, id, limit); len(types) == 0 || types[len(types)-1] != last {
+			return fmt.Errorf("events of %s do not end with %s: %v", id, last, types)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events of %s do not end with %s: %v", id, last, types)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
+	return types
 }
 
 func TestInstanceLifecycle(t *testing.T) {
@@ -122,17 +119,13 @@ func TestInstanceLifecycle(t *testing.T) {
 		t.Fatalf("reboot output: %s", rb.Raw)
 	}
 	// The reboot shows in the events once done.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		types := eventTypes(t, e, acme.Viewer.Token, "acme", id, 3)
 		if len(types) >= 9 && types[len(types)-1] == "instance.running" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no reboot in events: %v", types)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no reboot in events: %v", types)
+	})
 	must(t, e.Call(acme.Member.Token, "instances/delete", ref))
 	waitState(t, e, acme.Viewer.Token, "acme", id, "deleted", 10*time.Second)
 	types := waitEvents(t, e, acme.Viewer.Token, "acme", id, "instance.deleted", 4)

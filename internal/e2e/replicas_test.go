@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // replica is one `computed serve` process.
@@ -93,20 +94,18 @@ func startReplica(t testing.TB, url, token string, env ...string) *replica {
 			t.Logf("replica %s log:\n%s", addr, logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.Eventually(t, 30*time.Second, func() error {
 		res, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return r
-			}
+		if err != nil {
+			return fmt.Errorf("replica %s not ready (%v): %s", addr, err, logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s not ready: %s", addr, logs.String())
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return fmt.Errorf("replica %s not ready (%d): %s", addr, res.StatusCode, logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 func (r *replica) call(t testing.TB, token, method string, body any) (int, map[string]any) {
@@ -132,21 +131,19 @@ func (r *replica) call(t testing.TB, token, method string, body any) (int, map[s
 func waitAll(t *testing.T, e *testkit.Env, ids []string, state string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	wait.Eventually(t, timeout, func() error {
 		var n int
 		if err := e.DB.QueryRow(`SELECT count(*) FROM instances WHERE instance_id = ANY($1) AND state = $2`, ids, state).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == len(ids) {
-			return time.Since(start)
+			return nil
 		}
-		if time.Since(start) > timeout {
-			var states string
-			_ = e.DB.QueryRow(`SELECT string_agg(state || ':' || count, ', ') FROM (SELECT state, count(*)::text AS count FROM instances WHERE instance_id = ANY($1) GROUP BY state) x`, ids).Scan(&states)
-			t.Fatalf("%d of %d instances %s after %s (%s)", n, len(ids), state, timeout, states)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		var states string
+		_ = e.DB.QueryRow(`SELECT string_agg(state || ':' || count, ', ') FROM (SELECT state, count(*)::text AS count FROM instances WHERE instance_id = ANY($1) GROUP BY state) x`, ids).Scan(&states)
+		return fmt.Errorf("%d of %d instances %s (%s)", n, len(ids), state, states)
+	})
+	return time.Since(start)
 }
 
 // checkEvents: every instance's events are one per state move, in a legal

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 var rsvIDRe = regexp.MustCompile(`^rsv_[0-9a-hjkmnp-tv-z]{26,52}$`)
@@ -69,8 +70,7 @@ func TestReservations(t *testing.T) {
 	}
 	bid := must(t, e.Call(b, "instances/create", instanceIn("beta", pool, "b", 4))).Str("instanceId")
 	waitState(t, e, b, "beta", bid, "running", 10*time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		run, pend := 0, 0
 		for _, id := range gids {
 			g := must(t, e.Call(gamma.Viewer.Token, "instances/get", map[string]any{"tenantId": "gamma", "instanceId": id}))
@@ -84,13 +84,10 @@ func TestReservations(t *testing.T) {
 			}
 		}
 		if run == 4 && pend == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gamma: %d running, %d pending", run, pend)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("gamma: %d running, %d pending", run, pend)
+	})
 	// Cancel beta's reservation: the room beyond beta's instance is free,
 	// but beta's instance still holds 4, so gamma's fifth still waits.
 	cr := must(t, e.Call(b, "reservations/cancel", map[string]any{"tenantId": "beta", "reservationId": rid, "expectedVersion": 1}))
@@ -171,8 +168,7 @@ func TestConcurrentCreatesRespectQuotaAndCapacity(t *testing.T) {
 		t.Fatalf("beta has %d instances with %d GPUs under a quota of 5 and 7", betaN, betaGPUs)
 	}
 	// Capacity: exactly 10 GPUs' worth run; the rest wait.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Eventually(t, 20*time.Second, func() error {
 		var runGPUs, pending int
 		if err := e.DB.QueryRow(`SELECT COALESCE(sum(gpus) FILTER (WHERE state = 'running'), 0),
 			count(*) FILTER (WHERE state = 'pending' AND state_reason IS NOT NULL) FROM instances`).Scan(&runGPUs, &pending); err != nil {
@@ -191,12 +187,9 @@ func TestConcurrentCreatesRespectQuotaAndCapacity(t *testing.T) {
 			var notSettled int
 			_ = e.DB.QueryRow(`SELECT count(*) FROM instances WHERE state NOT IN ('running', 'pending')`).Scan(&notSettled)
 			if notSettled == 0 {
-				break
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled: %d GPUs running, %d pending, %d free, %d fit", runGPUs, pending, free, fits)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("not settled: %d GPUs running, %d pending, %d free, %d fit", runGPUs, pending, free, fits)
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // tinyDialer connects with a small receive buffer, so that a client that
@@ -142,15 +143,16 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	}
 	publish(n)
 	var first []events.Event
-	for deadline := time.Now().Add(10 * time.Second); len(first) == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the events are not readable")
-		}
+	wait.Eventually(t, 10*time.Second, func() error {
 		var err error
 		if first, err = events.Page(ctx, e.DB, events.Filter{TenantID: "acme"}, 0, 1); err != nil {
 			t.Fatal(err)
 		}
-	}
+		if len(first) == 0 {
+			return errors.New("the events are not readable")
+		}
+		return nil
+	})
 	vars := map[string]any{"t": "acme", "a": first[0].EventID}
 
 	// Healthy subscribers on both transports.
@@ -226,11 +228,12 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	wg.Wait()
 
 	// The stuck ones are ended: only the two healthy sessions stay.
-	for deadline := time.Now().Add(20 * time.Second); e.Srv.Sessions() > 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions still open: the stuck readers were not ended", e.Srv.Sessions())
+	wait.Eventually(t, 20*time.Second, func() error {
+		if n := e.Srv.Sessions(); n > 2 {
+			return fmt.Errorf("%d sessions still open: the stuck readers were not ended", n)
 		}
-	}
+		return nil
+	})
 	for i, s := range stuck {
 		ended, tail, err := s.drain(10 * time.Second)
 		if !ended {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // BenchmarkSubscribers: one server process, 1,000 then 10,000 WebSocket
@@ -156,13 +157,12 @@ func (f *subFleet) grow(b *testing.B, n int) {
 		b.Fatalf("%d subscribers open, then: %v", len(f.conns), firstErr)
 	}
 	b.Logf("%d sockets opened in %v", n-from, time.Since(start).Round(time.Millisecond))
-	deadline := time.Now().Add(60 * time.Second)
-	for metric(b, f.addr, "compute_subscriptions") < float64(n) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the server counts %v subscriptions, want %d", metric(b, f.addr, "compute_subscriptions"), n)
+	wait.Eventually(b, 60*time.Second, func() error {
+		if got := metric(b, f.addr, "compute_subscriptions"); got < float64(n) {
+			return fmt.Errorf("the server counts %v subscriptions, want %d", got, n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (f *subFleet) dial() (*websocket.Conn, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func dialAddr(t *testing.T, addr string) *wsClient {
@@ -180,7 +181,17 @@ func TestSubscriptionsAcrossReplicas(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// B is killed once it has taken some of them, while it drives them.
+	wait.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := e.DB.QueryRow(`SELECT count(*) FROM instances WHERE instance_id = ANY($1) AND desired_state = 'running'`, first).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return errors.New("B has taken no start yet")
+		}
+		return nil
+	})
 	_ = b.cmd.Process.Signal(syscall.SIGKILL)
 	seen, _ := wc.drain("s", 3*time.Second)
 	// What B committed before it died, and what C's reconciler drove after.

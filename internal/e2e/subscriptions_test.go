@@ -15,11 +15,24 @@ import (
 
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 const eventsSub = `subscription($t: String!, $i: String, $p: String, $a: String) {
   instanceEvents(tenantId: $t, instanceId: $i, poolId: $p, after: $a) { eventId type instanceId tenantId poolId state desiredState }
 }`
+
+// waitSubscribers waits until the server's event hub counts n live
+// subscriptions: from then on, an event committed reaches them.
+func waitSubscribers(t testing.TB, e *testkit.Env, n int64) {
+	t.Helper()
+	wait.Eventually(t, 10*time.Second, func() error {
+		if got := e.Srv.Live.Subscribers(); got != n {
+			return fmt.Errorf("%d subscriptions live, want %d", got, n)
+		}
+		return nil
+	})
+}
 
 // subscribe starts instanceEvents on a socket under id.
 func (w *wsClient) subscribe(id string, vars map[string]any) {
@@ -69,7 +82,7 @@ func TestInstanceEventsSubscription(t *testing.T) {
 	other := dialWS(t, e)
 	other.init(beta.Viewer.Token)
 	other.subscribe("beta", map[string]any{"t": "beta"})
-	time.Sleep(100 * time.Millisecond) // the subscriptions are live
+	waitSubscribers(t, e, 2)
 
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
 	got := all.events("all", 3)
@@ -105,7 +118,7 @@ func TestInstanceEventsSubscription(t *testing.T) {
 	pool2 := vpsPool(t, e, acme.Admin.Token, "acme", "vps2", nil)
 	all.subscribe("one", map[string]any{"t": "acme", "i": id})
 	all.subscribe("pool2", map[string]any{"t": "acme", "p": pool2})
-	time.Sleep(100 * time.Millisecond)
+	waitSubscribers(t, e, 5) // all, beta, r, one, pool2
 	id2 := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool2, "db", 1))).Str("instanceId")
 	waitState(t, e, acme.Member.Token, "acme", id2, "running", 10*time.Second)
 	must(t, e.Call(acme.Member.Token, "instances/start", map[string]any{"tenantId": "acme", "instanceId": id}))
@@ -179,7 +192,7 @@ func TestSubscriptionsEndWhenAccessEnds(t *testing.T) {
 	w := dialWS(t, e)
 	w.init(watcher.Token)
 	w.subscribe("s", map[string]any{"t": "acme"})
-	time.Sleep(100 * time.Millisecond)
+	waitSubscribers(t, e, 1)
 	must(t, e.Call(acme.Admin.Token, "members/revoke", map[string]any{"tenantId": "acme", "principalId": watcher.PrincipalID}))
 	m := w.next()
 	if m["type"] != "error" || m["id"] != "s" || opError([]map[string]any{m}) != "PERMISSION_DENIED" {
@@ -189,7 +202,7 @@ func TestSubscriptionsEndWhenAccessEnds(t *testing.T) {
 	v := dialWS(t, e)
 	v.init(acme.Viewer.Token)
 	v.subscribe("s", map[string]any{"t": "acme"})
-	time.Sleep(100 * time.Millisecond)
+	waitSubscribers(t, e, 1) // w's ended with its PERMISSION_DENIED
 	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": acme.Viewer.TokenID}))
 	if code, _ := v.closed(5 * time.Second); code != 4403 {
 		t.Fatalf("revoked token: close %d", code)
@@ -273,7 +286,7 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 	acme := newTenant(t, e, "acme")
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
 	s := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"})
-	time.Sleep(100 * time.Millisecond)
+	waitSubscribers(t, e, 1)
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
 	var types []string
 	for len(types) < 3 {
@@ -386,12 +399,12 @@ func TestInstanceEventsWithGraphQLSSEClient(t *testing.T) {
 	// The first instance's three events are readable once every older
 	// transaction of the cluster has ended (the visibility horizon).
 	var seen []string
-	for deadline := time.Now().Add(20 * time.Second); len(seen) < 3; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbox shows %v", seen)
+	wait.Eventually(t, 20*time.Second, func() error {
+		if seen = outbox(t, e, "acme", ""); len(seen) < 3 {
+			return fmt.Errorf("the outbox shows %v", seen)
 		}
-		seen = outbox(t, e, "acme", "")
-	}
+		return nil
+	})
 	cursor := seen[len(seen)-1]
 	second := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "second", 1))).Str("instanceId")
 	q := fmt.Sprintf(`subscription { instanceEvents(tenantId: "acme", after: %q) { type instanceId eventId } }`, cursor)
@@ -437,20 +450,19 @@ func TestOperationsPerSocketAreBounded(t *testing.T) {
 		t.Fatalf("the 65th operation: %q", got)
 	}
 	w.send(map[string]any{"id": "s0", "type": "complete"})
-	for try := 0; ; try++ {
+	try := 0
+	wait.Eventually(t, 10*time.Second, func() error {
+		try++
 		w.send(map[string]any{"id": fmt.Sprint("q", try), "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
 		var last map[string]any
 		for last == nil || (last["id"] == fmt.Sprint("q", try) && last["type"] == "next") || last["id"] == "s0" {
 			last = w.next()
 		}
 		if last["type"] == "complete" && last["id"] == fmt.Sprint("q", try) {
-			break
+			return nil
 		}
-		if try == 20 {
-			t.Fatalf("no room after a complete: %v", last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no room after a complete: %v", last)
+	})
 }
 
 // One event is rendered once per operation (document, variables, principal)
@@ -487,12 +499,12 @@ func TestSharedRenderingsStayWithTheirOperation(t *testing.T) {
 	}
 	// The subscriptions are live once the server counts them.
 	addr := strings.TrimPrefix(e.Server.URL, "http://")
-	for deadline := time.Now().Add(10 * time.Second); metric(t, addr, "compute_subscriptions") < float64(len(socks)); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server counts %v subscriptions, want %d", metric(t, addr, "compute_subscriptions"), len(socks))
+	wait.Eventually(t, 10*time.Second, func() error {
+		if n := metric(t, addr, "compute_subscriptions"); n < float64(len(socks)) {
+			return fmt.Errorf("the server counts %v subscriptions, want %d", n, len(socks))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	must(t, e.Call(guest.Member.Token, "instances/create", instanceIn("guest", pool, "g", 1)))
 	for _, s := range socks {
 		m := s.w.next()

@@ -321,11 +321,7 @@ func TestCompletedIDIsFreeAtOnce(t *testing.T) {
 	}
 	// The last r is live: one event reaches it once (the 30 completed ones
 	// deliver nothing), and nothing else arrives for r.
-	for deadline := time.Now().Add(10 * time.Second); e.Srv.Live.Subscribers() != 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d subscriptions live, want 1", e.Srv.Live.Subscribers())
-		}
-	}
+	waitSubscribers(t, e, 1)
 	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
 	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1)))
 	if evs := w.events("r", 1); evs[0]["type"] != "INSTANCE_CREATED" {

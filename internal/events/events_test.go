@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -178,16 +180,18 @@ func TestConcurrentWritersReadersSeeAPrefix(t *testing.T) {
 		}
 		return n
 	}
-	for finished := false; !finished; {
+	// The readers page behind the writers while they write, then read
+	// what is left.
+	wait.Eventually(t, 2*time.Minute, func() error {
 		select {
 		case <-done:
-			finished = true
+			return nil
 		default:
 		}
-		if readAll() == 0 {
-			time.Sleep(2 * time.Millisecond) // polling the outbox, as a reader without a wake-up does
+		for readAll() > 0 {
 		}
-	}
+		return errors.New("the writers are still writing")
+	})
 	// Every writer's Tx has returned: its events are numbered.
 	for readAll() > 0 {
 	}
@@ -249,20 +253,16 @@ func TestStrandedInboxRowsAreNumbered(t *testing.T) {
 		VALUES ('acme', 1, 'node.updated', 'node', 'node_1', '{}', now() - interval '1 minute')`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 10)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if len(page) == 1 {
-			break
+		if len(page) != 1 {
+			return fmt.Errorf("the stranded inbox row is not numbered (%d events)", len(page))
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stranded inbox row was never numbered")
-		}
-		time.Sleep(50 * time.Millisecond) // the sweep runs every second
-	}
+		return nil
+	})
 }
 
 // TestFilter: types by exact name and by prefix, resources, pool.

@@ -250,24 +250,14 @@ func timedOut(ctx context.Context, q store.Q, i *Instance, pol Policy) (bool, er
 // poll is how often a waiting instance is looked at again.
 const poll = 500 * time.Millisecond
 
-// stepProvider is one step of an instance in a vps-provider pool.
+// stepProvider is one step of an instance in a vps-provider pool: a
+// settled instance starts its next move; a pending one is created when
+// there is room; a transitional one follows what the provider observes, and
+// its operation is requested (again) when it is not under way.
 func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (stepResult, error) {
 	drv, ok := s.providers[p.Provider.String]
 	if !ok {
-		if i.State == Failed || i.State == Deleting || i.State == Pending {
-			if n := Next(i); n == Deleted || n == Deleting {
-				if i.State == Deleting {
-					n = Deleted
-				}
-				_, err := move(ctx, q, i, n, nil)
-				return stepResult{outcome: progress}, err
-			}
-		}
-		if i.State != Failed {
-			_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("the pool's provider %q is not available in this server", p.Provider.String)))
-			return stepResult{outcome: progress}, err
-		}
-		return stepResult{outcome: done}, nil
+		return stepWithoutProvider(ctx, q, i, p)
 	}
 	pool := provider.Pool{PoolID: p.PoolID, Account: p.Account.String, Policy: json.RawMessage(p.Policy)}
 	if !Transitional(i.State) && i.State != Pending {
@@ -275,77 +265,122 @@ func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *p
 		if next == "" {
 			return stepResult{outcome: done}, nil
 		}
-		_, err := move(ctx, q, i, next, nil)
-		return stepResult{outcome: progress}, err
+		return moved(move(ctx, q, i, next, nil))
 	}
 	if n := Next(i); n == Deleted || n == Deleting {
-		_, err := move(ctx, q, i, n, nil)
-		return stepResult{outcome: progress}, err
+		return moved(move(ctx, q, i, n, nil))
 	}
 	if i.State == Pending {
-		// Capacity held by other tenants' reservations is not ours.
-		if ok, reason, err := s.providerRoom(ctx, q, i, p); err != nil || !ok {
-			if err != nil {
-				return stepResult{}, err
-			}
-			return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, reason, false)
-		}
-		err := drv.Create(ctx, pool, provider.VM{ID: i.InstanceID, Name: i.Name, Size: provider.Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}, Image: deref(i.Image)})
-		if errors.Is(err, provider.ErrNoCapacity) {
-			return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, "waiting for capacity: the provider has no room", false)
-		}
-		if err != nil {
-			return s.tried(ctx, q, i, pol, err)
-		}
-		_, err = move(ctx, q, i, Provisioning, nil)
-		return stepResult{outcome: progress}, err
+		return s.createVM(ctx, q, i, p, pol, drv, pool)
 	}
 	obs, err := drv.Describe(ctx, pool, i.InstanceID)
 	if err != nil {
 		return s.tried(ctx, q, i, pol, err)
 	}
-	// The observed state that completes the current one.
-	target := map[string]string{Provisioning: Running, Stopping: Stopped, Rebooting: Running, Deleting: Deleted}[i.State]
+	if res, acted, err := observed(ctx, q, i, pol, obs); acted || err != nil {
+		return res, err
+	}
+	return s.request(ctx, q, i, pol, drv, pool, obs)
+}
+
+// moved is the result of a state move: the next step is taken at once.
+func moved(_ *Instance, err error) (stepResult, error) { return stepResult{outcome: progress}, err }
+
+// noRoom is why an instance waits when the provider refuses for capacity.
+const noRoom = "waiting for capacity: the provider has no room"
+
+// waitForRoom is the result of an instance that waits for capacity,
+// recording why.
+func waitForRoom(ctx context.Context, q store.Q, i *Instance, reason string) (stepResult, error) {
+	return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, reason, false)
+}
+
+// stepWithoutProvider is the step of an instance whose pool's provider this
+// server does not have. A delete needs no provider call: deleting ends
+// deleted (Next of deleting is the provider's to say, so it is not asked),
+// and a pending or failed instance to be deleted takes its next move.
+// Anything else fails, saying why.
+func stepWithoutProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow) (stepResult, error) {
+	n := Next(i)
+	switch {
+	case i.State == Deleting:
+		return moved(move(ctx, q, i, Deleted, nil))
+	case (i.State == Failed || i.State == Pending) && (n == Deleted || n == Deleting):
+		return moved(move(ctx, q, i, n, nil))
+	case i.State != Failed:
+		return moved(move(ctx, q, i, Failed, ptr(fmt.Sprintf("the pool's provider %q is not available in this server", p.Provider.String))))
+	}
+	return stepResult{outcome: done}, nil
+}
+
+// vmOf is what the provider is asked to create for the instance.
+func vmOf(i *Instance) provider.VM {
+	return provider.VM{ID: i.InstanceID, Name: i.Name, Size: provider.Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}, Image: deref(i.Image)}
+}
+
+// createVM creates a pending instance's VM when the pool has room for it
+// (capacity held by other tenants' reservations is not ours) and moves it
+// to provisioning; without room it waits, saying why.
+func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy, drv provider.Provider, pool provider.Pool) (stepResult, error) {
+	ok, reason, err := s.providerRoom(ctx, q, i, p)
+	if err != nil {
+		return stepResult{}, err
+	}
+	if !ok {
+		return waitForRoom(ctx, q, i, reason)
+	}
+	err = drv.Create(ctx, pool, vmOf(i))
+	if errors.Is(err, provider.ErrNoCapacity) {
+		return waitForRoom(ctx, q, i, noRoom)
+	}
+	if err != nil {
+		return s.tried(ctx, q, i, pol, err)
+	}
+	return moved(move(ctx, q, i, Provisioning, nil))
+}
+
+// completes is the observed state that completes each transitional state.
+var completes = map[string]string{Provisioning: Running, Stopping: Stopped, Rebooting: Running, Deleting: Deleted}
+
+// observed acts on what the provider observes of a transitional instance: a
+// failed VM fails it; the observed state that completes the current one
+// moves it there (a reboot only once requested: before, the VM still runs
+// from before it); an operation under way is waited for until its timeout.
+// acted is false when the operation is not under way: it is to be
+// requested.
+func observed(ctx context.Context, q store.Q, i *Instance, pol Policy, obs provider.Observation) (res stepResult, acted bool, err error) {
 	switch {
 	case obs.State == provider.Failed:
-		_, err := move(ctx, q, i, Failed, ptr("the provider reports the VM failed: "+obs.Reason))
-		return stepResult{outcome: progress}, err
-	case obs.State == target && (i.State != Rebooting || i.StepTries > 0):
-		_, err := move(ctx, q, i, target, nil)
-		return stepResult{outcome: progress}, err
+		res, err = moved(move(ctx, q, i, Failed, ptr("the provider reports the VM failed: "+obs.Reason)))
+		return res, true, err
+	case obs.State == completes[i.State] && (i.State != Rebooting || i.StepTries > 0):
+		res, err = moved(move(ctx, q, i, completes[i.State], nil))
+		return res, true, err
 	case obs.State == i.State && i.StepTries > 0, i.State == Provisioning && obs.State == provider.Provisioning:
 		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
-			return stepResult{outcome: progress}, err
+			return stepResult{outcome: progress}, true, err
 		}
-		return stepResult{outcome: wait, after: poll}, nil
+		return stepResult{outcome: wait, after: poll}, true, nil
 	}
-	// The operation is not under way: start it (again).
+	return stepResult{}, false, nil
+}
+
+// request starts the operation of a transitional instance (again), unless
+// it has timed out or used up its tries; a refusal for capacity waits, a
+// failed call counts a try (tried).
+func (s *Service) request(ctx context.Context, q store.Q, i *Instance, pol Policy, drv provider.Provider, pool provider.Pool, obs provider.Observation) (stepResult, error) {
 	if t, err := timedOut(ctx, q, i, pol); t || err != nil {
 		return stepResult{outcome: progress}, err
 	}
 	if i.StepTries >= pol.MaxTries {
-		_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("gave up %s after %d tries: %s", i.State, i.StepTries, deref(i.StateReason))))
-		return stepResult{outcome: progress}, err
+		return moved(move(ctx, q, i, Failed, ptr(fmt.Sprintf("gave up %s after %d tries: %s", i.State, i.StepTries, deref(i.StateReason)))))
 	}
-	switch i.State {
-	case Provisioning:
-		if obs.State == provider.Stopped {
-			err = drv.Start(ctx, pool, i.InstanceID)
-		} else {
-			err = drv.Create(ctx, pool, provider.VM{ID: i.InstanceID, Name: i.Name, Size: provider.Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}, Image: deref(i.Image)})
-		}
-	case Stopping:
-		err = drv.Stop(ctx, pool, i.InstanceID)
-	case Rebooting:
-		err = drv.Reboot(ctx, pool, i.InstanceID)
-	case Deleting:
-		err = drv.Delete(ctx, pool, i.InstanceID)
-	}
+	err := call(ctx, drv, pool, i, obs)
 	if errors.Is(err, provider.ErrNoCapacity) {
 		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
 			return stepResult{outcome: progress}, err
 		}
-		return stepResult{outcome: wait, after: 2 * poll}, note(ctx, q, i, "waiting for capacity: the provider has no room", false)
+		return waitForRoom(ctx, q, i, noRoom)
 	}
 	if err != nil {
 		return s.tried(ctx, q, i, pol, err)
@@ -354,6 +389,26 @@ func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *p
 		return stepResult{}, err
 	}
 	return stepResult{outcome: progress}, nil
+}
+
+// call is the provider call that starts the operation of the instance's
+// transitional state: a provisioning instance whose VM is stopped is
+// started, else created (a repeated create is the same request).
+func call(ctx context.Context, drv provider.Provider, pool provider.Pool, i *Instance, obs provider.Observation) error {
+	switch i.State {
+	case Provisioning:
+		if obs.State == provider.Stopped {
+			return drv.Start(ctx, pool, i.InstanceID)
+		}
+		return drv.Create(ctx, pool, vmOf(i))
+	case Stopping:
+		return drv.Stop(ctx, pool, i.InstanceID)
+	case Rebooting:
+		return drv.Reboot(ctx, pool, i.InstanceID)
+	case Deleting:
+		return drv.Delete(ctx, pool, i.InstanceID)
+	}
+	return nil
 }
 
 // tried records a failed provider call: a permanent error fails the
@@ -392,17 +447,8 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 		}
 		host = state
 	}
-	if host == "removed" && i.State != Failed && i.State != Pending {
-		// The VM went with its host.
-		if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
-			return stepResult{}, store.Wrap(err)
-		}
-		if i.State == Deleting {
-			_, err := move(ctx, q, i, Deleted, ptr("host node removed"))
-			return stepResult{outcome: progress}, err
-		}
-		_, err := move(ctx, q, i, Failed, ptr(fmt.Sprintf("host node %s was removed", *i.HostNodeID)))
-		return stepResult{outcome: progress}, err
+	if host == "removed" && i.State != Failed && i.State != Pending && i.State != Deleted {
+		return hostRemoved(ctx, q, i)
 	}
 	if Converged(i) {
 		return stepResult{outcome: done}, nil
@@ -435,6 +481,19 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 		return stepResult{outcome: wait, after: 2 * poll}, nil
 	}
 	return stepResult{outcome: done}, nil
+}
+
+// hostRemoved is the step of a live instance whose host was removed: the
+// VM went with its host, so its devices are freed and it fails, naming the
+// host (one being deleted is deleted).
+func hostRemoved(ctx context.Context, q store.Q, i *Instance) (stepResult, error) {
+	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
+		return stepResult{}, store.Wrap(err)
+	}
+	if i.State == Deleting {
+		return moved(move(ctx, q, i, Deleted, ptr("host node removed")))
+	}
+	return moved(move(ctx, q, i, Failed, ptr(fmt.Sprintf("host node %s was removed", *i.HostNodeID))))
 }
 
 // --- the job queue ------------------------------------------------------

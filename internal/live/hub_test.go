@@ -3,11 +3,13 @@ package live_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -106,6 +109,7 @@ func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
 		var wg sync.WaitGroup
 		const writers, each = 6, 15
 		start := make(chan struct{})
+		var written atomic.Int32
 		for w := 0; w < writers; w++ {
 			wg.Add(1)
 			go func(w int) {
@@ -114,11 +118,18 @@ func TestSubscribersMissNothingAcrossTheSwitch(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(round), uint64(w)))
 				for i := 0; i < each; i++ {
 					write(t, db, tenant, []string{"pool_a", "pool_b"}[i%2], fmt.Sprintf("inst_%d", (w+i)%3), time.Duration(r.IntN(4))*time.Millisecond)
+					written.Add(1)
 				}
 			}(w)
 		}
 		close(start)
-		time.Sleep(5 * time.Millisecond) // join while the writers write
+		// Join while the writers write: once some of their events committed.
+		wait.Eventually(t, 10*time.Second, func() error {
+			if n := written.Load(); n < writers {
+				return fmt.Errorf("the writers committed %d events", n)
+			}
+			return nil
+		})
 		resumed, err := hub.Subscribe(ctx, events.Filter{TenantID: tenant}, &cursor)
 		if err != nil {
 			t.Fatal(err)
@@ -220,7 +231,13 @@ func TestSlowConsumerIsEnded(t *testing.T) {
 		t.Fatal("the fast subscriber was held up by the slow one")
 	}
 	last := <-first
-	time.Sleep(time.Second) // longer than Stall, without reading
+	// Without reading, until the hub ends it (after Stall).
+	wait.Eventually(t, 10*time.Second, func() error {
+		if slow.Err() == nil {
+			return errors.New("the slow subscriber was not ended")
+		}
+		return nil
+	})
 	// What was handed to it before the end (a few events, its channel's
 	// buffer), then the end: the error names the last of them, so a
 	// resume from it loses nothing.
@@ -301,9 +318,12 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go hub.Run(ctx)
-	for !hub.Listening() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if !hub.Listening() {
+			return errors.New("the hub does not listen")
+		}
+		return nil
+	})
 	sub, err := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -164,18 +164,28 @@ type caSource struct {
 	load func(ctx context.Context, db *store.DB) (*pki.CA, error)
 }
 
-func (c *caSource) get(ctx context.Context) (*pki.CA, error) {
+// get returns the CA, read the first time through q, the join's own
+// transaction: a join holds one connection of the pool, and asking the
+// pool for a second one while holding it would wait forever once joins
+// hold every connection. Only when no CA is stored yet (a server that did
+// not run EnsureCA at start) is it created, through the pool.
+func (c *caSource) get(ctx context.Context, q store.Q) (*pki.CA, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ca != nil {
 		return c.ca, nil
 	}
-	if c.db == nil {
-		return nil, fmt.Errorf("nodes: no database for the CA")
-	}
-	ca, err := c.load(ctx, c.db)
+	ca, err := pki.Read(ctx, q)
 	if err != nil {
 		return nil, err
+	}
+	if ca == nil {
+		if c.db == nil {
+			return nil, fmt.Errorf("nodes: no database for the CA")
+		}
+		if ca, err = c.load(ctx, c.db); err != nil {
+			return nil, err
+		}
 	}
 	c.ca = ca
 	return ca, nil
@@ -443,7 +453,7 @@ func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor
 // admit creates the node, its principal and credential, and the certificate
 // for the CSR's key; with a join request id, it consumes that approval.
 func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardware, csr *pki.CSR, in *JoinInput, reqID string) (*JoinResult, error) {
-	ca, err := s.ca.get(ctx)
+	ca, err := s.ca.get(ctx, q)
 	if err != nil {
 		return nil, err
 	}

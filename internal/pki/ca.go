@@ -116,6 +116,10 @@ func Load(ctx context.Context, db *store.DB) (*CA, error) {
 
 var errIncomplete = errors.New("pki: server_secrets holds only one of node-ca-key and node-ca-cert; restore both or delete both")
 
+// Read returns the stored CA read through q (a transaction's own
+// connection), nil when none is stored yet.
+func Read(ctx context.Context, q store.Q) (*CA, error) { return read(ctx, q) }
+
 // read returns the stored CA, nil when there is none.
 func read(ctx context.Context, q store.Q) (*CA, error) {
 	var rows []struct {

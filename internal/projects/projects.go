@@ -250,21 +250,30 @@ func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
 	return &Deleted{Deleted: int(n)}, nil
 }
 
-// AddMember relates a principal to the project (member unless owner is asked).
+// AddMember relates a principal to one of the tenant's projects (member
+// unless owner is asked). Like every write here it touches only the named
+// tenant's project: another tenant's is NOT_FOUND.
 func AddMember(ctx context.Context, q store.Q, in *MemberInput) (*Member, error) {
 	if err := iam.VisiblePrincipal(ctx, q, in.TenantID, in.PrincipalID); err != nil {
 		return nil, err
 	}
 	var m Member
-	err := q.GetContext(ctx, &m, `INSERT INTO project_relations (project_id, principal_id, relation) VALUES ($1, $2, $3)
+	err := q.GetContext(ctx, &m, `INSERT INTO project_relations (project_id, principal_id, relation)
+		SELECT pr.project_id, $2, $3 FROM projects pr WHERE pr.project_id = $1 AND pr.tenant_id = $4
 		ON CONFLICT (project_id, principal_id) DO UPDATE SET relation = EXCLUDED.relation
-		RETURNING project_id, principal_id, relation, created_at`, in.ProjectID, in.PrincipalID, in.Relation)
+		RETURNING project_id, principal_id, relation, created_at`, in.ProjectID, in.PrincipalID, in.Relation, in.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errs.E(errs.NotFound, "project %s not found", in.ProjectID)
+	}
 	return &m, store.Wrap(err)
 }
 
-// RemoveMember removes a principal's relationship to the project.
+// RemoveMember removes a principal's relationship to one of the tenant's
+// projects.
 func RemoveMember(ctx context.Context, q store.Q, in *MemberInput) (*Removed, error) {
-	res, err := q.ExecContext(ctx, `DELETE FROM project_relations WHERE project_id = $1 AND principal_id = $2`, in.ProjectID, in.PrincipalID)
+	res, err := q.ExecContext(ctx, `DELETE FROM project_relations r USING projects pr
+		WHERE r.project_id = $1 AND r.principal_id = $2 AND pr.project_id = r.project_id AND pr.tenant_id = $3`,
+		in.ProjectID, in.PrincipalID, in.TenantID)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -70,20 +71,16 @@ func TestIdleLeasesGoBack(t *testing.T) {
 	}
 	// A holds up to 9 tokens (a batch and its prefetch); wait for it to
 	// give them back.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Eventually(t, 10*time.Second, func() error {
 		var tokens float64
 		if err := db.GetContext(ctx, &tokens, `SELECT tokens FROM rate_buckets WHERE scope = 'requests' AND key = 'k'`); err != nil {
 			t.Fatal(err)
 		}
 		if tokens >= 38.9 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica A kept its lease: the bucket holds %.1f", tokens)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("replica A kept its lease: the bucket holds %.1f", tokens)
+	})
 	n := 0
 	for i := 0; i < 60; i++ {
 		if ok, _ := b.Allow(ctx, "k", 1); ok {
@@ -116,15 +113,11 @@ func TestUnreachableFallsBackPerReplica(t *testing.T) {
 	if _, err := db.ExecContext(context.Background(), `ALTER TABLE rate_buckets_gone RENAME TO rate_buckets`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Eventually(t, 5*time.Second, func() error {
 		ok, _ := l.Allow(context.Background(), fmt.Sprint("fresh-", time.Now().UnixNano()), 1)
 		if ok && l.Leases() > 0 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the shared bucket was not used again")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the shared bucket was not used again")
+	})
 }

@@ -1,7 +1,6 @@
 // Package testkit starts what tests need: one throwaway PostgreSQL cluster
-// per test binary (from the machine's server binaries, fsync off), a fresh
-// migrated database per test cloned from a template (pgtestdb), and the
-// whole HTTP server over it.
+// per test binary and a fresh migrated database per test (both from
+// testkit/pgtest), and the whole HTTP server over it.
 package testkit
 
 import (
@@ -11,37 +10,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/peterldowns/pgtestdb"
-	"github.com/peterldowns/pgtestdb/migrators/goosemigrator"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
-	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
-)
-
-var (
-	once    sync.Once
-	cluster *pgembed.Server
-	port    int
-	root    string
-	onceErr error
+	"github.com/bettercompute/computed/internal/testkit/pgtest"
 )
 
 // Main runs a package's tests with the shared cluster and stops it after.
@@ -51,81 +37,20 @@ func Main(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
 	}
-	if cluster != nil {
-		cluster.Stop()
-	}
-	if root != "" {
-		os.RemoveAll(root)
-	}
+	pgtest.Stop()
 	os.Exit(code)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func start() {
-	root, onceErr = os.MkdirTemp("", "computed-test-")
-	if onceErr != nil {
-		return
-	}
-	// The database user must be able to enter the directory.
-	if onceErr = os.Chmod(root, 0o755); onceErr != nil {
-		return
-	}
-	if port, onceErr = freePort(); onceErr != nil {
-		return
-	}
-	cluster, onceErr = pgembed.Start(context.Background(), pgembed.Options{
-		Dir: filepath.Join(root, "pg"), SocketDir: filepath.Join(root, "run"), TCPPort: port, Ephemeral: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-}
-
 // Cluster returns the shared cluster, starting it on first use.
-func Cluster(t testing.TB) *pgembed.Server {
-	t.Helper()
-	once.Do(start)
-	if onceErr != nil {
-		t.Fatalf("start test cluster: %v", onceErr)
-	}
-	return cluster
-}
+func Cluster(t testing.TB) *pgembed.Server { t.Helper(); return pgtest.Cluster(t) }
 
 // DB returns a fresh migrated database for one test.
-func DB(t testing.TB) *store.DB {
-	t.Helper()
-	return open(t, DBURL(t))
-}
+func DB(t testing.TB) *store.DB { t.Helper(); return pgtest.DB(t) }
 
 // DBURL creates a fresh migrated database for one test and returns its URL.
-func DBURL(t testing.TB) string {
-	t.Helper()
-	Cluster(t)
-	conf := pgtestdb.Custom(t, pgtestdb.Config{
-		DriverName: "pgx", Host: "127.0.0.1", Port: fmt.Sprint(port), User: "compute", Password: "x",
-		Database: "postgres", Options: "sslmode=disable", ForceTerminateConnections: true,
-	}, goosemigrator.New(".", goosemigrator.WithFS(db.Migrations())))
-	return conf.URL()
-}
+func DBURL(t testing.TB) string { t.Helper(); return pgtest.DBURL(t) }
 
-func open(t testing.TB, url string) *store.DB {
-	t.Helper()
-	d, err := store.Open(context.Background(), url)
-	if err != nil {
-		t.Fatalf("open test database: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	// Every process that writes events numbers them (package events).
-	seq := events.Start(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(seq.Stop)
-	return d
-}
+func open(t testing.TB, url string) *store.DB { t.Helper(); return pgtest.Open(t, url) }
 
 // Env is a running server over a fresh database.
 type Env struct {
@@ -193,8 +118,9 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	var proxy *Proxy
 	if o.Proxy {
-		proxy = NewProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
-		url = strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", port), proxy.Addr(), 1)
+		addr := pgtest.Addr(t)
+		proxy = NewProxy(t, addr)
+		url = strings.Replace(url, addr, proxy.Addr(), 1)
 	}
 	d := open(t, url)
 	if err := auth.EnsureOperator(context.Background(), d, OperatorToken); err != nil {

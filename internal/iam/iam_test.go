@@ -1,0 +1,169 @@
+package iam_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/fixture"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+type env struct {
+	*fixture.F
+	acme, beta fixture.Tenant
+}
+
+func newEnv(t *testing.T) *env {
+	t.Parallel()
+	f := fixture.New(t)
+	return &env{F: f, acme: f.Tenant("acme"), beta: f.Tenant("beta")}
+}
+
+// A token's secret authenticates its principal with its role, is stored
+// only as a hash, and stops authenticating once revoked; only the tenant's
+// admins manage tokens, and another tenant's token is NOT_FOUND.
+func TestTokens(t *testing.T) {
+	e := newEnv(t)
+	created := fixture.Must(fixture.Call[iam.CreatedToken](e.F, e.acme.Admin, "tokens.create", map[string]any{"tenantId": "acme", "name": "ci", "role": "member"}))
+	p := fixture.Must(auth.Authenticate(e.Ctx, e.DB, created.Secret))
+	if p.ID != created.Token.PrincipalID || p.Kind != "service" || p.TenantID != "acme" {
+		t.Fatalf("principal %+v", p)
+	}
+	if role, ok := p.CachedRole("acme"); !ok || role != "member" {
+		t.Fatalf("role %q %v", role, ok)
+	}
+	var stored int
+	if err := e.DB.Get(&stored, `SELECT count(*) FROM tokens WHERE secret_hash = $1 AND token_id = $2`, auth.Hash(created.Secret), created.Token.TokenID); err != nil || stored != 1 {
+		t.Fatalf("stored by hash: %d %v", stored, err)
+	}
+	_, err := fixture.Call[iam.CreatedToken](e.F, e.acme.Member, "tokens.create", map[string]any{"tenantId": "acme", "name": "x", "role": "admin"})
+	fixture.Code(t, err, errs.PermissionDenied, "")
+	_, err = fixture.Call[iam.CreatedToken](e.F, e.acme.Admin, "tokens.create", map[string]any{"tenantId": "acme", "name": "x", "role": "owner"})
+	fixture.Code(t, err, errs.InvalidInput, "role")
+	_, err = fixture.Call[iam.CreatedToken](e.F, e.beta.Admin, "tokens.create", map[string]any{"tenantId": "acme", "name": "x", "role": "viewer"})
+	fixture.Code(t, err, errs.PermissionDenied, "")
+
+	_, err = iam.RevokeToken(e.Ctx, e.DB, &iam.TokenRefInput{TenantID: "beta", TokenID: created.Token.TokenID})
+	fixture.Code(t, err, errs.NotFound, "")
+	first := fixture.Must(iam.RevokeToken(e.Ctx, e.DB, &iam.TokenRefInput{TenantID: "acme", TokenID: created.Token.TokenID}))
+	again := fixture.Must(iam.RevokeToken(e.Ctx, e.DB, &iam.TokenRefInput{TenantID: "acme", TokenID: created.Token.TokenID}))
+	if first.RevokedAt == nil || again.RevokedAt == nil || !first.RevokedAt.Equal(*again.RevokedAt) {
+		t.Fatalf("revoking twice: %v then %v", first.RevokedAt, again.RevokedAt)
+	}
+	_, err = auth.Authenticate(e.Ctx, e.DB, created.Secret)
+	fixture.Code(t, err, errs.Unauthenticated, "")
+	// Listed with the revoked ones; beta lists only its own.
+	acme := fixture.Must(iam.ListTokens(e.Ctx, e.DB, &iam.ListInput{TenantID: "acme", Limit: 50}))
+	beta := fixture.Must(iam.ListTokens(e.Ctx, e.DB, &iam.ListInput{TenantID: "beta", Limit: 50}))
+	if len(acme.Items) != 4 || len(beta.Items) != 3 {
+		t.Fatalf("acme lists %d tokens, beta %d", len(acme.Items), len(beta.Items))
+	}
+	for _, tok := range beta.Items {
+		if tok.TenantID != "beta" {
+			t.Fatalf("beta lists %+v", tok)
+		}
+	}
+}
+
+// Grants replace a principal's role; revoking removes it (NOT_FOUND when
+// none); a principal of another tenant cannot be named, except by the
+// operator.
+func TestMembers(t *testing.T) {
+	e := newEnv(t)
+	viewer := e.acme.Viewer
+	b := fixture.Must(iam.Grant(e.As(e.acme.Admin), e.DB, &iam.GrantInput{TenantID: "acme", PrincipalID: viewer.ID, Role: "admin"}))
+	if b.Role != "admin" || b.PrincipalKind != "service" {
+		t.Fatalf("grant: %+v", b)
+	}
+	var n int
+	if err := e.DB.Get(&n, `SELECT count(*) FROM role_bindings WHERE principal_id = $1`, viewer.ID); err != nil || n != 1 {
+		t.Fatalf("%d bindings after a second grant, %v", n, err)
+	}
+	_, err := iam.Grant(e.As(e.acme.Admin), e.DB, &iam.GrantInput{TenantID: "acme", PrincipalID: e.beta.Member.ID, Role: "viewer"})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = fixture.Call[iam.Binding](e.F, e.acme.Admin, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.beta.Member.ID, "role": "viewer"})
+	fixture.Code(t, err, errs.NotFound, "")
+	// The operator may give beta's principal a role on acme; acme may then name it.
+	fixture.Must(fixture.Call[iam.Binding](e.F, e.Operator(), "members.grant", map[string]any{"tenantId": "acme", "principalId": e.beta.Member.ID, "role": "viewer"}))
+	fixture.Must(fixture.Call[iam.Binding](e.F, e.acme.Admin, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.beta.Member.ID, "role": "member"}))
+
+	fixture.Must(iam.RevokeMember(e.Ctx, e.DB, &iam.MemberRefInput{TenantID: "acme", PrincipalID: viewer.ID}))
+	_, err = iam.RevokeMember(e.Ctx, e.DB, &iam.MemberRefInput{TenantID: "acme", PrincipalID: viewer.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+	// Without its role the principal is refused on the tenant.
+	_, err = fixture.Call[iam.Binding](e.F, viewer, "members.list", map[string]any{"tenantId": "acme"})
+	fixture.Code(t, err, errs.PermissionDenied, "")
+	_, err = iam.RevokeMember(e.Ctx, e.DB, &iam.MemberRefInput{TenantID: "beta", PrincipalID: e.acme.Admin.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+}
+
+// Members pages: each binding once across pages of every size, the last
+// page without a cursor, counted alike by the graph's count.
+func TestMemberPages(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 4; i++ {
+		e.Principal("acme", "viewer")
+	}
+	total := fixture.Must(iam.CountBindingsByTenant(e.Ctx, e.DB, []string{"acme", "beta"}))
+	if total["acme"] != 7 || total["beta"] != 3 {
+		t.Fatalf("counts %v", total)
+	}
+	for limit := 1; limit <= 8; limit++ {
+		seen := map[string]bool{}
+		cursor, last := "", ""
+		for n := 0; ; n++ {
+			pg := fixture.Must(iam.ListMembers(e.Ctx, e.DB, &iam.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor}))
+			if len(pg.Items) > limit || n > 10 {
+				t.Fatalf("limit %d: page of %d", limit, len(pg.Items))
+			}
+			for _, b := range pg.Items {
+				if seen[b.PrincipalID] || b.PrincipalID <= last || b.TenantID != "acme" {
+					t.Fatalf("limit %d: %+v out of order or twice", limit, b)
+				}
+				seen[b.PrincipalID], last = true, b.PrincipalID
+			}
+			if pg.Cursor == nil {
+				break
+			}
+			cursor = *pg.Cursor
+		}
+		if len(seen) != 7 {
+			t.Fatalf("limit %d: %d bindings", limit, len(seen))
+		}
+	}
+}
+
+// Tokens created at once from many goroutines are all distinct principals
+// with distinct secrets.
+func TestConcurrentTokens(t *testing.T) {
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	secrets := make([]string, 12)
+	for i := range secrets {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := fixture.Call[iam.CreatedToken](e.F, e.acme.Admin, "tokens.create", map[string]any{"tenantId": "acme", "name": fmt.Sprint("t", i), "role": "viewer"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			secrets[i] = c.Secret
+		}(i)
+	}
+	wg.Wait()
+	principals := map[string]bool{}
+	for _, s := range secrets {
+		p := fixture.Must(auth.Authenticate(e.Ctx, e.DB, s))
+		principals[p.ID] = true
+	}
+	if len(principals) != len(secrets) {
+		t.Fatalf("%d principals for %d tokens", len(principals), len(secrets))
+	}
+}

@@ -1,0 +1,226 @@
+package projects_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/fixture"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+type env struct {
+	*fixture.F
+	acme, beta fixture.Tenant
+}
+
+func newEnv(t *testing.T) *env {
+	t.Parallel()
+	f := fixture.New(t)
+	return &env{F: f, acme: f.Tenant("acme"), beta: f.Tenant("beta")}
+}
+
+func (e *env) create(name string) *projects.Project {
+	e.T.Helper()
+	return fixture.Must(fixture.Call[projects.Project](e.F, e.acme.Member, "projects.create", map[string]any{"tenantId": "acme", "name": name}))
+}
+
+// The creator owns the project: it manages it while another member of the
+// tenant only reads it (unless made an owner); an admin counts as an owner.
+func TestCreatorOwnsTheProject(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	if pr.RowVersion != 1 || pr.TenantID != "acme" || pr.Description != "" {
+		t.Fatalf("created: %+v", pr)
+	}
+	_, err := fixture.Call[projects.Project](e.F, e.acme.Member, "projects.create", map[string]any{"tenantId": "acme", "name": "web"})
+	fixture.Code(t, err, errs.Conflict, "name")
+	_, err = fixture.Call[projects.Project](e.F, e.acme.Viewer, "projects.create", map[string]any{"tenantId": "acme", "name": "v"})
+	fixture.Code(t, err, errs.PermissionDenied, "")
+
+	other := e.Principal("acme", "member")
+	upd := func(p *reqctx.Principal, name string) error {
+		_, err := fixture.Call[projects.Project](e.F, p, "projects.update", map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "name": name})
+		return err
+	}
+	fixture.Code(t, upd(other, "x"), errs.PermissionDenied, "")
+	if err := upd(e.acme.Member, "web-2"); err != nil {
+		t.Fatalf("the owner: %v", err)
+	}
+	if err := upd(e.acme.Admin, "web-3"); err != nil {
+		t.Fatalf("an admin: %v", err)
+	}
+	// Made an owner, the other member manages it; a plain member relation reads only.
+	fixture.Must(fixture.Call[projects.Member](e.F, e.acme.Member, "projects.addMember",
+		map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": other.ID, "relation": "owner"}))
+	if err := upd(other, "web-4"); err != nil {
+		t.Fatalf("a new owner: %v", err)
+	}
+	fixture.Must(fixture.Call[projects.Member](e.F, e.acme.Member, "projects.addMember",
+		map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": other.ID, "relation": "member"}))
+	fixture.Code(t, upd(other, "web-5"), errs.PermissionDenied, "")
+	// Removed: the relation is gone; removing it again is NOT_FOUND.
+	fixture.Must(fixture.Call[projects.Removed](e.F, e.acme.Member, "projects.removeMember",
+		map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": other.ID}))
+	_, err = fixture.Call[projects.Removed](e.F, e.acme.Member, "projects.removeMember",
+		map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": other.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+}
+
+// Another tenant neither sees nor manages the project, and cannot be made
+// one of its members.
+func TestProjectsStayInTheirTenant(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	_, err := projects.Get(e.Ctx, e.DB, &projects.RefInput{TenantID: "beta", ProjectID: pr.ProjectID})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = fixture.Call[projects.Project](e.F, e.beta.Admin, "projects.get", map[string]any{"tenantId": "beta", "projectId": pr.ProjectID})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = fixture.Call[projects.Deleted](e.F, e.beta.Admin, "projects.delete", map[string]any{"tenantId": "beta", "projectId": pr.ProjectID})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = fixture.Call[projects.Project](e.F, e.beta.Admin, "projects.get", map[string]any{"tenantId": "acme", "projectId": pr.ProjectID})
+	fixture.Code(t, err, errs.PermissionDenied, "")
+	_, err = projects.Update(e.Ctx, e.DB, &projects.UpdateInput{TenantID: "beta", ProjectID: pr.ProjectID, Name: fixture.Ptr("x")})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = projects.Delete(e.Ctx, e.DB, &projects.RefInput{TenantID: "beta", ProjectID: pr.ProjectID})
+	fixture.Code(t, err, errs.NotFound, "")
+	// beta's principal cannot be related to acme's project.
+	_, err = fixture.Call[projects.Member](e.F, e.acme.Admin, "projects.addMember",
+		map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": e.beta.Member.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+	if l := fixture.Must(projects.List(e.Ctx, e.DB, &projects.ListInput{TenantID: "beta", Limit: 10})); len(l.Items) != 0 {
+		t.Fatalf("beta lists %d projects", len(l.Items))
+	}
+	// The graph: tenant readers and related principals read it; the zero scope nothing.
+	for _, c := range []struct {
+		scope authz.Scope
+		want  int
+	}{{authz.TenantScope("acme"), 1}, {authz.TenantScope("beta"), 0}, {authz.Scope{}, 0}} {
+		if got := fixture.Must(projects.ByIDs(e.Ctx, e.DB, c.scope, []string{pr.ProjectID})); len(got) != c.want {
+			t.Fatalf("scope %+v reads %d", c.scope, len(got))
+		}
+	}
+}
+
+func TestUpdateRules(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	e.create("db")
+	up := func(in projects.UpdateInput) (*projects.Project, error) {
+		in.TenantID, in.ProjectID = "acme", pr.ProjectID
+		return projects.Update(e.Ctx, e.DB, &in)
+	}
+	_, err := up(projects.UpdateInput{})
+	fixture.Code(t, err, errs.InvalidInput, "name")
+	_, err = up(projects.UpdateInput{Name: fixture.Ptr("db")})
+	fixture.Code(t, err, errs.Conflict, "name")
+	got := fixture.Must(up(projects.UpdateInput{Description: fixture.Ptr("the site"), ExpectedVersion: fixture.Ptr(1)}))
+	if got.Description != "the site" || got.Name != "web" || got.RowVersion != 2 {
+		t.Fatalf("updated: %+v", got)
+	}
+	_, err = up(projects.UpdateInput{Name: fixture.Ptr("x"), ExpectedVersion: fixture.Ptr(1)})
+	if fixture.Code(t, err, errs.Conflict, "").Details["rowVersion"] != 2 {
+		t.Fatalf("conflict: %v", err)
+	}
+	_, err = projects.Update(e.Ctx, e.DB, &projects.UpdateInput{TenantID: "acme", ProjectID: "prj_00000000000000000000000000", Name: fixture.Ptr("x"), ExpectedVersion: fixture.Ptr(1)})
+	fixture.Code(t, err, errs.NotFound, "")
+	// Racing writers with one expectedVersion: one wins.
+	var wg sync.WaitGroup
+	res := make([]error, 8)
+	for i := range res {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, res[i] = fixture.Call[projects.Project](e.F, e.acme.Admin, "projects.update",
+				map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "name": fmt.Sprint("n", i), "expectedVersion": 2})
+		}(i)
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range res {
+		if err == nil {
+			won++
+		} else if errs.CodeOf(err) != errs.Conflict {
+			t.Fatalf("a loser: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d won", won)
+	}
+	// Delete removes the project and its relations.
+	if d := fixture.Must(projects.Delete(e.Ctx, e.DB, &projects.RefInput{TenantID: "acme", ProjectID: pr.ProjectID})); d.Deleted != 1 {
+		t.Fatalf("deleted %d", d.Deleted)
+	}
+	var n int
+	if err := e.DB.Get(&n, `SELECT count(*) FROM project_relations WHERE project_id = $1`, pr.ProjectID); err != nil || n != 0 {
+		t.Fatalf("%d relations left, %v", n, err)
+	}
+}
+
+func TestListPages(t *testing.T) {
+	e := newEnv(t)
+	var want []string
+	for i := 0; i < 5; i++ {
+		want = append(want, e.create(fmt.Sprint("p", i)).ProjectID)
+	}
+	for i := 1; i < len(want); i++ {
+		for j := i; j > 0 && want[j] < want[j-1]; j-- {
+			want[j], want[j-1] = want[j-1], want[j]
+		}
+	}
+	for limit := 1; limit <= 6; limit++ {
+		var got []string
+		cursor := ""
+		for n := 0; ; n++ {
+			pg := fixture.Must(projects.List(e.Ctx, e.DB, &projects.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor}))
+			if len(pg.Items) > limit || n > 10 {
+				t.Fatalf("limit %d: page of %d", limit, len(pg.Items))
+			}
+			for _, p := range pg.Items {
+				got = append(got, p.ProjectID)
+			}
+			if pg.Cursor == nil {
+				break
+			}
+			cursor = *pg.Cursor
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("limit %d: %v, want %v", limit, got, want)
+		}
+	}
+	counts := fixture.Must(projects.CountByTenant(e.Ctx, e.DB, []string{"acme", "beta"}))
+	if counts["acme"] != 5 || counts["beta"] != 0 {
+		t.Fatalf("counts %v", counts)
+	}
+	members := fixture.Must(projects.ListMembers(e.Ctx, e.DB, &projects.MemberListInput{TenantID: "acme", ProjectID: want[0], Limit: 10}))
+	if len(members.Items) != 1 || members.Items[0].Relation != "owner" || members.Items[0].PrincipalID != e.acme.Member.ID {
+		t.Fatalf("members: %+v", members.Items)
+	}
+	if m := fixture.Must(projects.ListMembers(e.Ctx, e.DB, &projects.MemberListInput{TenantID: "beta", ProjectID: want[0], Limit: 10})); len(m.Items) != 0 {
+		t.Fatalf("beta reads acme's project members: %+v", m.Items)
+	}
+}
+
+// Relationships are changed only on the named tenant's projects, in the
+// domain itself as in the decision: another tenant naming acme's project
+// relates no one and removes no one (NOT_FOUND).
+func TestMembershipStaysInTheTenant(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	_, err := projects.AddMember(e.As(e.beta.Admin), e.DB, &projects.MemberInput{TenantID: "beta", ProjectID: pr.ProjectID,
+		PrincipalID: e.beta.Member.ID, Relation: "owner"})
+	fixture.Code(t, err, errs.NotFound, "")
+	_, err = projects.RemoveMember(e.As(e.beta.Admin), e.DB, &projects.MemberInput{TenantID: "beta", ProjectID: pr.ProjectID,
+		PrincipalID: e.acme.Member.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+	m := fixture.Must(projects.ListMembers(e.Ctx, e.DB, &projects.MemberListInput{TenantID: "acme", ProjectID: pr.ProjectID, Limit: 10}))
+	if len(m.Items) != 1 || m.Items[0].PrincipalID != e.acme.Member.ID || m.Items[0].Relation != "owner" {
+		t.Fatalf("acme's project's members: %+v", m.Items)
+	}
+}

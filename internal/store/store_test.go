@@ -1,0 +1,227 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func table(t *testing.T, db *store.DB) {
+	t.Helper()
+	if _, err := db.Exec(`CREATE TABLE kv (k text PRIMARY KEY, v int NOT NULL CHECK (v >= 0), ref text REFERENCES tenants (tenant_id))`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTxCommitsOrRollsBack(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	ctx := context.Background()
+	boom := errs.E(errs.Conflict, "no")
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO kv VALUES ('a', 1, NULL)`); err != nil {
+			return err
+		}
+		return boom
+	})
+	if err != boom {
+		t.Fatalf("fn's error is returned as it is: %v", err)
+	}
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { _, err := tx.Exec(`INSERT INTO kv VALUES ('b', 1, NULL)`); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := db.Select(&keys, `SELECT k FROM kv ORDER BY k`); err != nil || fmt.Sprint(keys) != "[b]" {
+		t.Fatalf("committed %v, %v", keys, err)
+	}
+}
+
+// Two transactions that lock two rows in opposite orders deadlock; the
+// database aborts one, and Tx runs its function again from the start, so
+// both commit.
+func TestTxRetriesADeadlock(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	if _, err := db.Exec(`INSERT INTO kv VALUES ('a', 0, NULL), ('b', 0, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var attempts atomic.Int32
+	var both sync.WaitGroup
+	both.Add(2)
+	var wg sync.WaitGroup
+	res := make([]error, 2)
+	for i, order := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		wg.Add(1)
+		go func(i int, order [2]string) {
+			defer wg.Done()
+			first := true
+			res[i] = db.Tx(context.Background(), func(tx *sqlx.Tx) error {
+				attempts.Add(1)
+				if _, err := tx.Exec(`UPDATE kv SET v = v + 1 WHERE k = $1`, order[0]); err != nil {
+					return err
+				}
+				if first {
+					// Both hold their first row before either asks for its second.
+					first = false
+					both.Done()
+					both.Wait()
+				}
+				_, err := tx.Exec(`UPDATE kv SET v = v + 1 WHERE k = $1`, order[1])
+				return err
+			})
+		}(i, order)
+	}
+	wg.Wait()
+	for _, err := range res {
+		if err != nil {
+			t.Fatalf("a transaction failed: %v", err)
+		}
+	}
+	var sum int
+	if err := db.Get(&sum, `SELECT sum(v) FROM kv`); err != nil || sum != 4 {
+		t.Fatalf("sum %d, %v: each transaction's two updates commit once", sum, err)
+	}
+	if attempts.Load() < 3 {
+		t.Fatalf("%d attempts: no deadlock was retried", attempts.Load())
+	}
+}
+
+// Classify maps what the database says to the contract's codes.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	ctx := context.Background()
+	exec := func(q string) error { _, err := db.ExecContext(ctx, q); return err }
+	if err := exec(`INSERT INTO kv VALUES ('a', 1, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	dup := exec(`INSERT INTO kv VALUES ('a', 1, NULL)`)
+	if !store.IsUnique(dup, "") || !store.IsUnique(dup, "kv_pkey") || store.IsUnique(dup, "other") || store.IsForeignKey(dup) {
+		t.Fatalf("unique: %v", dup)
+	}
+	fk := exec(`INSERT INTO kv VALUES ('b', 1, 'nosuch')`)
+	if !store.IsForeignKey(fk) || store.IsUnique(fk, "") {
+		t.Fatalf("foreign key: %v", fk)
+	}
+	timeout := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`SET LOCAL statement_timeout = 10`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`SELECT pg_sleep(1)`)
+		return err
+	})
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []struct {
+		name string
+		err  error
+		code errs.Code
+	}{
+		{"unique", dup, errs.Conflict},
+		{"foreign key", fk, errs.NotFound},
+		{"check", exec(`INSERT INTO kv VALUES ('c', -1, NULL)`), errs.InvalidInput},
+		{"not null", exec(`INSERT INTO kv VALUES ('c', NULL, NULL)`), errs.InvalidInput},
+		{"bad text", exec(`SELECT 'x'::int`), errs.InvalidInput},
+		{"statement timeout", timeout, errs.Unavailable},
+		{"cancelled", db.QueryRowContext(cctx, `SELECT 1`).Scan(new(int)), errs.Unavailable},
+		{"a domain error", errs.E(errs.InvalidState, "x"), errs.InvalidState},
+	} {
+		got := store.Classify(c.err)
+		if got == nil || got.Code != c.code {
+			t.Fatalf("%s (%v): classified %v, want %s", c.name, c.err, got, c.code)
+		}
+	}
+	if got := store.Classify(exec(`SELECT * FROM no_such_table`)); got != nil {
+		t.Fatalf("a bug is no contract error: %v", got)
+	}
+	if store.Classify(nil) != nil || store.Wrap(nil) != nil {
+		t.Fatal("nil")
+	}
+}
+
+// A database that cannot be reached, or that ended the session, is
+// UNAVAILABLE, never INTERNAL.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := store.Open(ctx, "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	if err == nil || !store.Unreachable(err) || store.Classify(err).Code != errs.Unavailable {
+		t.Fatalf("no server on the port: %v", err)
+	}
+	db := testkit.DB(t)
+	err = db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`SELECT pg_terminate_backend(pg_backend_pid())`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`SELECT 1`)
+		return err
+	})
+	if err == nil || !store.Unreachable(err) || store.Classify(err).Code != errs.Unavailable {
+		t.Fatalf("a terminated session: %v (classified %v)", err, store.Classify(err))
+	}
+	// The pool recovers with a new session.
+	var one int
+	if err := db.Get(&one, `SELECT 1`); err != nil || one != 1 {
+		t.Fatalf("after the termination: %v", err)
+	}
+}
+
+// CountBy counts by key (keys without rows are absent: zero); EachRow reads
+// the same rows over the pool (pgx directly) and in a transaction.
+func TestCountByAndEachRow(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO kv VALUES ('a', 1, NULL), ('b', 2, NULL), ('c', 2, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := store.CountBy(ctx, db, `SELECT v::text AS k, count(*) AS n FROM kv WHERE v::text = ANY($1) GROUP BY v`, []string{"1", "2", "9"})
+	if err != nil || counts["1"] != 1 || counts["2"] != 2 || len(counts) != 2 {
+		t.Fatalf("counts %v, %v", counts, err)
+	}
+	read := func(q store.Q) string {
+		var out []string
+		err := store.EachRow(ctx, q, `SELECT k, v FROM kv WHERE v >= $1 ORDER BY k`, []any{2}, func(scan func(dest ...any) error) error {
+			var k string
+			var v int
+			if err := scan(&k, &v); err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprint(k, v))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(out)
+	}
+	var inTx string
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { inTx = read(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if pool := read(db); pool != "[b2 c2]" || inTx != pool {
+		t.Fatalf("over the pool %s, in a transaction %s", pool, inTx)
+	}
+	// A row function's error ends the read with it.
+	stop := errors.New("stop")
+	if err := store.EachRow(ctx, db, `SELECT k FROM kv`, nil, func(func(...any) error) error { return stop }); err != stop {
+		t.Fatalf("row error: %v", err)
+	}
+}
