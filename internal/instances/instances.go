@@ -5,6 +5,11 @@
 // reconciler (reconciler.go) converges each instance and every state move
 // writes an instance.* event (internal/events) in the move's transaction.
 // Decisions are made on compute-instance/{instanceId}.
+//
+// Around it: package fit is the room arithmetic (quota, capacity,
+// placement) it asks, package graphread the graph's batched reads over
+// its rows and predicates, and package runner the river client and
+// duties that run its reconciler in a replica.
 package instances
 
 import (
