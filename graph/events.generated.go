@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/workflows"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -27,7 +28,7 @@ type InstanceEventResolver interface {
 	DesiredState(ctx context.Context, obj *events.Event) (string, error)
 	StateReason(ctx context.Context, obj *events.Event) (*string, error)
 
-	Instance(ctx context.Context, obj *events.Event) (*instances.View, error)
+	Instance(ctx context.Context, obj *events.Event) (*graphread.View, error)
 }
 type SubscriptionResolver interface {
 	InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error)
@@ -35,7 +36,7 @@ type SubscriptionResolver interface {
 }
 type TenantEventResolver interface {
 	Data(ctx context.Context, obj *events.Event) (any, error)
-	Instance(ctx context.Context, obj *events.Event) (*instances.View, error)
+	Instance(ctx context.Context, obj *events.Event) (*graphread.View, error)
 	Node(ctx context.Context, obj *events.Event) (*nodes.Node, error)
 	JoinRequest(ctx context.Context, obj *events.Event) (*nodes.JoinRequest, error)
 	Workflow(ctx context.Context, obj *events.Event) (*workflows.Workflow, error)
@@ -372,8 +373,8 @@ func (ec *executionContext) _InstanceEvent_instance(ctx context.Context, field g
 			return ec.Resolvers.InstanceEvent().Instance(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
-			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *graphread.View) graphql.Marshaler {
+			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx, selections, v)
 		},
 		true,
 		false,
@@ -694,8 +695,8 @@ func (ec *executionContext) _TenantEvent_instance(ctx context.Context, field gra
 			return ec.Resolvers.TenantEvent().Instance(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
-			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *graphread.View) graphql.Marshaler {
+			return ec.marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx, selections, v)
 		},
 		true,
 		false,

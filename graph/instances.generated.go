@@ -14,6 +14,8 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/projects"
@@ -23,16 +25,16 @@ import (
 // region    ************************** generated!.gotpl **************************
 
 type InstanceResolver interface {
-	ID(ctx context.Context, obj *instances.View) (string, error)
+	ID(ctx context.Context, obj *graphread.View) (string, error)
 
-	Pool(ctx context.Context, obj *instances.View) (*pools.Pool, error)
-	Project(ctx context.Context, obj *instances.View) (*projects.Project, error)
-	Host(ctx context.Context, obj *instances.View) (*nodes.Node, error)
-	Events(ctx context.Context, obj *instances.View, first *int, after *string) (*model.InstanceEventConnection, error)
-	AuditLog(ctx context.Context, obj *instances.View, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
+	Pool(ctx context.Context, obj *graphread.View) (*pools.Pool, error)
+	Project(ctx context.Context, obj *graphread.View) (*projects.Project, error)
+	Host(ctx context.Context, obj *graphread.View) (*nodes.Node, error)
+	Events(ctx context.Context, obj *graphread.View, first *int, after *string) (*model.InstanceEventConnection, error)
+	AuditLog(ctx context.Context, obj *graphread.View, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
 }
 type PoolCapacityResolver interface {
-	ByTenant(ctx context.Context, obj *instances.PoolCapacity) ([]*model.TenantHolding, error)
+	ByTenant(ctx context.Context, obj *fit.PoolCapacity) ([]*model.TenantHolding, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -131,8 +133,8 @@ func (ec *executionContext) _CreateInstancePayload_instance(ctx context.Context,
 			return obj.Instance, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
-			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *graphread.View) graphql.Marshaler {
+			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -151,7 +153,7 @@ func (ec *executionContext) fieldContext_CreateInstancePayload_instance(_ contex
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_id(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_id(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -174,7 +176,7 @@ func (ec *executionContext) fieldContext_Instance_id(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Instance", field, true, true, "ID")
 }
 
-func (ec *executionContext) _Instance_instanceId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_instanceId(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.InstanceID)
 	}
@@ -200,7 +202,7 @@ func (ec *executionContext) fieldContext_Instance_instanceId(_ context.Context, 
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_tenantId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_tenantId(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.TenantID)
 	}
@@ -226,7 +228,7 @@ func (ec *executionContext) fieldContext_Instance_tenantId(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_poolId(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
@@ -252,7 +254,7 @@ func (ec *executionContext) fieldContext_Instance_poolId(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_projectId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_projectId(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.ProjectID)
 	}
@@ -278,7 +280,7 @@ func (ec *executionContext) fieldContext_Instance_projectId(_ context.Context, f
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_name(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_name(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Name)
 	}
@@ -304,7 +306,7 @@ func (ec *executionContext) fieldContext_Instance_name(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_size(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_size(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -336,7 +338,7 @@ func (ec *executionContext) fieldContext_Instance_size(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_image(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_image(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.Image)
 	}
@@ -362,7 +364,7 @@ func (ec *executionContext) fieldContext_Instance_image(_ context.Context, field
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_desiredState(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_desiredState(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInstanceDesiredState2string(ctx, field.Selections, obj.DesiredState)
 	}
@@ -388,7 +390,7 @@ func (ec *executionContext) fieldContext_Instance_desiredState(_ context.Context
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "InstanceDesiredState")
 }
 
-func (ec *executionContext) _Instance_state(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_state(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInstanceState2string(ctx, field.Selections, obj.State)
 	}
@@ -414,7 +416,7 @@ func (ec *executionContext) fieldContext_Instance_state(_ context.Context, field
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "InstanceState")
 }
 
-func (ec *executionContext) _Instance_stateReason(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_stateReason(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.StateReason)
 	}
@@ -440,7 +442,7 @@ func (ec *executionContext) fieldContext_Instance_stateReason(_ context.Context,
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_hostNodeId(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_hostNodeId(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.HostNodeID)
 	}
@@ -466,7 +468,7 @@ func (ec *executionContext) fieldContext_Instance_hostNodeId(_ context.Context, 
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "String")
 }
 
-func (ec *executionContext) _Instance_rebootGeneration(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_rebootGeneration(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RebootGeneration)
 	}
@@ -492,7 +494,7 @@ func (ec *executionContext) fieldContext_Instance_rebootGeneration(_ context.Con
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Instance_rowVersion(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_rowVersion(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.RowVersion)
 	}
@@ -518,7 +520,7 @@ func (ec *executionContext) fieldContext_Instance_rowVersion(_ context.Context, 
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Instance_createdAt(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_createdAt(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -541,7 +543,7 @@ func (ec *executionContext) fieldContext_Instance_createdAt(_ context.Context, f
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Instance_updatedAt(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_updatedAt(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -564,7 +566,7 @@ func (ec *executionContext) fieldContext_Instance_updatedAt(_ context.Context, f
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Instance_deletedAt(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_deletedAt(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalOTime2ᚖtimeᚐTime(ctx, field.Selections, obj.DeletedAt)
 	}
@@ -590,7 +592,7 @@ func (ec *executionContext) fieldContext_Instance_deletedAt(_ context.Context, f
 	return graphql.NewScalarFieldContext("Instance", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Instance_pool(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_pool(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -622,7 +624,7 @@ func (ec *executionContext) fieldContext_Instance_pool(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_project(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_project(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -654,7 +656,7 @@ func (ec *executionContext) fieldContext_Instance_project(_ context.Context, fie
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_host(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_host(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -686,7 +688,7 @@ func (ec *executionContext) fieldContext_Instance_host(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_events(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_events(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -730,7 +732,7 @@ func (ec *executionContext) fieldContext_Instance_events(ctx context.Context, fi
 	return fc, nil
 }
 
-func (ec *executionContext) _Instance_auditLog(ctx context.Context, field graphql.CollectedField, obj *instances.View) (ret graphql.Marshaler) {
+func (ec *executionContext) _Instance_auditLog(ctx context.Context, field graphql.CollectedField, obj *graphread.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -902,8 +904,8 @@ func (ec *executionContext) _InstanceEdge_node(ctx context.Context, field graphq
 			return obj.Node, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
-			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *graphread.View) graphql.Marshaler {
+			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1082,8 +1084,8 @@ func (ec *executionContext) _InstancePayload_instance(ctx context.Context, field
 			return obj.Instance, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.View) graphql.Marshaler {
-			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *graphread.View) graphql.Marshaler {
+			return ec.marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1206,7 +1208,7 @@ func (ec *executionContext) fieldContext_InstanceSize_gpuProfile(_ context.Conte
 	return graphql.NewScalarFieldContext("InstanceSize", field, false, false, "String")
 }
 
-func (ec *executionContext) _PoolCapacity_poolId(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_poolId(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
 	}
@@ -1232,7 +1234,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_poolId(_ context.Context, 
 	return graphql.NewScalarFieldContext("PoolCapacity", field, false, false, "String")
 }
 
-func (ec *executionContext) _PoolCapacity_bounded(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_bounded(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNBoolean2bool(ctx, field.Selections, obj.Bounded)
 	}
@@ -1258,7 +1260,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_bounded(_ context.Context,
 	return graphql.NewScalarFieldContext("PoolCapacity", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _PoolCapacity_total(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_total(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1270,8 +1272,8 @@ func (ec *executionContext) _PoolCapacity_total(ctx context.Context, field graph
 			return obj.Total, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.Resources) graphql.Marshaler {
-			return ec.marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *fit.Resources) graphql.Marshaler {
+			return ec.marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		false,
@@ -1290,7 +1292,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_total(_ context.Context, f
 	return fc, nil
 }
 
-func (ec *executionContext) _PoolCapacity_allocated(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_allocated(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1302,8 +1304,8 @@ func (ec *executionContext) _PoolCapacity_allocated(ctx context.Context, field g
 			return obj.Allocated, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v instances.Resources) graphql.Marshaler {
-			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v fit.Resources) graphql.Marshaler {
+			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1322,7 +1324,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_allocated(_ context.Contex
 	return fc, nil
 }
 
-func (ec *executionContext) _PoolCapacity_reserved(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_reserved(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1334,8 +1336,8 @@ func (ec *executionContext) _PoolCapacity_reserved(ctx context.Context, field gr
 			return obj.Reserved, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v instances.Resources) graphql.Marshaler {
-			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v fit.Resources) graphql.Marshaler {
+			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1354,7 +1356,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_reserved(_ context.Context
 	return fc, nil
 }
 
-func (ec *executionContext) _PoolCapacity_free(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_free(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1366,8 +1368,8 @@ func (ec *executionContext) _PoolCapacity_free(ctx context.Context, field graphq
 			return obj.Free, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.Resources) graphql.Marshaler {
-			return ec.marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *fit.Resources) graphql.Marshaler {
+			return ec.marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		false,
@@ -1386,7 +1388,7 @@ func (ec *executionContext) fieldContext_PoolCapacity_free(_ context.Context, fi
 	return fc, nil
 }
 
-func (ec *executionContext) _PoolCapacity_byTenant(ctx context.Context, field graphql.CollectedField, obj *instances.PoolCapacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _PoolCapacity_byTenant(ctx context.Context, field graphql.CollectedField, obj *fit.PoolCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1508,8 +1510,8 @@ func (ec *executionContext) _Reservation_size(ctx context.Context, field graphql
 			return obj.Size, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v instances.Resources) graphql.Marshaler {
-			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v fit.Resources) graphql.Marshaler {
+			return ec.marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1878,7 +1880,7 @@ func (ec *executionContext) fieldContext_ReservationPayload_reservation(_ contex
 	return fc, nil
 }
 
-func (ec *executionContext) _ResourceAmounts_gpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+func (ec *executionContext) _ResourceAmounts_gpus(ctx context.Context, field graphql.CollectedField, obj *fit.Resources) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.GPUs)
 	}
@@ -1904,7 +1906,7 @@ func (ec *executionContext) fieldContext_ResourceAmounts_gpus(_ context.Context,
 	return graphql.NewScalarFieldContext("ResourceAmounts", field, false, false, "Int")
 }
 
-func (ec *executionContext) _ResourceAmounts_vcpus(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+func (ec *executionContext) _ResourceAmounts_vcpus(ctx context.Context, field graphql.CollectedField, obj *fit.Resources) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.VCPUs)
 	}
@@ -1930,7 +1932,7 @@ func (ec *executionContext) fieldContext_ResourceAmounts_vcpus(_ context.Context
 	return graphql.NewScalarFieldContext("ResourceAmounts", field, false, false, "Int")
 }
 
-func (ec *executionContext) _ResourceAmounts_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *instances.Resources) (ret graphql.Marshaler) {
+func (ec *executionContext) _ResourceAmounts_memoryGiB(ctx context.Context, field graphql.CollectedField, obj *fit.Resources) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNInt2int(ctx, field.Selections, obj.MemoryGiB)
 	}
@@ -1994,8 +1996,8 @@ func (ec *executionContext) _TenantHolding_held(ctx context.Context, field graph
 			return obj.Held, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.Resources) graphql.Marshaler {
-			return ec.marshalNResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *fit.Resources) graphql.Marshaler {
+			return ec.marshalNResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2454,7 +2456,7 @@ func (ec *executionContext) _CreateInstancePayload(ctx context.Context, sel ast.
 
 var instanceImplementors = []string{"Instance", "Node"}
 
-func (ec *executionContext) _Instance(ctx context.Context, sel ast.SelectionSet, obj *instances.View) graphql.Marshaler {
+func (ec *executionContext) _Instance(ctx context.Context, sel ast.SelectionSet, obj *graphread.View) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, instanceImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2848,7 +2850,7 @@ func (ec *executionContext) _InstanceSize(ctx context.Context, sel ast.Selection
 
 var poolCapacityImplementors = []string{"PoolCapacity"}
 
-func (ec *executionContext) _PoolCapacity(ctx context.Context, sel ast.SelectionSet, obj *instances.PoolCapacity) graphql.Marshaler {
+func (ec *executionContext) _PoolCapacity(ctx context.Context, sel ast.SelectionSet, obj *fit.PoolCapacity) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolCapacityImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -3114,7 +3116,7 @@ func (ec *executionContext) _ReservationPayload(ctx context.Context, sel ast.Sel
 
 var resourceAmountsImplementors = []string{"ResourceAmounts"}
 
-func (ec *executionContext) _ResourceAmounts(ctx context.Context, sel ast.SelectionSet, obj *instances.Resources) graphql.Marshaler {
+func (ec *executionContext) _ResourceAmounts(ctx context.Context, sel ast.SelectionSet, obj *fit.Resources) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, resourceAmountsImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -3227,7 +3229,7 @@ func (ec *executionContext) unmarshalNCreateReservationInput2githubᚗcomᚋbett
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx context.Context, sel ast.SelectionSet, v *instances.View) graphql.Marshaler {
+func (ec *executionContext) marshalNInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx context.Context, sel ast.SelectionSet, v *graphread.View) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Instance!")
 		return graphql.Null
@@ -3462,11 +3464,11 @@ var (
 	}
 )
 
-func (ec *executionContext) marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx context.Context, sel ast.SelectionSet, v instances.Resources) graphql.Marshaler {
+func (ec *executionContext) marshalNResourceAmounts2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx context.Context, sel ast.SelectionSet, v fit.Resources) graphql.Marshaler {
 	return ec._ResourceAmounts(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx context.Context, sel ast.SelectionSet, v *instances.Resources) graphql.Marshaler {
+func (ec *executionContext) marshalNResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx context.Context, sel ast.SelectionSet, v *fit.Resources) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ResourceAmounts!")
 		return graphql.Null
@@ -3487,7 +3489,7 @@ func (ec *executionContext) marshalNTenantHolding2ᚖgithubᚗcomᚋbettercomput
 	return ec._TenantHolding(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐView(ctx context.Context, sel ast.SelectionSet, v *instances.View) graphql.Marshaler {
+func (ec *executionContext) marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx context.Context, sel ast.SelectionSet, v *graphread.View) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -3570,7 +3572,7 @@ var (
 	}
 )
 
-func (ec *executionContext) marshalOPoolCapacity2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐPoolCapacity(ctx context.Context, sel ast.SelectionSet, v *instances.PoolCapacity) graphql.Marshaler {
+func (ec *executionContext) marshalOPoolCapacity2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐPoolCapacity(ctx context.Context, sel ast.SelectionSet, v *fit.PoolCapacity) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -3618,7 +3620,7 @@ var (
 	}
 )
 
-func (ec *executionContext) marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐResources(ctx context.Context, sel ast.SelectionSet, v *instances.Resources) graphql.Marshaler {
+func (ec *executionContext) marshalOResourceAmounts2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐResources(ctx context.Context, sel ast.SelectionSet, v *fit.Resources) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

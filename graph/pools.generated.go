@@ -12,7 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/gqlscalar"
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -28,7 +28,7 @@ type PoolResolver interface {
 	AuditLog(ctx context.Context, obj *pools.Pool, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
 	Instances(ctx context.Context, obj *pools.Pool, first *int, after *string, projectID *string, state *string) (*model.InstanceConnection, error)
 	Reservations(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.ReservationConnection, error)
-	Capacity(ctx context.Context, obj *pools.Pool) (*instances.PoolCapacity, error)
+	Capacity(ctx context.Context, obj *pools.Pool) (*fit.PoolCapacity, error)
 	Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error)
 	JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error)
 }
@@ -825,8 +825,8 @@ func (ec *executionContext) _Pool_capacity(ctx context.Context, field graphql.Co
 			return ec.Resolvers.Pool().Capacity(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *instances.PoolCapacity) graphql.Marshaler {
-			return ec.marshalOPoolCapacity2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐPoolCapacity(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *fit.PoolCapacity) graphql.Marshaler {
+			return ec.marshalOPoolCapacity2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋfitᚐPoolCapacity(ctx, selections, v)
 		},
 		true,
 		false,

@@ -15,7 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/iam"
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -2742,9 +2742,9 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._InventorySnapshot(ctx, sel, obj)
-	case instances.View:
+	case graphread.View:
 		return ec._Instance(ctx, sel, &obj)
-	case *instances.View:
+	case *graphread.View:
 		if obj == nil {
 			return graphql.Null
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -22,7 +22,7 @@ func (r *computeNodeResolver) AuditLog(ctx context.Context, obj *nodes.Node, fir
 }
 
 // AuditLog is the resolver for the auditLog field.
-func (r *instanceResolver) AuditLog(ctx context.Context, obj *instances.View, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
+func (r *instanceResolver) AuditLog(ctx context.Context, obj *graphread.View, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
 	return auditConn(ctx, auditLoaders(ctx).Instance, obj.InstanceID, nil, principalID, method, since, until, first, after)
 }
 

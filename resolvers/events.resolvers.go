@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/feed"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/workflows"
@@ -46,7 +47,7 @@ func (r *instanceEventResolver) StateReason(ctx context.Context, obj *events.Eve
 }
 
 // Instance is the resolver for the instance field.
-func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
+func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event) (*graphread.View, error) {
 	return loadInstance(ctx, obj.EventID, obj.ResourceID)
 }
 
@@ -78,7 +79,7 @@ func (r *tenantEventResolver) Data(ctx context.Context, obj *events.Event) (any,
 }
 
 // Instance is the resolver for the instance field.
-func (r *tenantEventResolver) Instance(ctx context.Context, obj *events.Event) (*instances.View, error) {
+func (r *tenantEventResolver) Instance(ctx context.Context, obj *events.Event) (*graphread.View, error) {
 	if obj.ResourceType != events.ResInstance {
 		return nil, nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/page"
 )
@@ -21,7 +22,7 @@ type scopedLoader[T any] = *loaders.L[loaders.PageKey, *page.Conn[T]]
 // scopedPage reads one parent's filtered page, asking for the same page of
 // every sibling parent at once.
 func scopedPage[T any](ctx context.Context, ld scopedLoader[T], parent string, poolID, projectID, state *string, first *int, after *string) (*page.Conn[T], error) {
-	s, err := instances.NewScope(parent, poolID, projectID, state)
+	s, err := graphread.NewScope(parent, poolID, projectID, state)
 	if err != nil {
 		return nil, err
 	}
@@ -33,13 +34,13 @@ func scopedPage[T any](ctx context.Context, ld scopedLoader[T], parent string, p
 	return ld.Load(ctx, loaders.PageKey{Parent: s.Key(), First: n, After: k})()
 }
 
-func instanceConn(ctx context.Context, ld scopedLoader[instances.View], parent string, poolID, projectID, state *string, first *int, after *string) (*model.InstanceConnection, error) {
+func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent string, poolID, projectID, state *string, first *int, after *string) (*model.InstanceConnection, error) {
 	c, err := scopedPage(ctx, ld, parent, poolID, projectID, state, first, after)
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(ctx, c, func(v *instances.View) string { return v.InstanceID },
-		func(cur string, v *instances.View) *model.InstanceEdge {
+	edges, info, total := connection(ctx, c, func(v *graphread.View) string { return v.InstanceID },
+		func(cur string, v *graphread.View) *model.InstanceEdge {
 			return &model.InstanceEdge{Cursor: cur, Node: v}
 		})
 	return &model.InstanceConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
@@ -68,7 +69,7 @@ func changeInput(in model.ChangeInstanceInput) *instances.ChangeInput {
 // the method's answer (the instance as the change left it, before the
 // reconciler moves it on), with the links the loader says the caller may
 // follow.
-func changeInstance[In any](ctx context.Context, r *mutationResolver, method string, in *In) (*instances.View, error) {
+func changeInstance[In any](ctx context.Context, r *mutationResolver, method string, in *In) (*graphread.View, error) {
 	i, err := call[instances.Instance](ctx, r.Resolver, method, in)
 	if err != nil {
 		return nil, err
@@ -80,14 +81,14 @@ func changeInstance[In any](ctx context.Context, r *mutationResolver, method str
 	if v == nil {
 		// A caller that may manage it but no longer reads it (a role
 		// revoked in between): no links.
-		return &instances.View{Instance: *i}, nil
+		return &graphread.View{Instance: *i}, nil
 	}
 	out := *v
 	out.Instance = *i
 	return &out, nil
 }
 
-func instancePayload(v *instances.View, err error) (*model.InstancePayload, error) {
+func instancePayload(v *graphread.View, err error) (*model.InstancePayload, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func instancePayload(v *instances.View, err error) (*model.InstancePayload, erro
 // loadInstance reads an instance through the request's loader; in a
 // subscription, past its cache (the loaders live as long as the
 // subscription, and each event shows the instance as it is then).
-func loadInstance(ctx context.Context, eventID, id string) (*instances.View, error) {
+func loadInstance(ctx context.Context, eventID, id string) (*graphread.View, error) {
 	l := loaders.From(ctx)
 	if oc := graphql.GetOperationContext(ctx); oc != nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 		return l.LoadInstanceFresh(ctx, id)

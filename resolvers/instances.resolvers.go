@@ -14,6 +14,8 @@ import (
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -23,12 +25,12 @@ import (
 )
 
 // ID is the resolver for the id field.
-func (r *instanceResolver) ID(ctx context.Context, obj *instances.View) (string, error) {
+func (r *instanceResolver) ID(ctx context.Context, obj *graphread.View) (string, error) {
 	return relay.ID("Instance", obj.InstanceID), nil
 }
 
 // Pool is the resolver for the pool field.
-func (r *instanceResolver) Pool(ctx context.Context, obj *instances.View) (*pools.Pool, error) {
+func (r *instanceResolver) Pool(ctx context.Context, obj *graphread.View) (*pools.Pool, error) {
 	if !obj.PoolVisible {
 		return nil, nil
 	}
@@ -38,7 +40,7 @@ func (r *instanceResolver) Pool(ctx context.Context, obj *instances.View) (*pool
 }
 
 // Project is the resolver for the project field.
-func (r *instanceResolver) Project(ctx context.Context, obj *instances.View) (*projects.Project, error) {
+func (r *instanceResolver) Project(ctx context.Context, obj *graphread.View) (*projects.Project, error) {
 	if obj.ProjectID == nil {
 		return nil, nil
 	}
@@ -48,7 +50,7 @@ func (r *instanceResolver) Project(ctx context.Context, obj *instances.View) (*p
 }
 
 // Host is the resolver for the host field.
-func (r *instanceResolver) Host(ctx context.Context, obj *instances.View) (*nodes.Node, error) {
+func (r *instanceResolver) Host(ctx context.Context, obj *graphread.View) (*nodes.Node, error) {
 	if !obj.HostVisible || obj.HostNodeID == nil {
 		return nil, nil
 	}
@@ -58,7 +60,7 @@ func (r *instanceResolver) Host(ctx context.Context, obj *instances.View) (*node
 }
 
 // Events is the resolver for the events field.
-func (r *instanceResolver) Events(ctx context.Context, obj *instances.View, first *int, after *string) (*model.InstanceEventConnection, error) {
+func (r *instanceResolver) Events(ctx context.Context, obj *graphread.View, first *int, after *string) (*model.InstanceEventConnection, error) {
 	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Instances.Events, obj.InstanceID, first, after,
 		func(e *events.Event) string { return e.EventID },
 		func(cur string, e *events.Event) *model.InstanceEventEdge {
@@ -113,7 +115,7 @@ func (r *mutationResolver) CreateReservation(ctx context.Context, input model.Cr
 	in := &instances.ReservationCreateInput{TenantID: input.TenantID, PoolID: input.PoolID,
 		StartsAt: input.StartsAt.Format(time.RFC3339Nano), EndsAt: input.EndsAt.Format(time.RFC3339Nano)}
 	if input.Size != nil {
-		in.Size = instances.Resources{GPUs: input.Size.Gpus, VCPUs: input.Size.Vcpus, MemoryGiB: input.Size.MemoryGiB}
+		in.Size = fit.Resources{GPUs: input.Size.Gpus, VCPUs: input.Size.Vcpus, MemoryGiB: input.Size.MemoryGiB}
 	}
 	res, err := call[instances.Reservation](ctx, r.Resolver, "reservations.create", in)
 	if err != nil {
@@ -143,14 +145,14 @@ func (r *poolResolver) Reservations(ctx context.Context, obj *pools.Pool, first 
 }
 
 // Capacity is the resolver for the capacity field.
-func (r *poolResolver) Capacity(ctx context.Context, obj *pools.Pool) (*instances.PoolCapacity, error) {
+func (r *poolResolver) Capacity(ctx context.Context, obj *pools.Pool) (*fit.PoolCapacity, error) {
 	l := loaders.From(ctx)
 	l.PrefetchCapacity(ctx, obj.PoolID)
 	return l.Instances.Capacity.Load(ctx, obj.PoolID)()
 }
 
 // ByTenant is the resolver for the byTenant field.
-func (r *poolCapacityResolver) ByTenant(ctx context.Context, obj *instances.PoolCapacity) ([]*model.TenantHolding, error) {
+func (r *poolCapacityResolver) ByTenant(ctx context.Context, obj *fit.PoolCapacity) ([]*model.TenantHolding, error) {
 	if obj.ByTenant == nil {
 		return nil, nil
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/computed/internal/cluster"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/runner"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/ratelimit"
@@ -82,11 +83,11 @@ type Main struct {
 	// ClientAddr trusts COMPUTE_TRUSTED_PROXIES' forwarding header.
 	ClientAddr clientaddr.Resolver
 	// Instances configures the vps.instances reconciler.
-	Instances instances.Config
+	Instances runner.Config
 
 	pg   *pgembed.Server
 	db   *store.DB
-	inst *instances.Service
+	inst *runner.Runner
 }
 
 func env(name, def string) string {
@@ -243,7 +244,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { defer close(maintDone); maint.Run(mctx) }()
 	defer func() { stopMaint(); <-maintDone }() // it gives the lease up before the pool closes
 	m.Instances.Maintainer, m.Instances.ProviderConns = maint, budget.Provider
-	inst, err := instances.NewService(database, m.Log, m.Instances)
+	inst, err := runner.New(database, m.Log, m.Instances)
 	if err != nil {
 		return fmt.Errorf("instances: %w", err)
 	}
@@ -251,7 +252,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := inst.Run(ctx); err != nil {
 		return fmt.Errorf("instance reconciler: %w", err)
 	}
-	reg := app.Registry(database, m.Log, metrics, inst)
+	reg := app.Registry(database, m.Log, metrics, inst.Service())
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
 		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
 	hs := &http.Server{

@@ -9,6 +9,8 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
@@ -89,7 +91,7 @@ type CreateInstanceInput struct {
 }
 
 type CreateInstancePayload struct {
-	Instance *instances.View `json:"instance"`
+	Instance *graphread.View `json:"instance"`
 }
 
 type CreateJoinTokenInput struct {
@@ -163,7 +165,7 @@ type InstanceConnection struct {
 
 type InstanceEdge struct {
 	Cursor string          `json:"cursor"`
-	Node   *instances.View `json:"node"`
+	Node   *graphread.View `json:"node"`
 }
 
 type InstanceEventConnection struct {
@@ -178,7 +180,7 @@ type InstanceEventEdge struct {
 }
 
 type InstancePayload struct {
-	Instance *instances.View `json:"instance"`
+	Instance *graphread.View `json:"instance"`
 }
 
 type InstanceSizeInput struct {
@@ -360,7 +362,7 @@ type TenantEdge struct {
 type TenantHolding struct {
 	TenantID string `json:"tenantId"`
 	// The larger of what the tenant's instances hold and what its active reservations hold.
-	Held *instances.Resources `json:"held"`
+	Held *fit.Resources `json:"held"`
 }
 
 type TokenConnection struct {

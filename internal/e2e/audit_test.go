@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/audit"
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/runner"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
@@ -411,7 +411,7 @@ func TestAuditAppendOnly(t *testing.T) {
 // records its deletion in the platform's trail; younger records stay.
 func TestAuditRetention(t *testing.T) {
 	t.Parallel()
-	e := testkit.StartWith(t, testkit.Options{Instances: instances.Config{AuditRetention: 30 * 24 * time.Hour}})
+	e := testkit.StartWith(t, testkit.Options{Instances: runner.Config{AuditRetention: 30 * 24 * time.Hour}})
 	acme := newTenant(t, e, "acme")
 	ctx := t.Context()
 	// Records from long ago (as a replica running for a year would have).

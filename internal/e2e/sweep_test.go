@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/runner"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -30,7 +30,7 @@ func TestSweepDoesNotReadTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	var raw string
-	if err := e.DB.QueryRow(`EXPLAIN (ANALYZE, FORMAT JSON) `+instances.SweepSQL, time.Now().Add(-time.Minute)).Scan(&raw); err != nil {
+	if err := e.DB.QueryRow(`EXPLAIN (ANALYZE, FORMAT JSON) `+runner.SweepSQL, time.Now().Add(-time.Minute)).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct{ Plan map[string]any }

@@ -2,39 +2,20 @@ package instances
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/store"
 )
 
-// unbounded stands for a capacity the pool does not limit.
-const unbounded = math.MaxInt32
+// DefaultTime is the time slices per GPU of a time-sliced pool whose
+// policy names none.
+const DefaultTime = 4
 
-// providerTotal is a vps-provider pool's capacity from its policy's
-// capacity object (gpus, vcpus, memoryGiB); bounded is false when it names
-// none (the provider decides alone).
-func providerTotal(policy string) (total Resources, bounded bool) {
-	var d struct {
-		Capacity struct {
-			GPUs      int `json:"gpus"`
-			VCPUs     int `json:"vcpus"`
-			MemoryGiB int `json:"memoryGiB"`
-		} `json:"capacity"`
-	}
-	_ = json.Unmarshal([]byte(policy), &d)
-	c := d.Capacity
-	bounded = c.GPUs > 0 || c.VCPUs > 0 || c.MemoryGiB > 0
-	orMax := func(v int) int {
-		if v <= 0 {
-			return unbounded
-		}
-		return v
-	}
-	return Resources{orMax(c.GPUs), orMax(c.VCPUs), orMax(c.MemoryGiB)}, bounded
-}
+// PolicySlices is the time slices per GPU a pool's policy sets (the
+// capacity of a time-sliced pool counts them).
+func PolicySlices(policy string) int { return parsePolicy(policy).Slices }
 
 type tenantRes struct {
 	TenantID  string `db:"tenant_id"`
@@ -43,45 +24,47 @@ type tenantRes struct {
 	MemoryGiB int    `db:"memory_gib"`
 }
 
-func byTenant(rows []tenantRes) map[string]Resources {
-	out := map[string]Resources{}
+func byTenant(rows []tenantRes) map[string]fit.Resources {
+	out := map[string]fit.Resources{}
 	for _, r := range rows {
-		out[r.TenantID] = out[r.TenantID].Add(Resources{r.GPUs, r.VCPUs, r.MemoryGiB})
+		out[r.TenantID] = out[r.TenantID].Add(fit.Resources{GPUs: r.GPUs, VCPUs: r.VCPUs, MemoryGiB: r.MemoryGiB})
 	}
 	return out
 }
 
-// holdsRoom says which rows of instances hold room in their pool: every
+// HoldsRoom says which rows of instances hold room in their pool: every
 // placed or created one until it is deleted, except a failed one whose host
 // was removed (its VM went with the host, and its devices were freed).
-const holdsRoom = `instances.state NOT IN ('pending', 'deleted')
+const HoldsRoom = `instances.state NOT IN ('pending', 'deleted')
 	AND NOT (instances.state = 'failed' AND EXISTS (SELECT 1 FROM nodes hn WHERE hn.node_id = instances.host_node_id AND hn.state = 'removed'))`
 
 // allocated sums what each tenant's placed instances hold in a pool
 // (except one instance, the one being placed).
-func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]Resources, error) {
+func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]fit.Resources, error) {
 	var rows []tenantRes
 	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
-		FROM instances WHERE pool_id = $1 AND `+holdsRoom+` AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
+		FROM instances WHERE pool_id = $1 AND `+HoldsRoom+` AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
 	return byTenant(rows), store.Wrap(err)
 }
 
 // reservedNow sums each tenant's reservations active now in a pool.
-func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]Resources, error) {
+func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]fit.Resources, error) {
 	var rows []tenantRes
 	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
 		FROM reservations WHERE pool_id = $1 AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id`, poolID)
 	return byTenant(rows), store.Wrap(err)
 }
 
-func sizeOf(i *Instance) Resources { return Resources{i.GPUs, i.VCPUs, i.MemoryGiB} }
+func sizeOf(i *Instance) fit.Resources {
+	return fit.Resources{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}
+}
 
 // providerRoom decides whether a pending instance of a provider pool may be
 // created now: within the pool's capacity (when its policy sets one) less
 // what other tenants hold or have reserved. The pool row is locked so that
 // placements and reservations of the pool are decided one at a time.
 func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *poolRow) (bool, string, error) {
-	total, bounded := providerTotal(p.Policy)
+	total, bounded := fit.ProviderTotal(p.Policy)
 	if !bounded {
 		_, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR SHARE`, p.PoolID)
 		return true, "", store.Wrap(err)
@@ -97,7 +80,7 @@ func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *p
 	if err != nil {
 		return false, "", err
 	}
-	if !FreeFor(i.TenantID, total, alloc, res).Fits(sizeOf(i)) {
+	if !fit.FreeFor(i.TenantID, total, alloc, res).Fits(sizeOf(i)) {
 		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
 	}
 	return true, "", nil
@@ -112,7 +95,7 @@ type hostRow struct {
 // hosts loads a hosted pool's ready hosts with what they hold (except one
 // instance), share-locking the nodes so none is cordoned or removed until
 // the placement commits.
-func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error) {
+func hosts(ctx context.Context, q store.Q, poolID, except string) ([]fit.Host, error) {
 	var rows []hostRow
 	if err := q.SelectContext(ctx, &rows, `SELECT n.node_id, s.sections::text AS sections FROM nodes n
 		JOIN inventory_snapshots s ON s.snapshot_id = n.latest_snapshot_id
@@ -142,7 +125,7 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		WHERE host_node_id = ANY($1) AND state <> 'deleted' AND instance_id <> $2 GROUP BY host_node_id`, nodeIDs, except); err != nil {
 		return nil, store.Wrap(err)
 	}
-	out := make([]Host, 0, len(rows))
+	out := make([]fit.Host, 0, len(rows))
 	idx := map[string]int{}
 	for _, r := range rows {
 		sec, err := inventory.Parse([]byte(r.Sections))
@@ -150,7 +133,7 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 			return nil, fmt.Errorf("host %s inventory: %w", r.NodeID, err)
 		}
 		idx[r.NodeID] = len(out)
-		out = append(out, hostOf(r.NodeID, sec, nil, 0, 0))
+		out = append(out, fit.HostOf(r.NodeID, sec, nil, 0, 0))
 	}
 	for _, t := range taken {
 		out[idx[t.NodeID]].Taken[t.DeviceID] = true
@@ -159,37 +142,6 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]Host, error
 		out[idx[u.NodeID]].UsedVCPUs, out[idx[u.NodeID]].UsedMemoryGiB = u.VCPUs, u.MemoryGiB
 	}
 	return out, nil
-}
-
-// hostOf is a host's room from its inventory, with the devices and the
-// vCPUs and memory its instances hold.
-func hostOf(nodeID string, sec *inventory.Sections, taken []string, vcpus, memGiB int) Host {
-	h := Host{NodeID: nodeID, GPUs: sec.GPUs, Taken: map[string]bool{}, UsedVCPUs: vcpus, UsedMemoryGiB: memGiB}
-	if sec.CPU != nil {
-		switch {
-		case sec.CPU.Threads != nil:
-			h.VCPUs = *sec.CPU.Threads
-		case sec.CPU.Cores != nil:
-			h.VCPUs = *sec.CPU.Cores
-		}
-	}
-	if sec.Memory != nil && sec.Memory.TotalBytes != nil {
-		h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
-	}
-	for _, d := range taken {
-		h.Taken[d] = true
-	}
-	return h
-}
-
-// hostedTotal is a hosted pool's capacity: its ready hosts' devices, vCPUs
-// and memory.
-func hostedTotal(mode string, slices int, hs []Host) Resources {
-	var t Resources
-	for _, h := range hs {
-		t = t.Add(HostTotal(mode, slices, h))
-	}
-	return t
 }
 
 // placeHosted places a pending instance of a hosted pool on a host: the
@@ -220,10 +172,10 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	if err != nil {
 		return false, "", err
 	}
-	if !FreeFor(i.TenantID, hostedTotal(p.SharingMode, pol.Slices, hs), alloc, res).Fits(sizeOf(i)) {
+	if !fit.FreeFor(i.TenantID, fit.HostedTotal(p.SharingMode, pol.Slices, hs), alloc, res).Fits(sizeOf(i)) {
 		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
 	}
-	node, devs, reason := Place(p.SharingMode, pol.Slices, hs, i.Size)
+	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))
 	if node == "" {
 		return false, reason, nil
 	}
@@ -242,27 +194,13 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	return true, "", nil
 }
 
-// PoolCapacity is a pool's room: total (nil when unbounded), what
-// instances hold, what reservations hold beyond that now, and what is free.
-type PoolCapacity struct {
-	PoolID    string     `json:"poolId"`
-	Bounded   bool       `json:"bounded"`
-	Total     *Resources `json:"total"`
-	Allocated Resources  `json:"allocated"`
-	Reserved  Resources  `json:"reserved"`
-	Free      *Resources `json:"free"`
-	// ByTenant is what each tenant holds (numbers only): only for the
-	// pool's owner.
-	ByTenant map[string]Resources `json:"byTenant,omitempty"`
-}
-
 // Capacity computes a pool's room (the caller has decided visibility).
-func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolCapacity, error) {
+func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*fit.PoolCapacity, error) {
 	var p poolRow
 	if err := q.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false WHERE p.pool_id = $1`, poolID); err != nil {
 		return nil, store.Wrap(err)
 	}
-	var total Resources
+	var total fit.Resources
 	bounded := true
 	switch p.Kind {
 	case "vps-hosted":
@@ -270,9 +208,9 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 		if err != nil {
 			return nil, err
 		}
-		total = hostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
+		total = fit.HostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
 	case "vps-provider":
-		total, bounded = providerTotal(p.Policy)
+		total, bounded = fit.ProviderTotal(p.Policy)
 	}
 	alloc, err := allocated(ctx, q, poolID, "")
 	if err != nil {
@@ -282,33 +220,5 @@ func Capacity(ctx context.Context, q store.Q, poolID string, owner bool) (*PoolC
 	if err != nil {
 		return nil, err
 	}
-	return capacityOf(poolID, total, bounded, alloc, res, owner), nil
-}
-
-// capacityOf is the capacity arithmetic of one pool: what each tenant holds
-// is the larger of its allocation and its active reservations.
-func capacityOf(poolID string, total Resources, bounded bool, alloc, res map[string]Resources, owner bool) *PoolCapacity {
-	c := &PoolCapacity{PoolID: poolID, Bounded: bounded}
-	held := map[string]Resources{}
-	for t, a := range alloc {
-		c.Allocated = c.Allocated.Add(a)
-		held[t] = Held(a, res[t])
-	}
-	for t, r := range res {
-		c.Reserved = c.Reserved.Add(Held(alloc[t], r).Sub(alloc[t]))
-		if _, ok := held[t]; !ok {
-			held[t] = r
-		}
-	}
-	if bounded {
-		free := total
-		for _, h := range held {
-			free = free.Sub(h)
-		}
-		c.Total, c.Free = &total, &free
-	}
-	if owner {
-		c.ByTenant = held
-	}
-	return c
+	return fit.CapacityOf(poolID, total, bounded, alloc, res, owner), nil
 }

@@ -5,6 +5,11 @@
 // reconciler (reconciler.go) converges each instance and every state move
 // writes an instance.* event (internal/events) in the move's transaction.
 // Decisions are made on compute-instance/{instanceId}.
+//
+// Around it: package fit is the room arithmetic (quota, capacity,
+// placement) it asks, package graphread the graph's batched reads over
+// its rows and predicates, and package runner the river client and
+// duties that run its reconciler in a replica.
 package instances
 
 import (
@@ -23,6 +28,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -70,7 +76,9 @@ type Instance struct {
 	MemoryGiB          int            `json:"-" db:"memory_gib"`
 }
 
-func (i *Instance) fix() *Instance {
+// Normalize finishes an instance read from its row: Size from the size
+// columns, times in UTC.
+func (i *Instance) Normalize() *Instance {
 	i.Size = Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB, GPUProfile: i.GPUProfile}
 	i.CreatedAt, i.UpdatedAt = i.CreatedAt.UTC(), i.UpdatedAt.UTC()
 	i.DesiredAt, i.StateSince = i.DesiredAt.UTC(), i.StateSince.UTC()
@@ -143,7 +151,7 @@ func one(ctx context.Context, q store.Q, query string, args ...any) (*Instance, 
 	if err := q.GetContext(ctx, &i, query, args...); err != nil {
 		return nil, err
 	}
-	return i.fix(), nil
+	return i.Normalize(), nil
 }
 
 // poolRow is what instances need of a pool.
@@ -199,7 +207,7 @@ func (p *poolRow) usable() error {
 
 // checkSize applies the pool's sharing mode to a size.
 func checkSize(p *poolRow, s Size) error {
-	if p.SharingMode == MIG && p.Kind == "vps-hosted" {
+	if p.SharingMode == fit.MIG && p.Kind == "vps-hosted" {
 		if s.GPUs > 0 && s.GPUProfile == nil {
 			return errs.Invalid("size.gpuProfile", "pool %s shares GPUs as MIG devices: name the MIG profile (e.g. 1g.10gb) in size.gpuProfile", p.PoolID)
 		}
@@ -211,14 +219,14 @@ func checkSize(p *poolRow, s Size) error {
 
 // quotaUse counts an offered tenant's live instances and their GPUs in a
 // pool (deleted instances free their share).
-func quotaUse(ctx context.Context, q store.Q, tenantID, poolID string) (QuotaUse, error) {
-	var u QuotaUse
+func quotaUse(ctx context.Context, q store.Q, tenantID, poolID string) (fit.QuotaUse, error) {
+	var u fit.QuotaUse
 	err := q.GetContext(ctx, &u, `SELECT count(*) AS instances, COALESCE(sum(gpus), 0) AS gpus FROM instances
 		WHERE pool_id = $1 AND tenant_id = $2 AND state <> 'deleted'`, poolID, tenantID)
 	return u, store.Wrap(err)
 }
 
-func quotaErr(what string, quota, used QuotaUse, extra int) error {
+func quotaErr(what string, quota, used fit.QuotaUse, extra int) error {
 	return errs.E(errs.InvalidState, "the pool's offer allows %d instances and %d GPUs; %s", quota.Instances, quota.GPUs, what).
 		With("reason", "quota").With("quota", quota).With("used", used).With("requested", extra)
 }
@@ -285,7 +293,7 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 	if p.offered(in.TenantID) {
 		// The offer row is locked so that concurrent creates (and
 		// reservations) of this tenant in this pool count one at a time.
-		var quota QuotaUse
+		var quota fit.QuotaUse
 		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
 			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
 			return nil, store.Wrap(err)
@@ -294,7 +302,7 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 		if err != nil {
 			return nil, err
 		}
-		if !InstanceFitsQuota(quota, used, in.Size.GPUs) {
+		if !fit.InstanceFitsQuota(quota, used, in.Size.GPUs) {
 			return nil, quotaErr(fmt.Sprintf("the tenant has %d instances with %d GPUs and asks for %d more GPUs", used.Instances, used.GPUs, in.Size.GPUs),
 				quota, used, in.Size.GPUs)
 		}
@@ -352,7 +360,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], 
 		return nil, store.Wrap(err)
 	}
 	for i := range rows {
-		rows[i].fix()
+		rows[i].Normalize()
 	}
 	items, cur := page.Trim(rows, in.Limit, func(i Instance) string { return page.Encode(i.InstanceID) })
 	return &page.Page[Instance]{Items: items, Cursor: cur}, nil

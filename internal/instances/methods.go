@@ -5,6 +5,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -34,7 +35,7 @@ type PoolRefInput struct {
 
 // CapacityOf is the capacity method: the pool's owner also sees what each
 // tenant holds, as numbers.
-func CapacityOf(ctx context.Context, q store.Q, in *PoolRefInput) (*PoolCapacity, error) {
+func CapacityOf(ctx context.Context, q store.Q, in *PoolRefInput) (*fit.PoolCapacity, error) {
 	p, err := visiblePool(ctx, q, in.TenantID, in.PoolID, "")
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
@@ -25,7 +26,7 @@ type (
 	// Assigned is an instance as its host sees it.
 	Assigned struct {
 		Instance
-		Devices []Device `json:"devices"`
+		Devices []fit.Device `json:"devices"`
 	}
 	ReportInput struct {
 		NodeID     string  `json:"nodeId"`
@@ -66,7 +67,7 @@ func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[A
 	rows, cur := page.Trim(rows, in.Limit, func(i Instance) string { return page.Encode(i.InstanceID) })
 	idList := make([]string, len(rows))
 	for k := range rows {
-		rows[k].fix()
+		rows[k].Normalize()
 		idList[k] = rows[k].InstanceID
 	}
 	var devs []struct {
@@ -78,15 +79,15 @@ func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[A
 		WHERE instance_id = ANY($1) ORDER BY instance_id, device_id`, idList); err != nil {
 		return nil, store.Wrap(err)
 	}
-	byID := map[string][]Device{}
+	byID := map[string][]fit.Device{}
 	for _, d := range devs {
-		byID[d.InstanceID] = append(byID[d.InstanceID], Device{DeviceID: d.DeviceID, GPUUUID: d.GPUUUID})
+		byID[d.InstanceID] = append(byID[d.InstanceID], fit.Device{DeviceID: d.DeviceID, GPUUUID: d.GPUUUID})
 	}
 	out := make([]Assigned, len(rows))
 	for k, r := range rows {
 		out[k] = Assigned{Instance: r, Devices: byID[r.InstanceID]}
 		if out[k].Devices == nil {
-			out[k].Devices = []Device{}
+			out[k].Devices = []fit.Device{}
 		}
 	}
 	return &page.Page[Assigned]{Items: out, Cursor: cur}, nil

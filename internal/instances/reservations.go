@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -32,17 +33,17 @@ const MaxReservation = 366 * 24 * time.Hour
 
 // Reservation is capacity held in one pool for [startsAt, endsAt).
 type Reservation struct {
-	ReservationID string     `json:"reservationId" db:"reservation_id"`
-	TenantID      string     `json:"tenantId" db:"tenant_id"`
-	PoolID        string     `json:"poolId" db:"pool_id"`
-	Size          Resources  `json:"size" db:"-"`
-	StartsAt      time.Time  `json:"startsAt" db:"starts_at"`
-	EndsAt        time.Time  `json:"endsAt" db:"ends_at"`
-	State         string     `json:"state" db:"-" schema:"ReservationState"`
-	RowVersion    int        `json:"rowVersion" db:"row_version"`
-	CreatedAt     time.Time  `json:"createdAt" db:"created_at"`
-	UpdatedAt     time.Time  `json:"updatedAt" db:"updated_at"`
-	CanceledAt    *time.Time `json:"canceledAt" db:"canceled_at"`
+	ReservationID string        `json:"reservationId" db:"reservation_id"`
+	TenantID      string        `json:"tenantId" db:"tenant_id"`
+	PoolID        string        `json:"poolId" db:"pool_id"`
+	Size          fit.Resources `json:"size" db:"-"`
+	StartsAt      time.Time     `json:"startsAt" db:"starts_at"`
+	EndsAt        time.Time     `json:"endsAt" db:"ends_at"`
+	State         string        `json:"state" db:"-" schema:"ReservationState"`
+	RowVersion    int           `json:"rowVersion" db:"row_version"`
+	CreatedAt     time.Time     `json:"createdAt" db:"created_at"`
+	UpdatedAt     time.Time     `json:"updatedAt" db:"updated_at"`
+	CanceledAt    *time.Time    `json:"canceledAt" db:"canceled_at"`
 
 	Stored    string    `json:"-" db:"state"`
 	GPUs      int       `json:"-" db:"gpus"`
@@ -51,8 +52,11 @@ type Reservation struct {
 	Now       time.Time `json:"-" db:"tx_now"`
 }
 
-func (r *Reservation) fix() *Reservation {
-	r.Size = Resources{r.GPUs, r.VCPUs, r.MemoryGiB}
+// Normalize finishes a reservation read from its row: Size from the size
+// columns, times in UTC, State from the stored state and the
+// transaction's now.
+func (r *Reservation) Normalize() *Reservation {
+	r.Size = fit.Resources{GPUs: r.GPUs, VCPUs: r.VCPUs, MemoryGiB: r.MemoryGiB}
 	r.StartsAt, r.EndsAt, r.CreatedAt, r.UpdatedAt = r.StartsAt.UTC(), r.EndsAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	if r.CanceledAt != nil {
 		t := r.CanceledAt.UTC()
@@ -76,11 +80,11 @@ const resCols = `reservation_id, tenant_id, pool_id, gpus, vcpus, memory_gib, st
 
 type (
 	ReservationCreateInput struct {
-		TenantID string    `json:"tenantId"`
-		PoolID   string    `json:"poolId"`
-		Size     Resources `json:"size"`
-		StartsAt string    `json:"startsAt"`
-		EndsAt   string    `json:"endsAt"`
+		TenantID string        `json:"tenantId"`
+		PoolID   string        `json:"poolId"`
+		Size     fit.Resources `json:"size"`
+		StartsAt string        `json:"startsAt"`
+		EndsAt   string        `json:"endsAt"`
 	}
 	ReservationRefInput struct {
 		TenantID      string `json:"tenantId"`
@@ -110,15 +114,15 @@ func parseTime(path, s string) (time.Time, error) {
 
 // windows loads the reservations of a pool that still hold room (active,
 // not ended), optionally of one tenant.
-func windows(ctx context.Context, q store.Q, poolID, tenantID string) ([]Window, error) {
+func windows(ctx context.Context, q store.Q, poolID, tenantID string) ([]fit.Window, error) {
 	var rows []Reservation
 	if err := q.SelectContext(ctx, &rows, `SELECT `+resCols+` FROM reservations
 		WHERE pool_id = $1 AND state = 'active' AND ends_at > now() AND ($2 = '' OR tenant_id = $2)`, poolID, tenantID); err != nil {
 		return nil, store.Wrap(err)
 	}
-	out := make([]Window, len(rows))
+	out := make([]fit.Window, len(rows))
 	for k, r := range rows {
-		out[k] = Window{TenantID: r.TenantID, Start: r.StartsAt, End: r.EndsAt, Res: Resources{r.GPUs, r.VCPUs, r.MemoryGiB}}
+		out[k] = fit.Window{TenantID: r.TenantID, Start: r.StartsAt, End: r.EndsAt, Res: fit.Resources{GPUs: r.GPUs, VCPUs: r.VCPUs, MemoryGiB: r.MemoryGiB}}
 	}
 	return out, nil
 }
@@ -151,16 +155,16 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 	if end.Sub(start) > MaxReservation {
 		return nil, errs.Invalid("endsAt", "a reservation lasts at most 366 days")
 	}
-	if in.Size == (Resources{}) {
+	if in.Size == (fit.Resources{}) {
 		return nil, errs.Invalid("size", "reserve at least one GPU, vCPU or GiB")
 	}
 	// Reservations and placements of one pool are decided one at a time.
 	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, in.PoolID); err != nil {
 		return nil, store.Wrap(err)
 	}
-	w := Window{TenantID: in.TenantID, Start: start, End: end, Res: in.Size}
+	w := fit.Window{TenantID: in.TenantID, Start: start, End: end, Res: in.Size}
 	if p.offered(in.TenantID) {
-		var quota QuotaUse
+		var quota fit.QuotaUse
 		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
 			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
 			return nil, store.Wrap(err)
@@ -169,22 +173,22 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 		if err != nil {
 			return nil, err
 		}
-		if !ReservationFitsQuota(quota.GPUs, mine, w) {
-			peak := PeakReserved(append(mine, w), start, end)
+		if !fit.ReservationFitsQuota(quota.GPUs, mine, w) {
+			peak := fit.PeakReserved(append(mine, w), start, end)
 			return nil, errs.E(errs.InvalidState, "the pool's offer allows %d GPUs; with this reservation the tenant would reserve %d at once",
 				quota.GPUs, peak.GPUs).With("reason", "quota").With("quota", quota).With("peakReservedGpus", peak.GPUs)
 		}
 	}
-	var total Resources
+	var total fit.Resources
 	bounded := true
 	if p.Kind == "vps-hosted" {
 		hs, err := hosts(ctx, q, in.PoolID, "")
 		if err != nil {
 			return nil, err
 		}
-		total = hostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
+		total = fit.HostedTotal(p.SharingMode, parsePolicy(p.Policy).Slices, hs)
 	} else {
-		total, bounded = providerTotal(p.Policy)
+		total, bounded = fit.ProviderTotal(p.Policy)
 	}
 	if bounded {
 		alloc, err := allocated(ctx, q, in.PoolID, "")
@@ -195,7 +199,7 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 		if err != nil {
 			return nil, err
 		}
-		if !ReservationFitsCapacity(total, alloc, all, w) {
+		if !fit.ReservationFitsCapacity(total, alloc, all, w) {
 			return nil, errs.E(errs.InvalidState, "pool %s has no room for this reservation in its window", in.PoolID).
 				With("reason", "capacity").With("total", total)
 		}
@@ -207,7 +211,7 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return r.fix(), reservationEvent(ctx, q, events.ReservationCreated, &r)
+	return r.Normalize(), reservationEvent(ctx, q, events.ReservationCreated, &r)
 }
 
 // reservationEvent writes a reservation's event in the change's
@@ -232,7 +236,7 @@ func ExpireReservations(ctx context.Context, db *store.DB) (int, error) {
 			return store.Wrap(err)
 		}
 		for i := range rows {
-			if err := reservationEvent(ctx, tx, events.ReservationExpired, rows[i].fix()); err != nil {
+			if err := reservationEvent(ctx, tx, events.ReservationExpired, rows[i].Normalize()); err != nil {
 				return err
 			}
 		}
@@ -256,7 +260,7 @@ func GetReservation(ctx context.Context, q store.Q, in *ReservationRefInput) (*R
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return r.fix(), nil
+	return r.Normalize(), nil
 }
 
 // ListReservations pages the tenant's reservations by id, optionally of one
@@ -280,7 +284,7 @@ func ListReservations(ctx context.Context, q store.Q, in *ReservationListInput) 
 		return nil, store.Wrap(err)
 	}
 	for k := range rows {
-		rows[k].fix()
+		rows[k].Normalize()
 	}
 	items, cur := page.Trim(rows, in.Limit, func(r Reservation) string { return page.Encode(r.ReservationID) })
 	return &page.Page[Reservation]{Items: items, Cursor: cur}, nil
@@ -297,7 +301,7 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	r.fix()
+	r.Normalize()
 	if r.State == ResCanceled || r.State == ResExpired {
 		return nil, errs.E(errs.InvalidState, "reservation %s is %s", r.ReservationID, r.State).With("reason", r.State).With("state", r.State)
 	}
@@ -311,5 +315,5 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return out.fix(), reservationEvent(ctx, q, events.ReservationCanceled, &out)
+	return out.Normalize(), reservationEvent(ctx, q, events.ReservationCanceled, &out)
 }

@@ -1,120 +1,50 @@
 package instances
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jmoiron/sqlx"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
-	"github.com/riverqueue/river/rivertype"
 
-	"github.com/bettercompute/computed/internal/audit"
-	"github.com/bettercompute/computed/internal/cluster"
-	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances/provider"
 	_ "github.com/bettercompute/computed/internal/instances/provider/sim" // the default provider
-	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
 
 type riverDriver = riverdatabasesql.Driver
 
-// Config tunes the reconciler.
+// Config tunes the instances service.
 type Config struct {
-	// Workers is how many instances one replica reconciles at once; each
-	// step holds one database connection (of the 20 a replica opens).
-	Workers int
-	// EventRetention is how long instance events are kept (default 7 days).
-	EventRetention time.Duration
-	// PruneEvery is how often the retention jobs run (default 1 hour).
-	PruneEvery time.Duration
-	// AuditRetention is how long audit records are kept (default 400
-	// days); the replicas' river client runs its retention job too.
-	AuditRetention time.Duration
-	// SweepEvery is how often the cluster looks for instances that are
-	// not converged and have no queued job (default 5 s).
-	SweepEvery time.Duration
-	// RescueEvery is how often the cluster looks for jobs left running
-	// by a dead replica (default 1 s).
-	RescueEvery time.Duration
-	// Maintainer runs the sweep and the rescue on the replica holding the
-	// cluster's maintenance lease; nil: the service makes its own (its
-	// lease is still the cluster's, so one replica at a time sweeps).
-	Maintainer *cluster.Maintainer
 	// ProviderConns is the database connections the sim provider may open
 	// (default 8; part of the replica's COMPUTE_DB_MAX_CONNS).
 	ProviderConns int
 }
 
-func (c *Config) defaults() {
-	if c.Workers <= 0 {
-		c.Workers = 10
-	}
-	if c.EventRetention <= 0 {
-		c.EventRetention = 7 * 24 * time.Hour
-	}
-	if c.PruneEvery <= 0 {
-		c.PruneEvery = time.Hour
-	}
-	if c.AuditRetention <= 0 {
-		c.AuditRetention = audit.DefaultRetention
-	}
-	if c.SweepEvery <= 0 {
-		c.SweepEvery = 5 * time.Second
-	}
-	if c.RescueEvery <= 0 {
-		c.RescueEvery = time.Second
-	}
-	if c.ProviderConns <= 0 {
-		c.ProviderConns = 8
-	}
-}
-
-// Service is the instances domain with its reconciler: the river client
-// (whose InsertTx joins the callers' transactions), the provider drivers,
-// and the replica's liveness lock.
+// Service is the instances domain: its methods (Create, Start, Stop, ...),
+// the reconciler's steps and the provider drivers. Its job queue (the
+// river client, whose InsertTx joins the callers' transactions) is wired
+// by package runner, which registers the reconciler's worker (AddWorkers)
+// and hands the client over (UseQueue) before anything is queued.
 type Service struct {
 	db        *store.DB
 	log       *slog.Logger
-	cfg       Config
 	client    *river.Client[*sql.Tx]
-	listen    *pgxpool.Pool
 	providers map[string]provider.Provider
-	clientID  string
-
-	mu      sync.Mutex
-	live    *sql.Conn
-	cancel  context.CancelFunc
-	stopped chan struct{}
-	// ownMaint is the maintainer the service runs itself (Config's nil).
-	ownMaint bool
-	// removeDuties unregisters the sweep and the rescue.
-	removeDuties func()
-	// swept is the database time of the last sweep's start (zero: none
-	// yet); the next one looks at nodes removed since shortly before it.
-	sweptMu sync.Mutex
-	swept   time.Time
 }
 
 // NewService builds the service; db nil builds one for rendering documents
 // only (its handlers are never called).
 func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
-	cfg.defaults()
+	if cfg.ProviderConns <= 0 {
+		cfg.ProviderConns = 8
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{db: db, log: log, cfg: cfg}
+	s := &Service{db: db, log: log}
 	if db == nil {
 		return s, nil
 	}
@@ -122,154 +52,11 @@ func NewService(db *store.DB, log *slog.Logger, cfg Config) (*Service, error) {
 	if s.providers, err = provider.Open(provider.Deps{DB: db, MaxConns: cfg.ProviderConns}); err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	s.clientID = fmt.Sprintf("computed-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
-	if s.cfg.Maintainer == nil {
-		s.cfg.Maintainer = cluster.New(db, "maintenance", s.clientID, log)
-		s.ownMaint = true
-	}
-	// LISTEN needs a pgx connection of its own; everything else goes
-	// through the product's database/sql pool, so InsertTx joins its
-	// transactions.
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return nil, err
-	}
-	// River's LISTEN holds one connection (part of COMPUTE_DB_MAX_CONNS).
-	pcfg.MaxConns, pcfg.MinConns = 1, 0
-	pcfg.ConnConfig.RuntimeParams["application_name"] = db.AppName("river")
-	if s.listen, err = pgxpool.NewWithConfig(context.Background(), pcfg); err != nil {
-		return nil, err
-	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &reconcileWorker{s: s})
-	river.AddWorker(workers, &pruneWorker{s: s})
-	river.AddWorker(workers, &auditPruneWorker{s: s})
-	s.client, err = river.NewClient(riverdatabasesql.NewWithPgxListener(db.DB.DB, s.listen), &river.Config{
-		ID:                   s.clientID,
-		Logger:               slog.New(warnOnly{log.Handler()}).With("component", "river"),
-		Queues:               map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.Workers}, river.QueueDefault: {MaxWorkers: 2}},
-		Workers:              workers,
-		FetchCooldown:        10 * time.Millisecond,
-		FetchPollInterval:    500 * time.Millisecond,
-		JobTimeout:           30 * time.Second,
-		RescueStuckJobsAfter: time.Minute,
-		RetryPolicy:          retryPolicy{},
-		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
-			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
-				func() (river.JobArgs, *river.InsertOpts) { return auditPruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
-	})
-	if err != nil {
-		s.listen.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
-// warnOnly passes river's warnings and errors on; its per-job info lines
-// (a retried step, a snooze) would drown the server's log.
-type warnOnly struct{ slog.Handler }
-
-func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
-}
-func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
-func (h warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{h.Handler.WithGroup(n)} }
-
-// retryPolicy retries a failed job run quickly with exponential backoff
-// (river's default waits attempt^4 seconds); the instance's own tries bound
-// what a step does.
-type retryPolicy struct{}
-
-func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	return time.Now().Add(backoff(job.Attempt))
-}
-
-// Run starts the reconciler in this replica: it takes the liveness lock
-// (other replicas rescue this one's jobs once it is released), starts the
-// river client, and the sweep and rescue loops.
-func (s *Service) Run(ctx context.Context) error {
-	if s.client == nil {
-		return errors.New("instances: no database")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	live, err := s.db.DB.DB.Conn(ctx)
-	if err != nil {
-		return store.Wrap(err)
-	}
-	if _, err := live.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, livenessClass, s.clientID); err != nil {
-		live.Close()
-		return store.Wrap(err)
-	}
-	s.live = live
-	if err := s.client.Start(ctx); err != nil {
-		live.Close()
-		return err
-	}
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel, s.stopped = cancel, make(chan struct{})
-	rescue := s.cfg.Maintainer.Add("instances.rescue", s.cfg.RescueEvery, func(ctx context.Context) error {
-		n, err := s.Rescue(ctx)
-		if n > 0 {
-			s.log.Info("rescued jobs of a dead replica", "jobs", n)
-		}
-		return err
-	})
-	sweep := s.cfg.Maintainer.Add("instances.sweep", s.cfg.SweepEvery, func(ctx context.Context) error {
-		n, err := s.Sweep(ctx)
-		if n > 0 {
-			s.log.Info("reconciler sweep queued instances", "instances", n)
-		}
-		return err
-	})
-	s.removeDuties = func() { rescue(); sweep() }
-	safe.Go(lctx, s.log, "instance maintenance duties", func() {
-		defer close(s.stopped)
-		if s.ownMaint {
-			s.cfg.Maintainer.Run(lctx)
-		} else {
-			<-lctx.Done()
-		}
-	})
-	s.log.Info("instance reconciler started", "clientId", s.clientID, "workers", s.cfg.Workers)
-	return nil
-}
-
-// Shutdown stops the duties and the river client (running steps finish or are
-// cancelled after a few seconds) and releases the liveness lock.
-func (s *Service) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel == nil {
-		return nil
-	}
-	s.removeDuties()
-	s.cancel()
-	<-s.stopped
-	s.cancel = nil
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	err := s.client.Stop(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = s.client.StopAndCancel(ctx)
-	}
-	if s.live != nil {
-		s.live.Close()
-		s.live = nil
-	}
-	return err
-}
-
-// Close releases the listener pool and the drivers' resources (after
-// Shutdown).
+// Close releases the drivers' resources (after the runner's Shutdown).
 func (s *Service) Close() {
-	if s.listen != nil {
-		s.listen.Close()
-	}
 	for _, p := range s.providers {
 		if c, ok := p.(io.Closer); ok {
 			_ = c.Close()
@@ -277,147 +64,19 @@ func (s *Service) Close() {
 	}
 }
 
-// ClientID is this replica's river client id.
-func (s *Service) ClientID() string { return s.clientID }
+// --- the seam to the job queue (package runner) -------------------------
 
-// livenessClass is the first key of the replicas' liveness locks.
-const livenessClass = 72483
+// AddWorkers registers the reconciler's worker (Kind, on Queue).
+func (s *Service) AddWorkers(w *river.Workers) { river.AddWorker(w, &reconcileWorker{s: s}) }
 
-// Rescue makes the reconcile jobs that a dead replica left running
-// available again. A replica holds its liveness lock (a session advisory
-// lock keyed by its river client id) for as long as it lives; PostgreSQL
-// releases it when the replica's connection dies, so a running job whose
-// client holds no lock has nobody working it. River's own rescuer does the
-// same by age, but only every 30 seconds and after RescueStuckJobsAfter;
-// this one notices within RescueEvery. Steps hold the instance's row lock,
-// so a job run twice never works one instance twice at once.
-func (s *Service) Rescue(ctx context.Context) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE river_job j SET state = 'available', scheduled_at = now(),
-			errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
-				'error', 'rescued: the replica working it is gone', 'trace', ''))
-		WHERE j.kind = $1 AND j.state = 'running' AND j.attempted_at < now() - interval '1 second'
-		  AND NOT EXISTS (SELECT 1 FROM pg_locks l
-			WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $2 AND l.objsubid = 2
-			  AND l.objid = hashtext(j.attempted_by[array_upper(j.attempted_by, 1)])::oid
-			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, Kind, livenessClass)
-	if err != nil {
-		return 0, store.Wrap(err)
-	}
-	return res.RowsAffected()
-}
+// UseQueue is the client Enqueue queues through; it is set once, before
+// the service takes requests.
+func (s *Service) UseQueue(c *river.Client[*sql.Tx]) { s.client = c }
 
-// SweepSQL is the sweep's read: $1 is the time from which removed nodes
-// are looked at (NULL: every removed node).
-const SweepSQL = `
-	SELECT instance_id FROM instances WHERE NOT converged
-	UNION
-	SELECT i.instance_id FROM nodes n JOIN instances i ON i.host_node_id = n.node_id
-	WHERE n.state = 'removed' AND ($1::timestamptz IS NULL OR n.removed_at > $1::timestamptz)
-	  AND i.state NOT IN ('deleted', 'failed')
-	ORDER BY 1 LIMIT 5000`
+// ReconcileJob is an instance's reconciliation job, as Enqueue queues it
+// (the sweep queues many at once).
+func ReconcileJob(instanceID string) river.JobArgs { return reconcileArgs{InstanceID: instanceID} }
 
-// Sweep queues a reconciliation for every instance that is not converged
-// (level-triggered: a lost wake-up, a pending instance whose room
-// appeared, a job discarded by a bug) or whose host was removed, and
-// returns how many it queued anew. It runs on one replica at a time (the
-// maintenance lease), and what it reads does not grow with the fleet when
-// nothing changes: the unconverged instances come from a partial index
-// (empty when all are where they should be), and hosts from the nodes
-// removed since shortly before the previous sweep (all of them on this
-// replica's first sweep), through nodes_removed_idx and the instances'
-// host index.
-func (s *Service) Sweep(ctx context.Context) (int, error) {
-	s.sweptMu.Lock()
-	defer s.sweptMu.Unlock()
-	var queued int
-	var started time.Time
-	err := s.db.Tx(ctx, func(tx *sqlx.Tx) error {
-		if err := tx.GetContext(ctx, &started, `SELECT now()`); err != nil {
-			return store.Wrap(err)
-		}
-		var since *time.Time
-		if !s.swept.IsZero() {
-			// A removal whose transaction began before the last sweep
-			// and committed after it has removed_at before that sweep:
-			// look a minute further back (transactions end within their
-			// request deadline).
-			t := s.swept.Add(-time.Minute)
-			since = &t
-		}
-		var list []string
-		if err := tx.SelectContext(ctx, &list, SweepSQL, since); err != nil {
-			return store.Wrap(err)
-		}
-		if len(list) == 0 {
-			return nil
-		}
-		params := make([]river.InsertManyParams, len(list))
-		for i, id := range list {
-			params[i] = river.InsertManyParams{Args: reconcileArgs{InstanceID: id}}
-		}
-		res, err := s.client.InsertManyTx(ctx, tx.Tx, params)
-		if err != nil {
-			return store.Wrap(err)
-		}
-		queued = 0
-		for _, r := range res {
-			if !r.UniqueSkippedAsDuplicate {
-				queued++
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		s.swept = started
-	}
-	return queued, err
-}
-
-// --- event retention ----------------------------------------------------
-
-type pruneArgs struct{}
-
-func (pruneArgs) Kind() string { return "events.prune" }
-
-func (pruneArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-}
-
-type pruneWorker struct {
-	river.WorkerDefaults[pruneArgs]
-	s *Service
-}
-
-// Work prunes instance events older than the retention.
-func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
-	n, err := events.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.EventRetention))
-	if err == nil && n > 0 {
-		w.s.log.Info("pruned instance events", "events", n, "retention", w.s.cfg.EventRetention)
-	}
-	return err
-}
-
-// --- audit retention ------------------------------------------------------
-
-type auditPruneArgs struct{}
-
-func (auditPruneArgs) Kind() string { return "audit.prune" }
-
-func (auditPruneArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-}
-
-type auditPruneWorker struct {
-	river.WorkerDefaults[auditPruneArgs]
-	s *Service
-}
-
-// Work prunes audit records older than the retention; audit.Prune records
-// each deletion in the platform's trail.
-func (w *auditPruneWorker) Work(ctx context.Context, _ *river.Job[auditPruneArgs]) error {
-	n, err := audit.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.AuditRetention))
-	if err == nil && n > 0 {
-		w.s.log.Info("pruned audit records", "records", n, "retention", w.s.cfg.AuditRetention)
-	}
-	return err
-}
+// Backoff is the wait after the n-th failed try of a step (the queue's
+// retry policy waits as long after a failed job run).
+func Backoff(n int) time.Duration { return backoff(n) }

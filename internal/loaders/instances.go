@@ -7,6 +7,8 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -16,17 +18,17 @@ import (
 // with the caller's scope, as every loader does: they return only what the
 // caller may read, so a resolver never sees a row it must hide.
 //
-// Page loaders of instances and reservations take an instances.Scope's Key
+// Page loaders of instances and reservations take an graphread.Scope's Key
 // as PageKey.Parent (the parent id with the list's filters).
 type InstanceLoaders struct {
-	Instance           *L[string, *instances.View]
-	TenantInstances    pageLoader[instances.View]
-	PoolInstances      pageLoader[instances.View]
-	ProjectInstances   pageLoader[instances.View]
+	Instance           *L[string, *graphread.View]
+	TenantInstances    pageLoader[graphread.View]
+	PoolInstances      pageLoader[graphread.View]
+	ProjectInstances   pageLoader[graphread.View]
 	TenantReservations pageLoader[instances.Reservation]
 	PoolReservations   pageLoader[instances.Reservation]
 	Events             pageLoader[events.Event]
-	Capacity           *L[string, *instances.PoolCapacity]
+	Capacity           *L[string, *fit.PoolCapacity]
 	Reservation        *L[string, *instances.Reservation]
 
 	refs refGroups
@@ -85,7 +87,7 @@ func (r *refGroups) prefetch(member, kind string, load func(ids []string)) {
 
 // recordViews records a batch of instances as siblings (for their pages of
 // events) and their links (for pool, project and host).
-func (l *Loaders) recordViews(views []instances.View) {
+func (l *Loaders) recordViews(views []graphread.View) {
 	ids := make([]string, len(views))
 	var pls, prjs, hosts []string
 	for i := range views {
@@ -131,50 +133,50 @@ func (l *Loaders) PrefetchEventInstances(ctx context.Context, eventID string) {
 func newInstanceLoaders(_ store.Q, l *Loaders) *InstanceLoaders {
 	// An instance's host link is read under compute:nodes:read.
 	hosts := func(ctx context.Context) (authz.Scope, error) { return l.scope(ctx, authz.NodesRead) }
-	views := func(by instances.Parent) pageLoader[instances.View] {
-		return pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string, after string, limit int) (page.Rows[instances.View], error) {
+	views := func(by graphread.Parent) pageLoader[graphread.View] {
+		return pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string, after string, limit int) (page.Rows[graphread.View], error) {
 			hs, err := hosts(ctx)
 			if err != nil {
-				return page.Rows[instances.View]{}, err
+				return page.Rows[graphread.View]{}, err
 			}
-			r, err := instances.ViewPages(ctx, q, scope, hs, by, keys, after, limit)
+			r, err := graphread.ViewPages(ctx, q, scope, hs, by, keys, after, limit)
 			l.recordViews(r.Items)
 			return r, err
 		}, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string) (map[string]int, error) {
-			return instances.CountViews(ctx, q, scope, by, keys)
+			return graphread.CountViews(ctx, q, scope, by, keys)
 		})
 	}
-	reservations := func(by instances.Parent) pageLoader[instances.Reservation] {
+	reservations := func(by graphread.Parent) pageLoader[instances.Reservation] {
 		return pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string, after string, limit int) (page.Rows[instances.Reservation], error) {
-			return instances.ReservationPages(ctx, q, scope, by, keys, after, limit)
+			return graphread.ReservationPages(ctx, q, scope, by, keys, after, limit)
 		}, func(ctx context.Context, q store.Q, scope authz.Scope, keys []string) (map[string]int, error) {
-			return instances.CountReservations(ctx, q, scope, by, keys)
+			return graphread.CountReservations(ctx, q, scope, by, keys)
 		})
 	}
 	return &InstanceLoaders{
-		Instance: byID(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*instances.View, error) {
+		Instance: byID(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*graphread.View, error) {
 			hs, err := hosts(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return instances.ViewsByID(ctx, q, scope, hs, ids)
+			return graphread.ViewsByID(ctx, q, scope, hs, ids)
 		}),
-		TenantInstances:    views(instances.OfTenant),
-		PoolInstances:      views(instances.OfPool),
-		ProjectInstances:   views(instances.OfProject),
-		TenantReservations: reservations(instances.OfTenant),
-		PoolReservations:   reservations(instances.OfPool),
+		TenantInstances:    views(graphread.OfTenant),
+		PoolInstances:      views(graphread.OfPool),
+		ProjectInstances:   views(graphread.OfProject),
+		TenantReservations: reservations(graphread.OfTenant),
+		PoolReservations:   reservations(graphread.OfPool),
 		Events: pages(l, authz.InstancesRead, func(ctx context.Context, q store.Q, scope authz.Scope, ids []string, after string, limit int) (page.Rows[events.Event], error) {
-			r, err := instances.EventPages(ctx, q, scope, ids, after, limit)
+			r, err := graphread.EventPages(ctx, q, scope, ids, after, limit)
 			evs, insts := make([]string, len(r.Items)), make([]string, len(r.Items))
 			for i := range r.Items {
 				evs[i], insts[i] = r.Items[i].EventID, r.Items[i].ResourceID
 			}
 			l.Instances.refs.add(evs, map[string][]string{"instance": uniq(insts)})
 			return r, err
-		}, instances.CountEvents),
-		Capacity:    byID(l, authz.PoolsRead, instances.Capacities),
-		Reservation: byID(l, authz.InstancesRead, instances.ReservationsByID),
+		}, graphread.CountEvents),
+		Capacity:    byID(l, authz.PoolsRead, graphread.Capacities),
+		Reservation: byID(l, authz.InstancesRead, graphread.ReservationsByID),
 	}
 }
 
@@ -190,7 +192,7 @@ type scopedKind struct {
 // PrefetchScoped asks a scoped page loader for the same page, with the
 // same filters, of every sibling of s.Parent, once per loader and
 // arguments: a level of instance or reservation pages is one statement.
-func PrefetchScoped[T any](ctx context.Context, l *Loaders, ld pageLoader[T], s instances.Scope, first int, after string) {
+func PrefetchScoped[T any](ctx context.Context, l *Loaders, ld pageLoader[T], s graphread.Scope, first int, after string) {
 	l.sib.once(s.Parent, scopedKind{ld, s.PoolID, s.ProjectID, s.State, after, first}, func(g *group) {
 		keys := make([]PageKey, len(g.ids))
 		for i, id := range g.ids {
@@ -210,7 +212,7 @@ func (l *Loaders) PrefetchCapacity(ctx context.Context, poolID string) {
 // LoadInstanceFresh reads an instance past the request's cache: a
 // subscription's loaders live as long as it does, and each event must show
 // the instance as it is when the event is sent.
-func (l *Loaders) LoadInstanceFresh(ctx context.Context, id string) (*instances.View, error) {
+func (l *Loaders) LoadInstanceFresh(ctx context.Context, id string) (*graphread.View, error) {
 	l.Instances.Instance.Clear(ctx, id)
 	return l.Instances.Instance.Load(ctx, id)()
 }

@@ -23,7 +23,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/app"
 	"github.com/bettercompute/computed/internal/auth"
-	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/runner"
 	"github.com/bettercompute/computed/internal/pgembed"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/store"
@@ -58,8 +58,9 @@ type Env struct {
 	DB       *store.DB
 	Server   *httptest.Server
 	Operator string // the operator's bearer token
-	// Instances is the instances service whose reconciler runs in the test.
-	Instances *instances.Service
+	// Instances runs the instances service's jobs (its reconciler) in the
+	// test; Instances.Service() is the service.
+	Instances *runner.Runner
 	Srv       *server.Server
 	Proxy     *Proxy // nil unless Options.Proxy
 
@@ -103,7 +104,7 @@ type Options struct {
 	DatabaseURL string
 	// Instances configures the instances service (its reconciler and the
 	// retention jobs); SweepEvery defaults to 1 s.
-	Instances instances.Config
+	Instances runner.Config
 }
 
 // Start starts the whole HTTP server on a fresh database.
@@ -141,13 +142,13 @@ func StartWith(t testing.TB, o Options) *Env {
 	if icfg.SweepEvery == 0 {
 		icfg.SweepEvery = time.Second
 	}
-	inst, err := instances.NewService(d, log, icfg)
+	inst, err := runner.New(d, log, icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Registered before the database's cleanup, so it runs first.
 	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
-	reg := app.Registry(d, log, metrics, inst)
+	reg := app.Registry(d, log, metrics, inst.Service())
 	srv := server.New(o.Config, d, reg, metrics, log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	go srv.Run(runCtx) //nolint:errcheck // ends with the test

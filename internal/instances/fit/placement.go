@@ -1,4 +1,4 @@
-package instances
+package fit
 
 import (
 	"fmt"
@@ -9,10 +9,9 @@ import (
 
 // Sharing modes of a pool.
 const (
-	Exclusive   = "exclusive"
-	MIG         = "mig"
-	TimeSliced  = "time-sliced"
-	DefaultTime = 4 // time slices per GPU when the pool policy names none
+	Exclusive  = "exclusive"
+	MIG        = "mig"
+	TimeSliced = "time-sliced"
 )
 
 // Host is a ready host node as placement sees it: its GPUs from its latest
@@ -103,8 +102,10 @@ func freeDevices(mode string, slices int, h Host) int {
 // Place chooses a host and devices for an instance: among the hosts with
 // enough free devices, vCPUs and memory, the one left with the fewest free
 // devices (best fit, so large requests keep finding whole hosts), then the
-// fewest free vCPUs, then the lowest node id. reason says why nothing fits.
-func Place(mode string, slices int, hosts []Host, size Size) (nodeID string, devs []Device, reason string) {
+// fewest free vCPUs, then the lowest node id. size.GPUs counts devices of
+// the mode (MIG devices of profile when it is not empty). reason says why
+// nothing fits.
+func Place(mode string, slices int, hosts []Host, size Resources, profile string) (nodeID string, devs []Device, reason string) {
 	type cand struct {
 		h    Host
 		devs []Device
@@ -112,10 +113,6 @@ func Place(mode string, slices int, hosts []Host, size Size) (nodeID string, dev
 		cpu  int
 	}
 	var cands []cand
-	profile := ""
-	if size.GPUProfile != nil {
-		profile = *size.GPUProfile
-	}
 	for _, h := range hosts {
 		if h.VCPUs-h.UsedVCPUs < size.VCPUs || h.MemoryGiB-h.UsedMemoryGiB < size.MemoryGiB {
 			continue
@@ -156,4 +153,35 @@ func HostTotal(mode string, slices int, h Host) Resources {
 		n += len(g)
 	}
 	return Resources{GPUs: n, VCPUs: h.VCPUs, MemoryGiB: h.MemoryGiB}
+}
+
+// HostOf is a host's room from its inventory, with the devices and the
+// vCPUs and memory its instances hold.
+func HostOf(nodeID string, sec *inventory.Sections, taken []string, vcpus, memGiB int) Host {
+	h := Host{NodeID: nodeID, GPUs: sec.GPUs, Taken: map[string]bool{}, UsedVCPUs: vcpus, UsedMemoryGiB: memGiB}
+	if sec.CPU != nil {
+		switch {
+		case sec.CPU.Threads != nil:
+			h.VCPUs = *sec.CPU.Threads
+		case sec.CPU.Cores != nil:
+			h.VCPUs = *sec.CPU.Cores
+		}
+	}
+	if sec.Memory != nil && sec.Memory.TotalBytes != nil {
+		h.MemoryGiB = int(*sec.Memory.TotalBytes >> 30)
+	}
+	for _, d := range taken {
+		h.Taken[d] = true
+	}
+	return h
+}
+
+// HostedTotal is a hosted pool's capacity: its ready hosts' devices, vCPUs
+// and memory.
+func HostedTotal(mode string, slices int, hs []Host) Resources {
+	var t Resources
+	for _, h := range hs {
+		t = t.Add(HostTotal(mode, slices, h))
+	}
+	return t
 }

@@ -1,4 +1,4 @@
-package instances
+package fit
 
 import (
 	"fmt"
@@ -28,38 +28,38 @@ func host(id string, g []inventory.GPU, taken ...string) Host {
 }
 
 func TestPlace(t *testing.T) {
-	prof := func(s string) *string { return &s }
 	cases := []struct {
 		name    string
 		mode    string
 		slices  int
 		hosts   []Host
-		size    Size
+		size    Resources
+		profile string
 		node    string
 		devices []string
 	}{
-		{"exclusive picks free GPUs", Exclusive, 0, []Host{host("a", gpus("a", 4), "GPU-a-0")}, Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8},
+		{"exclusive picks free GPUs", Exclusive, 0, []Host{host("a", gpus("a", 4), "GPU-a-0")}, Resources{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "",
 			"a", []string{"GPU-a-1", "GPU-a-2"}},
 		{"exclusive best fit", Exclusive, 0, []Host{host("a", gpus("a", 8)), host("b", gpus("b", 8), "GPU-b-0", "GPU-b-1", "GPU-b-2", "GPU-b-3", "GPU-b-4")},
-			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "b", []string{"GPU-b-5", "GPU-b-6"}},
-		{"exclusive no room", Exclusive, 0, []Host{host("a", gpus("a", 2), "GPU-a-0")}, Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "", nil},
-		{"zero GPUs", Exclusive, 0, []Host{host("a", gpus("a", 1), "GPU-a-0")}, Size{GPUs: 0, VCPUs: 4, MemoryGiB: 8}, "a", []string{}},
+			Resources{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "", "b", []string{"GPU-b-5", "GPU-b-6"}},
+		{"exclusive no room", Exclusive, 0, []Host{host("a", gpus("a", 2), "GPU-a-0")}, Resources{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "", "", nil},
+		{"zero GPUs", Exclusive, 0, []Host{host("a", gpus("a", 1), "GPU-a-0")}, Resources{GPUs: 0, VCPUs: 4, MemoryGiB: 8}, "", "a", []string{}},
 		{"vcpus bound", Exclusive, 0, []Host{func() Host { h := host("a", gpus("a", 8)); h.UsedVCPUs = 62; return h }(), host("b", gpus("b", 8))},
-			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "b", []string{"GPU-b-0"}},
+			Resources{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "", "b", []string{"GPU-b-0"}},
 		{"memory bound", Exclusive, 0, []Host{func() Host { h := host("a", gpus("a", 8)); h.UsedMemoryGiB = 500; return h }()},
-			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 16}, "", nil},
+			Resources{GPUs: 1, VCPUs: 4, MemoryGiB: 16}, "", "", nil},
 		{"mig by profile", MIG, 0, []Host{host("a", gpus("a", 2, "3g.40gb", "1g.10gb", "1g.10gb"), "MIG-a-0-1")},
-			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8, GPUProfile: prof("1g.10gb")}, "a", []string{"MIG-a-0-2", "MIG-a-1-1"}},
+			Resources{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "1g.10gb", "a", []string{"MIG-a-0-2", "MIG-a-1-1"}},
 		{"mig no such profile", MIG, 0, []Host{host("a", gpus("a", 2, "3g.40gb"))},
-			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8, GPUProfile: prof("1g.10gb")}, "", nil},
+			Resources{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "1g.10gb", "", nil},
 		{"time slices on distinct GPUs", TimeSliced, 4, []Host{host("a", gpus("a", 2), "GPU-a-0/0")},
-			Size{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "a", []string{"GPU-a-0/1", "GPU-a-1/0"}},
-		{"time slices: more than GPUs", TimeSliced, 4, []Host{host("a", gpus("a", 2))}, Size{GPUs: 3, VCPUs: 4, MemoryGiB: 8}, "", nil},
+			Resources{GPUs: 2, VCPUs: 4, MemoryGiB: 8}, "", "a", []string{"GPU-a-0/1", "GPU-a-1/0"}},
+		{"time slices: more than GPUs", TimeSliced, 4, []Host{host("a", gpus("a", 2))}, Resources{GPUs: 3, VCPUs: 4, MemoryGiB: 8}, "", "", nil},
 		{"time slices exhausted on one GPU", TimeSliced, 2, []Host{host("a", gpus("a", 2), "GPU-a-0/0", "GPU-a-0/1")},
-			Size{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "a", []string{"GPU-a-1/0"}},
+			Resources{GPUs: 1, VCPUs: 4, MemoryGiB: 8}, "", "a", []string{"GPU-a-1/0"}},
 	}
 	for _, c := range cases {
-		node, devs, reason := Place(c.mode, c.slices, c.hosts, c.size)
+		node, devs, reason := Place(c.mode, c.slices, c.hosts, c.size, c.profile)
 		if node != c.node {
 			t.Errorf("%s: node %q, want %q (%s)", c.name, node, c.node, reason)
 			continue

@@ -1,4 +1,27 @@
-package instances
+// Package graphread is the graph's reads of instances, reservations,
+// events and capacity: batch functions for the per-request dataloaders,
+// one statement for many parents. Each one decides in its own SQL: the
+// loader passes the caller's authz.Scope for the permission the type is
+// read under, the statement binds the type's one predicate to it
+// (authz.Where), and only the rows the caller may read come back, with the
+// same rule as the method surface (instances.get, instances.list,
+// reservations.*, instances.events, instances.capacity):
+//
+//   - an instance, a reservation and an instance's events are readable by
+//     the principals holding a role that grants compute:instances:read on
+//     the instance's tenant (and by the operator); a pool's owner does not
+//     read other tenants' instances in it;
+//   - a pool's capacity is readable by whoever reads the pool (its owner's
+//     members, the members of tenants it is offered to); the per-tenant
+//     numbers only by the owner's members.
+//
+// Node credentials read nothing here.
+//
+// It reads rows of package instances (View embeds instances.Instance) and
+// binds instances' visibility predicates, the same ones the method surface
+// binds; pool arithmetic is package fit's. What changes here is how the
+// graph batches its reads (columns, pages, counts), not who may read what.
+package graphread
 
 import (
 	"context"
@@ -10,56 +33,13 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/store"
 )
-
-// The graph's reads of instances, reservations, events and capacity: batch
-// functions for the per-request dataloaders, one statement for many
-// parents. Each one decides in its own SQL: the loader passes the caller's
-// authz.Scope for the permission the type is read under, the statement
-// binds the type's one predicate to it (authz.Where), and only the rows the
-// caller may read come back, with the same rule as the method surface (instances.get, instances.list, reservations.*,
-// instances.events, instances.capacity):
-//
-//   - an instance, a reservation and an instance's events are readable by
-//     the principals holding a role that grants compute:instances:read on
-//     the instance's tenant (and by the operator); a pool's owner does not
-//     read other tenants' instances in it;
-//   - a pool's capacity is readable by whoever reads the pool (its owner's
-//     members, the members of tenants it is offered to); the per-tenant
-//     numbers only by the owner's members.
-//
-// Node credentials read nothing here.
-
-// Visibility is one predicate per resource type, a function of an SQL
-// text[] expression of the tenants the caller reads in (the shape of the
-// graph's read path: bind it to a scope and every batch of the type uses
-// it):
-
-// Visible is an instance's (over instances i): its tenant's readers.
-func Visible(tenants string) string { return `i.tenant_id = ANY(` + tenants + `)` }
-
-// ReservationVisible is a reservation's (over reservations r).
-func ReservationVisible(tenants string) string { return `r.tenant_id = ANY(` + tenants + `)` }
-
-// EventVisible is an instance event's (over events e): its tenant's
-// readers.
-func EventVisible(tenants string) string {
-	return `e.resource_type = 'instance' AND e.tenant_id = ANY(` + tenants + `)`
-}
-
-// CapacityVisible is a pool's capacity's (over pools p): the pool's
-// readers, its owner's and those of the tenants it is offered to.
-func CapacityVisible(tenants string) string {
-	return `(p.tenant_id = ANY(` + tenants + `) OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = ANY(` + tenants + `)))`
-}
-
-// OwnerView says who reads a pool's per-tenant numbers (over pools p): its
-// owner's readers.
-func OwnerView(tenants string) string { return `p.tenant_id = ANY(` + tenants + `)` }
 
 // where binds a predicate to the scope at $1 (authz.Where).
 func where(pred func(tenants string) string) string { return authz.Where("$1", pred) }
@@ -68,7 +48,7 @@ func where(pred func(tenants string) string) string { return authz.Where("$1", p
 // follow it to its pool (the instance's tenant still owns it or is still
 // offered it) and to its host node (the caller reads the host's tenant).
 type View struct {
-	Instance
+	instances.Instance
 	PoolVisible bool `json:"-" db:"pool_visible"`
 	HostVisible bool `json:"-" db:"host_visible"`
 }
@@ -88,12 +68,12 @@ var viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.g
 func ViewsByID(ctx context.Context, q store.Q, scope, hosts authz.Scope, ids []string) (map[string]*View, error) {
 	var rows []View
 	if err := q.SelectContext(ctx, &rows, `SELECT `+viewCols+` FROM instances i
-		WHERE i.instance_id = ANY($3) AND `+where(Visible), scope.Arg(), hosts.Arg(), ids); err != nil {
+		WHERE i.instance_id = ANY($3) AND `+where(instances.Visible), scope.Arg(), hosts.Arg(), ids); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]*View, len(rows))
 	for k := range rows {
-		rows[k].fix()
+		rows[k].Normalize()
 		out[rows[k].InstanceID] = &rows[k]
 	}
 	return out, nil
@@ -145,7 +125,7 @@ func scopeMatch(by Parent) string {
 	return `i.` + string(by) + ` = t.parent AND (t.f_pool = '' OR i.pool_id = t.f_pool)
 		AND (t.f_project = '' OR i.project_id = t.f_project)
 		AND (CASE WHEN t.f_state = '' THEN i.state <> 'deleted' ELSE i.state = t.f_state END)
-		AND ` + where(Visible)
+		AND ` + where(instances.Visible)
 }
 
 // scopesAt unnests the five arrays of scopeArrays, from parameter $n on,
@@ -176,7 +156,7 @@ func ViewPages(ctx context.Context, q store.Q, scope, hosts authz.Scope, by Pare
 			ORDER BY i.instance_id LIMIT $9) x`, args...)
 	var r page.Rows[View]
 	for _, x := range rows {
-		x.fix()
+		x.Normalize()
 		r.Parents, r.Totals, r.Items = append(r.Parents, x.Key), append(r.Totals, x.Total), append(r.Items, x.View)
 	}
 	return r, store.Wrap(err)
@@ -212,19 +192,19 @@ func resMatch(by Parent) string {
 		      WHEN 'expired' THEN r.state = 'active' AND r.ends_at <= now()
 		      WHEN 'active' THEN r.state = 'active' AND r.starts_at <= now() AND r.ends_at > now()
 		      ELSE r.state = 'active' AND r.starts_at > now() END
-		AND ` + where(ReservationVisible)
+		AND ` + where(instances.ReservationVisible)
 }
 
 type resRow struct {
 	Key   string `db:"parent_key"`
 	Total int    `db:"total_count"`
-	Reservation
+	instances.Reservation
 }
 
 // ReservationPages returns one page of reservations (by id) for each scope
 // key of tenants or pools, in one statement; the caller reads only the
 // reservations of tenants it holds a role on.
-func ReservationPages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[Reservation], error) {
+func ReservationPages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[instances.Reservation], error) {
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []resRow
 	args := []any{scope.Arg(), keys, parent, pool, project, state, after, limit + 1}
@@ -236,9 +216,9 @@ func ReservationPages(ctx context.Context, q store.Q, scope authz.Scope, by Pare
 		CROSS JOIN LATERAL (SELECT r.reservation_id, r.tenant_id, r.pool_id, r.gpus, r.vcpus, r.memory_gib, r.starts_at, r.ends_at,
 				r.state, r.row_version, r.created_at, r.updated_at, r.canceled_at, now() AS tx_now
 			FROM reservations r WHERE `+resMatch(by)+` AND r.reservation_id > $7 ORDER BY r.reservation_id LIMIT $8) x`, args...)
-	var out page.Rows[Reservation]
+	var out page.Rows[instances.Reservation]
 	for _, x := range rows {
-		x.fix()
+		x.Normalize()
 		out.Parents, out.Totals, out.Items = append(out.Parents, x.Key), append(out.Totals, x.Total), append(out.Items, x.Reservation)
 	}
 	return out, store.Wrap(err)
@@ -290,12 +270,12 @@ func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs [
 			}
 		}
 	}
-	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, where(EventVisible), scope.Arg())
+	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, where(instances.EventVisible), scope.Arg())
 }
 
 // CountEvents counts each readable instance's events.
 func CountEvents(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string) (map[string]int, error) {
-	return events.CountByResource(ctx, q, instanceIDs, where(EventVisible), scope.Arg())
+	return events.CountByResource(ctx, q, instanceIDs, where(instances.EventVisible), scope.Arg())
 }
 
 // --- capacity -----------------------------------------------------------
@@ -331,10 +311,10 @@ type capTenant struct {
 // poolIDs, in one statement, keyed by pool id; ByTenant is filled only
 // where the caller reads the owner's tenant. The numbers are those of
 // instances.capacity.
-func Capacities(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]*PoolCapacity, error) {
+func Capacities(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]*fit.PoolCapacity, error) {
 	var rows []capRow
 	err := q.SelectContext(ctx, &rows, `SELECT p.pool_id, p.kind, p.sharing_mode, p.policy::text AS policy,
-			`+where(OwnerView)+` AS owner_view,
+			`+where(instances.OwnerView)+` AS owner_view,
 			COALESCE((SELECT json_agg(json_build_object('nodeId', n.node_id, 'sections', s.sections,
 					'taken', ARRAY(SELECT a.device_id FROM instance_allocations a WHERE a.node_id = n.node_id),
 					'vcpus', (SELECT COALESCE(sum(h.vcpus), 0) FROM instances h WHERE h.host_node_id = n.node_id AND h.state <> 'deleted'),
@@ -344,16 +324,16 @@ func Capacities(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []str
 				WHERE p.kind = 'vps-hosted' AND n.pool_id = p.pool_id AND n.state = 'ready'), '[]')::text AS hosts,
 			COALESCE((SELECT json_agg(json_build_object('tenantId', a.tenant_id, 'gpus', a.gpus, 'vcpus', a.vcpus, 'memoryGiB', a.memory_gib))
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM instances
-					WHERE pool_id = p.pool_id AND `+holdsRoom+` GROUP BY tenant_id) a), '[]')::text AS alloc,
+					WHERE pool_id = p.pool_id AND `+instances.HoldsRoom+` GROUP BY tenant_id) a), '[]')::text AS alloc,
 			COALESCE((SELECT json_agg(json_build_object('tenantId', a.tenant_id, 'gpus', a.gpus, 'vcpus', a.vcpus, 'memoryGiB', a.memory_gib))
 				FROM (SELECT tenant_id, sum(gpus) AS gpus, sum(vcpus) AS vcpus, sum(memory_gib) AS memory_gib FROM reservations
 					WHERE pool_id = p.pool_id AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id) a), '[]')::text AS res
 		FROM pools p
-		WHERE p.pool_id = ANY($2) AND `+where(CapacityVisible), scope.Arg(), poolIDs)
+		WHERE p.pool_id = ANY($2) AND `+where(instances.CapacityVisible), scope.Arg(), poolIDs)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	out := make(map[string]*PoolCapacity, len(rows))
+	out := make(map[string]*fit.PoolCapacity, len(rows))
 	for _, row := range rows {
 		c, err := row.capacity()
 		if err != nil {
@@ -364,7 +344,7 @@ func Capacities(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []str
 	return out, nil
 }
 
-func (row *capRow) capacity() (*PoolCapacity, error) {
+func (row *capRow) capacity() (*fit.PoolCapacity, error) {
 	var hs []capHost
 	var alloc, res []capTenant
 	if err := json.Unmarshal([]byte(row.Hosts), &hs); err != nil {
@@ -376,33 +356,36 @@ func (row *capRow) capacity() (*PoolCapacity, error) {
 	if err := json.Unmarshal([]byte(row.Res), &res); err != nil {
 		return nil, err
 	}
-	var total Resources
+	var total fit.Resources
 	bounded := true
 	switch row.Kind {
 	case "vps-hosted":
-		hosts := make([]Host, 0, len(hs))
+		hosts := make([]fit.Host, 0, len(hs))
 		for _, h := range hs {
 			sec, err := inventory.Parse(h.Sections)
 			if err != nil {
 				return nil, fmt.Errorf("host %s inventory: %w", h.NodeID, err)
 			}
-			hosts = append(hosts, hostOf(h.NodeID, sec, h.Taken, h.VCPUs, h.MemoryGiB))
+			hosts = append(hosts, fit.HostOf(h.NodeID, sec, h.Taken, h.VCPUs, h.MemoryGiB))
 		}
-		total = hostedTotal(row.SharingMode, parsePolicy(row.Policy).Slices, hosts)
+		total = fit.HostedTotal(row.SharingMode, instances.PolicySlices(row.Policy), hosts)
 	case "vps-provider":
-		total, bounded = providerTotal(row.Policy)
+		total, bounded = fit.ProviderTotal(row.Policy)
 	}
-	toMap := func(l []capTenant) map[string]Resources {
-		m := map[string]Resources{}
+	toMap := func(l []capTenant) map[string]fit.Resources {
+		m := map[string]fit.Resources{}
 		for _, t := range l {
-			m[t.TenantID] = Resources{t.GPUs, t.VCPUs, t.MemoryGiB}
+			m[t.TenantID] = fit.Resources{GPUs: t.GPUs, VCPUs: t.VCPUs, MemoryGiB: t.MemoryGiB}
 		}
 		return m
 	}
-	return capacityOf(row.PoolID, total, bounded, toMap(alloc), toMap(res), row.Owner), nil
+	return fit.CapacityOf(row.PoolID, total, bounded, toMap(alloc), toMap(res), row.Owner), nil
 }
 
-var projectRe = pattern.MustCompile(ids.Pattern(ids.Project))
+var (
+	poolRe    = pattern.MustCompile(ids.Pattern(ids.Pool))
+	projectRe = pattern.MustCompile(ids.Pattern(ids.Project))
+)
 
 // NewScope checks a graph list's filters as instances.list and
 // reservations.list check theirs (INVALID_INPUT naming the argument) and
@@ -429,16 +412,16 @@ func NewScope(parent string, poolID, projectID, state *string) (Scope, error) {
 
 // ReservationsByID loads the reservations of ids visible in scope in one
 // statement, keyed by id.
-func ReservationsByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Reservation, error) {
+func ReservationsByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*instances.Reservation, error) {
 	var rows []resRow
 	if err := q.SelectContext(ctx, &rows, `SELECT '' AS parent_key, 0 AS total_count, r.reservation_id, r.tenant_id, r.pool_id, r.gpus, r.vcpus, r.memory_gib,
 			r.starts_at, r.ends_at, r.state, r.row_version, r.created_at, r.updated_at, r.canceled_at, now() AS tx_now
-		FROM reservations r WHERE r.reservation_id = ANY($1) AND `+authz.Where("$2", ReservationVisible), ids, scope.Arg()); err != nil {
+		FROM reservations r WHERE r.reservation_id = ANY($1) AND `+authz.Where("$2", instances.ReservationVisible), ids, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}
-	out := make(map[string]*Reservation, len(rows))
+	out := make(map[string]*instances.Reservation, len(rows))
 	for i := range rows {
-		rows[i].fix()
+		rows[i].Normalize()
 		out[rows[i].ReservationID] = &rows[i].Reservation
 	}
 	return out, nil

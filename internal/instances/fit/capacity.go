@@ -1,0 +1,75 @@
+package fit
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// Unbounded stands for a capacity the pool does not limit.
+const Unbounded = math.MaxInt32
+
+// ProviderTotal is a vps-provider pool's capacity from its policy's
+// capacity object (gpus, vcpus, memoryGiB); bounded is false when it names
+// none (the provider decides alone).
+func ProviderTotal(policy string) (total Resources, bounded bool) {
+	var d struct {
+		Capacity struct {
+			GPUs      int `json:"gpus"`
+			VCPUs     int `json:"vcpus"`
+			MemoryGiB int `json:"memoryGiB"`
+		} `json:"capacity"`
+	}
+	_ = json.Unmarshal([]byte(policy), &d)
+	c := d.Capacity
+	bounded = c.GPUs > 0 || c.VCPUs > 0 || c.MemoryGiB > 0
+	orMax := func(v int) int {
+		if v <= 0 {
+			return Unbounded
+		}
+		return v
+	}
+	return Resources{orMax(c.GPUs), orMax(c.VCPUs), orMax(c.MemoryGiB)}, bounded
+}
+
+// PoolCapacity is a pool's room: total (nil when unbounded), what
+// instances hold, what reservations hold beyond that now, and what is free.
+type PoolCapacity struct {
+	PoolID    string     `json:"poolId"`
+	Bounded   bool       `json:"bounded"`
+	Total     *Resources `json:"total"`
+	Allocated Resources  `json:"allocated"`
+	Reserved  Resources  `json:"reserved"`
+	Free      *Resources `json:"free"`
+	// ByTenant is what each tenant holds (numbers only): only for the
+	// pool's owner.
+	ByTenant map[string]Resources `json:"byTenant,omitempty"`
+}
+
+// CapacityOf is the capacity arithmetic of one pool: what each tenant holds
+// is the larger of its allocation and its active reservations; ByTenant is
+// filled for the owner's view only.
+func CapacityOf(poolID string, total Resources, bounded bool, alloc, res map[string]Resources, owner bool) *PoolCapacity {
+	c := &PoolCapacity{PoolID: poolID, Bounded: bounded}
+	held := map[string]Resources{}
+	for t, a := range alloc {
+		c.Allocated = c.Allocated.Add(a)
+		held[t] = Held(a, res[t])
+	}
+	for t, r := range res {
+		c.Reserved = c.Reserved.Add(Held(alloc[t], r).Sub(alloc[t]))
+		if _, ok := held[t]; !ok {
+			held[t] = r
+		}
+	}
+	if bounded {
+		free := total
+		for _, h := range held {
+			free = free.Sub(h)
+		}
+		c.Total, c.Free = &total, &free
+	}
+	if owner {
+		c.ByTenant = held
+	}
+	return c
+}
