@@ -196,7 +196,8 @@ func decode(id string) (hash, seq uint64, err error) {
 	}
 	first := decodeTable[id[len(Prefix)]]
 	switch {
-	case first < 0:
+	case first < 0, first >= 8 && first < 16:
+		// 8-15: bit 129 clear with bit 128 set, which no id has.
 		return 0, 0, errNotID
 	case first < 8:
 		// Bits 129 and 128 clear: the (xid, seq) ids of the old outbox.
@@ -230,6 +231,9 @@ func ParseCursor(path, tenantID, cursor string) (uint64, error) {
 		return 0, nil
 	}
 	seq, err := DecodeID(tenantID, cursor)
+	if err == nil && seq == 0 {
+		err = errNotID // numbers start at 1
+	}
 	switch err {
 	case nil:
 		return seq, nil
@@ -255,6 +259,9 @@ func ParseAnyCursor(path, cursor string) (Cursor, error) {
 		return Cursor{}, nil
 	}
 	hash, seq, err := decode(cursor)
+	if err == nil && seq == 0 {
+		err = errNotID // numbers start at 1
+	}
 	switch err {
 	case nil:
 		return Cursor{Hash: hash, Seq: seq}, nil
@@ -485,20 +492,47 @@ func Last(ctx context.Context, q store.Q, tenantID string) (uint64, error) {
 
 // CheckCursor refuses a cursor of the tenant's stream that retention has
 // overtaken: events after it may have been pruned (INVALID_STATE,
-// details.reason "expired-cursor", naming path). 0 (no cursor) is never
-// expired: it starts at the oldest retained event.
+// details.reason "expired-cursor", naming path); and one after the
+// stream's last event, which this server never returned (INVALID_INPUT:
+// reading on from it would skip events silently). 0 (no cursor) is never
+// refused: it starts at the oldest retained event.
 func CheckCursor(ctx context.Context, q store.Q, path, tenantID string, after uint64) error {
 	if after == 0 {
 		return nil
 	}
-	var pruned []int64
-	if err := q.SelectContext(ctx, &pruned, `SELECT pruned_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
+	var s []struct {
+		Last   int64 `db:"last_seq"`
+		Pruned int64 `db:"pruned_seq"`
+	}
+	if err := q.SelectContext(ctx, &s, `SELECT last_seq, pruned_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
 		return store.Wrap(err)
 	}
-	if len(pruned) > 0 && after < uint64(pruned[0]) {
+	var last, pruned uint64
+	if len(s) > 0 {
+		last, pruned = uint64(s[0].Last), uint64(s[0].Pruned)
+	}
+	return checkCursor(path, after, last, pruned)
+}
+
+// checkCursor judges a cursor against its stream's last number and
+// retention mark.
+func checkCursor(path string, after, last, pruned uint64) error {
+	switch {
+	case after > last:
+		return errs.Invalid(path, "%s is not an event id this server returned", path)
+	case after < pruned:
 		return ExpiredCursor(path)
 	}
 	return nil
+}
+
+// CheckCursorOf is CheckCursor for a stream whose last number and
+// retention mark the caller has read.
+func CheckCursorOf(path string, after, last, pruned uint64) error {
+	if after == 0 {
+		return nil
+	}
+	return checkCursor(path, after, last, pruned)
 }
 
 // Prune deletes, per tenant, the events up to the last one that occurred

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,17 @@ func TestEncodeDecodeOrder(t *testing.T) {
 				t.Fatalf("string order differs from stream order: %d %q, %d %q", seqs[i-1], a, seqs[i], b)
 			}
 		}
+	}
+	// The same number with bit 129 clear and bit 128 set (first character
+	// 8-f instead of g-q) is no id: ids have one spelling.
+	good := events.EncodeID("acme", 1)
+	alias := "evt_" + string("0123456789abcdefghjkmnpqrstvwxyz"[strings.IndexByte("0123456789abcdefghjkmnpqrstvwxyz", good[4])-8]) + good[5:]
+	if _, err := events.ParseCursor("after", "acme", alias); errs.CodeOf(err) != errs.InvalidInput {
+		t.Fatalf("alias %s of %s: %v", alias, good, err)
+	}
+	// Number 0 is never issued.
+	if _, err := events.ParseCursor("after", "acme", events.EncodeID("acme", 0)); errs.CodeOf(err) != errs.InvalidInput {
+		t.Fatalf("event number 0: %v", err)
 	}
 	// Another tenant's id is INVALID_INPUT, never a position in this stream.
 	if _, err := events.ParseCursor("after", "acme", events.EncodeID("globex", 5)); errs.CodeOf(err) != errs.InvalidInput {
@@ -351,6 +363,16 @@ func TestPruneAndExpiredCursor(t *testing.T) {
 		if err := events.CheckCursor(ctx, d, "cursor", "acme", ok); err != nil {
 			t.Fatalf("cursor %v: %v", ok, err)
 		}
+	}
+	// A number past the stream's end was never returned: reading on from
+	// it would skip what comes next (2^63 and past: no wrap).
+	for _, ahead := range []uint64{6, 1024, 1 << 63, math.MaxUint64} {
+		if err := events.CheckCursor(ctx, d, "cursor", "acme", ahead); errs.CodeOf(err) != errs.InvalidInput {
+			t.Fatalf("cursor %d past the end (5): %v", ahead, err)
+		}
+	}
+	if err := events.CheckCursor(ctx, d, "cursor", "nobody", 1); errs.CodeOf(err) != errs.InvalidInput {
+		t.Fatalf("a cursor of a stream with no events: %v", err)
 	}
 	// Another tenant's stream is its own: nothing of it was pruned.
 	if err := events.CheckCursor(ctx, d, "cursor", "globex", 1); err != nil {

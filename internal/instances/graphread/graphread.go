@@ -255,19 +255,29 @@ func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs [
 	}
 	if cur.Seq > 0 {
 		// The cursor names its tenant's stream by hash: find it among the
-		// instances' tenants, and refuse it once retention overtook it.
+		// instances' tenants, and refuse it once retention overtook it, or
+		// when it is past the stream's end (never returned). A cursor of
+		// none of their streams is not theirs.
 		var streams []struct {
 			TenantID string `db:"tenant_id"`
+			Last     int64  `db:"last_seq"`
 			Pruned   int64  `db:"pruned_seq"`
 		}
-		if err := q.SelectContext(ctx, &streams, `SELECT s.tenant_id, s.pruned_seq FROM event_streams s
+		if err := q.SelectContext(ctx, &streams, `SELECT s.tenant_id, s.last_seq, s.pruned_seq FROM event_streams s
 			WHERE s.tenant_id IN (SELECT i.tenant_id FROM instances i WHERE i.instance_id = ANY($1))`, instanceIDs); err != nil {
 			return page.Rows[events.Event]{}, store.Wrap(err)
 		}
+		found := false
 		for _, s := range streams {
-			if events.TenantHash(s.TenantID) == cur.Hash && cur.Seq < uint64(s.Pruned) {
-				return page.Rows[events.Event]{}, events.ExpiredCursor("after")
+			if events.TenantHash(s.TenantID) == cur.Hash {
+				found = true
+				if err := events.CheckCursorOf("after", cur.Seq, uint64(s.Last), uint64(s.Pruned)); err != nil {
+					return page.Rows[events.Event]{}, err
+				}
 			}
+		}
+		if !found && len(streams) > 0 {
+			return page.Rows[events.Event]{}, errs.Invalid("after", "after is not an event id of these instances' tenant")
 		}
 	}
 	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, where(instances.EventVisible), scope.Arg())
