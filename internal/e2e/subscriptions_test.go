@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -592,6 +593,45 @@ func TestSubscriptionDocumentsAreValidated(t *testing.T) {
 		w.send(map[string]any{"id": fmt.Sprint("ok", i), "type": "subscribe", "payload": map[string]any{"query": doc}})
 		if m, err := w.read(300 * time.Millisecond); err == nil {
 			t.Fatalf("%s: %v", doc, m)
+		}
+	}
+}
+
+// TestSSEStartsAtOnceAndRefusesBrokenBodies: an event stream's status and
+// headers are sent when it opens, not with its first event or keep-alive
+// 15 s later; a body that is no GraphQL request is a 400 before any
+// stream starts (found probing from outside).
+func TestSSEStartsAtOnceAndRefusesBrokenBodies(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	client := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 3 * time.Second}}
+	body, _ := json.Marshal(map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { eventId } }`})
+	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+acme.Viewer.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("a quiet tenant's stream sent no headers within 3 s: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	for _, bad := range []string{`{"query":`, "{\"query\": \"subscription { a }\xff\"}", `[]`, `{"query": "{ viewer { id } }"} trailing`} {
+		req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(bad))
+		req.Header.Set("Authorization", "Bearer "+acme.Viewer.Token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 400 || !strings.Contains(string(b), "INVALID_INPUT") {
+			t.Fatalf("%q: %d %s", bad, res.StatusCode, b)
 		}
 	}
 }

@@ -56,6 +56,12 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		}
 		params, perr = DecodeParams(body)
 	}
+	// A request that is no GraphQL request gets its error before any
+	// stream starts (a stream that began would end without complete).
+	if perr != nil {
+		writeRequestError(w, mediaJSON, http.StatusBadRequest, perr)
+		return
+	}
 	// Long-lived: lift the server's write deadline.
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -64,11 +70,11 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	// The status and headers go out now: a client (or a proxy with a
+	// response-header timeout) knows the stream is open before its first
+	// event or keep-alive.
+	_ = rc.Flush()
 	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
-	if perr != nil {
-		st.errors(perr)
-		return
-	}
 	params.Headers = r.Header
 
 	t.s.conns.Add(1)
