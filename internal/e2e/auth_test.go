@@ -137,3 +137,32 @@ func TestRevokeOwnToken(t *testing.T) {
 	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": acme.Admin.TokenID}))
 	expect(t, e.Call(acme.Admin.Token, "tokens/list", map[string]any{"tenantId": "acme"}), un, "")
 }
+
+// TestTwoAuthorizationHeaders: a request with two credentials is refused
+// whichever comes first (a proxy in front that checks one header would
+// otherwise disagree with the server about the caller; found probing).
+func TestTwoAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	for _, order := range [][2]string{{acme.Viewer.Token, acme.Admin.Token}, {acme.Admin.Token, acme.Viewer.Token}} {
+		for _, path := range []string{"/api/compute/tenants/get", "/graphql"} {
+			body := `{"tenantId": "acme"}`
+			if path == "/graphql" {
+				body = `{"query": "{ viewer { principalId } }"}`
+			}
+			req, _ := http.NewRequest(http.MethodPost, e.Server.URL+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Add("Authorization", "Bearer "+order[0])
+			req.Header.Add("Authorization", "Bearer "+order[1])
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s with two Authorization headers: %d", path, res.StatusCode)
+			}
+		}
+	}
+}

@@ -411,6 +411,11 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 
 // bearer authenticates the request's bearer token (authenticateSecret).
 func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
+	// One credential per request: with two, a proxy that checks one and a
+	// server that reads the other would disagree about the caller.
+	if len(r.Header.Values("Authorization")) > 1 {
+		return nil, errs.E(errs.Unauthenticated, "send one Authorization header")
+	}
 	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\"")
