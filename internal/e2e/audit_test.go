@@ -359,6 +359,8 @@ func TestAuditListFilters(t *testing.T) {
 	}{
 		{map[string]any{"since": now, "until": now}, "until"},
 		{map[string]any{"since": "yesterday"}, "since"},
+		{map[string]any{"since": "0000-01-01T00:00:00Z"}, "since"},
+		{map[string]any{"until": "0000-06-01T00:00:00+01:00"}, "until"},
 		{map[string]any{"cursor": "bm90LWEtY3Vyc29y"}, "cursor"},
 		{map[string]any{"limit": 0}, "limit"},
 		{map[string]any{"limit": 201}, "limit"},

@@ -48,6 +48,11 @@ func parseTime(path string, s *string) (*time.Time, error) {
 	if err != nil {
 		return nil, errs.Invalid(path, "%s must be an RFC 3339 time", path)
 	}
+	// PostgreSQL has no year 0 (RFC 3339 does): such a time reached the
+	// database and came back as a constraint error.
+	if t.UTC().Year() < 1 {
+		return nil, errs.Invalid(path, "%s must be a time in the years 0001 to 9999", path)
+	}
 	return &t, nil
 }
 
