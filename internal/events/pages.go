@@ -61,3 +61,21 @@ func CountByResource(ctx context.Context, q store.Q, resourceIDs []string, visib
 	}
 	return out, nil
 }
+
+// PagesByTenant reads, in one statement, up to limit events of each tenant
+// after its own number (after[i] for tenants[i]), in stream order, keyed by
+// tenant: a replica's reader of the tenants woken together.
+func PagesByTenant(ctx context.Context, q store.Q, tenants []string, after []int64, limit int) (map[string][]Event, error) {
+	var rows []row
+	err := q.SelectContext(ctx, &rows, `SELECT x.* FROM unnest($1::text[], $2::bigint[]) AS t(tenant_id, after)
+		CROSS JOIN LATERAL (SELECT `+Cols+` FROM events e WHERE e.tenant_id = t.tenant_id AND e.seq > t.after
+			ORDER BY e.seq LIMIT $3) x`, tenants, after, limit)
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string][]Event, len(tenants))
+	for i := range rows {
+		out[rows[i].TenantID] = append(out[rows[i].TenantID], rows[i].event())
+	}
+	return out, nil
+}

@@ -81,6 +81,9 @@ type Hub struct {
 
 	mu      sync.Mutex
 	streams map[string]*stream
+	reading bool                 // Run's reader reads woken streams
+	woken   map[*stream]struct{} // streams to read, under mu
+	readC   chan struct{}
 
 	subscribers atomic.Int64
 	reads       atomic.Int64
@@ -91,7 +94,7 @@ type Hub struct {
 // New makes a hub; Run starts its LISTEN connection.
 func New(db *store.DB, log *slog.Logger, cfg Config) *Hub {
 	cfg.defaults()
-	return &Hub{db: db, log: log, cfg: cfg, streams: map[string]*stream{}}
+	return &Hub{db: db, log: log, cfg: cfg, streams: map[string]*stream{}, woken: map[*stream]struct{}{}, readC: make(chan struct{}, 1)}
 }
 
 // Subscribers is the number of live subscriptions.
@@ -111,6 +114,28 @@ func (h *Hub) Listening() bool { return h.listening.Load() }
 // failure; on every (re)connect all streams read, so what was committed
 // while the connection was down is delivered.
 func (h *Hub) Run(ctx context.Context) error {
+	h.mu.Lock()
+	h.reading = true
+	h.mu.Unlock()
+	rctx, stopReader := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	// Without the reader (it ended, or it panicked and safe logged it),
+	// streams read for themselves again.
+	unbatch := func() {
+		h.mu.Lock()
+		h.reading = false
+		for s := range h.woken {
+			s.poke()
+		}
+		clear(h.woken)
+		h.mu.Unlock()
+	}
+	safe.Go(rctx, h.log, "event streams reader", func() { defer close(readerDone); h.readWoken(rctx) }, unbatch)
+	defer func() {
+		unbatch()
+		stopReader()
+		<-readerDone
+	}()
 	l := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cfg, err := pgx.ParseConfig(h.db.URL)
@@ -154,11 +179,79 @@ func (x handler) HandleBacklog(context.Context, string, *pgx.Conn) error {
 }
 
 // Wake tells the streams of the tenants that new events are numbered.
+// While Run runs, the hub's reader reads all of the woken streams in one
+// statement; otherwise each stream reads for itself.
 func (h *Hub) Wake(tenants []string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	batched := h.reading
 	for _, t := range tenants {
 		if s := h.streams[t]; s != nil {
+			if batched {
+				h.woken[s] = struct{}{}
+			} else {
+				s.poke()
+			}
+		}
+	}
+	h.mu.Unlock()
+	if batched {
+		select {
+		case h.readC <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// readWoken reads the woken streams' new events until ctx ends: one
+// statement for all of them (one page each), then each stream's share is
+// delivered; a stream that filled its page reads the rest itself.
+func (h *Hub) readWoken(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.readC:
+		}
+		h.mu.Lock()
+		woken := make([]*stream, 0, len(h.woken))
+		for s := range h.woken {
+			woken = append(woken, s)
+		}
+		clear(h.woken)
+		h.mu.Unlock()
+		for len(woken) > 0 {
+			n := min(len(woken), 500)
+			h.readMany(ctx, woken[:n])
+			woken = woken[n:]
+		}
+	}
+}
+
+func (h *Hub) readMany(ctx context.Context, streams []*stream) {
+	tenants := make([]string, len(streams))
+	after := make([]int64, len(streams))
+	for i, s := range streams {
+		s.mu.Lock()
+		tenants[i], after[i] = s.tenant, int64(s.pos)
+		s.mu.Unlock()
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := events.PagesByTenant(rctx, h.db, tenants, after, h.cfg.Page)
+	cancel()
+	h.reads.Add(1)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn("event streams read", "streams", len(streams), "err", err)
+		}
+		for _, s := range streams {
+			s.poke() // each reads for itself
+		}
+		return
+	}
+	for i, s := range streams {
+		page := list[tenants[i]]
+		s.deliver(page)
+		if len(page) >= h.cfg.Page {
 			s.poke()
 		}
 	}
@@ -625,6 +718,37 @@ func (s *stream) run() {
 	}
 }
 
+// deliver appends a page read from the stream's position on to the ring
+// and hands it to the live subscribers (under s.mu). Reads may overlap
+// (the stream's own and the hub's batched one): a page holds consecutive
+// numbers from where its read began, and only those after the stream's
+// position are appended, so nothing is appended twice or skipped.
+func (s *stream) deliver(page []events.Event) {
+	h := s.h
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	added := false
+	for i := range page {
+		if page[i].Seq <= s.pos {
+			continue
+		}
+		s.ring[s.head%uint64(len(s.ring))] = &page[i]
+		s.head++
+		s.pos = page[i].Seq
+		added = true
+	}
+	if !added {
+		return
+	}
+	for sub := range s.live {
+		if s.fill(sub) {
+			delete(s.live, sub)
+			sub.pumping = true
+			h.startPump(sub, false)
+		}
+	}
+}
+
 // read hands every new event of the tenant to its subscribers.
 func (s *stream) read() int {
 	h := s.h
@@ -641,22 +765,7 @@ func (s *stream) read() int {
 			h.log.Warn("event stream read", "tenant", s.tenant, "err", err)
 			return total
 		}
-		s.mu.Lock()
-		for i := range page {
-			s.ring[s.head%uint64(len(s.ring))] = &page[i]
-			s.head++
-			s.pos = page[i].Seq
-		}
-		if len(page) > 0 {
-			for sub := range s.live {
-				if s.fill(sub) {
-					delete(s.live, sub)
-					sub.pumping = true
-					h.startPump(sub, false)
-				}
-			}
-		}
-		s.mu.Unlock()
+		s.deliver(page)
 		total += len(page)
 		if len(page) < h.cfg.Page {
 			return total
