@@ -690,5 +690,4 @@ func TestJoinRequestAndTokenPages(t *testing.T) {
 	fixture.Code(t, err, errs.NotFound, "")
 }
 
-
 func ptr[T any](v T) *T { return &v }
