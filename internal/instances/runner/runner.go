@@ -394,7 +394,7 @@ type pruneWorker struct {
 func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
 	n, err := events.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.EventRetention))
 	if err == nil && n > 0 {
-		w.s.log.Info("pruned instance events", "events", n, "retention", w.s.cfg.EventRetention)
+		w.s.log.Info("pruned events", "events", n, "retention", w.s.cfg.EventRetention)
 	}
 	return err
 }
