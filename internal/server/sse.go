@@ -95,6 +95,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	ctx, endErr := reqctx.WithEnd(ctx)
 
 	oc, list := exec.CreateOperationContext(ctx, params)
+	list = capErrors(list)
 	if list != nil {
 		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
 		st.next(resp)

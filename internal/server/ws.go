@@ -387,6 +387,7 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 	drv := &wsDriver{ctx: ctx, log: c.s.Log, crashed: func() { c.crashed(ctx, op) }}
 	ctx = reqctx.WithDriver(ctx, drv)
 	oc, list := c.exec.CreateOperationContext(ctx, params)
+	list = capErrors(list)
 	if list != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
 		b, _ := json.Marshal(resp.Errors)
