@@ -98,6 +98,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzEKCertificate -fuzztime=5s ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=5s ./internal/audit/
 	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=5s ./internal/pools/
+	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=5s ./internal/events/
 
 ci: lint check-generated test fuzz
 
