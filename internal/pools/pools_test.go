@@ -3,7 +3,6 @@ package pools_test
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -206,28 +205,11 @@ func TestUpdateAndArchive(t *testing.T) {
 func TestExpectedVersionUnderRace(t *testing.T) {
 	e := newEnv(t)
 	p := e.pool("acme", "metal")
-	var wg sync.WaitGroup
-	res := make([]error, 8)
-	for i := range res {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			_, res[i] = fixture.Call[pools.Pool](e.F, e.acme.Admin, "pools.update",
-				map[string]any{"tenantId": "acme", "poolId": p.PoolID, "name": fmt.Sprint("n", i), "expectedVersion": 1})
-		}(i)
-	}
-	wg.Wait()
-	won := 0
-	for _, err := range res {
-		if err == nil {
-			won++
-		} else if errs.CodeOf(err) != errs.Conflict {
-			t.Fatalf("a loser: %v", err)
-		}
-	}
-	if won != 1 {
-		t.Fatalf("%d won", won)
-	}
+	fixture.OneWins(t, 8, func(i int) error {
+		_, err := fixture.Call[pools.Pool](e.F, e.acme.Admin, "pools.update",
+			map[string]any{"tenantId": "acme", "poolId": p.PoolID, "name": fmt.Sprint("n", i), "expectedVersion": 1})
+		return err
+	})
 }
 
 // Pages: each pool once across pages of every size; the last page has no

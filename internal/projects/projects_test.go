@@ -2,7 +2,6 @@ package projects_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -131,28 +130,11 @@ func TestUpdateRules(t *testing.T) {
 	_, err = projects.Update(e.Ctx, e.DB, &projects.UpdateInput{TenantID: "acme", ProjectID: "prj_00000000000000000000000000", Name: fixture.Ptr("x"), ExpectedVersion: fixture.Ptr(1)})
 	fixture.Code(t, err, errs.NotFound, "")
 	// Racing writers with one expectedVersion: one wins.
-	var wg sync.WaitGroup
-	res := make([]error, 8)
-	for i := range res {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			_, res[i] = fixture.Call[projects.Project](e.F, e.acme.Admin, "projects.update",
-				map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "name": fmt.Sprint("n", i), "expectedVersion": 2})
-		}(i)
-	}
-	wg.Wait()
-	won := 0
-	for _, err := range res {
-		if err == nil {
-			won++
-		} else if errs.CodeOf(err) != errs.Conflict {
-			t.Fatalf("a loser: %v", err)
-		}
-	}
-	if won != 1 {
-		t.Fatalf("%d won", won)
-	}
+	fixture.OneWins(t, 8, func(i int) error {
+		_, err := fixture.Call[projects.Project](e.F, e.acme.Admin, "projects.update",
+			map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "name": fmt.Sprint("n", i), "expectedVersion": 2})
+		return err
+	})
 	// Delete removes the project and its relations.
 	if d := fixture.Must(projects.Delete(e.Ctx, e.DB, &projects.RefInput{TenantID: "acme", ProjectID: pr.ProjectID})); d.Deleted != 1 {
 		t.Fatalf("deleted %d", d.Deleted)
