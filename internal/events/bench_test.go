@@ -210,7 +210,9 @@ func BenchmarkEventWriters(b *testing.B) {
 		for r := 0; r < replicas; r++ {
 			w := openWriters(b, appName(url))
 			hub := live.New(w, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{})
-			events.Start(w, slog.New(slog.NewTextHandler(io.Discard, nil))).OnNumbered(hub.Wake)
+			seq := events.Start(w, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			seq.OnNumbered(hub.Wake)
+			hub.SkipFrom(seq.ID())
 			go hub.Run(hctx) //nolint:errcheck // ends with hctx
 			reps = append(reps, replica{w, hub})
 			var got atomic.Int64

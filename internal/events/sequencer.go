@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"slices"
 	"strings"
@@ -30,6 +32,7 @@ type Sequencer struct {
 	// (default 1 s, Stranded 2 s).
 	Sweep, Stranded time.Duration
 
+	id      string // names its notifications, so its own replica's hub skips them
 	stop    context.CancelFunc
 	done    chan struct{}
 	stopped atomic.Bool
@@ -57,7 +60,7 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 	if s := running[db]; s != nil {
 		return s
 	}
-	s := &Sequencer{db: db, log: log, dirty: map[string]struct{}{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
+	s := &Sequencer{db: db, log: log, id: newID(), dirty: map[string]struct{}{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
 		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
@@ -82,6 +85,25 @@ func (s *Sequencer) Stop() {
 		delete(running, s.db)
 	}
 	startMu.Unlock()
+}
+
+// ID names the sequencer in its notifications (Notification).
+func (s *Sequencer) ID() string { return s.id }
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Notification reads a sequencer's notification: the sequencer's id and
+// the tenants it numbered events of.
+func Notification(payload string) (from string, tenants []string) {
+	from, list, ok := strings.Cut(payload, ":")
+	if !ok {
+		return "", strings.Split(payload, ",")
+	}
+	return from, strings.Split(list, ",")
 }
 
 // OnNumbered adds a function told the tenants each pass numbered events
@@ -279,8 +301,8 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 				RETURNING tenant_id, seq),
 			last AS (SELECT tenant_id, max(seq) AS last_seq, count(*) AS n FROM ins GROUP BY tenant_id),
 			upd AS (UPDATE event_streams s SET last_seq = last.last_seq FROM last WHERE s.tenant_id = last.tenant_id),
-			note AS (SELECT pg_notify($2, string_agg(tenant_id, ',')) FROM last HAVING sum(length(tenant_id) + 1) < 7900)
-			SELECT tenant_id, n, (SELECT count(*) FROM note) AS noted FROM last ORDER BY tenant_id`, tenants, Channel)
+			note AS (SELECT pg_notify($2, $3 || string_agg(tenant_id, ',')) FROM last HAVING sum(length(tenant_id) + 1) < 7900)
+			SELECT tenant_id, n, (SELECT count(*) FROM note) AS noted FROM last ORDER BY tenant_id`, tenants, Channel, s.id+":")
 		if err != nil {
 			return store.Wrap(err)
 		}
@@ -290,7 +312,7 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 		}
 		if len(rows) > 0 && rows[0].Noted == 0 {
 			for _, p := range payloads(moved) {
-				if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, p); err != nil {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, s.id+":"+p); err != nil {
 					return store.Wrap(err)
 				}
 			}

@@ -23,7 +23,6 @@ package live
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +84,8 @@ type Hub struct {
 	woken   map[*stream]struct{} // streams to read, under mu
 	readC   chan struct{}
 
+	self atomic.Value // string: the id of this replica's sequencer (SkipFrom)
+
 	subscribers atomic.Int64
 	reads       atomic.Int64
 	catchUps    atomic.Int64
@@ -96,6 +97,10 @@ func New(db *store.DB, log *slog.Logger, cfg Config) *Hub {
 	cfg.defaults()
 	return &Hub{db: db, log: log, cfg: cfg, streams: map[string]*stream{}, woken: map[*stream]struct{}{}, readC: make(chan struct{}, 1)}
 }
+
+// SkipFrom names this replica's sequencer: its notifications are skipped,
+// since it wakes the hub directly (Wake) when it has numbered events.
+func (h *Hub) SkipFrom(sequencerID string) { h.self.Store(sequencerID) }
 
 // Subscribers is the number of live subscriptions.
 func (h *Hub) Subscribers() int64 { return h.subscribers.Load() }
@@ -163,7 +168,11 @@ func (h *Hub) Run(ctx context.Context) error {
 type handler struct{ h *Hub }
 
 func (x handler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	x.h.Wake(strings.Split(n.Payload, ","))
+	from, tenants := events.Notification(n.Payload)
+	if from != "" && from == x.h.self.Load() {
+		return nil // this replica's own sequencer woke its streams already
+	}
+	x.h.Wake(tenants)
 	return nil
 }
 

@@ -129,7 +129,9 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	s.Live = live.New(database, log, cfg.Live)
 	// This replica's event sequencer wakes its readers the moment it has
 	// numbered a tenant's events (the other replicas' hear its NOTIFY).
-	events.Start(database, log).OnNumbered(s.Live.Wake)
+	seq := events.Start(database, log)
+	seq.OnNumbered(s.Live.Wake)
+	s.Live.SkipFrom(seq.ID())
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
