@@ -52,6 +52,10 @@ type Config struct {
 	Poll time.Duration
 	// Page is how many rows one read takes (default 500).
 	Page int
+	// Gather is how long the hub's reader waits after a wake-up for more
+	// before it reads (default 2 ms): under load one read serves many
+	// sequencer passes (this replica's and the others').
+	Gather time.Duration
 }
 
 func (c *Config) defaults() {
@@ -66,6 +70,9 @@ func (c *Config) defaults() {
 	}
 	if c.Stall <= 0 {
 		c.Stall = 10 * time.Second
+	}
+	if c.Gather <= 0 {
+		c.Gather = 2 * time.Millisecond
 	}
 }
 
@@ -220,6 +227,13 @@ func (h *Hub) readWoken(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-h.readC:
+		}
+		gather := time.NewTimer(h.cfg.Gather)
+		select {
+		case <-ctx.Done():
+			gather.Stop()
+			return
+		case <-gather.C:
 		}
 		h.mu.Lock()
 		woken := make([]*stream, 0, len(h.woken))
