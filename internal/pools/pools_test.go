@@ -3,10 +3,12 @@ package pools_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
@@ -223,23 +225,11 @@ func TestListPages(t *testing.T) {
 	offered := e.pool("beta", "offered")
 	fixture.Must(pools.MakeOffer(e.Ctx, e.DB, &pools.OfferInput{TenantID: "beta", PoolID: offered.PoolID, ToTenantID: "acme", Quota: pools.Quota{GPUs: 1, Instances: 1}}))
 	want = append(want, offered.PoolID)
-	sortStrings(want)
+	slices.Sort(want)
 	for limit := 1; limit <= 7; limit++ {
-		var got []string
-		cursor := ""
-		for n := 0; ; n++ {
-			pg := fixture.Must(pools.List(e.Ctx, e.DB, &pools.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor}))
-			if len(pg.Items) > limit || n > 10 {
-				t.Fatalf("limit %d: page of %d", limit, len(pg.Items))
-			}
-			for _, p := range pg.Items {
-				got = append(got, p.PoolID)
-			}
-			if pg.Cursor == nil {
-				break
-			}
-			cursor = *pg.Cursor
-		}
+		got := fixture.Walk(t, limit, func(cursor string) (*page.Page[pools.Pool], error) {
+			return pools.List(e.Ctx, e.DB, &pools.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor})
+		}, func(p pools.Pool) string { return p.PoolID })
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("limit %d: %v, want %v", limit, got, want)
 		}
@@ -255,13 +245,5 @@ func TestListPages(t *testing.T) {
 	counts := fixture.Must(pools.CountByTenant(e.Ctx, e.DB, []string{"acme", "beta"}))
 	if per["acme"] != 4 || per["beta"] != 1 || counts["acme"] != 6 || counts["beta"] != 1 || rows.Totals[0] != counts[rows.Parents[0]] {
 		t.Fatalf("pages %v (limit 3, one extra to tell a next page), counts %v", per, counts)
-	}
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
 	}
 }

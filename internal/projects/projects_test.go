@@ -2,10 +2,12 @@ package projects_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -151,27 +153,11 @@ func TestListPages(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		want = append(want, e.create(fmt.Sprint("p", i)).ProjectID)
 	}
-	for i := 1; i < len(want); i++ {
-		for j := i; j > 0 && want[j] < want[j-1]; j-- {
-			want[j], want[j-1] = want[j-1], want[j]
-		}
-	}
+	slices.Sort(want)
 	for limit := 1; limit <= 6; limit++ {
-		var got []string
-		cursor := ""
-		for n := 0; ; n++ {
-			pg := fixture.Must(projects.List(e.Ctx, e.DB, &projects.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor}))
-			if len(pg.Items) > limit || n > 10 {
-				t.Fatalf("limit %d: page of %d", limit, len(pg.Items))
-			}
-			for _, p := range pg.Items {
-				got = append(got, p.ProjectID)
-			}
-			if pg.Cursor == nil {
-				break
-			}
-			cursor = *pg.Cursor
-		}
+		got := fixture.Walk(t, limit, func(cursor string) (*page.Page[projects.Project], error) {
+			return projects.List(e.Ctx, e.DB, &projects.ListInput{TenantID: "acme", Limit: limit, Cursor: cursor})
+		}, func(p projects.Project) string { return p.ProjectID })
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("limit %d: %v, want %v", limit, got, want)
 		}
