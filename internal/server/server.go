@@ -132,6 +132,16 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 	seq := events.Start(database, log)
 	seq.OnNumbered(s.Live.Wake)
 	s.Live.SkipFrom(seq.ID())
+	stat := func(pick func(passes, numbered, failures int64) int64) func() float64 {
+		return func() float64 { return float64(pick(seq.Stats())) }
+	}
+	metrics.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_event_sequencer_passes_total", Help: "Event sequencer passes of this replica."},
+			stat(func(p, _, _ int64) int64 { return p })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_events_numbered_total", Help: "Events this replica's sequencer numbered."},
+			stat(func(_, n, _ int64) int64 { return n })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_event_sequencer_failures_total", Help: "Event sequencer passes that failed (their tenants are retried)."},
+			stat(func(_, _, f int64) int64 { return f })))
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
