@@ -2,6 +2,8 @@ package events_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jmoiron/sqlx"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/events"
@@ -51,11 +56,19 @@ func durable(b *testing.B) string {
 	if err := db.Migrate(context.Background(), d.DB.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
-	// The outbox before issue 17, for the comparison: an identity shared by
-	// every tenant and a NOTIFY in the writer's transaction.
-	if _, err := d.Exec(`CREATE TABLE old_outbox (seq bigint GENERATED ALWAYS AS IDENTITY, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
-		tenant_id text NOT NULL, instance_id text NOT NULL, type text NOT NULL, instance jsonb NOT NULL, occurred_at timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (xid, seq))`); err != nil {
+	// The outbox before issue 17, for the comparison, as migration 00007
+	// made it: an identity shared by every tenant, four indexes, and (in
+	// oldWrite) a NOTIFY in the writer's transaction.
+	if _, err := d.Exec(`CREATE TABLE old_outbox (
+		seq bigint GENERATED ALWAYS AS IDENTITY, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+		tenant_id text NOT NULL, pool_id text COLLATE "C" NOT NULL, instance_id text COLLATE "C" NOT NULL, project_id text,
+		type text NOT NULL, state text NOT NULL, desired_state text NOT NULL, state_reason text,
+		occurred_at timestamptz NOT NULL DEFAULT now(), instance jsonb NOT NULL,
+		PRIMARY KEY (xid, seq));
+		CREATE INDEX old_outbox_tenant_idx ON old_outbox (tenant_id, xid, seq);
+		CREATE INDEX old_outbox_instance_idx ON old_outbox (instance_id, xid, seq);
+		CREATE INDEX old_outbox_pool_idx ON old_outbox (pool_id, xid, seq);
+		CREATE INDEX old_outbox_time_idx ON old_outbox (occurred_at)`); err != nil {
 		b.Fatal(err)
 	}
 	return srv.URL()
@@ -113,6 +126,14 @@ func openWriters(b *testing.B, url string) *store.DB {
 
 const writers = 16
 
+// instanceDoc is an instance.running event's data in both outboxes: the
+// instance as the method surface shows it.
+const instanceDoc = `{"instanceId": "inst_01m8ysk6gma9fgegsny481v77m", "tenantId": "tenant-00", "poolId": "pool_bench",
+	"projectId": null, "name": "web-1", "size": {"gpus": 1, "vcpus": 4, "memoryGiB": 16}, "image": null,
+	"desiredState": "running", "state": "running", "stateReason": null, "hostNodeId": "node_01m8ysjf9pcnbxq54z2s38t9yc",
+	"rebootGeneration": 0, "rowVersion": 3, "createdAt": "2026-12-03T20:30:06.346412Z",
+	"updatedAt": "2026-12-03T20:30:06.708633Z", "deletedAt": null}`
+
 // run runs writers goroutines calling write until d has passed and
 // returns how many writes committed.
 func run(d time.Duration, write func(w, i int) error) (int64, error) {
@@ -140,6 +161,61 @@ func run(d time.Duration, write func(w, i int) error) (int64, error) {
 	return n.Load(), nil
 }
 
+// benchJob stands for the reconciler's job in the River phase.
+type benchJob struct {
+	ID string `json:"id"`
+}
+
+func (benchJob) Kind() string { return "bench_event_job" }
+
+func (benchJob) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: "bench"} }
+
+type benchWorker struct{ river.WorkerDefaults[benchJob] }
+
+func (benchWorker) Work(context.Context, *river.Job[benchJob]) error { return nil }
+
+// riverClient is a River client over w as the server's runner makes it
+// (the database/sql pool, a pgx listener, FetchCooldown 10 ms), not
+// started: it inserts and notifies as the server's does, and works
+// nothing.
+func riverClient(b *testing.B, w *store.DB) *river.Client[*sql.Tx] {
+	b.Helper()
+	pcfg, err := pgxpool.ParseConfig(w.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pcfg.MaxConns = 1
+	listen, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(listen.Close)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &benchWorker{})
+	c, err := river.NewClient(riverdatabasesql.NewWithPgxListener(w.DB.DB, listen), &river.Config{
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues:            map[string]river.QueueConfig{"bench": {MaxWorkers: 1}},
+		Workers:           workers,
+		FetchCooldown:     10 * time.Millisecond,
+		FetchPollInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// wanted says whether BENCH_ONLY (a part of a phase's name) selects the
+// phase; unset, every phase runs.
+func wanted(name string) bool {
+	only := os.Getenv("BENCH_ONLY")
+	return only == "" || strings.Contains(name, only)
+}
+
+func metric(name string) string {
+	return strings.NewReplacer(" ", "", ",", "_", "(", "", ")", "").Replace(name)
+}
+
 func benchDuration() time.Duration {
 	if s := os.Getenv("BENCH_EVENTS_SECONDS"); s != "" {
 		var n int
@@ -154,40 +230,55 @@ func benchDuration() time.Duration {
 // EventWriters -benchtime 1x ./internal/events/; BENCH_EVENTS_SECONDS sets
 // each phase's length, 5 s by default):
 //
-//   - old: 16 writers, each transaction the old outbox's statement (an
-//     INSERT into one table keyed by a counter of every tenant, with
-//     pg_notify in the same statement);
-//   - the new outbox's write path alone (16 writers, 16 tenants, the
-//     sequencer numbering, no subscriber), like the old phase;
+//   - old: 16 writers, each transaction the old outbox's statement as it
+//     was (an INSERT into the table of migration 00007, keyed by a counter
+//     of every tenant, with four indexes, and pg_notify in the same
+//     statement), an instance's document as its data;
+//   - the same statement without its pg_notify: what one row per commit
+//     costs on this machine without the notify lock (the issue's own
+//     comparison, 700 and 3,300 commits/s when it was filed);
+//   - the new outbox's write path (16 writers, 16 tenants, the sequencer
+//     numbering, no subscriber), like the old phases;
 //   - the new outbox end to end, 16 writers on one replica and on two (8
 //     each, two handles with their own sequencer and hub, as two replicas
 //     are), 16 tenants, and 16 writers on one tenant: a write counts when
 //     it is delivered to a live subscriber of its tenant on every replica.
+//     One replica and two run in neighbouring pairs, twice.
 //
 // Each phase reports events/s and the share of sampled writers waiting on
-// the notify lock (Lock: object) and on any lock.
+// the notify lock (Lock: object) and on any lock; BENCH_ONLY=<part of a
+// name> runs only the phases it names.
 func BenchmarkEventWriters(b *testing.B) {
 	url := durable(b)
 	d := benchDuration()
 	ctx := context.Background()
-	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64) {
-		b.Logf("%-28s %8.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers)",
+	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64) float64 {
+		b.Logf("%-36s %6.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers)",
 			name, float64(n)/d.Seconds(), notify, locks, seqNotify, samples)
-		b.ReportMetric(float64(n)/d.Seconds(), strings.NewReplacer(" ", "", ",", "_").Replace(name)+"-events/s")
+		b.ReportMetric(float64(n)/d.Seconds(), metric(name)+"-events/s")
+		return float64(n) / d.Seconds()
 	}
 	samples := int64(d / (5 * time.Millisecond))
 	appName := func(url string) string { return url + "&application_name=bench-writer" }
 
-	// The old outbox's write.
-	{
+	// The old outbox's write, and the same statement without its NOTIFY
+	// (the issue's own comparison: ~700 and 3,300 commits/s then).
+	old := func(name, notify string) float64 {
+		if !wanted(name) {
+			return 0
+		}
 		w := openWriters(b, appName(url))
+		defer w.Close()
 		stop := make(chan struct{})
-		notify, locks, seqNotify, done := waits(url, stop)
+		notify0, locks, seqNotify, done := waits(url, stop)
 		n, err := run(d, func(wr, i int) error {
 			return w.Tx(ctx, func(tx *sqlx.Tx) error {
-				_, err := tx.ExecContext(ctx, `WITH e AS (INSERT INTO old_outbox (tenant_id, instance_id, type, instance)
-					VALUES ($1, $2, 'instance.running', '{"state": "running", "desiredState": "running"}') RETURNING tenant_id)
-					SELECT pg_notify('compute_instance_events', tenant_id) FROM e`, fmt.Sprint("t", wr), fmt.Sprint("i", i))
+				// The old events.Write's statement, as it was (6d5ba84^).
+				_, err := tx.ExecContext(ctx, `WITH e AS (
+						INSERT INTO old_outbox (tenant_id, pool_id, instance_id, project_id, type, state, desired_state, state_reason, instance)
+						VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb) RETURNING tenant_id)
+					`+notify,
+					fmt.Sprintf("tenant-%02d", wr), "pool_bench", fmt.Sprint("inst_", wr, "_", i), nil, "instance.running", "running", "running", nil, instanceDoc)
 				return err
 			})
 		})
@@ -196,15 +287,19 @@ func BenchmarkEventWriters(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		report("old outbox, 16 writers", n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
+		return report(name, n, notify0.Load(), locks.Load(), seqNotify.Load(), samples)
 	}
 
-	phase := func(name string, replicas int, tenants []string, subscribe bool) {
+	phase := func(name string, replicas int, tenants []string, subscribe bool, jobs ...bool) float64 {
+		if !wanted(name) {
+			return 0
+		}
 		type replica struct {
 			db  *store.DB
 			hub *live.Hub
 		}
 		var reps []replica
+		var queues []*river.Client[*sql.Tx]
 		var delivered []*atomic.Int64
 		hctx, stopHubs := context.WithCancel(ctx)
 		for r := 0; r < replicas; r++ {
@@ -215,6 +310,9 @@ func BenchmarkEventWriters(b *testing.B) {
 			hub.SkipFrom(seq.ID())
 			go hub.Run(hctx) //nolint:errcheck // ends with hctx
 			reps = append(reps, replica{w, hub})
+			if len(jobs) > 0 {
+				queues = append(queues, riverClient(b, w))
+			}
 			var got atomic.Int64
 			delivered = append(delivered, &got)
 			for _, t := range tenants {
@@ -242,8 +340,15 @@ func BenchmarkEventWriters(b *testing.B) {
 			rep := reps[wr%replicas]
 			tenant := tenants[wr%len(tenants)]
 			return rep.db.Tx(ctx, func(tx *sqlx.Tx) error {
+				if queues != nil {
+					// As instances.Service.Enqueue does, in the writer's
+					// transaction.
+					if _, err := queues[wr%replicas].InsertTx(ctx, tx.Tx, benchJob{ID: fmt.Sprint("inst_", wr, "_", i)}, nil); err != nil {
+						return err
+					}
+				}
 				return events.Write(ctx, tx, events.Record{TenantID: tenant, Type: events.Running, ResourceID: fmt.Sprint("inst_", wr, "_", i),
-					PoolID: "pool_bench", Data: map[string]string{"state": "running", "desiredState": "running"}})
+					PoolID: "pool_bench", Data: json.RawMessage(instanceDoc)})
 			})
 		})
 		close(stop)
@@ -264,24 +369,60 @@ func BenchmarkEventWriters(b *testing.B) {
 			}
 		}
 		tail := time.Since(t0) - d
+		var passes, numbered, reads int64
+		for _, r := range reps {
+			seq := events.Start(r.db, nil) // the running one
+			p, nn, _ := seq.Stats()
+			passes, numbered, reads = passes+p, numbered+nn, reads+r.hub.Reads()
+		}
 		stopHubs()
 		for _, r := range reps {
-			for _, s := range []*events.Sequencer{events.Start(r.db, nil)} {
-				s.Stop()
-			}
+			events.Start(r.db, nil).Stop()
+			r.db.Close()
 		}
-		report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
-		b.Logf("%-28s last delivery %v after the writers stopped", "", tail.Round(time.Millisecond))
+		rate := report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
+		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes numbered %d events; %d hub reads",
+			"", tail.Round(time.Millisecond), passes, numbered, reads)
+		return rate
 	}
 	var sixteen []string
 	for i := 0; i < writers; i++ {
 		sixteen = append(sixteen, fmt.Sprintf("tenant-%02d", i))
 	}
-	phase("new, written and numbered", 1, sixteen, false)
-	phase("new, 1 replica, 16 tenants", 1, sixteen, true)
-	phase("new, 2 replicas, 16 tenants", 2, sixteen, true)
-	phase("new, 1 replica, 1 tenant", 1, sixteen[:1], true)
-	phase("new, 2 replicas, 1 tenant", 2, sixteen[:1], true)
+	before := old("old outbox, 16 writers", `SELECT pg_notify('compute_instance_events', tenant_id) FROM e`)
+	bare := old("old statement without its notify", `SELECT tenant_id FROM e`)
+	if now := phase("new, written and numbered", 1, sixteen, false); before > 0 && bare > 0 {
+		b.Logf("the new write path: %.2f× the old outbox, %.2f× the old statement without its notify", now/before, now/bare)
+		b.ReportMetric(now/before, "new/old")
+	}
+	// River's job insert in the same transactions (the reconciler's
+	// queue, configured as the server configures it): River notifies a
+	// queue's inserts at most once per FetchCooldown per client, so few
+	// writers take the notify lock.
+	phase("new, written and numbered, with a River job", 1, sixteen, false, true)
+	// One replica and two, in pairs, the second pair in the other order:
+	// later phases run on a bigger database, so a pair's ratio compares
+	// neighbours.
+	for _, c := range []struct {
+		name    string
+		tenants []string
+	}{{"16 tenants", sixteen}, {"1 tenant", sixteen[:1]}} {
+		for round := 1; round <= 2; round++ {
+			var one, two float64
+			if round == 1 {
+				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, true)
+				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, true)
+			} else {
+				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, true)
+				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, true)
+			}
+			if one > 0 && two > 0 {
+				b.Logf("two replicas / one, %s, pair %d: %.2f", c.name, round, two/one)
+				b.ReportMetric(two/one, metric(fmt.Sprintf("2replicas/1_%s_%d", c.name, round)))
+			}
+		}
+	}
+
 }
 
 // BenchmarkEventLatency is the commit-to-subscriber latency of one
