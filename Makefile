@@ -102,6 +102,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=80000x ./internal/audit/
 	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=20000x ./internal/pools/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=25000x ./internal/events/
+	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=30000x ./internal/jsonkeys/
 
 ci: lint check-generated test fuzz
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,13 @@ func TestGraphQLOverHTTPRequests(t *testing.T) {
 		}
 		return env(t, e).Do(req)
 	}
+	// GET's variables are a JSON object too: a key twice is refused.
+	r0 := send("GET", "/graphql?query="+url.QueryEscape(`query($t: String!) { tenant(tenantId: $t) { tenantId } }`)+
+		"&variables="+url.QueryEscape(`{"t":"acme","t":"beta"}`), "", "")
+	if r0.Status != 400 {
+		t.Fatalf("GET with a variable twice: %d %s", r0.Status, r0.Raw)
+	}
+	gqlExpect(t, r0, "INVALID_INPUT", "variables.t")
 	// GET is for queries: a mutation is 405 with Allow: POST.
 	r := send("GET", "/graphql?query="+strings.ReplaceAll(`mutation { createProject(input: {tenantId: "acme", name: "x"}) { project { id } } }`, " ", "%20"), "", "")
 	if r.Status != 405 || r.Header.Get("Allow") != "POST" {
@@ -123,6 +131,10 @@ func TestGraphQLOverHTTPRequests(t *testing.T) {
 		`[{"query":"{ viewer { kind } }"}]`:                  "",
 		`{"quer": "ECHO-MARKER-2"}`:                          "query",
 		"{\"query\":\"\xff\"}":                               "",
+		// A key twice: encoding/json kept the last, a proxy may read the first.
+		`{"query":"{ viewer { kind } }","query":"mutation { x }"}`:                                                 "query",
+		`{"query":"query($t: String!) { tenant(tenantId: $t) { tenantId } }","variables":{"t":"acme","t":"beta"}}`: "variables.t",
+		`{"query":"{ viewer { kind } }","extensions":{"a":{"b":1,"b":2}}}`:                                         "extensions.a.b",
 	} {
 		r := send("POST", "/graphql", "application/json", body)
 		if r.Status != 400 {

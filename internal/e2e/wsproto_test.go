@@ -233,6 +233,10 @@ func TestWebSocketCloseCodes(t *testing.T) {
 			w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Admin.Token}})
 		}, 4429},
 		{"invalid JSON", func(w *wsClient) { w.sendRaw(`{"type":`) }, 4400},
+		{"a key twice", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.sendRaw(`{"id":"1","type":"subscribe","payload":{"query":"{ viewer { name } }","variables":{"a":1,"a":2}}}`)
+		}, 4400},
 		{"unknown message type", func(w *wsClient) { w.init(acme.Admin.Token); w.send(map[string]any{"type": "start"}) }, 4400},
 		{"subscribe without an id", func(w *wsClient) {
 			w.init(acme.Admin.Token)

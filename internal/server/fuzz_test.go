@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 )
 
 // FuzzDecodeParams feeds untrusted bodies to the GraphQL request decoder:
@@ -14,7 +15,7 @@ func FuzzDecodeParams(f *testing.F) {
 	for _, s := range []string{
 		`{"query":"{ viewer { kind } }"}`, `{"query":"q","variables":{"a":1},"operationName":"Op","extensions":{}}`,
 		`{"query":5}`, `{"query":"q"}}`, `[{"query":"q"}]`, `null`, `{}`, `{"query":"q","variables":[1]}`,
-		`{"query":null}`, "{\"query\":\"\xff\"}", `{"query":"q","operationName":{}}`, ``,
+		`{"query":null}`, "{\"query\":\"\xff\"}", `{"query":"q","operationName":{}}`, ``, `{"query":"q","query":"r"}`, `{"query":"q","variables":{"a":{"b":1,"b":2}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -33,6 +34,9 @@ func FuzzDecodeParams(f *testing.F) {
 		}
 		if p == nil {
 			t.Fatal("no params and no error")
+		}
+		if path, dup := jsonkeys.Duplicate(body); dup {
+			t.Fatalf("accepted a body with the key %s twice", path)
 		}
 	})
 }

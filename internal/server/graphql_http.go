@@ -17,6 +17,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 )
 
 // GraphQL over HTTP (the GraphQL-over-HTTP spec): POST with an
@@ -126,6 +127,9 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errs.Invalid("", "the body holds more than one JSON value")
 	}
+	if err := noDuplicate(body, ""); err != nil {
+		return nil, err
+	}
 	p := &graphql.RawParams{}
 	q, ok := raw["query"]
 	if !ok || isNull(q) {
@@ -162,7 +166,26 @@ func object(raw map[string]json.RawMessage, key string) (map[string]any, *errs.E
 	if dec.Decode(&m) != nil || m == nil {
 		return nil, errs.Invalid(key, "%s must be an object", key)
 	}
+	if err := noDuplicate(v, key); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// noDuplicate refuses a document (decoded already) that repeats a key in
+// one of its objects: encoding/json would keep the last, where another
+// reader of the same bytes may keep the first (the method surface refuses
+// it too). The path is under prefix, cut to 100 bytes.
+func noDuplicate(doc []byte, prefix string) *errs.Error {
+	path, dup := jsonkeys.Duplicate(doc)
+	if !dup {
+		return nil
+	}
+	if prefix != "" {
+		path = prefix + "." + path
+	}
+	path = truncate(path, 100)
+	return errs.Invalid(path, "the key %s appears twice", path)
 }
 
 // paramsFromQuery reads a GET request's parameters.

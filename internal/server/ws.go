@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/coder/websocket"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
 	"github.com/bettercompute/computed/internal/safe"
@@ -172,6 +174,10 @@ func (c *wsConn) handle(data []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&m); err != nil || m.Type == "" || dec.More() {
 		c.close(closeBadRequest, "Invalid message received")
+		return false
+	}
+	if _, dup := jsonkeys.Duplicate(data); dup {
+		c.close(closeBadRequest, "Invalid message received: a key appears twice")
 		return false
 	}
 	switch m.Type {
@@ -713,6 +719,9 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // whole characters: a close reason must be UTF-8
 	}
 	return s[:n]
 }

@@ -1,0 +1,100 @@
+// Package jsonkeys finds a JSON document's repeated object keys.
+//
+// encoding/json keeps the last of two equal keys; another reader of the
+// same bytes (a proxy, a log, a client library) may keep the first. The
+// method surface's decoder refuses a repeated key (registry); the GraphQL
+// transports decode with encoding/json and ask Duplicate first, so both
+// surfaces read one document one way.
+package jsonkeys
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Duplicate returns the path of the first key that an object of the
+// document repeats ("variables.input.name"; keys compared after unescaping,
+// as encoding/json compares them) and true, or "" and false. Ask it of a
+// document that decoded: of one that is not JSON it reports what it read
+// before the error.
+func Duplicate(doc []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	type frame struct {
+		keys    map[string]struct{} // nil for an array
+		wantKey bool
+		key     string // the key whose value is being read
+		index   int    // an array's next element
+	}
+	var stack []*frame
+	// done marks the end of a value in the frame that holds it.
+	done := func() {
+		if len(stack) == 0 {
+			return
+		}
+		f := stack[len(stack)-1]
+		if f.keys != nil {
+			f.wantKey = true
+		} else {
+			f.index++
+		}
+	}
+	where := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			if f.keys != nil {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			} else {
+				b.WriteString("[" + strconv.Itoa(f.index) + "]")
+			}
+		}
+		return b.String()
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.keys != nil && top.wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				done()
+				continue
+			}
+			k, _ := tok.(string)
+			top.key = k
+			if _, seen := top.keys[k]; seen {
+				return where(), true
+			}
+			top.keys[k] = struct{}{}
+			top.wantKey = false
+			continue
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{keys: map[string]struct{}{}, wantKey: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default: // ']' (a '}' ends an object while it wants a key)
+				stack = stack[:len(stack)-1]
+				done()
+			}
+		default:
+			done()
+		}
+		if len(stack) == 0 && !dec.More() {
+			return "", false
+		}
+	}
+}

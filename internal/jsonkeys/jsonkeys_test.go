@@ -1,0 +1,105 @@
+package jsonkeys
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+func TestDuplicate(t *testing.T) {
+	for _, c := range []struct {
+		doc, path string
+		dup       bool
+	}{
+		{`{"query":"a","query":"b"}`, "query", true},
+		{`{"query":"a","variables":{"x":1,"y":{"z":[1,{"k":1,"k":2}]}}}`, "variables.y.z[1].k", true},
+		{`{"a":1,"\u0061":2}`, "a", true},
+		{`{"a":{"b":1},"c":{"b":1}}`, "", false},
+		{`[{"a":1},{"a":1}]`, "", false},
+		{`{"a":[],"b":{},"c":[{}],"d":null}`, "", false},
+		{`{"a":1,"b"`, "", false}, // not JSON: the caller's decoder refuses it
+		{`"a"`, "", false},
+		{``, "", false},
+	} {
+		path, dup := Duplicate([]byte(c.doc))
+		if dup != c.dup || path != c.path {
+			t.Errorf("%s: got %q %v, want %q %v", c.doc, path, dup, c.path, c.dup)
+		}
+	}
+}
+
+// keys counts the key tokens of a document and the keys its objects hold
+// once decoded (encoding/json keeps one of equal keys).
+func keys(doc []byte) (tokens, held int, ok bool) {
+	var v any
+	if json.Unmarshal(doc, &v) != nil {
+		return 0, 0, false
+	}
+	var count func(any) int
+	count = func(v any) int {
+		n := 0
+		switch x := v.(type) {
+		case map[string]any:
+			n += len(x)
+			for _, e := range x {
+				n += count(e)
+			}
+		case []any:
+			for _, e := range x {
+				n += count(e)
+			}
+		}
+		return n
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	type frame struct{ obj, wantKey bool }
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:n-1]
+			} else {
+				tokens++
+				stack[n-1].wantKey = false
+				continue
+			}
+		} else if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{':
+				stack = append(stack, &frame{obj: true, wantKey: true})
+				continue
+			case '[':
+				stack = append(stack, &frame{})
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		}
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	return tokens, count(v), true
+}
+
+// FuzzDuplicate: for any JSON document, a repeat is reported exactly when
+// decoding it loses a key.
+func FuzzDuplicate(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":[{"c":1,"c":2}]}}`, `{"a":1,"\u0061":1}`, `[1,{"a":[]}]`, `{}`, `{"a":"\ud800","a":"\ufffd"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		_, dup := Duplicate(doc)
+		tokens, held, ok := keys(doc)
+		if !ok {
+			return
+		}
+		if dup != (tokens != held) {
+			t.Fatalf("%q: duplicate %v, but %d keys written and %d held", doc, dup, tokens, held)
+		}
+	})
+}
