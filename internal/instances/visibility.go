@@ -13,10 +13,14 @@ func Visible(tenants string) string { return `i.tenant_id = ANY(` + tenants + `)
 func ReservationVisible(tenants string) string { return `r.tenant_id = ANY(` + tenants + `)` }
 
 // EventVisible is an instance event's (over events e): its tenant's
-// readers.
-func EventVisible(tenants string) string {
-	return `e.resource_type = 'instance' AND e.tenant_id = ANY(` + tenants + `)`
-}
+// readers. It says who reads, not which events are instance events: bound
+// to every tenant (the operator's NULL scope, authz.Where) a predicate is
+// not evaluated at all, so the type is selected by InstanceEvents, outside
+// it.
+func EventVisible(tenants string) string { return `e.tenant_id = ANY(` + tenants + `)` }
+
+// InstanceEvents selects the instance events among events e.
+const InstanceEvents = `e.resource_type = 'instance'`
 
 // CapacityVisible is a pool's capacity's (over pools p): the pool's
 // readers, its owner's and those of the tenants it is offered to.

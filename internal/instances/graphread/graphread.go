@@ -280,12 +280,15 @@ func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs [
 			return page.Rows[events.Event]{}, errs.Invalid("after", "after is not an event id of these instances' tenant")
 		}
 	}
-	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, where(instances.EventVisible), scope.Arg())
+	return events.PagesByResource(ctx, q, instanceIDs, cur.Seq, limit, eventWhere, scope.Arg())
 }
+
+// eventWhere is the instance events the scope at $1 reads.
+var eventWhere = instances.InstanceEvents + ` AND ` + where(instances.EventVisible)
 
 // CountEvents counts each readable instance's events.
 func CountEvents(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string) (map[string]int, error) {
-	return events.CountByResource(ctx, q, instanceIDs, where(instances.EventVisible), scope.Arg())
+	return events.CountByResource(ctx, q, instanceIDs, eventWhere, scope.Arg())
 }
 
 // --- capacity -----------------------------------------------------------

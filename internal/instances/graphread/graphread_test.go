@@ -651,6 +651,10 @@ func TestEventPagesAndCounts(t *testing.T) {
 	check("beta", e.betaScope, "", 50, map[string][]string{b1: {"1", "2"}}, map[string]int{b1: 2})
 	check("gamma", e.scopeOf(e.gamma.Admin, authz.InstancesRead), "", 50, map[string][]string{}, map[string]int{})
 	check("the zero scope", authz.Scope{}, "", 50, map[string][]string{}, map[string]int{})
+	// The operator reads every tenant's instance events, and still only
+	// instance events (not the node event naming a1's id).
+	check("the operator", e.scopeOf(e.Operator(), authz.InstancesRead), "", 50,
+		map[string][]string{a1: {"1", "3", "4"}, a2: {"2", "5"}, b1: {"1", "2"}}, map[string]int{a1: 3, a2: 2, b1: 2})
 	check("limit 0", e.acmeScope, "", 0, map[string][]string{a1: {"1"}, a2: {"2"}}, map[string]int{a1: 3, a2: 2})
 	check("limit 1", e.acmeScope, "", 1, map[string][]string{a1: {"1", "3"}, a2: {"2", "5"}}, map[string]int{a1: 3, a2: 2})
 	check("limit 2", e.acmeScope, "", 2, map[string][]string{a1: {"1", "3", "4"}, a2: {"2", "5"}}, map[string]int{a1: 3, a2: 2})
@@ -683,6 +687,9 @@ func TestEventPagesAndCounts(t *testing.T) {
 	}
 	if c := fixture.Must(graphread.CountEvents(e.Ctx, e.DB, authz.Scope{}, ids3)); !reflect.DeepEqual(c, map[string]int{a1: 0, a2: 0, b1: 0}) {
 		t.Fatalf("the zero scope counts %v", c)
+	}
+	if c := fixture.Must(graphread.CountEvents(e.Ctx, e.DB, e.scopeOf(e.Operator(), authz.InstancesRead), ids3)); !reflect.DeepEqual(c, map[string]int{a1: 2, a2: 1, b1: 2}) {
+		t.Fatalf("the operator counts %v", c)
 	}
 }
 
