@@ -1,0 +1,492 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/cluster"
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/instances/runner"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/pgtest"
+	"github.com/bettercompute/computed/internal/testkit/wait"
+)
+
+// One replica's job queue against a real database and the sim provider:
+// Run drives instances to where they should be, Shutdown leaves nothing
+// behind, two replicas share the work, a dead replica's jobs are rescued
+// by the other through its liveness lock, the sweep queues what no job
+// covers, and the retention jobs delete what they promise and nothing
+// else.
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newRunner builds a runner over db (not running), shut down and closed at
+// cleanup.
+func newRunner(t *testing.T, db *store.DB, log *slog.Logger, cfg runner.Config) *runner.Runner {
+	t.Helper()
+	if log == nil {
+		log = quiet()
+	}
+	r, err := runner.New(db, log, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()); r.Close() })
+	return r
+}
+
+func run(t *testing.T, r *runner.Runner) {
+	t.Helper()
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func exec(t *testing.T, db *store.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// simPool makes tenant acme and a sim provider pool whose VMs are made at
+// once, and returns the pool.
+func simPool(t *testing.T, db *store.DB) string {
+	t.Helper()
+	exec(t, db, `INSERT INTO tenants (tenant_id, name) VALUES ('acme', 'Acme') ON CONFLICT DO NOTHING`)
+	id := ids.New(ids.Pool)
+	exec(t, db, `INSERT INTO pools (pool_id, tenant_id, name, site, gpu_model, sharing_mode, kind, provider, policy)
+		VALUES ($1, 'acme', $1, 'fra1', 'H100', 'exclusive', 'vps-provider', 'sim', '{"sim": {"latencyMs": 0}}')`, id)
+	return id
+}
+
+// create makes an instance through the service (which queues its job in
+// the same transaction).
+func create(t *testing.T, db *store.DB, r *runner.Runner, pool string) string {
+	t.Helper()
+	var id string
+	err := db.Tx(context.Background(), func(tx *sqlx.Tx) error {
+		i, err := r.Service().Create(context.Background(), tx, &instances.CreateInput{TenantID: "acme", PoolID: pool,
+			Name: ids.New("vm"), Size: instances.Size{GPUs: 1, VCPUs: 2, MemoryGiB: 4}})
+		if i != nil {
+			id = i.InstanceID
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return id
+}
+
+func states(t *testing.T, db *store.DB, ids []string) map[string]string {
+	t.Helper()
+	var rows []struct {
+		ID    string `db:"instance_id"`
+		State string `db:"state"`
+	}
+	if err := db.Select(&rows, `SELECT instance_id, state FROM instances WHERE instance_id = ANY($1)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r.ID] = r.State
+	}
+	return out
+}
+
+// allRunning waits until every instance is running.
+func allRunning(t *testing.T, db *store.DB, ids []string) {
+	t.Helper()
+	wait.Eventually(t, 20*time.Second, func() error {
+		for id, st := range states(t, db, ids) {
+			if st != instances.Running {
+				return fmt.Errorf("%s is %s", id, st)
+			}
+		}
+		return nil
+	})
+}
+
+// workers are the client ids that attempted the instances' reconcile jobs.
+func workers(t *testing.T, db *store.DB, ids []string) []string {
+	t.Helper()
+	var out []string
+	if err := db.Select(&out, `SELECT DISTINCT c FROM river_job, unnest(attempted_by) c WHERE kind = $1 AND args->>'instanceId' = ANY($2) ORDER BY 1`,
+		instances.Kind, ids); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// livenessLocks counts the liveness locks held for client ids.
+func livenessLocks(t *testing.T, db *store.DB, clientID string) int {
+	t.Helper()
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 72483 AND objsubid = 2
+		AND objid = hashtext($1)::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, clientID); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// recorder keeps the log records a runner writes, and counts those made
+// after it is told to mark.
+type recorder struct {
+	mu    sync.Mutex
+	after bool
+	late  []string
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.after {
+		r.late = append(r.late, rec.Message)
+	}
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+func (r *recorder) mark()                              { r.mu.Lock(); r.after = true; r.mu.Unlock() }
+func (r *recorder) lateRecords() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.late)
+}
+
+// A runner queues from its construction (the service's creates) and, once
+// run, drives the instances of a sim pool to running and completes their
+// jobs. Shutdown releases the liveness lock and the maintenance lease at
+// once, and after it the runner works nothing: another replica works
+// what is queued next, alone, and the stopped one logs nothing more.
+func TestRunDrivesInstancesAndShutdownStopsEverything(t *testing.T) {
+	db := pgtest.DB(t)
+	pool := simPool(t, db)
+	rec := &recorder{}
+	a := newRunner(t, db, slog.New(rec), runner.Config{SweepEvery: 50 * time.Millisecond, RescueEvery: 50 * time.Millisecond})
+	var first []string
+	for k := 0; k < 3; k++ {
+		first = append(first, create(t, db, a, pool))
+	}
+	if st := states(t, db, first); st[first[0]] != instances.Pending {
+		t.Fatalf("before Run: %v", st)
+	}
+	run(t, a)
+	allRunning(t, db, first)
+	wait.Eventually(t, 10*time.Second, func() error {
+		var open int
+		if err := db.Get(&open, `SELECT count(*) FROM river_job WHERE kind = $1 AND state <> 'completed'`, instances.Kind); err != nil {
+			return err
+		}
+		if open > 0 {
+			return fmt.Errorf("%d reconcile jobs not completed", open)
+		}
+		return nil
+	})
+	if w := workers(t, db, first); !slices.Equal(w, []string{a.ClientID()}) {
+		t.Fatalf("worked by %v", w)
+	}
+	if livenessLocks(t, db, a.ClientID()) != 1 {
+		t.Fatal("a running replica holds no liveness lock")
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM cluster_leases WHERE name = 'maintenance' AND holder = $1`, a.ClientID()); err != nil || n != 1 {
+			return fmt.Errorf("the runner's own maintainer holds no lease (%d, %v)", n, err)
+		}
+		return nil
+	})
+
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	rec.mark()
+	var leases int
+	if err := db.Get(&leases, `SELECT count(*) FROM cluster_leases WHERE holder = $1`, a.ClientID()); err != nil || leases != 0 {
+		t.Fatalf("after Shutdown the lease is held (%d, %v)", leases, err)
+	}
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatalf("a second Shutdown: %v", err)
+	}
+
+	// Another replica, whose maintainer the test runs: what is queued now
+	// is its alone, while its sweep runs several times.
+	m := cluster.New(db, "maintenance", "replica-b", quiet())
+	b := newRunner(t, db, nil, runner.Config{Maintainer: m, SweepEvery: 50 * time.Millisecond, RescueEvery: 50 * time.Millisecond})
+	// Queued through the stopped runner's service: its client still
+	// inserts, it no longer works.
+	var next []string
+	for k := 0; k < 4; k++ {
+		next = append(next, create(t, db, a, pool))
+	}
+	run(t, b)
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(mctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	allRunning(t, db, next)
+	wait.Eventually(t, 10*time.Second, func() error {
+		if n := m.Runs("instances.sweep"); n < 3 {
+			return fmt.Errorf("%d sweeps", n)
+		}
+		return nil
+	})
+	if w := workers(t, db, next); !slices.Equal(w, []string{b.ClientID()}) {
+		t.Fatalf("after Shutdown the jobs were worked by %v (stopped: %s)", w, a.ClientID())
+	}
+	if late := rec.lateRecords(); len(late) > 0 {
+		t.Fatalf("the stopped runner logged %q", late)
+	}
+}
+
+// The sweep queues a job for every unconverged instance without one (once:
+// jobs are unique), and for live instances on hosts removed since shortly
+// before its previous run (all removed hosts on its first run).
+func TestSweep(t *testing.T) {
+	db := pgtest.DB(t)
+	pool := simPool(t, db)
+	r := newRunner(t, db, nil, runner.Config{})
+	sweep := func() int {
+		t.Helper()
+		n, err := r.Sweep(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	finish := func() {
+		exec(t, db, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state <> 'completed'`)
+	}
+	if n := sweep(); n != 0 {
+		t.Fatalf("an empty database: %d queued", n)
+	}
+	lost := ids.New(ids.Instance) // pending, wanting running, with no job
+	exec(t, db, `INSERT INTO instances (instance_id, tenant_id, pool_id, name, gpus, vcpus, memory_gib, desired_state)
+		VALUES ($1, 'acme', $2, $1, 1, 2, 4, 'running')`, lost, pool)
+	if n := sweep(); n != 1 {
+		t.Fatalf("a lost instance: %d queued", n)
+	}
+	if n := sweep(); n != 0 {
+		t.Fatalf("again: %d queued", n)
+	}
+	finish()
+	if n := sweep(); n != 1 {
+		t.Fatalf("after its job completed, still unconverged: %d queued", n)
+	}
+	finish()
+	exec(t, db, `UPDATE instances SET state = 'provisioning' WHERE instance_id = $1`, lost)
+	exec(t, db, `UPDATE instances SET state = 'running' WHERE instance_id = $1`, lost)
+
+	// Hosts: a running (converged) instance on a host removed two hours ago
+	// is not looked at again by this runner's next sweep, but is by a new
+	// runner's first; one on a host removed now is.
+	hosted := ids.New(ids.Pool)
+	exec(t, db, `INSERT INTO pools (pool_id, tenant_id, name, site, gpu_model, sharing_mode, kind) VALUES ($1, 'acme', $1, 'fra1', 'H100', 'exclusive', 'vps-hosted')`, hosted)
+	onHost := func(removedAgo string) string {
+		node, id := ids.New(ids.Node), ids.New(ids.Instance)
+		exec(t, db, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, state, attestor, csr_fingerprint, certificate, cert_expires_at)
+			VALUES ($1, 'acme', $2, $1, 'ready', 'token', $1, 'x', now() + interval '1 day')`, node, hosted)
+		exec(t, db, `INSERT INTO instances (instance_id, tenant_id, pool_id, name, gpus, vcpus, memory_gib, desired_state, host_node_id)
+			VALUES ($1, 'acme', $2, $1, 1, 2, 4, 'running', $3)`, id, hosted, node)
+		exec(t, db, `UPDATE instances SET state = 'provisioning' WHERE instance_id = $1`, id)
+		exec(t, db, `UPDATE instances SET state = 'running' WHERE instance_id = $1`, id)
+		exec(t, db, `UPDATE nodes SET state = 'removed', removed_at = now() - $2::interval WHERE node_id = $1`, node, removedAgo)
+		return id
+	}
+	old := onHost("2 hours")
+	if n := sweep(); n != 0 {
+		t.Fatalf("a host removed before the previous sweep: %d queued", n)
+	}
+	r2 := newRunner(t, db, nil, runner.Config{})
+	if n, err := r2.Sweep(context.Background()); err != nil || n != 1 {
+		t.Fatalf("a new runner's first sweep: %d queued, %v", n, err)
+	}
+	finish()
+	fresh := onHost("0 seconds")
+	if n := sweep(); n != 1 {
+		t.Fatalf("a host removed now: %d queued", n)
+	}
+	var queued []string
+	if err := db.Select(&queued, `SELECT args->>'instanceId' FROM river_job WHERE kind = $1 AND state = 'available' ORDER BY 1`, instances.Kind); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(queued, []string{fresh}) {
+		t.Fatalf("queued %v, want %s (not %s)", queued, fresh, old)
+	}
+}
+
+// Two replicas on one database: while one works a job, the other neither
+// takes nor rescues it; once the first is dead (its connections gone,
+// with its liveness lock), the other rescues the job within seconds, not
+// river's minute, and finishes the instance.
+func TestDeadReplicasJobsAreRescued(t *testing.T) {
+	url := pgtest.DBURL(t)
+	dbB := pgtest.Open(t, url)
+	pool := simPool(t, dbB)
+	// Replica a reaches the database through a proxy the test freezes: a
+	// replica that stopped answering, as a killed process looks once its
+	// connections are cut.
+	proxy := testkit.NewProxy(t, pgtest.Addr(t))
+	dbA, err := store.OpenWith(context.Background(), strings.Replace(url, pgtest.Addr(t), proxy.Addr(), 1), store.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dbA.Close() })
+	seqA := events.Start(dbA, quiet())
+	t.Cleanup(seqA.Stop)
+	a := newRunner(t, dbA, nil, runner.Config{})
+	b := newRunner(t, dbB, nil, runner.Config{})
+	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
+
+	// The test holds the instance's row lock, so a's step waits in it with
+	// its job running.
+	id := create(t, dbB, b, pool)
+	lock, err := dbB.BeginTxx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback() //nolint:errcheck // released below
+	if _, err := lock.Exec(`SELECT 1 FROM instances WHERE instance_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	run(t, a)
+	type job struct {
+		State       string   `db:"state"`
+		Attempted   string   `db:"attempted_by"`
+		AttemptedBy []string `db:"-"`
+		Running     float64  `db:"running_for"`
+		Errors      string   `db:"errors"`
+	}
+	read := func() job {
+		var j job
+		if err := dbB.Get(&j, `SELECT state, COALESCE(array_to_string(attempted_by, ','), '') AS attempted_by, COALESCE(extract(epoch FROM now() - attempted_at), 0) AS running_for,
+				COALESCE(array_to_string(errors, ' '), '') AS errors
+			FROM river_job WHERE kind = $1 AND args->>'instanceId' = $2`, instances.Kind, id); err != nil {
+			t.Fatal(err)
+		}
+		if j.Attempted != "" {
+			j.AttemptedBy = strings.Split(j.Attempted, ",")
+		}
+		return j
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if j := read(); j.State != "running" || j.Running < 1.2 {
+			return fmt.Errorf("job %s by %v for %.1fs", j.State, j.AttemptedBy, j.Running)
+		}
+		return nil
+	})
+	run(t, b)
+	if n, err := b.Rescue(context.Background()); err != nil || n != 0 {
+		t.Fatalf("the other replica rescued %d jobs of a live one (%v)", n, err)
+	}
+	if j := read(); j.State != "running" || !slices.Equal(j.AttemptedBy, []string{a.ClientID()}) {
+		t.Fatalf("while a works it: %s by %v", j.State, j.AttemptedBy)
+	}
+
+	// a dies: it answers nothing, and PostgreSQL ends its sessions (with
+	// its liveness lock and its step's transaction).
+	proxy.Freeze()
+	exec(t, dbB, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'computed/replica-a/%'`)
+	wait.Eventually(t, 8*time.Second, func() error {
+		if n := livenessLocks(t, dbB, a.ClientID()); n != 0 {
+			return errors.New("a's liveness lock is still held")
+		}
+		return nil
+	})
+	wait.Eventually(t, 8*time.Second, func() error {
+		j := read()
+		if len(j.AttemptedBy) < 2 || j.AttemptedBy[len(j.AttemptedBy)-1] != b.ClientID() {
+			return fmt.Errorf("job %s by %v", j.State, j.AttemptedBy)
+		}
+		if !strings.Contains(j.Errors, "rescued: the replica working it is gone") {
+			return fmt.Errorf("taken by b without a rescue: %s", j.Errors)
+		}
+		return nil
+	})
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	allRunning(t, dbB, []string{id})
+}
+
+// The retention jobs run at start (on the leader): events.prune deletes,
+// per tenant, the prefix of its stream up to its last event older than the
+// event retention and records how far; audit.prune deletes the records
+// older than the audit retention and records that it did. Younger events
+// and records, and other tenants' streams, stay.
+func TestRetentionJobs(t *testing.T) {
+	db := pgtest.DB(t)
+	simPool(t, db)
+	exec(t, db, `INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
+	ctx := store.ForRequest(context.Background())
+	for _, tenant := range []string{"acme", "acme", "acme", "acme", "beta", "beta"} {
+		if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+			return events.Write(ctx, tx, events.Record{TenantID: tenant, Type: events.Created, ResourceID: ids.New(ids.Instance), Data: map[string]any{}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// acme's 1 and 3 are older than the retention, 2 (in the prefix) and
+	// 4 are not; beta's are all young.
+	exec(t, db, `UPDATE events SET occurred_at = now() - interval '3 days' WHERE tenant_id = 'acme' AND seq IN (1, 3)`)
+	exec(t, db, `INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name,
+			method, resource_type, resource_id, outcome, request_id, occurred_at)
+		SELECT 'acme', 'aud_' || lpad(g::text, 26, '0'), NULL, 'system', 'test', 'projects.create', 'compute-tenant', 'acme',
+			'success', 'r-' || g, now() - g * interval '20 days'
+		FROM generate_series(1, 4) g`)
+	r := newRunner(t, db, nil, runner.Config{EventRetention: 24 * time.Hour, AuditRetention: 50 * 24 * time.Hour})
+	run(t, r)
+	wait.Eventually(t, 30*time.Second, func() error {
+		var done []string
+		if err := db.Select(&done, `SELECT kind FROM river_job WHERE kind IN ('events.prune', 'audit.prune') AND state = 'completed' ORDER BY 1`); err != nil {
+			return err
+		}
+		if !slices.Equal(done, []string{"audit.prune", "events.prune"}) {
+			return fmt.Errorf("completed: %v", done)
+		}
+		return nil
+	})
+	var left []string
+	if err := db.Select(&left, `SELECT tenant_id || ':' || seq FROM events ORDER BY tenant_id, seq`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []string{"acme:4", "beta:1", "beta:2"}) {
+		t.Fatalf("events left %v", left)
+	}
+	var pruned []string
+	if err := db.Select(&pruned, `SELECT tenant_id || ':' || pruned_seq FROM event_streams ORDER BY tenant_id`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pruned, []string{"acme:3", "beta:0"}) {
+		t.Fatalf("pruned marks %v", pruned)
+	}
+	var audits []string
+	if err := db.Select(&audits, `SELECT request_id FROM audit_log WHERE tenant_id = 'acme' ORDER BY 1`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(audits, []string{"r-1", "r-2"}) {
+		t.Fatalf("audit records left %v", audits)
+	}
+	var prunes int
+	if err := db.Get(&prunes, `SELECT count(*) FROM audit_log WHERE tenant_id = '@platform' AND method = 'audit.prune'`); err != nil || prunes != 1 {
+		t.Fatalf("%d audit.prune records, %v", prunes, err)
+	}
+}
