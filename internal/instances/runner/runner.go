@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -208,14 +209,14 @@ func (s *Runner) Run(ctx context.Context) error {
 		return store.Wrap(err)
 	}
 	if _, err := live.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, livenessClass, s.clientID); err != nil {
-		live.Close()
+		release(live)
 		return store.Wrap(err)
 	}
-	s.live = live
 	if err := s.client.Start(ctx); err != nil {
-		live.Close()
+		release(live)
 		return err
 	}
+	s.live = live
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.stopped = cancel, make(chan struct{})
 	rescue := s.cfg.Maintainer.Add("instances.rescue", s.cfg.RescueEvery, func(ctx context.Context) error {
@@ -264,10 +265,20 @@ func (s *Runner) Shutdown(ctx context.Context) error {
 		err = s.client.StopAndCancel(ctx)
 	}
 	if s.live != nil {
-		s.live.Close()
+		release(s.live)
 		s.live = nil
 	}
 	return err
+}
+
+// release ends the liveness lock's session. The lock is a session's, so
+// closing the *sql.Conn (which hands the session back to the pool) would
+// keep it held for as long as the pool keeps that connection, and other
+// replicas would take this one for alive; the connection is discarded
+// instead, and PostgreSQL drops the lock with it, as for a dead replica.
+func release(live *sql.Conn) {
+	_ = live.Raw(func(any) error { return driver.ErrBadConn })
+	_ = live.Close()
 }
 
 // Close releases the listener pool and the service's drivers (after

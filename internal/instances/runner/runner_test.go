@@ -219,6 +219,14 @@ func TestRunDrivesInstancesAndShutdownStopsEverything(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	rec.mark()
+	// The lock's session ends (the backend exits a moment after the
+	// client hangs up).
+	wait.Eventually(t, 5*time.Second, func() error {
+		if n := livenessLocks(t, db, a.ClientID()); n != 0 {
+			return fmt.Errorf("after Shutdown the liveness lock is held (%d)", n)
+		}
+		return nil
+	})
 	var leases int
 	if err := db.Get(&leases, `SELECT count(*) FROM cluster_leases WHERE holder = $1`, a.ClientID()); err != nil || leases != 0 {
 		t.Fatalf("after Shutdown the lease is held (%d, %v)", leases, err)
