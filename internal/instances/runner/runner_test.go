@@ -498,3 +498,39 @@ func TestRetentionJobs(t *testing.T) {
 		t.Fatalf("%d audit.prune records, %v", prunes, err)
 	}
 }
+
+// With the server's maintainer (Config.Maintainer), the runner adds its
+// sweep and rescue to it while it runs, and Shutdown takes them off: the
+// maintainer, still running, calls them no more.
+func TestShutdownRemovesDutiesFromTheServersMaintainer(t *testing.T) {
+	db := pgtest.DB(t)
+	m := cluster.New(db, "maintenance", "server", quiet())
+	r := newRunner(t, db, nil, runner.Config{Maintainer: m, SweepEvery: time.Millisecond, RescueEvery: time.Millisecond})
+	probe := m.Add("probe", time.Millisecond, func(context.Context) error { return nil })
+	defer probe()
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(mctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	run(t, r)
+	wait.Eventually(t, 10*time.Second, func() error {
+		if m.Runs("instances.sweep") < 2 || m.Runs("instances.rescue") < 2 {
+			return fmt.Errorf("sweeps %d, rescues %d", m.Runs("instances.sweep"), m.Runs("instances.rescue"))
+		}
+		return nil
+	})
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sweeps, rescues, probes := m.Runs("instances.sweep"), m.Runs("instances.rescue"), m.Runs("probe")
+	wait.Eventually(t, 10*time.Second, func() error {
+		if n := m.Runs("probe"); n < probes+5 {
+			return fmt.Errorf("%d maintainer rounds since Shutdown", n-probes)
+		}
+		return nil
+	})
+	// One round may have begun before Shutdown took the duties off.
+	if sw, rs := m.Runs("instances.sweep"), m.Runs("instances.rescue"); sw > sweeps+1 || rs > rescues+1 {
+		t.Fatalf("after Shutdown the maintainer ran %d sweeps and %d rescues", sw-sweeps, rs-rescues)
+	}
+}
