@@ -534,3 +534,53 @@ func TestShutdownRemovesDutiesFromTheServersMaintainer(t *testing.T) {
 		t.Fatalf("after Shutdown the maintainer ran %d sweeps and %d rescues", sw-sweeps, rs-rescues)
 	}
 }
+
+// Rescue makes available the reconcile jobs left running (for over a
+// second) by a client that holds no liveness lock, and nothing else: not
+// a job just taken, not one whose client lives, not another kind of job.
+func TestRescueTakesOnlyDeadClientsReconcileJobs(t *testing.T) {
+	db := pgtest.DB(t)
+	pool := simPool(t, db)
+	r := newRunner(t, db, nil, runner.Config{})
+	// A client that lives: it holds its liveness lock on a session of its own.
+	alive, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alive.Close()
+	if _, err := alive.ExecContext(context.Background(), `SELECT pg_advisory_lock(72483, hashtext('alive'))`); err != nil {
+		t.Fatal(err)
+	}
+	running := func(by, since string) int64 {
+		t.Helper()
+		id := create(t, db, r, pool)
+		var job int64
+		if err := db.Get(&job, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - $2::interval,
+				attempted_by = ARRAY[$1] WHERE args->>'instanceId' = $3 RETURNING id`, by, since, id); err != nil {
+			t.Fatal(err)
+		}
+		return job
+	}
+	dead := running("gone", "2 seconds")
+	fresh := running("gone", "0 seconds")
+	lives := running("alive", "2 seconds")
+	var prune int64
+	if err := db.Get(&prune, `INSERT INTO river_job (kind, args, queue, state, attempt, attempted_at, attempted_by, max_attempts, priority)
+		VALUES ('events.prune', '{}', 'default', 'running', 1, now() - interval '2 seconds', ARRAY['gone'], 25, 1) RETURNING id`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Rescue(context.Background()); err != nil || n != 1 {
+		t.Fatalf("rescued %d, %v", n, err)
+	}
+	var got []string
+	if err := db.Select(&got, `SELECT id || ':' || state FROM river_job WHERE id = ANY($1) ORDER BY id`, []int64{dead, fresh, lives, prune}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{fmt.Sprint(dead, ":available"), fmt.Sprint(fresh, ":running"), fmt.Sprint(lives, ":running"), fmt.Sprint(prune, ":running")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("jobs %v, want %v", got, want)
+	}
+	if n, err := r.Rescue(context.Background()); err != nil || n != 0 {
+		t.Fatalf("again: rescued %d, %v", n, err)
+	}
+}
