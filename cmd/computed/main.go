@@ -177,7 +177,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// Migrations run on their own connection without a statement timeout,
 	// closed before the others open (it is one of the budget's).
-	mdb, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: 1, StatementTimeout: -1, Replica: m.ReplicaName, Role: "migrate"})
+	mdb, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: 1, StatementTimeout: -1, IdleInTransactionTimeout: -1, Replica: m.ReplicaName, Role: "migrate"})
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -386,4 +389,82 @@ func TestPruneAndExpiredCursor(t *testing.T) {
 	if n, err := events.Prune(ctx, d, time.Now().Add(-7*24*time.Hour)); err != nil || n != 0 {
 		t.Fatalf("second prune: %d %v", n, err)
 	}
+}
+
+// TestStalledPassReleasesItsStreams: a replica stopped in the middle of a
+// sequencer pass (SIGSTOP, a partition: its connection open, its client
+// silent) holds its tenants' stream rows. PostgreSQL ends the pass's
+// session after passIdle, and another replica numbers the tenant's events
+// (the stalled replica's by its sweep), long before the stalled one
+// returns; without that bound the stream stayed frozen for as long as the
+// replica stayed stopped, on every replica.
+func TestStalledPassReleasesItsStreams(t *testing.T) {
+	b := testkit.DB(t) // replica b, its sequencer running
+	ctx := store.ForRequest(context.Background())
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testkit.NewProxy(t, u.Host)
+	a, err := store.OpenWith(context.Background(), strings.Replace(b.URL, u.Host, proxy.Addr(), 1), store.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	seqA := events.Start(a, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(seqA.Stop)
+	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
+
+	if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "node_1") }); err != nil {
+		t.Fatal(err)
+	}
+	// The test holds acme's stream row, so a's pass waits for it inside
+	// its transaction.
+	lock, err := b.BeginTxx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback() //nolint:errcheck // released below
+	if _, err := lock.Exec(`SELECT 1 FROM event_streams WHERE tenant_id = 'acme' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// A background writer on a: it does not wait for its pass.
+	if err := a.Tx(context.Background(), func(tx *sqlx.Tx) error { return write(context.Background(), tx, "acme", "node_2") }); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := b.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+			a.AppName(events.SequencerName)); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("replica a's pass is not waiting for the stream row (%d)", n)
+		}
+		return nil
+	})
+	// Replica a stops answering; the test lets go of the row: a's pass
+	// takes it, answers into the frozen connection and waits there, idle in
+	// its transaction.
+	proxy.Freeze()
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "node_3") }); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 15*time.Second, func() error {
+		page, err := events.Page(ctx, b, events.Filter{TenantID: "acme"}, 0, 10)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, ev := range page {
+			names = append(names, ev.ResourceID)
+		}
+		if len(names) != 3 {
+			return fmt.Errorf("acme's stream holds %v while replica a is stopped", names)
+		}
+		return nil
+	})
 }

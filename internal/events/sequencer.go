@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -166,6 +167,11 @@ func (s *Sequencer) Stats() (passes, numbered, failures int64) {
 	return s.passes, s.numbered, s.failures
 }
 
+// passIdle is how long a pass's session may wait for its replica between
+// two statements before PostgreSQL ends it (a pass sends its statements
+// back to back).
+const passIdle = 2 * time.Second
+
 // maxTenantsPerPass bounds one pass's transaction.
 const maxTenantsPerPass = 256
 
@@ -263,9 +269,15 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 		// replicas' passes): a tenant's passes take turns from here to
 		// commit. The pass names itself in pg_stat_activity for the
 		// transaction.
+		// A replica that stops between two of the pass's statements (a
+		// SIGSTOP, a partition) would hold these rows, and every replica's
+		// readers of the tenants would wait, until its connection died:
+		// PostgreSQL ends the session once it has been idle in the
+		// transaction for passIdle, and the rows' locks go with it.
 		var locked []string
-		if err := tx.SelectContext(ctx, &locked, `SELECT s.tenant_id FROM event_streams s, (SELECT set_config('application_name', $2, true)) AS app
-			WHERE s.tenant_id = ANY($1) ORDER BY s.tenant_id FOR UPDATE OF s`, tenants, s.db.AppName(SequencerName)); err != nil {
+		if err := tx.SelectContext(ctx, &locked, `SELECT s.tenant_id FROM event_streams s,
+				(SELECT set_config('application_name', $2, true), set_config('idle_in_transaction_session_timeout', $3, true)) AS app
+			WHERE s.tenant_id = ANY($1) ORDER BY s.tenant_id FOR UPDATE OF s`, tenants, s.db.AppName(SequencerName), fmt.Sprint(passIdle.Milliseconds())); err != nil {
 			return store.Wrap(err)
 		}
 		// A tenant's first events create its stream row, then lock it (a

@@ -74,6 +74,14 @@ type Options struct {
 	StatementTimeout time.Duration
 	// ConnectTimeout bounds opening a connection (default 5 s).
 	ConnectTimeout time.Duration
+	// IdleInTransactionTimeout is PostgreSQL's
+	// idle_in_transaction_session_timeout for the pool's sessions (default
+	// 60 s: above a reconciler step's 30 s, which calls its provider inside
+	// its transaction; negative: none, for migrations). A replica that
+	// stops in the middle of a transaction (SIGSTOP, a partition) holds its
+	// row locks until PostgreSQL ends its session; without it, until the
+	// TCP keepalive gives up, hours later.
+	IdleInTransactionTimeout time.Duration
 	// Replica and Role name the connections in application_name (AppName;
 	// Role defaults to "pool").
 	Replica, Role string
@@ -95,6 +103,9 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 5 * time.Second
 	}
+	if opts.IdleInTransactionTimeout == 0 {
+		opts.IdleInTransactionTimeout = time.Minute
+	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -111,6 +122,9 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	if _, set := cfg.RuntimeParams["statement_timeout"]; !set && opts.StatementTimeout > 0 {
 		cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
+	}
+	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set && opts.IdleInTransactionTimeout > 0 {
+		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(opts.IdleInTransactionTimeout.Milliseconds())
 	}
 	sqldb := stdlib.OpenDB(*cfg)
 	sqldb.SetMaxOpenConns(opts.MaxConns)
