@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -324,6 +326,46 @@ func TestFrozenDatabase(t *testing.T) {
 			t.Fatal("a request hung while the database was frozen")
 		}
 	}
+	// The event stream's path is bounded too: a query, and an
+	// authentication that has to ask the database (an unknown token).
+	stream := func(token, query string) (int, string) {
+		body, _ := json.Marshal(map[string]any{"query": query})
+		req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		start := time.Now()
+		res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("event stream during the freeze: %v", err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatalf("event stream during the freeze: %v", err)
+		}
+		// The request's deadline (1 s here) ends it, not a connection
+		// attempt's 5 s or the database's return.
+		if took := time.Since(start); took > 4*time.Second {
+			t.Fatalf("the event stream answered after %v, past its deadline", took)
+		}
+		return res.StatusCode, string(b)
+	}
+	if status, body := stream(acme.Admin.Token, `{ tenant(tenantId: "acme") { name } }`); !strings.Contains(body, "UNAVAILABLE") ||
+		(status == 200 && !strings.Contains(body, "event: complete")) {
+		t.Fatalf("a query on the event stream during the freeze: %d %s", status, body)
+	}
+	if status, body := stream("bct_unknown-during-the-freeze", `{ viewer { kind } }`); status != 503 {
+		t.Fatalf("an unknown token on the event stream during the freeze: %d %s", status, body)
+	}
+	// A socket whose connection_init must ask the database: close 1013,
+	// try again later (graphql-ws clients give up on 4500), at the
+	// deadline, not the init timeout (4408: no connection_init).
+	w := dialWS(t, e)
+	w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer bct_unknown-during-the-freeze-2"}})
+	if code, reason := w.closed(20 * time.Second); code != 1013 {
+		t.Fatalf("connection_init during the freeze: close %d (%s), want 1013", code, reason)
+	}
 	// A client that gives up while the database is frozen.
 	const logged = `"path":"/api/compute/tenants/get"`
 	before := strings.Count(logs.String(), logged)
@@ -581,5 +623,20 @@ func TestLookAlikeNamesAreRefused(t *testing.T) {
 	// Characters that are not space stay allowed.
 	for _, name := range []string{"wé😀b", "web\u0085", "w\u200bb"} {
 		must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, name, 1)))
+	}
+}
+
+// The event stream's request deadline bounds authentication and queries;
+// a subscription lifts it once it starts and runs past it.
+func TestStreamSubscriptionOutlivesTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RequestTimeout: time.Second}}).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	s := openSSE(t, e, acme.Admin.Token, `subscription { tenantEvents(tenantId: "acme", types: ["instance."]) { type } }`, nil)
+	<-time.After(2 * time.Second) // twice the request's deadline
+	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "late", 1)))
+	if name, data := s.next(); name != "next" || !strings.Contains(fmt.Sprint(data), "instance.created") {
+		t.Fatalf("after the deadline: %s %v", name, data)
 	}
 }

@@ -295,18 +295,42 @@ func (s *Server) clientAddr(next http.Handler) http.Handler {
 	})
 }
 
-// deadline bounds a request's time (sockets bound each operation instead).
+// deadline bounds a request's time (sockets bound each operation
+// instead). An event stream's request is bounded too, authentication and
+// queries included; a subscription lifts the deadline once it starts
+// (withoutDeadline).
 func (s *Server) deadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" || r.URL.Path == StreamPath {
+		if r.Header.Get("Upgrade") != "" {
 			next.ServeHTTP(w, r)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.Config.RequestTimeout)
 		defer cancel()
+		ctx = context.WithValue(ctx, beforeDeadlineKey{}, r.Context())
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+type beforeDeadlineKey struct{}
+
+// withoutDeadline returns ctx's values with the cancellation ctx had
+// before the deadline middleware (the client leaving, the server
+// stopping): a subscription outlives the request's deadline.
+func withoutDeadline(ctx context.Context) context.Context {
+	before, ok := ctx.Value(beforeDeadlineKey{}).(context.Context)
+	if !ok {
+		return ctx
+	}
+	return detached{Context: before, values: ctx}
+}
+
+type detached struct {
+	context.Context                 // Done, Err and Deadline
+	values          context.Context // Value
+}
+
+func (d detached) Value(key any) any { return d.values.Value(key) }
 
 func newRequestID() string {
 	b := make([]byte, 12)

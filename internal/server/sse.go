@@ -12,6 +12,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/coder/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/bettercompute/computed/internal/auth"
@@ -79,7 +80,10 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 
 	t.s.conns.Add(1)
 	defer t.s.conns.Done()
-	ctx, cancel := context.WithCancel(r.Context())
+	// The request's deadline bounds a query or a mutation; a subscription
+	// runs until it ends or its client leaves.
+	deadline, bounded := r.Context().Deadline()
+	ctx, cancel := context.WithCancel(withoutDeadline(r.Context()))
 	defer cancel()
 	p := reqctx.PrincipalFrom(ctx)
 	tok, _ := auth.FromHeader(r.Header.Get("Authorization"))
@@ -101,6 +105,11 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		st.next(resp)
 		st.complete()
 		return
+	}
+	if bounded && oc.Operation != nil && oc.Operation.Operation != ast.Subscription {
+		var end context.CancelFunc
+		ctx, end = context.WithDeadline(ctx, deadline)
+		defer end()
 	}
 	responses, rctx := exec.DispatchOperation(ctx, oc)
 	// The handler is the stream's only writer, and it writes nothing after

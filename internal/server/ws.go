@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
 	"github.com/bettercompute/computed/internal/safe"
+	"github.com/bettercompute/computed/internal/store"
 )
 
 // The graphql-transport-ws protocol
@@ -41,6 +42,7 @@ const (
 	closeInternal      = 4500
 	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
 	closeSlowConsumer  = 1013 // try again later: the client does not read
+	closeTryAgainLater = 1013 // try again later: the database is unavailable
 
 	// wsMaxOperations bounds the operations running at once on one socket
 	// (a dashboard needs a handful); past it a subscribe gets an error
@@ -125,11 +127,13 @@ func (c *wsConn) serve() {
 	// The timers may fire after serve has returned: they write only
 	// through the websocket connection, which refuses writes once closed
 	// (it owns the hijacked connection; net/http recycles nothing of it).
+	// The timer waits for the client's connection_init, not for the
+	// server's answer to it: authenticating has its own deadline.
 	init := time.AfterFunc(timings.InitTimeout, safe.Func(c.ctx, c.s.Log, "websocket init timer", func() {
 		c.mu.Lock()
-		acked := c.acked
+		seen := c.initSeen
 		c.mu.Unlock()
-		if !acked {
+		if !seen {
 			c.close(closeInitTimeout, "Connection initialisation timeout")
 		}
 	}))
@@ -232,15 +236,26 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		c.close(closeForbidden, "Forbidden: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
 		return false
 	}
-	pr, err := c.s.authenticateSecret(c.ctx, c.ip, tok)
+	actx, cancel := context.WithTimeout(c.ctx, c.s.Config.RequestTimeout)
+	pr, err := c.s.authenticateSecret(actx, c.ip, tok)
+	cancel()
 	if err != nil {
-		switch errs.CodeOf(err) {
+		code := errs.CodeOf(err)
+		if e := store.Classify(err); e != nil {
+			code = e.Code // the database: unreachable, busy, or past the deadline
+		}
+		switch code {
 		case errs.Unauthenticated:
 			c.close(closeForbidden, "Forbidden: unknown or revoked bearer token")
 		case errs.RateLimited:
 			c.close(closeForbidden, "Forbidden: too many failed authentications; retry later")
+		case errs.Unavailable:
+			// 1013, try again later: graphql-ws clients retry it, where
+			// they give up on 4500.
+			c.close(closeTryAgainLater, "the database is unavailable; retry")
 		default:
-			c.close(closeInternal, "the database is unavailable; retry")
+			c.s.Log.Error("websocket authentication", "err", err)
+			c.close(closeInternal, "Internal server error")
 		}
 		return false
 	}
