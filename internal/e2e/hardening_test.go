@@ -640,3 +640,34 @@ func TestStreamSubscriptionOutlivesTheDeadline(t *testing.T) {
 		t.Fatalf("after the deadline: %s %v", name, data)
 	}
 }
+
+// /readyz tells a database that does not answer its check from pending
+// migrations: a lock on the migrations' table is not a pending migration.
+func TestReadyzWhenTheCheckCannotRun(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	get := func() (int, string) {
+		res, err := http.Get(e.Server.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var b struct{ Status string }
+		_ = json.NewDecoder(res.Body).Decode(&b)
+		return res.StatusCode, b.Status
+	}
+	if code, status := get(); code != 200 || status != "ready" {
+		t.Fatalf("readyz: %d %q", code, status)
+	}
+	lock, err := e.DB.BeginTxx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback() //nolint:errcheck
+	if _, err := lock.Exec(`LOCK TABLE goose_db_version IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if code, status := get(); code != 503 || status != "database not answering" {
+		t.Fatalf("readyz with the migrations' table locked: %d %q", code, status)
+	}
+}

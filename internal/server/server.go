@@ -267,7 +267,14 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pending, err := db.Pending(ctx, s.DB.DB.DB)
-	if err != nil || pending {
+	if err != nil {
+		// Not known: the check failed or ran past its 2 s (a lock on the
+		// migrations' table, a busy database), which says nothing of the
+		// migrations.
+		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database not answering"})
+		return
+	}
+	if pending {
 		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "migrations pending"})
 		return
 	}
