@@ -138,7 +138,10 @@ func (s Scope) Arg() any {
 // Where renders a visibility predicate over a scope bound to the SQL
 // parameter param ("$2"): pred receives the text[] expression of the
 // scope's tenants and returns the resource type's predicate; every tenant
-// (a NULL scope) passes.
+// (a NULL scope) passes. A NULL scope skips pred whole, so pred says only
+// which tenants read a row: a condition every reader is under (not
+// deleted, of one resource type) goes outside Where, or the operator
+// reads past it.
 func Where(param string, pred func(tenants string) string) string {
 	t := param + "::text[]"
 	return "(" + t + " IS NULL OR " + pred(t) + ")"

@@ -39,7 +39,7 @@ func ByKeys(ctx context.Context, q store.Q, scope authz.Scope, keys []Key) (map[
 	var rows []Profile
 	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM profiles p
 		WHERE (tenant_id, profile_id, profile_version) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]))
-		  AND `+authz.Where("$4", Visible), tenants, ids, versions, scope.Arg())
+		  AND `+visibleIn("$4"), tenants, ids, versions, scope.Arg())
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -115,7 +115,7 @@ func VersionPages(ctx context.Context, q store.Q, scope authz.Scope, parents []s
 		WITH t AS MATERIALIZED (
 			SELECT t.parent,
 			       (SELECT count(*) FROM profiles p WHERE p.tenant_id = split_part(t.parent, E'\x01', 1)
-			          AND p.profile_id = split_part(t.parent, E'\x01', 2) AND `+authz.Where("$4", Visible)+`) AS total_count
+			          AND p.profile_id = split_part(t.parent, E'\x01', 2) AND `+visibleIn("$4")+`) AS total_count
 			FROM unnest($1::text[]) AS t(parent))
 		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
@@ -123,7 +123,7 @@ func VersionPages(ctx context.Context, q store.Q, scope authz.Scope, parents []s
 		CROSS JOIN LATERAL (
 			SELECT `+cols+` FROM profiles p
 			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)
-			  AND `+authz.Where("$4", Visible)+`
+			  AND `+visibleIn("$4")+`
 			  AND p.profile_version > $2
 			ORDER BY p.profile_version LIMIT $3
 		) x`, sep(stored), from, limit+1, scope.Arg())
@@ -158,7 +158,7 @@ func CountVersions(ctx context.Context, q store.Q, scope authz.Scope, parents []
 	}
 	m, err := store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM profiles p
 			WHERE p.tenant_id = split_part(t.parent, E'\x01', 1) AND p.profile_id = split_part(t.parent, E'\x01', 2)
-			  AND `+authz.Where("$2", Visible)+`) AS n
+			  AND `+visibleIn("$2")+`) AS n
 		FROM unnest($1::text[]) AS t(parent)`, sep(stored), scope.Arg())
 	for k, v := range m {
 		out[unsep(k)] = v

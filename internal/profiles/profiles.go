@@ -102,9 +102,19 @@ func init() { authz.Register(authz.Profile, resolve) }
 // one of them owns it or it is public, and it is not deleted. (Builtin
 // profiles ship in code and are visible to every reader.) Every read uses
 // it: the decision, get, list, and the graph's batches.
-func Visible(tenants string) string {
-	return `(p.deleted_at IS NULL AND (p.tenant_id = ANY(` + tenants + `) OR p.visibility = 'public'))`
+func Visible(tenants string) string { return `(` + live + ` AND ` + readable(tenants) + `)` }
+
+// live and readable are Visible's two parts. Under authz.Where, whose
+// NULL scope (the operator's) skips the predicate whole, only readable
+// goes inside: a deleted version is no one's to read.
+const live = `p.deleted_at IS NULL`
+
+func readable(tenants string) string {
+	return `(p.tenant_id = ANY(` + tenants + `) OR p.visibility = 'public')`
 }
+
+// visibleIn is Visible for a scope bound to param (authz.Where).
+func visibleIn(param string) string { return `(` + live + ` AND ` + authz.Where(param, readable) + `)` }
 
 // resolve is the resolver of compute-profile: a profile is visible to the
 // named tenant when the tenant stores a version of it, another tenant

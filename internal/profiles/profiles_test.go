@@ -477,8 +477,11 @@ func TestVersionPages(t *testing.T) {
 	e.create("acme", "multi", 1, profiles.Private)
 	e.create("acme", "multi", 2, profiles.Public)
 	e.create("acme", "multi", 3, profiles.Private)
+	e.create("acme", "multi", 4, profiles.Public)
+	fixture.Must(profiles.Delete(e.Ctx, e.DB, ref("acme", "multi", 4))) // no one's to read, the operator's included
 	parent := profiles.VersionsParent("acme", "multi")
 	shipped := profiles.VersionsParent(authz.BuiltinTenant, "rocky-9-base")
+	op := fixture.Must(authz.LoadCaller(e.As(e.Operator()), e.DB, e.Operator())).Scope(authz.ProfilesRead)
 	for _, c := range []struct {
 		name           string
 		scope          authz.Scope
@@ -487,6 +490,7 @@ func TestVersionPages(t *testing.T) {
 	}{
 		{"the owner", authz.TenantScope("acme"), "[1 2 3]", 3, 0},
 		{"another tenant", authz.TenantScope("beta"), "[2]", 1, 0},
+		{"the operator", op, "[1 2 3]", 3, 0},
 		{"the zero scope", authz.Scope{}, "[2]", 1, 0},
 	} {
 		rows := fixture.Must(profiles.VersionPages(e.Ctx, e.DB, c.scope, []string{parent}, "", 10))
