@@ -246,8 +246,9 @@ func CountReservations(ctx context.Context, q store.Q, scope authz.Scope, by Par
 
 // EventPages returns one page of events (oldest first, after the cursor
 // event id, "" for the start) for each instance the caller may read, in
-// one statement, with each instance's total; a cursor older than the
-// retention is INVALID_STATE (expired-cursor) as on instances.events.
+// one statement (two with a cursor: its stream's bounds are read first),
+// with each instance's total; a cursor older than the retention is
+// INVALID_STATE (expired-cursor) as on instances.events.
 func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs []string, after string, limit int) (page.Rows[events.Event], error) {
 	cur, err := events.ParseAnyCursor("after", after)
 	if err != nil {
