@@ -74,7 +74,10 @@ type Main struct {
 	RequestTimeout time.Duration
 	// GraphQLConcurrency bounds GraphQL executions at once (server.Config).
 	GraphQLConcurrency int
-	StatementTimeout   time.Duration
+	// SessionsPerCredential bounds one credential's open sockets and
+	// streams on this replica (server.Config).
+	SessionsPerCredential int
+	StatementTimeout      time.Duration
 	// DBMaxConns bounds every connection the replica opens (Budget).
 	DBMaxConns int
 	// ReplicaName names this replica in application_name and in the
@@ -126,6 +129,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
 	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
+	perCred, _ := strconv.Atoi(env("COMPUTE_SESSIONS_PER_CREDENTIAL", "256"))
+	fs.IntVar(&m.SessionsPerCredential, "sessions-per-credential", perCred, "WebSockets and event streams one credential may hold open on this replica (COMPUTE_SESSIONS_PER_CREDENTIAL)")
 	trusted := fs.String("trusted-proxies", env("COMPUTE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of the proxies whose forwarding header names the client address; empty: none (COMPUTE_TRUSTED_PROXIES)")
 	fwdHeader := fs.String("forwarded-header", env("COMPUTE_FORWARDED_HEADER", "X-Forwarded-For"), "the header the trusted proxies write: X-Forwarded-For or Forwarded (COMPUTE_FORWARDED_HEADER)")
 	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
@@ -254,7 +259,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := app.Registry(database, m.Log, metrics, inst.Service())
 	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
-		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
+		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency,
+		SessionsPerCredential: m.SessionsPerCredential, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
 	hs := &http.Server{
 		Addr:              m.Addr,
 		Handler:           srv.Handler(),

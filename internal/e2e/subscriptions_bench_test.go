@@ -48,7 +48,9 @@ func BenchmarkSubscribers(b *testing.B) {
 	}
 	debug := dl.Addr().String()
 	dl.Close()
-	srv := startReplica(b, e.DB.URL, token, "COMPUTE_DEBUG_ADDR="+debug)
+	// Every subscriber is a socket of the one viewer token: past the
+	// default 256 sockets and streams per credential.
+	srv := startReplica(b, e.DB.URL, token, "COMPUTE_DEBUG_ADDR="+debug, "COMPUTE_SESSIONS_PER_CREDENTIAL=20000")
 	srv.call(b, token, "tenants/create", map[string]any{"tenantId": "bench", "name": "Bench"})
 	_, tok := srv.call(b, token, "tokens/create", map[string]any{"tenantId": "bench", "name": "dash", "role": "viewer"})
 	viewer := tok["secret"].(string)

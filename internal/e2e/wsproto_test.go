@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // wsClient speaks graphql-transport-ws with raw frames. A goroutine reads
@@ -338,4 +342,56 @@ func TestCompletedIDIsFreeAtOnce(t *testing.T) {
 	if m, err := w.read(300 * time.Millisecond); err == nil {
 		t.Fatalf("the server answered the client's complete: %v", m)
 	}
+}
+
+// One credential holds at most Config.SessionsPerCredential sockets and
+// event streams open on a replica, together: past it a connection_init is
+// closed with 1008 and a stream request answered 429 before any stream;
+// a slot frees when one closes. Other credentials are not counted against
+// it.
+func TestSessionsPerCredential(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{SessionsPerCredential: 3}})
+	acme := newTenant(t, e, "acme")
+	a := dialWS(t, e)
+	a.init(acme.Viewer.Token)
+	b := dialWS(t, e)
+	b.init(acme.Viewer.Token)
+	openSSE(t, e, acme.Viewer.Token, `subscription { tenantEvents(tenantId: "acme") { type } }`, nil)
+	// The fourth, a socket.
+	over := dialWS(t, e)
+	over.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Viewer.Token}})
+	if code, reason := over.closed(5 * time.Second); code != 1008 {
+		t.Fatalf("a fourth session: close %d (%s), want 1008", code, reason)
+	}
+	// The fourth, a stream.
+	body, _ := json.Marshal(map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { type } }`})
+	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+acme.Viewer.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 429 || !strings.Contains(string(raw), `"sessions"`) {
+		t.Fatalf("a fourth session on the stream: %d %s", res.StatusCode, raw)
+	}
+	// Another credential has its own.
+	d := dialWS(t, e)
+	d.init(acme.Admin.Token)
+	// A slot frees when a socket closes.
+	a.c.Close(websocket.StatusNormalClosure, "")
+	wait.Eventually(t, 10*time.Second, func() error {
+		w := dialWS(t, e)
+		w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Viewer.Token}})
+		m, err := w.read(5 * time.Second)
+		if err != nil || m["type"] != "connection_ack" {
+			w.c.CloseNow()
+			return fmt.Errorf("no slot after a socket closed: %v %v", m, err)
+		}
+		return nil
+	})
 }

@@ -64,6 +64,12 @@ type Config struct {
 	// same time: the collector then works harder and every request costs
 	// more CPU.
 	GraphQLConcurrency int
+	// SessionsPerCredential bounds the WebSockets and event streams one
+	// credential holds open on this replica at once (default 256): each
+	// holds memory for as long as it stays open, and the rate limit only
+	// spaces their opening. A bound on the replica's memory, so per
+	// replica by design.
+	SessionsPerCredential int
 	// ClientAddr decides the client address of a request (the peer's
 	// unless the peer is a trusted proxy); the zero value trusts no proxy.
 	ClientAddr clientaddr.Resolver
@@ -72,6 +78,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 15 * time.Second
+	}
+	if c.SessionsPerCredential <= 0 {
+		c.SessionsPerCredential = 256
 	}
 	if c.AuthRecheck <= 0 {
 		c.AuthRecheck = 2 * time.Second

@@ -7,6 +7,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/safe"
 )
@@ -21,7 +22,14 @@ type sessions struct {
 	s       *Server
 	mu      sync.Mutex
 	m       map[*session]struct{}
+	perCred map[string]int // open sessions per credential (token id)
 	running bool
+}
+
+// errTooManySessions refuses a session past Config.SessionsPerCredential.
+func (ss *sessions) errTooMany() *errs.Error {
+	return errs.E(errs.RateLimited, "this credential holds %d WebSockets and event streams open on this server, the most it may; close one first",
+		ss.s.Config.SessionsPerCredential).With("reason", "sessions").With("limit", ss.s.Config.SessionsPerCredential)
 }
 
 type session struct {
@@ -73,13 +81,19 @@ func (x *session) observe(roles string) {
 	}
 }
 
+// add opens a session of the principal's credential, or returns nil when
+// the credential holds Config.SessionsPerCredential already.
 func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, string)) *session {
 	x := &session{tokenID: p.TokenID, close: closeFn}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.m == nil {
-		ss.m = map[*session]struct{}{}
+		ss.m, ss.perCred = map[*session]struct{}{}, map[string]int{}
 	}
+	if ss.perCred[x.tokenID] >= ss.s.Config.SessionsPerCredential {
+		return nil
+	}
+	ss.perCred[x.tokenID]++
 	ss.m[x] = struct{}{}
 	if !ss.running {
 		ss.running = true
@@ -98,7 +112,12 @@ func (ss *sessions) remove(x *session) {
 		return
 	}
 	ss.mu.Lock()
-	delete(ss.m, x)
+	if _, ok := ss.m[x]; ok {
+		delete(ss.m, x)
+		if ss.perCred[x.tokenID]--; ss.perCred[x.tokenID] <= 0 {
+			delete(ss.perCred, x.tokenID)
+		}
+	}
 	ss.mu.Unlock()
 }
 

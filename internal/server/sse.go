@@ -63,21 +63,6 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		writeRequestError(w, mediaJSON, http.StatusBadRequest, perr)
 		return
 	}
-	// Long-lived: lift the server's write deadline.
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	// The status and headers go out now: a client (or a proxy with a
-	// response-header timeout) knows the stream is open before its first
-	// event or keep-alive.
-	_ = rc.Flush()
-	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
-	params.Headers = r.Header
-
 	t.s.conns.Add(1)
 	defer t.s.conns.Done()
 	// The request's deadline bounds a query or a mutation; a subscription
@@ -94,7 +79,26 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		sess.mu.Unlock()
 		cancel()
 	})
+	if sess.x == nil { // before any stream starts
+		writeRequestError(w, mediaJSON, http.StatusTooManyRequests, t.s.sessions.errTooMany())
+		return
+	}
 	defer t.s.sessions.remove(sess.x)
+	// Long-lived: lift the server's write deadline.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// The status and headers go out now: a client (or a proxy with a
+	// response-header timeout) knows the stream is open before its first
+	// event or keep-alive.
+	_ = rc.Flush()
+	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
+	params.Headers = r.Header
+
 	ctx = reqctx.WithSession(ctx, sess)
 	ctx, endErr := reqctx.WithEnd(ctx)
 

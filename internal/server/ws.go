@@ -43,6 +43,7 @@ const (
 	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
 	closeSlowConsumer  = 1013 // try again later: the client does not read
 	closeTryAgainLater = 1013 // try again later: the database is unavailable
+	closePolicy        = 1008 // the credential holds too many sockets and streams
 
 	// wsMaxOperations bounds the operations running at once on one socket
 	// (a dashboard needs a handful); past it a subscribe gets an error
@@ -260,6 +261,11 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		return false
 	}
 	sess := c.s.sessions.add(pr, c.close)
+	if sess == nil {
+		// 1008, policy violation: graphql-ws clients do not retry it.
+		c.close(closePolicy, truncate(c.s.sessions.errTooMany().Message, 120))
+		return false
+	}
 	c.mu.Lock()
 	if c.closed { // closed meanwhile (the init timeout, a shutdown)
 		c.mu.Unlock()
