@@ -100,6 +100,12 @@ func TestGraphQLOverHTTPRequests(t *testing.T) {
 		t.Fatalf("GET with a variable twice: %d %s", r0.Status, r0.Raw)
 	}
 	gqlExpect(t, r0, "INVALID_INPUT", "variables.t")
+	// A parameter twice: url.Values kept the first.
+	r1 := send("GET", "/graphql?query="+url.QueryEscape(`{ viewer { kind } }`)+"&query="+url.QueryEscape(`{ viewer { name } }`), "", "")
+	if r1.Status != 400 {
+		t.Fatalf("GET with query twice: %d %s", r1.Status, r1.Raw)
+	}
+	gqlExpect(t, r1, "INVALID_INPUT", "query")
 	// GET is for queries: a mutation is 405 with Allow: POST.
 	r := send("GET", "/graphql?query="+strings.ReplaceAll(`mutation { createProject(input: {tenantId: "acme", name: "x"}) { project { id } } }`, " ", "%20"), "", "")
 	if r.Status != 405 || r.Header.Get("Allow") != "POST" {

@@ -194,6 +194,13 @@ func paramsFromQuery(rawQuery string) (*graphql.RawParams, *errs.Error) {
 	if err != nil {
 		return nil, errs.Invalid("", "the query string does not parse")
 	}
+	for _, key := range []string{"query", "operationName", "variables", "extensions"} {
+		if len(q[key]) > 1 {
+			// url.Values.Get keeps the first, where another reader of the
+			// URL may keep the last (as for a key twice in a body).
+			return nil, errs.Invalid(key, "the parameter %s appears twice", key)
+		}
+	}
 	p := &graphql.RawParams{Query: q.Get("query"), OperationName: q.Get("operationName")}
 	if p.Query == "" {
 		return nil, errs.Invalid("query", "query is required")
