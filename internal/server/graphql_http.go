@@ -166,9 +166,6 @@ func object(raw map[string]json.RawMessage, key string) (map[string]any, *errs.E
 	if dec.Decode(&m) != nil || m == nil {
 		return nil, errs.Invalid(key, "%s must be an object", key)
 	}
-	if err := noDuplicate(v, key); err != nil {
-		return nil, err
-	}
 	return m, nil
 }
 
@@ -212,6 +209,11 @@ func paramsFromQuery(rawQuery string) (*graphql.RawParams, *errs.Error) {
 		}
 		m, e := object(map[string]json.RawMessage{key: json.RawMessage(s)}, key)
 		if e != nil {
+			return nil, e
+		}
+		// A POST body is checked whole (DecodeParams); a GET's objects
+		// one by one.
+		if e := noDuplicate([]byte(s), key); e != nil {
 			return nil, e
 		}
 		if key == "variables" {

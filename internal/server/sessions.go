@@ -26,7 +26,7 @@ type sessions struct {
 	running bool
 }
 
-// errTooManySessions refuses a session past Config.SessionsPerCredential.
+// errTooMany is the refusal of a session past Config.SessionsPerCredential.
 func (ss *sessions) errTooMany() *errs.Error {
 	return errs.E(errs.RateLimited, "this credential holds %d WebSockets and event streams open on this server, the most it may; close one first",
 		ss.s.Config.SessionsPerCredential).With("reason", "sessions").With("limit", ss.s.Config.SessionsPerCredential)
