@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +61,33 @@ func durable(b *testing.B) string {
 	// The outbox before issue 17, for the comparison, as migration 00007
 	// made it: an identity shared by every tenant, four indexes, and (in
 	// oldWrite) a NOTIFY in the writer's transaction.
+	if os.Getenv("BENCH_STATEMENTS") != "" {
+		if _, err := d.Exec(`ALTER SYSTEM SET shared_preload_libraries = pg_stat_statements`); err != nil {
+			b.Fatal(err)
+		}
+		d.Close()
+		srv.Stop()
+		srv, err = pgembed.Start(context.Background(), pgembed.Options{Dir: filepath.Join(root, "pg"), SocketDir: filepath.Join(root, "run"),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { srv.Stop() })
+		d, err = store.Open(context.Background(), srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		if _, err := d.Exec(`CREATE EXTENSION pg_stat_statements`); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Exec(`ALTER SYSTEM SET pg_stat_statements.track_planning = on`); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Exec(`SELECT pg_reload_conf()`); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if _, err := d.Exec(`CREATE TABLE old_outbox (
 		seq bigint GENERATED ALWAYS AS IDENTITY, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
 		tenant_id text NOT NULL, pool_id text COLLATE "C" NOT NULL, instance_id text COLLATE "C" NOT NULL, project_id text,
@@ -126,6 +155,15 @@ func openWriters(b *testing.B, url string) *store.DB {
 
 const writers = 16
 
+// placement is where a phase's subscribers are (see phase).
+type placement int
+
+const (
+	none placement = iota
+	spread
+	every
+)
+
 // instanceDoc is an instance.running event's data in both outboxes: the
 // instance as the method surface shows it.
 const instanceDoc = `{"instanceId": "inst_01m8ysk6gma9fgegsny481v77m", "tenantId": "tenant-00", "poolId": "pool_bench",
@@ -133,6 +171,91 @@ const instanceDoc = `{"instanceId": "inst_01m8ysk6gma9fgegsny481v77m", "tenantId
 	"desiredState": "running", "state": "running", "stateReason": null, "hostNodeId": "node_01m8ysjf9pcnbxq54z2s38t9yc",
 	"rebootGeneration": 0, "rowVersion": 3, "createdAt": "2026-12-03T20:30:06.346412Z",
 	"updatedAt": "2026-12-03T20:30:06.708633Z", "deletedAt": null}`
+
+// statements logs the statements that took the most time since the last
+// call (BENCH_STATEMENTS=1: pg_stat_statements) and resets them.
+func statements(b *testing.B, url string) {
+	d, err := store.Open(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	var rows []struct {
+		Query string  `db:"query"`
+		Calls int64   `db:"calls"`
+		Exec  float64 `db:"exec"`
+		Plan  float64 `db:"plan"`
+	}
+	if err := d.Select(&rows, `SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query, calls, total_exec_time AS exec, total_plan_time AS plan
+		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`); err != nil {
+		b.Fatal(err)
+	}
+	var st struct {
+		Dead  int64  `db:"n_dead_tup"`
+		Live  int64  `db:"n_live_tup"`
+		Vac   string `db:"vac"`
+		Size  int64  `db:"size"`
+		Index int64  `db:"isize"`
+	}
+	if err := d.Get(&st, `SELECT n_dead_tup, n_live_tup, coalesce(last_autovacuum::text, '') || '/' || coalesce(last_vacuum::text, '') || ' ' || autovacuum_count || '/' || vacuum_count AS vac,
+		pg_relation_size('event_inbox') AS size, pg_relation_size('event_inbox_pkey') AS isize FROM pg_stat_user_tables WHERE relname = 'event_inbox'`); err == nil {
+		b.Logf("   event_inbox: %d dead, %d live, vacuumed %s, heap %d KiB, index %d KiB", st.Dead, st.Live, st.Vac, st.Size/1024, st.Index/1024)
+	} else {
+		b.Log(err)
+	}
+	for _, r := range rows {
+		b.Logf("   %8d calls %9.1f ms exec %8.1f ms plan  %s", r.Calls, r.Exec, r.Plan, r.Query)
+	}
+	_, _ = d.Exec(`SELECT pg_stat_statements_reset()`)
+}
+
+// cpu is CPU time used: by this process (writers, sequencers, hubs) and
+// by the machine's postgres processes.
+type cpu struct {
+	self, postgres time.Duration
+	pids           map[int]time.Duration
+}
+
+// cpuNow reads both from the kernel (/proc, getrusage).
+func cpuNow() cpu {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), pids: map[int]time.Duration{}}
+	dirs, _ := os.ReadDir("/proc")
+	for _, e := range dirs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime(14) stime(15), in clock ticks
+		open, closing := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+		if open < 0 || closing < open || string(stat[open+1:closing]) != "postgres" {
+			continue
+		}
+		f := strings.Fields(string(stat[closing+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		c.pids[pid] = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	}
+	return c
+}
+
+// since is the CPU used from c0 to c: a postgres process started since
+// counts from zero; one that ended is lost.
+func (c cpu) since(c0 cpu) cpu {
+	out := cpu{self: c.self - c0.self}
+	for pid, t := range c.pids {
+		out.postgres += t - c0.pids[pid]
+	}
+	return out
+}
 
 // run runs writers goroutines calling write until d has passed and
 // returns how many writes committed.
@@ -242,19 +365,26 @@ func benchDuration() time.Duration {
 //   - the new outbox end to end, 16 writers on one replica and on two (8
 //     each, two handles with their own sequencer and hub, as two replicas
 //     are), 16 tenants, and 16 writers on one tenant: a write counts when
-//     it is delivered to a live subscriber of its tenant on every replica.
-//     One replica and two run in neighbouring pairs, twice.
+//     it is delivered to its tenant's subscriber. The subscribers are
+//     spread over the replicas as a load balancer spreads dashboards (one
+//     per tenant, half of them on a replica that does not write the
+//     tenant's events), in neighbouring pairs, twice; then one pair each
+//     with a subscriber of every tenant on every replica (two replicas
+//     then serve twice the subscribers).
 //
 // Each phase reports events/s and the share of sampled writers waiting on
-// the notify lock (Lock: object) and on any lock; BENCH_ONLY=<part of a
-// name> runs only the phases it names.
+// the notify lock (Lock: object) and on any lock, and the CPU time per
+// event of this process and of PostgreSQL's; BENCH_ONLY=<part of a name>
+// runs only the phases it names; BENCH_STATEMENTS=1 loads
+// pg_stat_statements and logs each phase's costliest statements and the
+// inbox's dead rows.
 func BenchmarkEventWriters(b *testing.B) {
 	url := durable(b)
 	d := benchDuration()
 	ctx := context.Background()
-	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64) float64 {
-		b.Logf("%-36s %6.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers)",
-			name, float64(n)/d.Seconds(), notify, locks, seqNotify, samples)
+	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64, used cpu) float64 {
+		b.Logf("%-36s %6.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers); CPU per event: this process %v, PostgreSQL %v",
+			name, float64(n)/d.Seconds(), notify, locks, seqNotify, samples, used.self/time.Duration(max(n, 1)), used.postgres/time.Duration(max(n, 1)))
 		b.ReportMetric(float64(n)/d.Seconds(), metric(name)+"-events/s")
 		return float64(n) / d.Seconds()
 	}
@@ -271,6 +401,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		defer w.Close()
 		stop := make(chan struct{})
 		notify0, locks, seqNotify, done := waits(url, stop)
+		c0 := cpuNow()
 		n, err := run(d, func(wr, i int) error {
 			return w.Tx(ctx, func(tx *sqlx.Tx) error {
 				// The old events.Write's statement, as it was (6d5ba84^).
@@ -282,15 +413,22 @@ func BenchmarkEventWriters(b *testing.B) {
 				return err
 			})
 		})
+		used := cpuNow().since(c0)
 		close(stop)
 		done()
 		if err != nil {
 			b.Fatal(err)
 		}
-		return report(name, n, notify0.Load(), locks.Load(), seqNotify.Load(), samples)
+		return report(name, n, notify0.Load(), locks.Load(), seqNotify.Load(), samples, used)
 	}
 
-	phase := func(name string, replicas int, tenants []string, subscribe bool, jobs ...bool) float64 {
+	// subs places the subscribers: none, one per tenant on one replica
+	// (spread, as a load balancer spreads dashboards: tenant i's on
+	// replica i/2 mod replicas, so half of them are on the replica that
+	// writes the tenant's events and half on another), or one per tenant
+	// on every replica (every: two replicas then have twice the
+	// subscribers and read every event twice).
+	phase := func(name string, replicas int, tenants []string, subs placement, jobs ...bool) float64 {
 		if !wanted(name) {
 			return 0
 		}
@@ -313,11 +451,15 @@ func BenchmarkEventWriters(b *testing.B) {
 			if len(jobs) > 0 {
 				queues = append(queues, riverClient(b, w))
 			}
-			var got atomic.Int64
-			delivered = append(delivered, &got)
-			for _, t := range tenants {
-				if !subscribe {
-					break
+			got := &atomic.Int64{}
+			if subs == spread && r > 0 {
+				got = delivered[0] // one count: each event reaches one subscriber
+			} else {
+				delivered = append(delivered, got)
+			}
+			for ti, t := range tenants {
+				if subs == none || subs == spread && (ti/2)%replicas != r {
+					continue
 				}
 				sub, err := hub.Subscribe(hctx, events.Filter{TenantID: t}, nil)
 				if err != nil {
@@ -335,6 +477,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		stop := make(chan struct{})
 		notify, locks, seqNotify, done := waits(url, stop)
+		c0 := cpuNow()
 		t0 := time.Now()
 		n, err := run(d, func(wr, i int) error {
 			rep := reps[wr%replicas]
@@ -358,7 +501,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		// Delivered to every replica's subscribers: wait for the last.
 		for _, got := range delivered {
-			if !subscribe {
+			if subs == none {
 				break
 			}
 			for deadline := time.Now().Add(30 * time.Second); got.Load() < n; {
@@ -369,6 +512,7 @@ func BenchmarkEventWriters(b *testing.B) {
 			}
 		}
 		tail := time.Since(t0) - d
+		used := cpuNow().since(c0)
 		var passes, numbered, reads int64
 		for _, r := range reps {
 			seq := events.Start(r.db, nil) // the running one
@@ -380,7 +524,10 @@ func BenchmarkEventWriters(b *testing.B) {
 			events.Start(r.db, nil).Stop()
 			r.db.Close()
 		}
-		rate := report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples)
+		rate := report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples, used)
+		if os.Getenv("BENCH_STATEMENTS") != "" {
+			statements(b, url)
+		}
 		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes numbered %d events; %d hub reads",
 			"", tail.Round(time.Millisecond), passes, numbered, reads)
 		return rate
@@ -391,7 +538,7 @@ func BenchmarkEventWriters(b *testing.B) {
 	}
 	before := old("old outbox, 16 writers", `SELECT pg_notify('compute_instance_events', tenant_id) FROM e`)
 	bare := old("old statement without its notify", `SELECT tenant_id FROM e`)
-	if now := phase("new, written and numbered", 1, sixteen, false); before > 0 && bare > 0 {
+	if now := phase("new, written and numbered", 1, sixteen, none); before > 0 && bare > 0 {
 		b.Logf("the new write path: %.2f× the old outbox, %.2f× the old statement without its notify", now/before, now/bare)
 		b.ReportMetric(now/before, "new/old")
 	}
@@ -399,22 +546,28 @@ func BenchmarkEventWriters(b *testing.B) {
 	// queue, configured as the server configures it): River notifies a
 	// queue's inserts at most once per FetchCooldown per client, so few
 	// writers take the notify lock.
-	phase("new, written and numbered, with a River job", 1, sixteen, false, true)
+	phase("new, written and numbered, with a River job", 1, sixteen, none, true)
 	// One replica and two, in pairs, the second pair in the other order:
 	// later phases run on a bigger database, so a pair's ratio compares
-	// neighbours.
+	// neighbours. The subscribers are spread over the replicas, as a load
+	// balancer spreads dashboards (the same 16 or 1 subscribers as on one
+	// replica); then one pair each with every replica subscribing to every
+	// tenant (twice the subscribers and reads on two replicas).
 	for _, c := range []struct {
 		name    string
 		tenants []string
-	}{{"16 tenants", sixteen}, {"1 tenant", sixteen[:1]}} {
-		for round := 1; round <= 2; round++ {
+		subs    placement
+		rounds  int
+	}{{"16 tenants", sixteen, spread, 2}, {"1 tenant", sixteen[:1], spread, 2},
+		{"16 tenants, every replica subscribing", sixteen, every, 1}, {"1 tenant, every replica subscribing", sixteen[:1], every, 1}} {
+		for round := 1; round <= c.rounds; round++ {
 			var one, two float64
 			if round == 1 {
-				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, true)
-				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, true)
+				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, c.subs)
+				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, c.subs)
 			} else {
-				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, true)
-				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, true)
+				two = phase(fmt.Sprintf("new, 2 replicas, %s (%d)", c.name, round), 2, c.tenants, c.subs)
+				one = phase(fmt.Sprintf("new, 1 replica, %s (%d)", c.name, round), 1, c.tenants, c.subs)
 			}
 			if one > 0 && two > 0 {
 				b.Logf("two replicas / one, %s, pair %d: %.2f", c.name, round, two/one)
@@ -422,7 +575,6 @@ func BenchmarkEventWriters(b *testing.B) {
 			}
 		}
 	}
-
 }
 
 // BenchmarkEventLatency is the commit-to-subscriber latency of one

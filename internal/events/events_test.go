@@ -468,3 +468,37 @@ func TestStalledPassReleasesItsStreams(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSequencerVacuumsTheInbox: every event is a row inserted into the
+// inbox and deleted by its pass, and a pass's DELETE scans the dead rows
+// of its tenants until a vacuum removes them. Autovacuum comes once a
+// minute at best; the sequencer vacuums the inbox itself once it has
+// numbered enough events.
+func TestSequencerVacuumsTheInbox(t *testing.T) {
+	d := testkit.DB(t)
+	ctx := store.ForRequest(context.Background())
+	for i := 0; i < 60; i++ {
+		if err := d.Tx(ctx, func(tx *sqlx.Tx) error {
+			for j := 0; j < 10; j++ {
+				if err := write(ctx, tx, fmt.Sprintf("t%d", j%3), fmt.Sprintf("n%d-%d", i, j)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The vacuum itself (PostgreSQL removes what no snapshot can see;
+	// vacuum_count counts VACUUM statements, not autovacuum's).
+	wait.Eventually(t, 15*time.Second, func() error {
+		var n int64
+		if err := d.GetContext(ctx, &n, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'event_inbox'`); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("event_inbox was not vacuumed")
+		}
+		return nil
+	})
+}
