@@ -44,40 +44,33 @@ func durable(b *testing.B) string {
 	if err := os.Chmod(root, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	srv, err := pgembed.Start(context.Background(), pgembed.Options{Dir: filepath.Join(root, "pg"), SocketDir: filepath.Join(root, "run"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
+	// start starts the cluster under root and opens a handle on it (once
+	// more after BENCH_STATEMENTS's restart).
+	start := func() (*pgembed.Server, *store.DB) {
+		srv, err := pgembed.Start(context.Background(), pgembed.Options{Dir: filepath.Join(root, "pg"), SocketDir: filepath.Join(root, "run"),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { srv.Stop() })
+		d, err := store.Open(context.Background(), srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return srv, d
 	}
-	b.Cleanup(func() { srv.Stop() })
-	d, err := store.Open(context.Background(), srv.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
+	srv, d := start()
+	defer func() { d.Close() }() // the one open when durable returns
 	if err := db.Migrate(context.Background(), d.DB.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
-	// The outbox before issue 17, for the comparison, as migration 00007
-	// made it: an identity shared by every tenant, four indexes, and (in
-	// oldWrite) a NOTIFY in the writer's transaction.
 	if os.Getenv("BENCH_STATEMENTS") != "" {
 		if _, err := d.Exec(`ALTER SYSTEM SET shared_preload_libraries = pg_stat_statements`); err != nil {
 			b.Fatal(err)
 		}
 		d.Close()
 		srv.Stop()
-		srv, err = pgembed.Start(context.Background(), pgembed.Options{Dir: filepath.Join(root, "pg"), SocketDir: filepath.Join(root, "run"),
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { srv.Stop() })
-		d, err = store.Open(context.Background(), srv.URL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.Close()
+		srv, d = start()
 		if _, err := d.Exec(`CREATE EXTENSION pg_stat_statements`); err != nil {
 			b.Fatal(err)
 		}
@@ -88,6 +81,9 @@ func durable(b *testing.B) string {
 			b.Fatal(err)
 		}
 	}
+	// The outbox before issue 17, for the comparison, as migration 00007
+	// made it: an identity shared by every tenant, four indexes, and (in
+	// oldWrite) a NOTIFY in the writer's transaction.
 	if _, err := d.Exec(`CREATE TABLE old_outbox (
 		seq bigint GENERATED ALWAYS AS IDENTITY, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
 		tenant_id text NOT NULL, pool_id text COLLATE "C" NOT NULL, instance_id text COLLATE "C" NOT NULL, project_id text,
