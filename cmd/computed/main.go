@@ -309,7 +309,8 @@ func (m *Main) Run(ctx context.Context) error {
 // connection the replica opens is one of these, so the total is exact.
 type ConnBudget struct {
 	Total int
-	// Listeners: the event hub's LISTEN connection and River's.
+	// Listeners: the event hub's LISTEN connection, the event sequencer's
+	// and River's.
 	Listeners int
 	// Provider: the sim provider's own pool (a step holds a pool
 	// connection while it calls the provider, so the provider's cannot
@@ -320,13 +321,13 @@ type ConnBudget struct {
 	Pool int
 }
 
-// Budget shares total out: 2 listeners, a provider pool of a third of the
-// rest up to 8, and the pool the remainder (30 gives 2 + 8 + 20).
+// Budget shares total out: 3 listeners, a provider pool of a third of the
+// rest up to 8, and the pool the remainder (30 gives 3 + 8 + 19).
 func Budget(total int) (ConnBudget, error) {
-	if total < 5 {
-		return ConnBudget{}, fmt.Errorf("COMPUTE_DB_MAX_CONNS %d: a replica needs at least 5 (2 listeners, 1 provider, 2 pool)", total)
+	if total < 6 {
+		return ConnBudget{}, fmt.Errorf("COMPUTE_DB_MAX_CONNS %d: a replica needs at least 6 (3 listeners, 1 provider, 2 pool)", total)
 	}
-	b := ConnBudget{Total: total, Listeners: 2}
+	b := ConnBudget{Total: total, Listeners: 3}
 	b.Provider = min(8, max(1, (total-b.Listeners)/3))
 	b.Pool = total - b.Listeners - b.Provider
 	return b, nil

@@ -39,6 +39,7 @@ type Maintainer struct {
 	duties    map[int]*duty
 	nextID    int
 	heldUntil time.Time // local clock: the lease is ours until then
+	elsewhere time.Time // local clock: another replica held it at our last renewal, and may until then
 	runs      map[string]int
 }
 
@@ -79,6 +80,14 @@ func (m *Maintainer) Holding() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return time.Now().Before(m.heldUntil)
+}
+
+// HeldElsewhere says another replica held the lease at this replica's
+// last renewal, and its term may not have run out.
+func (m *Maintainer) HeldElsewhere() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Now().Before(m.elsewhere)
 }
 
 // Runs is how many times this replica ran the duty called name.
@@ -136,11 +145,13 @@ func (m *Maintainer) renew(ctx context.Context) {
 	case err == nil:
 		// Ours until the database's expiry, measured from before we asked.
 		m.heldUntil = sent.Add(m.TTL)
+		m.elsewhere = time.Time{}
 		if !was {
 			m.log.Info("took the cluster lease", "lease", m.name, "holder", m.holder)
 		}
 	case errors.Is(err, sql.ErrNoRows):
 		m.heldUntil = time.Time{}
+		m.elsewhere = sent.Add(m.TTL)
 	default:
 		// Unknown: ours only until what we held runs out.
 		if ctx.Err() == nil {

@@ -509,11 +509,11 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		tail := time.Since(t0) - d
 		used := cpuNow().since(c0)
-		var passes, numbered, reads int64
+		var passes, numbered, reads, forwards int64
 		for _, r := range reps {
 			seq := events.Start(r.db, nil) // the running one
 			p, nn, _ := seq.Stats()
-			passes, numbered, reads = passes+p, numbered+nn, reads+r.hub.Reads()
+			passes, numbered, reads, forwards = passes+p, numbered+nn, reads+r.hub.Reads(), forwards+seq.Forwards()
 		}
 		stopHubs()
 		for _, r := range reps {
@@ -524,8 +524,8 @@ func BenchmarkEventWriters(b *testing.B) {
 		if os.Getenv("BENCH_STATEMENTS") != "" {
 			statements(b, url)
 		}
-		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes numbered %d events; %d hub reads",
-			"", tail.Round(time.Millisecond), passes, numbered, reads)
+		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes numbered %d events; %d batches forwarded to the leader; %d hub reads",
+			"", tail.Round(time.Millisecond), passes, numbered, forwards, reads)
 		return rate
 	}
 	var sixteen []string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/bettercompute/computed/internal/cluster"
 	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -46,6 +47,17 @@ type Sequencer struct {
 
 	passes, numbered, failures int64
 	sinceVacuum                int64 // events numbered since this sequencer last vacuumed the inbox
+
+	// Forwarding (see forward): the lease says which sequencer numbers
+	// every replica's events; the others forward their tenants to it.
+	lease     *cluster.Maintainer
+	listening atomic.Bool      // the control channel's LISTEN connection is up
+	acks      map[string]int64 // the leader: the last forward heard from each sequencer, to acknowledge after its next pass
+	acked     atomic.Int64     // a forwarder: the last of its forwards acknowledged
+	ackSig    chan struct{}
+	fwdN      int64     // the run goroutine: the last forward sent
+	localTill time.Time // the run goroutine: pass locally until then (a forward went unanswered)
+	forwards  int64
 }
 
 var (
@@ -62,20 +74,34 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 	if s := running[db]; s != nil {
 		return s
 	}
+	if log == nil {
+		log = slog.Default()
+	}
 	s := &Sequencer{db: db, log: log, id: newID(), dirty: map[string]struct{}{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
-		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{})}
+		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{}),
+		acks: map[string]int64{}, ackSig: make(chan struct{}, 1)}
+	s.lease = cluster.New(db, LeaseName, s.id, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	running[db] = s
 	db.Committed = s.Committed
-	vacuumed := make(chan struct{})
+	var aside sync.WaitGroup
+	aside.Add(3)
 	go func() {
-		defer close(vacuumed)
+		defer aside.Done()
 		s.vacuums(ctx)
 	}()
 	go func() {
+		defer aside.Done()
+		s.lease.Run(ctx)
+	}()
+	go func() {
+		defer aside.Done()
+		s.listen(ctx)
+	}()
+	go func() {
 		defer close(s.done)
-		defer func() { <-vacuumed }()
+		defer aside.Wait()
 		s.run(ctx)
 	}()
 	return s
@@ -174,6 +200,18 @@ func (s *Sequencer) Stats() (passes, numbered, failures int64) {
 	return s.passes, s.numbered, s.failures
 }
 
+// Forwards is how many batches of tenants this sequencer forwarded to the
+// leader and had acknowledged.
+func (s *Sequencer) Forwards() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forwards
+}
+
+// Leading says this sequencer holds the lease: it numbers the events of
+// the replicas that forward to it, as well as its own.
+func (s *Sequencer) Leading() bool { return s.lease.Holding() }
+
 // passIdle is how long a pass's session may wait for its replica between
 // two statements before PostgreSQL ends it (a pass sends its statements
 // back to back).
@@ -215,6 +253,13 @@ func (s *Sequencer) run(ctx context.Context) {
 		for _, t := range tenants {
 			delete(s.dirty, t)
 		}
+		// The forwards heard so far are acknowledged by this pass, once it
+		// covers every tenant marked (a pass cut at maxTenantsPerPass
+		// leaves them to the next).
+		var acks map[string]int64
+		if len(s.dirty) == 0 && len(s.acks) > 0 {
+			acks, s.acks = s.acks, map[string]int64{}
+		}
 		// Writers that mark from now on wait for the next pass. (Past
 		// maxTenantsPerPass, the writers of the tenants left for the next
 		// pass are released with this one.)
@@ -225,10 +270,21 @@ func (s *Sequencer) run(ctx context.Context) {
 			close(done)
 			continue
 		}
+		if acks == nil && s.forwarding() {
+			var ok bool
+			safe.Do(ctx, s.log, "event forward", func() { ok = s.forward(ctx, tenants) })
+			if ok {
+				s.mu.Lock()
+				s.forwards++
+				close(done)
+				s.mu.Unlock()
+				continue
+			}
+		}
 		var moved []string
 		var n int64
 		var err error
-		safe.Do(ctx, s.log, "event sequencer", func() { moved, n, err = s.pass(ctx, tenants) })
+		safe.Do(ctx, s.log, "event sequencer", func() { moved, n, err = s.pass(ctx, tenants, acks) })
 		s.mu.Lock()
 		s.passes++
 		s.numbered += n
@@ -237,6 +293,9 @@ func (s *Sequencer) run(ctx context.Context) {
 			s.failures++
 			for _, t := range tenants {
 				s.dirty[t] = struct{}{}
+			}
+			for from, n := range acks {
+				s.acks[from] = max(s.acks[from], n)
 			}
 		}
 		close(done)
@@ -267,8 +326,11 @@ func (s *Sequencer) run(ctx context.Context) {
 }
 
 // pass numbers the committed inbox rows of the tenants (sorted) in one
-// transaction and returns the tenants it numbered events of.
-func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string, n int64, err error) {
+// transaction and returns the tenants it numbered events of; acks are the
+// forwards it acknowledges (by sequencer id, the last forward's number),
+// in the same transaction, so that a forwarder hears of its pass only
+// once the pass's numbers are readable.
+func (s *Sequencer) pass(ctx context.Context, tenants []string, acks map[string]int64) (moved []string, n int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err = s.db.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -335,6 +397,15 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string) (moved []string,
 				if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, Channel, s.id+":"+p); err != nil {
 					return store.Wrap(err)
 				}
+			}
+		}
+		if len(acks) > 0 {
+			list := make([]string, 0, len(acks))
+			for from, n := range acks {
+				list = append(list, fmt.Sprintf("a:%s:%d", from, n))
+			}
+			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, a) FROM unnest($2::text[]) AS a`, ControlChannel, list); err != nil {
+				return store.Wrap(err)
 			}
 		}
 		return nil

@@ -1,0 +1,240 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
+)
+
+// replica opens a handle on url as another replica would, with its own
+// sequencer.
+func replica(t *testing.T, dbURL, name string) (*store.DB, *events.Sequencer) {
+	t.Helper()
+	d, err := store.OpenWith(context.Background(), dbURL, store.Options{Replica: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	seq := events.Start(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(seq.Stop)
+	return d, seq
+}
+
+// TestReplicasForwardToTheLeader: of three replicas on one database, the
+// sequencer holding the lease numbers every replica's events; the others
+// forward their tenants to it. Writers on every replica commit events of
+// the same tenants concurrently, with random delays; each client's Tx
+// returns only once its events are readable, from any replica, and every
+// tenant's stream is 1, 2, 3, ... with each committed event once. Then
+// the leader shuts down mid-stream: another sequencer takes the lease and
+// no write is lost or left unreadable at its return.
+func TestReplicasForwardToTheLeader(t *testing.T) {
+	dbURL := testkit.DBURL(t)
+	ctx := store.ForRequest(context.Background())
+	a, seqA := replica(t, dbURL, "replica-a")
+	wait.Eventually(t, 10*time.Second, func() error {
+		if !seqA.Leading() {
+			return fmt.Errorf("replica a does not hold the sequencer lease")
+		}
+		return nil
+	})
+	b, seqB := replica(t, dbURL, "replica-b")
+	c, seqC := replica(t, dbURL, "replica-c")
+	reps := []*store.DB{a, b, c}
+	tenants := []string{"acme", "globex"}
+
+	var mu sync.Mutex
+	committed := map[string]bool{}
+	// write commits one event through replica r and checks, at once, that
+	// a replica it did not write through reads it.
+	write := func(r int, name string, rnd *rand.Rand) error {
+		tenant := tenants[rnd.IntN(len(tenants))]
+		if err := reps[r].Tx(ctx, func(tx *sqlx.Tx) error {
+			if err := write(ctx, tx, tenant, name); err != nil {
+				return err
+			}
+			if rnd.IntN(4) == 0 {
+				time.Sleep(time.Duration(rnd.IntN(15)) * time.Millisecond)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		var n int
+		if err := reps[(r+1)%len(reps)].Get(&n, `SELECT count(*) FROM events WHERE tenant_id = $1 AND resource_id = $2`, tenant, name); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("%s: %d events readable when its write returned", name, n)
+		}
+		mu.Lock()
+		committed[name] = true
+		mu.Unlock()
+		return nil
+	}
+	run := func(phase string, replicas []int, per int) {
+		var wg sync.WaitGroup
+		for _, r := range replicas {
+			for w := 0; w < 4; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rnd := rand.New(rand.NewPCG(uint64(r), uint64(w)))
+					for i := 0; i < per; i++ {
+						if err := write(r, fmt.Sprintf("%s-r%d-w%d-%d", phase, r, w, i), rnd); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	// b and c forward once their listeners are up and they saw the lease
+	// held.
+	for r, seq := range map[int]*events.Sequencer{1: seqB, 2: seqC} {
+		rnd := rand.New(rand.NewPCG(uint64(r), 99))
+		i := 0
+		wait.Eventually(t, 10*time.Second, func() error {
+			i++
+			if err := write(r, fmt.Sprintf("warm-r%d-%d", r, i), rnd); err != nil {
+				return err
+			}
+			if seq.Forwards() == 0 {
+				return fmt.Errorf("replica %d has not forwarded to the leader", r)
+			}
+			return nil
+		})
+	}
+	fb, fc := seqB.Forwards(), seqC.Forwards()
+	run("led", []int{0, 1, 2}, 25)
+	if t.Failed() {
+		return
+	}
+	if seqB.Forwards() == fb || seqC.Forwards() == fc {
+		t.Fatalf("replicas b and c forwarded %d and %d batches to the leader while writing", seqB.Forwards()-fb, seqC.Forwards()-fc)
+	}
+	if seqB.Leading() || seqC.Leading() {
+		t.Fatal("two sequencers lead")
+	}
+
+	// The leader shuts down while b and c write: one of them takes the
+	// lease (the leader gives it up as it stops).
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		run("handover", []int{1, 2}, 25)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	seqA.Stop()
+	wg.Wait()
+	wait.Eventually(t, 10*time.Second, func() error {
+		if !seqB.Leading() && !seqC.Leading() {
+			return fmt.Errorf("nobody took the lease over")
+		}
+		return nil
+	})
+	run("after", []int{1, 2}, 10)
+	if t.Failed() {
+		return
+	}
+
+	// Every tenant's stream: 1, 2, 3, ..., each committed event once.
+	seen := map[string]bool{}
+	for _, tenant := range tenants {
+		var after uint64
+		for {
+			page, err := events.Page(ctx, b, events.Filter{TenantID: tenant}, after, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, e := range page {
+				if e.Seq != after+1 {
+					t.Fatalf("%s: event %d after %d", tenant, e.Seq, after)
+				}
+				if seen[e.ResourceID] || !committed[e.ResourceID] {
+					t.Fatalf("%s: event %s seen twice or never committed", tenant, e.ResourceID)
+				}
+				seen[e.ResourceID] = true
+				after = e.Seq
+			}
+		}
+	}
+	if len(seen) != len(committed) {
+		t.Fatalf("read %d events of %d committed", len(seen), len(committed))
+	}
+}
+
+// TestFrozenLeader: the leader stops answering (SIGSTOP, a partition),
+// its lease still unexpired. A forwarder's writes go unacknowledged; it
+// numbers them itself after forwardWait, so its clients' writes still
+// return readable, and it takes the lease once the frozen one's expires.
+func TestFrozenLeader(t *testing.T) {
+	dbURL := testkit.DBURL(t)
+	ctx := store.ForRequest(context.Background())
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testkit.NewProxy(t, u.Host)
+	_, seqA := replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
+	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
+	wait.Eventually(t, 10*time.Second, func() error {
+		if !seqA.Leading() {
+			return fmt.Errorf("replica a does not hold the sequencer lease")
+		}
+		return nil
+	})
+	b, seqB := replica(t, dbURL, "replica-b")
+	// b forwards once its listener is up and it saw the lease held.
+	i := 0
+	wait.Eventually(t, 10*time.Second, func() error {
+		i++
+		if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", fmt.Sprint("warm-", i)) }); err != nil {
+			return err
+		}
+		if seqB.Forwards() == 0 {
+			return fmt.Errorf("replica b has not forwarded to the leader")
+		}
+		return nil
+	})
+	proxy.Freeze()
+	for k := 0; k < 20; k++ {
+		name := fmt.Sprint("frozen-", k)
+		if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", name) }); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := b.Get(&n, `SELECT count(*) FROM events WHERE tenant_id = 'acme' AND resource_id = $1`, name); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("%s: %d events readable when its write returned, the leader frozen", name, n)
+		}
+	}
+	wait.Eventually(t, 15*time.Second, func() error {
+		if !seqB.Leading() {
+			return fmt.Errorf("replica b has not taken the lease of the frozen leader")
+		}
+		return nil
+	})
+}
