@@ -324,11 +324,19 @@ func riverClient(b *testing.B, w *store.DB) *river.Client[*sql.Tx] {
 	return c
 }
 
-// wanted says whether BENCH_ONLY (a part of a phase's name) selects the
-// phase; unset, every phase runs.
+// wanted says whether BENCH_ONLY (parts of phases' names, separated by
+// "|") selects the phase; unset, every phase runs.
 func wanted(name string) bool {
 	only := os.Getenv("BENCH_ONLY")
-	return only == "" || strings.Contains(name, only)
+	if only == "" {
+		return true
+	}
+	for _, part := range strings.Split(only, "|") {
+		if strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }
 
 func metric(name string) string {
@@ -370,7 +378,7 @@ func benchDuration() time.Duration {
 //
 // Each phase reports events/s and the share of sampled writers waiting on
 // the notify lock (Lock: object) and on any lock, and the CPU time per
-// event of this process and of PostgreSQL's; BENCH_ONLY=<part of a name>
+// event of this process and of PostgreSQL's; BENCH_ONLY=<part of a name>|<part>...
 // runs only the phases it names; BENCH_STATEMENTS=1 loads
 // pg_stat_statements and logs each phase's costliest statements and the
 // inbox's dead rows.

@@ -50,10 +50,10 @@ const ListenerName = "computed-events-sequencer-listener"
 const (
 	// forwardWait bounds how long a forwarder waits for the leader's
 	// acknowledgement before it numbers the tenants itself.
-	forwardWait = 250 * time.Millisecond
+	forwardWait = 500 * time.Millisecond
 	// localFor is how long a forwarder passes locally after a forward
 	// went unanswered.
-	localFor = 5 * time.Second
+	localFor = 2 * time.Second
 )
 
 // forwarding says this sequencer's batches go to the leader: another
@@ -181,5 +181,6 @@ func (c control) HandleNotification(_ context.Context, n *pgconn.Notification, _
 // them), acknowledgements too (the same).
 func (c control) HandleBacklog(context.Context, string, *pgx.Conn) error {
 	c.s.listening.Store(true)
+	c.s.heardOnce.Do(func() { close(c.s.heard1) })
 	return nil
 }
