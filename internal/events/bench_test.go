@@ -628,7 +628,9 @@ func BenchmarkEventLatency(b *testing.B) {
 		}
 		slices.Sort(lat)
 		slices.Sort(ret)
-		p := func(l []time.Duration, q float64) time.Duration { return l[int(q*float64(len(l)-1))].Round(10 * time.Microsecond) }
+		p := func(l []time.Duration, q float64) time.Duration {
+			return l[int(q*float64(len(l)-1))].Round(10 * time.Microsecond)
+		}
 		b.Logf("%-52s %5d events: p50 %v, p99 %v, max %v (the write returned: p50 %v, p99 %v)", name, len(lat), p(lat, 0.5), p(lat, 0.99), p(lat, 1),
 			p(ret, 0.5), p(ret, 0.99))
 	}
