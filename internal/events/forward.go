@@ -34,7 +34,9 @@ import (
 // not acknowledged within forwardWait (no leader, a leader that died or is
 // slow, a lost notification) is numbered by a pass of the forwarder's own,
 // and the forwarder passes locally for localFor before it forwards again;
-// the sweep numbers whatever a dead replica left behind. Order never
+// the sweep numbers whatever a dead replica left behind. A leader that
+// shuts down says so ("l:<sequencer>:0"), and the forwarders number their
+// tenants themselves at once until one of them holds the lease. Order never
 // depends on who numbers: it is the tenant's row lock.
 
 // ControlChannel carries forwards and acknowledgements between sequencers.
@@ -61,8 +63,26 @@ const (
 // connection is up (it hears the acknowledgements), and no forward went
 // unanswered lately. Called from the run goroutine only.
 func (s *Sequencer) forwarding() bool {
-	return s.listening.Load() && !s.lease.Holding() && s.lease.HeldElsewhere() && time.Now().After(s.localTill)
+	return s.listening.Load() && !s.lease.Holding() && s.lease.HeldElsewhere() && time.Now().After(s.localTill) &&
+		time.Since(time.Unix(0, s.left.Load())) > localFor
 }
+
+// leave tells the forwarders, when this sequencer leads, that it stops:
+// they number their tenants themselves at once (their forwards in flight
+// included) until another sequencer holds the lease, instead of waiting
+// forwardWait for acknowledgements that will not come (a rolling deploy
+// would add that to calls on every other replica).
+func (s *Sequencer) leave() {
+	if !s.lease.Holding() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, "l:"+s.id+":0")
+}
+
+// Unanswered is how many forwards went unacknowledged for forwardWait.
+func (s *Sequencer) Unanswered() int64 { return s.unanswered.Load() }
 
 // forward sends the tenants to the leader and waits for its
 // acknowledgement; false when the tenants were not forwarded or not
@@ -74,6 +94,7 @@ func (s *Sequencer) forward(ctx context.Context, tenants []string) bool {
 		return false // PostgreSQL's payload limit; rare enough to pass locally
 	}
 	s.fwdN = n
+	sent := time.Now().UnixNano()
 	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ControlChannel, payload); err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("event forward", "err", err)
@@ -83,9 +104,13 @@ func (s *Sequencer) forward(ctx context.Context, tenants []string) bool {
 	t := time.NewTimer(forwardWait)
 	defer t.Stop()
 	for s.acked.Load() < n {
+		if s.left.Load() >= sent {
+			return false // the leader stopped; it will not answer
+		}
 		select {
 		case <-s.ackSig:
 		case <-t.C:
+			s.unanswered.Add(1)
 			s.localTill = time.Now().Add(localFor)
 			s.log.Warn("event forward unanswered; numbering this replica's events here for a while", "wait", forwardWait, "for", localFor)
 			return false
@@ -97,8 +122,8 @@ func (s *Sequencer) forward(ctx context.Context, tenants []string) bool {
 }
 
 // heard handles a control message: a forward (the leader marks its
-// tenants and acknowledges it after its next pass) or an acknowledgement
-// of one of this sequencer's forwards.
+// tenants and acknowledges it after its next pass), an acknowledgement of
+// one of this sequencer's forwards, or a leader leaving.
 func (s *Sequencer) heard(payload string) {
 	kind, rest, _ := strings.Cut(payload, ":")
 	from, rest, _ := strings.Cut(rest, ":")
@@ -111,7 +136,7 @@ func (s *Sequencer) heard(payload string) {
 	case "f":
 		// Only the leader answers; during a hand-over nobody may, and the
 		// forwarder numbers the tenants itself.
-		if from == s.id || !s.lease.Holding() || list == "" {
+		if from == s.id || !s.lease.Holding() || s.stopped.Load() || list == "" {
 			return
 		}
 		// The acknowledgement and the tenants in one step: the pass that
@@ -124,6 +149,15 @@ func (s *Sequencer) heard(payload string) {
 		s.mu.Unlock()
 		select {
 		case s.wakeC <- struct{}{}:
+		default:
+		}
+	case "l":
+		if from == s.id {
+			return
+		}
+		s.left.Store(time.Now().UnixNano())
+		select {
+		case s.ackSig <- struct{}{}:
 		default:
 		}
 	case "a":

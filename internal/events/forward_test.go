@@ -238,3 +238,63 @@ func TestFrozenLeader(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLeaderLeavingTellsItsForwarders: a leader that shuts down (a rolling
+// deploy) tells the forwarders, which number their tenants themselves at
+// once until one of them holds the lease: none of their forwards waits out
+// the acknowledgement it will not get, and every write still returns
+// readable.
+func TestLeaderLeavingTellsItsForwarders(t *testing.T) {
+	dbURL := testkit.DBURL(t)
+	ctx := store.ForRequest(context.Background())
+	_, seqA := replica(t, dbURL, "replica-a")
+	wait.Eventually(t, 10*time.Second, func() error {
+		if !seqA.Leading() {
+			return fmt.Errorf("replica a does not hold the sequencer lease")
+		}
+		return nil
+	})
+	b, seqB := replica(t, dbURL, "replica-b")
+	i := 0
+	writeB := func() error {
+		i++
+		name := fmt.Sprint("w-", i)
+		if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", name) }); err != nil {
+			return err
+		}
+		var n int
+		if err := b.Get(&n, `SELECT count(*) FROM events WHERE tenant_id = 'acme' AND resource_id = $1`, name); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("%s: %d events readable when its write returned", name, n)
+		}
+		return nil
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if err := writeB(); err != nil {
+			return err
+		}
+		if seqB.Forwards() == 0 {
+			return fmt.Errorf("replica b has not forwarded to the leader")
+		}
+		return nil
+	})
+	before := seqB.Unanswered()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		time.Sleep(20 * time.Millisecond)
+		seqA.Stop()
+	}()
+	// b writes through the hand-over until it leads.
+	for !seqB.Leading() {
+		if err := writeB(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-stopped
+	if n := seqB.Unanswered() - before; n != 0 {
+		t.Fatalf("%d forwards waited out their acknowledgement across the leader's shutdown", n)
+	}
+}

@@ -50,16 +50,18 @@ type Sequencer struct {
 
 	// Forwarding (see forward): the lease says which sequencer numbers
 	// every replica's events; the others forward their tenants to it.
-	lease     *cluster.Maintainer
-	listening atomic.Bool      // the control channel's LISTEN connection is up
-	acks      map[string]int64 // the leader: the last forward heard from each sequencer, to acknowledge after its next pass
-	acked     atomic.Int64     // a forwarder: the last of its forwards acknowledged
-	ackSig    chan struct{}
-	heard1    chan struct{} // closed once the LISTEN connection is first up
-	heardOnce sync.Once
-	fwdN      int64     // the run goroutine: the last forward sent
-	localTill time.Time // the run goroutine: pass locally until then (a forward went unanswered)
-	forwards  int64
+	lease      *cluster.Maintainer
+	listening  atomic.Bool      // the control channel's LISTEN connection is up
+	acks       map[string]int64 // the leader: the last forward heard from each sequencer, to acknowledge after its next pass
+	acked      atomic.Int64     // a forwarder: the last of its forwards acknowledged
+	ackSig     chan struct{}
+	heard1     chan struct{} // closed once the LISTEN connection is first up
+	heardOnce  sync.Once
+	fwdN       int64        // the run goroutine: the last forward sent
+	left       atomic.Int64 // when a leader last said it was leaving (UnixNano)
+	unanswered atomic.Int64
+	localTill  time.Time // the run goroutine: pass locally until then (a forward went unanswered)
+	forwards   int64
 }
 
 var (
@@ -121,6 +123,7 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 // the next start.
 func (s *Sequencer) Stop() {
 	s.stopped.Store(true)
+	s.leave()
 	s.stop()
 	<-s.done
 	startMu.Lock()
