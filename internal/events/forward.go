@@ -181,15 +181,7 @@ func (s *Sequencer) heard(payload string) {
 // reconnecting after a failure.
 func (s *Sequencer) listen(ctx context.Context) {
 	l := &pgxlisten.Listener{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			cfg, err := pgx.ParseConfig(s.db.URL)
-			if err != nil {
-				return nil, err
-			}
-			delete(cfg.RuntimeParams, "statement_timeout")
-			cfg.RuntimeParams["application_name"] = s.db.AppName(ListenerName)
-			return pgx.ConnectConfig(ctx, cfg)
-		},
+		Connect: s.db.ListenConnect(ListenerName),
 		LogError: func(ctx context.Context, err error) {
 			s.listening.Store(false)
 			if ctx.Err() == nil {

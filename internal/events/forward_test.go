@@ -34,6 +34,32 @@ func replica(t *testing.T, dbURL, name string) (*store.DB, *events.Sequencer) {
 	return d, seq
 }
 
+// leads waits until seq holds the sequencer lease.
+func leads(t *testing.T, seq *events.Sequencer, within time.Duration) {
+	t.Helper()
+	wait.Eventually(t, within, func() error {
+		if !seq.Leading() {
+			return fmt.Errorf("the sequencer does not hold the lease")
+		}
+		return nil
+	})
+}
+
+// forwards writes through its replica (write) until seq has forwarded a
+// batch to the leader: once its listener is up and it saw the lease held.
+func forwards(t *testing.T, seq *events.Sequencer, write func() error) {
+	t.Helper()
+	wait.Eventually(t, 10*time.Second, func() error {
+		if err := write(); err != nil {
+			return err
+		}
+		if seq.Forwards() == 0 {
+			return fmt.Errorf("the replica has not forwarded to the leader")
+		}
+		return nil
+	})
+}
+
 // TestReplicasForwardToTheLeader: of three replicas on one database, the
 // sequencer holding the lease numbers every replica's events; the others
 // forward their tenants to it. Writers on every replica commit events of
@@ -46,12 +72,7 @@ func TestReplicasForwardToTheLeader(t *testing.T) {
 	dbURL := testkit.DBURL(t)
 	ctx := store.ForRequest(context.Background())
 	a, seqA := replica(t, dbURL, "replica-a")
-	wait.Eventually(t, 10*time.Second, func() error {
-		if !seqA.Leading() {
-			return fmt.Errorf("replica a does not hold the sequencer lease")
-		}
-		return nil
-	})
+	leads(t, seqA, 10*time.Second)
 	b, seqB := replica(t, dbURL, "replica-b")
 	c, seqC := replica(t, dbURL, "replica-c")
 	reps := []*store.DB{a, b, c}
@@ -110,15 +131,9 @@ func TestReplicasForwardToTheLeader(t *testing.T) {
 	for r, seq := range map[int]*events.Sequencer{1: seqB, 2: seqC} {
 		rnd := rand.New(rand.NewPCG(uint64(r), 99))
 		i := 0
-		wait.Eventually(t, 10*time.Second, func() error {
+		forwards(t, seq, func() error {
 			i++
-			if err := write(r, fmt.Sprintf("warm-r%d-%d", r, i), rnd); err != nil {
-				return err
-			}
-			if seq.Forwards() == 0 {
-				return fmt.Errorf("replica %d has not forwarded to the leader", r)
-			}
-			return nil
+			return write(r, fmt.Sprintf("warm-r%d-%d", r, i), rnd)
 		})
 	}
 	fb, fc := seqB.Forwards(), seqC.Forwards()
@@ -198,24 +213,13 @@ func TestFrozenLeader(t *testing.T) {
 	proxy := testkit.NewProxy(t, u.Host)
 	_, seqA := replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
 	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
-	wait.Eventually(t, 10*time.Second, func() error {
-		if !seqA.Leading() {
-			return fmt.Errorf("replica a does not hold the sequencer lease")
-		}
-		return nil
-	})
+	leads(t, seqA, 10*time.Second)
 	b, seqB := replica(t, dbURL, "replica-b")
 	// b forwards once its listener is up and it saw the lease held.
 	i := 0
-	wait.Eventually(t, 10*time.Second, func() error {
+	forwards(t, seqB, func() error {
 		i++
-		if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", fmt.Sprint("warm-", i)) }); err != nil {
-			return err
-		}
-		if seqB.Forwards() == 0 {
-			return fmt.Errorf("replica b has not forwarded to the leader")
-		}
-		return nil
+		return b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", fmt.Sprint("warm-", i)) })
 	})
 	proxy.Freeze()
 	for k := 0; k < 20; k++ {
@@ -231,12 +235,7 @@ func TestFrozenLeader(t *testing.T) {
 			t.Fatalf("%s: %d events readable when its write returned, the leader frozen", name, n)
 		}
 	}
-	wait.Eventually(t, 15*time.Second, func() error {
-		if !seqB.Leading() {
-			return fmt.Errorf("replica b has not taken the lease of the frozen leader")
-		}
-		return nil
-	})
+	leads(t, seqB, 15*time.Second) // the frozen leader's lease expired
 }
 
 // TestLeaderLeavingTellsItsForwarders: a leader that shuts down (a rolling
@@ -248,12 +247,7 @@ func TestLeaderLeavingTellsItsForwarders(t *testing.T) {
 	dbURL := testkit.DBURL(t)
 	ctx := store.ForRequest(context.Background())
 	_, seqA := replica(t, dbURL, "replica-a")
-	wait.Eventually(t, 10*time.Second, func() error {
-		if !seqA.Leading() {
-			return fmt.Errorf("replica a does not hold the sequencer lease")
-		}
-		return nil
-	})
+	leads(t, seqA, 10*time.Second)
 	b, seqB := replica(t, dbURL, "replica-b")
 	i := 0
 	writeB := func() error {
@@ -271,15 +265,7 @@ func TestLeaderLeavingTellsItsForwarders(t *testing.T) {
 		}
 		return nil
 	}
-	wait.Eventually(t, 10*time.Second, func() error {
-		if err := writeB(); err != nil {
-			return err
-		}
-		if seqB.Forwards() == 0 {
-			return fmt.Errorf("replica b has not forwarded to the leader")
-		}
-		return nil
-	})
+	forwards(t, seqB, writeB)
 	before := seqB.Unanswered()
 	stopped := make(chan struct{})
 	go func() {

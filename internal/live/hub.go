@@ -149,15 +149,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		<-readerDone
 	}()
 	l := &pgxlisten.Listener{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			cfg, err := pgx.ParseConfig(h.db.URL)
-			if err != nil {
-				return nil, err
-			}
-			delete(cfg.RuntimeParams, "statement_timeout")
-			cfg.RuntimeParams["application_name"] = h.db.AppName(ListenerName)
-			return pgx.ConnectConfig(ctx, cfg)
-		},
+		Connect: h.db.ListenConnect(ListenerName),
 		LogError: func(ctx context.Context, err error) {
 			h.listening.Store(false)
 			if ctx.Err() == nil {

@@ -242,6 +242,22 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	return nil
 }
 
+// ListenConnect returns a pgxlisten Connect function: a connection of its
+// own to db's database for a LISTEN, outside the pool, named role in
+// pg_stat_activity, with no statement timeout (it waits for notifications
+// indefinitely).
+func (db *DB) ListenConnect(role string) func(context.Context) (*pgx.Conn, error) {
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		cfg, err := pgx.ParseConfig(db.URL)
+		if err != nil {
+			return nil, err
+		}
+		delete(cfg.RuntimeParams, "statement_timeout")
+		cfg.RuntimeParams["application_name"] = db.AppName(role)
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+}
+
 // --- after commit -------------------------------------------------------
 
 // noted holds, per open transaction of DB.Tx, the tenants whose events it
