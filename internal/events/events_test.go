@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/url"
@@ -399,21 +397,20 @@ func TestPruneAndExpiredCursor(t *testing.T) {
 // returns; without that bound the stream stayed frozen for as long as the
 // replica stayed stopped, on every replica.
 func TestStalledPassReleasesItsStreams(t *testing.T) {
-	b := testkit.DB(t) // replica b, its sequencer running
+	dbURL := testkit.DBURL(t)
 	ctx := store.ForRequest(context.Background())
-	u, err := url.Parse(b.URL)
+	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := testkit.NewProxy(t, u.Host)
-	a, err := store.OpenWith(context.Background(), strings.Replace(b.URL, u.Host, proxy.Addr(), 1), store.Options{Replica: "replica-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	seqA := events.Start(a, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(seqA.Stop)
+	// Replica a leads (its sequencer numbers every replica's events, and
+	// its passes are the ones that stall); replica b forwards to it until
+	// a stops answering, then numbers its own.
+	a, seqA := replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
 	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
+	leads(t, seqA, 10*time.Second)
+	b, _ := replica(t, dbURL, "replica-b")
 
 	if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "node_1") }); err != nil {
 		t.Fatal(err)
