@@ -150,7 +150,21 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_events_numbered_total", Help: "Events this replica's sequencer numbered."},
 			stat(func(_, n, _ int64) int64 { return n })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_event_sequencer_failures_total", Help: "Event sequencer passes that failed (their tenants are retried)."},
-			stat(func(_, _, f int64) int64 { return f })))
+			stat(func(_, _, f int64) int64 { return f })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_event_sequencer_forwards_total",
+			Help: "Batches of tenants this replica's sequencer forwarded to the leading sequencer and had acknowledged."},
+			func() float64 { return float64(seq.Forwards()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compute_event_sequencer_forwards_unanswered_total",
+			Help: "Forwards the leading sequencer did not acknowledge within 500 ms (this replica numbered them itself)."},
+			func() float64 { return float64(seq.Unanswered()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_event_sequencer_leading",
+			Help: "1 while this replica's sequencer holds the event-sequencer lease and numbers every replica's events."},
+			func() float64 {
+				if seq.Leading() {
+					return 1
+				}
+				return 0
+			}))
 	s.rest = &rest.Handler{Registry: reg, Log: log}
 	s.gqlHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "compute_graphql_operation_duration_seconds", Help: "GraphQL operations by type and name.",
