@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -397,19 +396,11 @@ func TestPruneAndExpiredCursor(t *testing.T) {
 // returns; without that bound the stream stayed frozen for as long as the
 // replica stayed stopped, on every replica.
 func TestStalledPassReleasesItsStreams(t *testing.T) {
-	dbURL := testkit.DBURL(t)
 	ctx := store.ForRequest(context.Background())
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testkit.NewProxy(t, u.Host)
 	// Replica a leads (its sequencer numbers every replica's events, and
 	// its passes are the ones that stall); replica b forwards to it until
 	// a stops answering, then numbers its own.
-	a, seqA := replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
-	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
-	leads(t, seqA, 10*time.Second)
+	dbURL, a, _, proxy := leaderBehindProxy(t)
 	b, _ := replica(t, dbURL, "replica-b")
 
 	if err := b.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "node_1") }); err != nil {

@@ -60,6 +60,22 @@ func forwards(t *testing.T, seq *events.Sequencer, write func() error) {
 	})
 }
 
+// leaderBehindProxy starts replica a on a new database through a proxy
+// the test can freeze (SIGSTOP, a partition), and waits until it leads.
+func leaderBehindProxy(t *testing.T) (dbURL string, a *store.DB, seqA *events.Sequencer, proxy *testkit.Proxy) {
+	t.Helper()
+	dbURL = testkit.DBURL(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = testkit.NewProxy(t, u.Host)
+	a, seqA = replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
+	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
+	leads(t, seqA, 10*time.Second)
+	return dbURL, a, seqA, proxy
+}
+
 // TestReplicasForwardToTheLeader: of three replicas on one database, the
 // sequencer holding the lease numbers every replica's events; the others
 // forward their tenants to it. Writers on every replica commit events of
@@ -204,16 +220,8 @@ func TestReplicasForwardToTheLeader(t *testing.T) {
 // numbers them itself after forwardWait, so its clients' writes still
 // return readable, and it takes the lease once the frozen one's expires.
 func TestFrozenLeader(t *testing.T) {
-	dbURL := testkit.DBURL(t)
 	ctx := store.ForRequest(context.Background())
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testkit.NewProxy(t, u.Host)
-	_, seqA := replica(t, strings.Replace(dbURL, u.Host, proxy.Addr(), 1), "replica-a")
-	t.Cleanup(proxy.Thaw) // first: let replica a's cleanups end
-	leads(t, seqA, 10*time.Second)
+	dbURL, _, _, proxy := leaderBehindProxy(t)
 	b, seqB := replica(t, dbURL, "replica-b")
 	// b forwards once its listener is up and it saw the lease held.
 	i := 0
