@@ -34,6 +34,10 @@ type Maintainer struct {
 	// TTL is how long a lease lasts unrenewed (default 3 s); it is renewed
 	// every TTL/3.
 	TTL time.Duration
+	// Eligible, when set, says whether this replica may hold the lease
+	// now: while it says no, the lease is neither taken nor renewed, and
+	// given up when held.
+	Eligible func() bool
 
 	mu        sync.Mutex
 	duties    map[int]*duty
@@ -131,6 +135,13 @@ func (m *Maintainer) Run(ctx context.Context) {
 
 // renew takes the lease if it is free or expired, or extends ours.
 func (m *Maintainer) renew(ctx context.Context) {
+	if m.Eligible != nil && !m.Eligible() {
+		if m.Holding() {
+			m.log.Info("giving the cluster lease up: not eligible", "lease", m.name, "holder", m.holder)
+			m.release()
+		}
+		return
+	}
 	sent := time.Now()
 	var holder string
 	err := m.db.GetContext(ctx, &holder, `

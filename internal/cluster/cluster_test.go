@@ -90,3 +90,46 @@ func TestDeadHolderIsTakenOverAfterTTL(t *testing.T) {
 	waitFor(t, "the lease to expire", func() bool { alive.Renew(context.Background()); return alive.Holding() })
 	t.Logf("taken over %s after the holder died (TTL 500 ms)", time.Since(start).Round(time.Millisecond))
 }
+
+// A replica not eligible (its Eligible says no) neither takes a free lease
+// nor keeps one: a holder that becomes ineligible gives the lease up and
+// another replica takes it; once eligible again it may take it back only
+// when it is free. HeldElsewhere tells each what the other holds.
+func TestIneligibleReplicaGivesTheLeaseUp(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	ctx := context.Background()
+	var aOK, bOK atomic.Bool
+	a := cluster.New(db, "maintenance", "a", nil)
+	a.Eligible = aOK.Load
+	b := cluster.New(db, "maintenance", "b", nil)
+	b.Eligible = bOK.Load
+	a.Renew(ctx)
+	if a.Holding() {
+		t.Fatal("an ineligible replica took the free lease")
+	}
+	aOK.Store(true)
+	a.Renew(ctx)
+	if !a.Holding() {
+		t.Fatal("an eligible replica did not take the free lease")
+	}
+	bOK.Store(true)
+	b.Renew(ctx)
+	if b.Holding() || !b.HeldElsewhere() {
+		t.Fatalf("b holding %v, held elsewhere %v while a holds the lease", b.Holding(), b.HeldElsewhere())
+	}
+	aOK.Store(false)
+	a.Renew(ctx) // gives it up
+	if a.Holding() {
+		t.Fatal("an ineligible holder kept the lease")
+	}
+	b.Renew(ctx)
+	if !b.Holding() {
+		t.Fatal("the lease an ineligible holder gave up was not taken over at once")
+	}
+	aOK.Store(true)
+	a.Renew(ctx)
+	if a.Holding() || !a.HeldElsewhere() {
+		t.Fatalf("a holding %v, held elsewhere %v while b holds the lease", a.Holding(), a.HeldElsewhere())
+	}
+}

@@ -207,6 +207,5 @@ func (c control) HandleNotification(_ context.Context, n *pgconn.Notification, _
 // them), acknowledgements too (the same).
 func (c control) HandleBacklog(context.Context, string, *pgx.Conn) error {
 	c.s.listening.Store(true)
-	c.s.heardOnce.Do(func() { close(c.s.heard1) })
 	return nil
 }

@@ -292,3 +292,33 @@ func TestLeaderLeavingTellsItsForwarders(t *testing.T) {
 		t.Fatalf("%d forwards waited out their acknowledgement across the leader's shutdown", n)
 	}
 }
+
+// TestLeaderWithoutItsListenerStepsDown: a leader whose LISTEN connection
+// is down cannot hear forwards (its forwarders would wait out every
+// acknowledgement and number locally, again and again); it gives the
+// lease up, and a replica that hears takes it. Here the leader's listener
+// is terminated as often as it reconnects.
+func TestLeaderWithoutItsListenerStepsDown(t *testing.T) {
+	dbURL := testkit.DBURL(t)
+	a, seqA := replica(t, dbURL, "replica-a")
+	leads(t, seqA, 10*time.Second)
+	_, seqB := replica(t, dbURL, "replica-b")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			_, _ = a.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, a.AppName(events.ListenerName))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	leads(t, seqB, 15*time.Second)
+	if seqA.Leading() {
+		t.Fatal("two sequencers lead")
+	}
+}

@@ -55,8 +55,6 @@ type Sequencer struct {
 	acks       map[string]int64 // the leader: the last forward heard from each sequencer, to acknowledge after its next pass
 	acked      atomic.Int64     // a forwarder: the last of its forwards acknowledged
 	ackSig     chan struct{}
-	heard1     chan struct{} // closed once the LISTEN connection is first up
-	heardOnce  sync.Once
 	fwdN       int64        // the run goroutine: the last forward sent
 	left       atomic.Int64 // when a leader last said it was leaving (UnixNano)
 	unanswered atomic.Int64
@@ -83,7 +81,7 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 	}
 	s := &Sequencer{db: db, log: log, id: newID(), dirty: map[string]struct{}{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
 		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{}),
-		acks: map[string]int64{}, ackSig: make(chan struct{}, 1), heard1: make(chan struct{})}
+		acks: map[string]int64{}, ackSig: make(chan struct{}, 1)}
 	s.lease = cluster.New(db, LeaseName, s.id, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
@@ -95,16 +93,14 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 		defer aside.Done()
 		s.vacuums(ctx)
 	}()
+	// A sequencer holds the lease only while it hears forwards: one that
+	// led with its LISTEN connection down (not yet up, or unable to
+	// reconnect) would lose them, and its forwarders would wait
+	// forwardWait and number locally, again and again.
+	s.lease.Eligible = s.listening.Load
 	go func() {
 		defer aside.Done()
-		// A sequencer competes for the lease once it hears forwards:
-		// one that led before its LISTEN was up would lose the first
-		// forwards, and its forwarders would number locally for localFor.
-		select {
-		case <-s.heard1:
-			s.lease.Run(ctx)
-		case <-ctx.Done():
-		}
+		s.lease.Run(ctx)
 	}()
 	go func() {
 		defer aside.Done()
