@@ -133,6 +133,10 @@ func (m *Maintainer) Run(ctx context.Context) {
 	}
 }
 
+// RenewNow renews (or takes) the lease at once rather than at the next
+// tick of Run: when the replica has just become Eligible.
+func (m *Maintainer) RenewNow(ctx context.Context) { m.renew(ctx) }
+
 // renew takes the lease if it is free or expired, or extends ours.
 func (m *Maintainer) renew(ctx context.Context) {
 	if m.Eligible != nil && !m.Eligible() {

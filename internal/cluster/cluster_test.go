@@ -75,19 +75,19 @@ func TestDeadHolderIsTakenOverAfterTTL(t *testing.T) {
 	db := testkit.DB(t)
 	dead := cluster.New(db, "maintenance", "dead", nil)
 	dead.TTL = 500 * time.Millisecond
-	dead.Renew(context.Background())
+	dead.RenewNow(context.Background())
 	if !dead.Holding() {
 		t.Fatal("the first replica did not take the free lease")
 	}
 	dead.Die()
 	alive := cluster.New(db, "maintenance", "alive", nil)
 	alive.TTL = 500 * time.Millisecond
-	alive.Renew(context.Background())
+	alive.RenewNow(context.Background())
 	if alive.Holding() {
 		t.Fatal("took a lease that has not expired")
 	}
 	start := time.Now()
-	waitFor(t, "the lease to expire", func() bool { alive.Renew(context.Background()); return alive.Holding() })
+	waitFor(t, "the lease to expire", func() bool { alive.RenewNow(context.Background()); return alive.Holding() })
 	t.Logf("taken over %s after the holder died (TTL 500 ms)", time.Since(start).Round(time.Millisecond))
 }
 
@@ -104,31 +104,31 @@ func TestIneligibleReplicaGivesTheLeaseUp(t *testing.T) {
 	a.Eligible = aOK.Load
 	b := cluster.New(db, "maintenance", "b", nil)
 	b.Eligible = bOK.Load
-	a.Renew(ctx)
+	a.RenewNow(ctx)
 	if a.Holding() {
 		t.Fatal("an ineligible replica took the free lease")
 	}
 	aOK.Store(true)
-	a.Renew(ctx)
+	a.RenewNow(ctx)
 	if !a.Holding() {
 		t.Fatal("an eligible replica did not take the free lease")
 	}
 	bOK.Store(true)
-	b.Renew(ctx)
+	b.RenewNow(ctx)
 	if b.Holding() || !b.HeldElsewhere() {
 		t.Fatalf("b holding %v, held elsewhere %v while a holds the lease", b.Holding(), b.HeldElsewhere())
 	}
 	aOK.Store(false)
-	a.Renew(ctx) // gives it up
+	a.RenewNow(ctx) // gives it up
 	if a.Holding() {
 		t.Fatal("an ineligible holder kept the lease")
 	}
-	b.Renew(ctx)
+	b.RenewNow(ctx)
 	if !b.Holding() {
 		t.Fatal("the lease an ineligible holder gave up was not taken over at once")
 	}
 	aOK.Store(true)
-	a.Renew(ctx)
+	a.RenewNow(ctx)
 	if a.Holding() || !a.HeldElsewhere() {
 		t.Fatalf("a holding %v, held elsewhere %v while b holds the lease", a.Holding(), a.HeldElsewhere())
 	}

@@ -205,7 +205,14 @@ func (c control) HandleNotification(_ context.Context, n *pgconn.Notification, _
 // HandleBacklog runs on every (re)connect: forwards sent while the
 // connection was down went unheard (their forwarders time out and number
 // them), acknowledgements too (the same).
-func (c control) HandleBacklog(context.Context, string, *pgx.Conn) error {
+func (c control) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) error {
 	c.s.listening.Store(true)
+	// Eligible for the lease from now: compete at once, not at the next
+	// renewal (a second without a leader means every replica passes).
+	if !c.s.lease.Holding() {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c.s.lease.RenewNow(ctx)
+	}
 	return nil
 }
