@@ -36,8 +36,11 @@ import (
 // and the forwarder passes locally for localFor before it forwards again;
 // the sweep numbers whatever a dead replica left behind. A leader that
 // shuts down says so ("l:<sequencer>:0"), and the forwarders number their
-// tenants themselves at once until one of them holds the lease. Order never
-// depends on who numbers: it is the tenant's row lock.
+// tenants themselves at once until one of them holds the lease. A
+// sequencer holds the lease only while its LISTEN connection is up (the
+// lease's Eligible): a leader that cannot hear forwards gives it up at its
+// next renewal. Order never depends on who numbers: it is the tenant's
+// row lock.
 
 // ControlChannel carries forwards and acknowledgements between sequencers.
 const ControlChannel = "compute_events_sequencers"
