@@ -150,19 +150,13 @@ func (s *Sequencer) heard(payload string) {
 			s.dirty[t] = struct{}{}
 		}
 		s.mu.Unlock()
-		select {
-		case s.wakeC <- struct{}{}:
-		default:
-		}
+		s.poke()
 	case "l":
 		if from == s.id {
 			return
 		}
 		s.left.Store(time.Now().UnixNano())
-		select {
-		case s.ackSig <- struct{}{}:
-		default:
-		}
+		s.signal()
 	case "a":
 		if from != s.id {
 			return
@@ -173,10 +167,15 @@ func (s *Sequencer) heard(payload string) {
 				break
 			}
 		}
-		select {
-		case s.ackSig <- struct{}{}:
-		default:
-		}
+		s.signal()
+	}
+}
+
+// signal wakes a forward waiting for its acknowledgement.
+func (s *Sequencer) signal() {
+	select {
+	case s.ackSig <- struct{}{}:
+	default:
 	}
 }
 

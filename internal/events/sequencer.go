@@ -59,7 +59,7 @@ type Sequencer struct {
 	left       atomic.Int64 // when a leader last said it was leaving (UnixNano)
 	unanswered atomic.Int64
 	localTill  time.Time // the run goroutine: pass locally until then (a forward went unanswered)
-	forwards   int64
+	forwards   atomic.Int64
 }
 
 var (
@@ -193,11 +193,16 @@ func (s *Sequencer) mark(tenants []string) <-chan struct{} {
 	}
 	done := s.next
 	s.mu.Unlock()
+	s.poke()
+	return done
+}
+
+// poke wakes the run goroutine (a pass is due).
+func (s *Sequencer) poke() {
 	select {
 	case s.wakeC <- struct{}{}:
 	default:
 	}
-	return done
 }
 
 // Stats are the sequencer's counters: passes run, events numbered, passes
@@ -210,11 +215,7 @@ func (s *Sequencer) Stats() (passes, numbered, failures int64) {
 
 // Forwards is how many batches of tenants this sequencer forwarded to the
 // leader and had acknowledged.
-func (s *Sequencer) Forwards() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.forwards
-}
+func (s *Sequencer) Forwards() int64 { return s.forwards.Load() }
 
 // Leading says this sequencer holds the lease: it numbers the events of
 // the replicas that forward to it, as well as its own.
@@ -253,10 +254,7 @@ func (s *Sequencer) run(ctx context.Context) {
 		slices.Sort(tenants)
 		if len(tenants) > maxTenantsPerPass {
 			tenants = tenants[:maxTenantsPerPass]
-			select {
-			case s.wakeC <- struct{}{}:
-			default:
-			}
+			s.poke()
 		}
 		for _, t := range tenants {
 			delete(s.dirty, t)
@@ -282,10 +280,8 @@ func (s *Sequencer) run(ctx context.Context) {
 			var ok bool
 			safe.Do(ctx, s.log, "event forward", func() { ok = s.forward(ctx, tenants) })
 			if ok {
-				s.mu.Lock()
-				s.forwards++
+				s.forwards.Add(1)
 				close(done)
-				s.mu.Unlock()
 				continue
 			}
 		}
@@ -316,10 +312,7 @@ func (s *Sequencer) run(ctx context.Context) {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
 			}
-			select {
-			case s.wakeC <- struct{}{}:
-			default:
-			}
+			s.poke()
 			continue
 		}
 		if len(moved) > 0 {
