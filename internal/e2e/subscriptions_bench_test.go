@@ -86,6 +86,7 @@ func BenchmarkSubscribers(b *testing.B) {
 			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(after.rss-before.rss)/1024/float64(n), "rss-KiB/sub")
 			b.ReportMetric(float64(after.goBytes-before.goBytes)/1024/float64(n), "go-KiB/sub")
+			b.ReportMetric(float64(after.stack-before.stack)/1024/float64(n), "stack-KiB/sub")
 			b.ReportMetric((after.goroutines-before.goroutines)/float64(n), "goroutines/sub")
 			b.ReportMetric(0, "ns/op")
 		})
@@ -300,7 +301,7 @@ func cpuProfile(path, debug string) {
 	_ = os.WriteFile(path, raw, 0o644)
 }
 
-type memory struct{ rss, goBytes, goroutines float64 }
+type memory struct{ rss, goBytes, stack, goroutines float64 }
 
 var profileSeq atomic.Int64
 
@@ -340,7 +341,8 @@ func serverMemory(b *testing.B, r *replica, debug string) memory {
 		}
 	}
 	m.goroutines = metric(b, r.addr, "go_goroutines")
-	m.goBytes = metric(b, r.addr, "go_memstats_heap_inuse_bytes") + metric(b, r.addr, "go_memstats_stack_inuse_bytes")
+	m.stack = metric(b, r.addr, "go_memstats_stack_inuse_bytes")
+	m.goBytes = metric(b, r.addr, "go_memstats_heap_inuse_bytes") + m.stack
 	return m
 }
 

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -271,7 +273,7 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	if m := w.next(); m["type"] != "pong" {
 		t.Fatalf("ping: %v", m)
 	}
-	msgs := w.op("q", `{ viewer { kind } }`, nil)
+	msgs := w.op("q", `{ viewer { kind name } }`, nil)
 	if len(msgs) != 2 || msgs[0]["type"] != "next" || msgs[1]["type"] != "complete" {
 		t.Fatalf("query: %v", msgs)
 	}
@@ -279,7 +281,7 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	if msgs := w.op("v", `{ nope }`, nil); msgs[0]["type"] != "error" || opError(msgs) != "INVALID_INPUT" {
 		t.Fatalf("invalid query: %v", msgs)
 	}
-	if msgs := w.op("q2", `{ viewer { kind } }`, nil); msgs[0]["type"] != "next" {
+	if msgs := w.op("q2", `{ viewer { kind name } }`, nil); msgs[0]["type"] != "next" {
 		t.Fatalf("socket unusable after an invalid query: %v", msgs)
 	}
 }
@@ -320,10 +322,10 @@ func TestCompletedIDIsFreeAtOnce(t *testing.T) {
 	w.send(map[string]any{"id": "r", "type": "subscribe", "payload": sub})
 	// A query with a reused id answers once and completes.
 	for try := 0; try < 10; try++ {
-		w.send(map[string]any{"id": "q", "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+		w.send(map[string]any{"id": "q", "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind name } }`}})
 		w.send(map[string]any{"id": "q", "type": "complete"})
 	}
-	msgs := w.op("q", `{ viewer { kind } }`, nil)
+	msgs := w.op("q", `{ viewer { kind name } }`, nil)
 	// An earlier q that finished before the server read its complete has
 	// answered next and complete itself, so op may have stopped at its
 	// complete: read the rest of q's messages, which end in the last q's.
@@ -407,4 +409,133 @@ func TestSessionsPerCredential(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A socket keeps small buffers of its own (512 bytes to read, 2 KiB to
+// write; net/http's 4 KiB pair would be 8 KiB of every subscriber): a
+// client message many times the read buffer, sent whole or in frames, and
+// an answer many times the write buffer still pass intact.
+func TestWebSocketMessagesLargerThanItsBuffers(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	w := dialWS(t, e)
+	w.init(e.Operator)
+	// A 6 KiB document (a comment pads it) whose answer is the schema's
+	// type names, several KiB.
+	query := "# " + strings.Repeat("padding ", 768) + "\n{ __schema { types { name } } }"
+	check := func(msgs []map[string]any) {
+		t.Helper()
+		if len(msgs) != 2 || msgs[0]["type"] != "next" || msgs[1]["type"] != "complete" {
+			t.Fatalf("want next and complete, got %v", msgs)
+		}
+		raw, _ := json.Marshal(msgs[0])
+		types := msgs[0]["payload"].(map[string]any)["data"].(map[string]any)["__schema"].(map[string]any)["types"].([]any)
+		if len(raw) < 4096 || len(types) < 50 {
+			t.Fatalf("the answer is %d bytes and %d types: a larger one is needed to pass the write buffer", len(raw), len(types))
+		}
+	}
+	check(w.op("1", query, nil))
+	// The same message in 100-byte frames (a fragmented message).
+	msg, _ := json.Marshal(map[string]any{"id": "2", "type": "subscribe", "payload": map[string]any{"query": query}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fw, err := w.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rest := msg; len(rest) > 0; {
+		n := min(100, len(rest))
+		if _, err := fw.Write(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	if err := fw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []map[string]any
+	for len(msgs) == 0 || msgs[len(msgs)-1]["type"] == "next" {
+		msgs = append(msgs, w.next())
+	}
+	check(msgs)
+}
+
+// A client that sends its first frames with the upgrade request, before the
+// server's 101 (the bytes net/http has already read past the request):
+// nothing it sent is lost when the socket takes its own buffers.
+func TestWebSocketFramesWithTheUpgradeRequest(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// frame is a masked, final text frame (RFC 6455 5.2) of payload.
+	frame := func(payload string) []byte {
+		key := [4]byte{1, 2, 3, 4}
+		var b []byte
+		switch n := len(payload); {
+		case n < 126:
+			b = []byte{0x81, 0x80 | byte(n)}
+		default:
+			b = []byte{0x81, 0x80 | 126, byte(n >> 8), byte(n)}
+		}
+		b = append(b, key[:]...)
+		for i := 0; i < len(payload); i++ {
+			b = append(b, payload[i]^key[i%4])
+		}
+		return b
+	}
+	req := "GET /graphql HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+	init, _ := json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + e.Operator}})
+	sub := `{"id":"1","type":"subscribe","payload":{"query":"{ viewer { kind name } }"}}`
+	all := append([]byte(req), frame(string(init))...)
+	all = append(all, frame(sub)...)
+	if _, err := conn.Write(all); err != nil { // one write: the frames arrive with the request
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	res, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", res.Status)
+	}
+	// readFrame reads one unmasked, unfragmented server frame.
+	readFrame := func() string {
+		t.Helper()
+		var h [2]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			t.Fatalf("reading a frame: %v", err)
+		}
+		n := int(h[1] & 0x7f)
+		switch n {
+		case 126:
+			var l [2]byte
+			_, _ = io.ReadFull(r, l[:])
+			n = int(l[0])<<8 | int(l[1])
+		case 127:
+			t.Fatal("a frame larger than this test reads")
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(r, p); err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	var got []string
+	for len(got) < 3 {
+		if m := readFrame(); !strings.Contains(m, `"ping"`) {
+			got = append(got, m)
+		}
+	}
+	if !strings.Contains(got[0], `"connection_ack"`) || !strings.Contains(got[1], `"next"`) || !strings.Contains(got[1], `"kind"`) ||
+		!strings.Contains(got[2], `"complete"`) {
+		t.Fatalf("messages: %q", got)
+	}
 }

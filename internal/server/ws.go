@@ -69,7 +69,7 @@ type wsTransport struct{ s *Server }
 func (wsTransport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
 func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	c, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{wsProtocol},
 		OriginPatterns: t.s.Config.AllowedOrigins,
 	})

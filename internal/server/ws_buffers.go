@@ -1,0 +1,46 @@
+package server
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// The buffers a WebSocket keeps for its whole life. net/http hands a
+// hijacked connection its 4 KiB request reader and a new 4 KiB writer, and
+// coder/websocket keeps both: 8 KiB of a subscriber's ~40 when ten
+// thousand dashboards hold sockets open. A subscriber's socket carries
+// little inbound (connection_init, subscribe, pong), so its reader needs
+// only enough for a frame header and a short message; a larger message
+// is read straight into the caller's buffer past the first read. The
+// writer holds a whole frame of a typical event (header and a `next`
+// message of a few hundred bytes to a couple of KiB), so a delivery stays
+// one write system call; a larger one takes two.
+const (
+	wsReadBuffer  = 512
+	wsWriteBuffer = 2048
+)
+
+// smallBuffers is the response writer handed to websocket.Accept: its
+// Hijack gives the connection the buffers above instead of net/http's.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, wr := brw.Reader, brw.Writer
+	// Bytes the client sent after its upgrade request are in net/http's
+	// reader (and an unflushed byte in its writer would be lost): keep
+	// whichever is not empty.
+	if r.Buffered() == 0 {
+		r = bufio.NewReaderSize(conn, wsReadBuffer)
+	}
+	if wr.Buffered() == 0 {
+		wr = bufio.NewWriterSize(conn, wsWriteBuffer)
+	}
+	return conn, bufio.NewReadWriter(r, wr), nil
+}
