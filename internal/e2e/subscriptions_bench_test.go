@@ -77,10 +77,14 @@ func BenchmarkSubscribers(b *testing.B) {
 				go cpuProfile(fmt.Sprintf("%s/cpu-%d.pb.gz", dir, n), debug)
 			}
 			f.reset()
+			server0, self0 := procCPU(srv.cmd.Process.Pid), procCPU(os.Getpid())
 			for i := 0; i < b.N; i++ {
 				f.publish(b, e, 1, 1)
 			}
 			b.StopTimer()
+			deliveries := float64(b.N * n)
+			b.ReportMetric(float64((procCPU(srv.cmd.Process.Pid)-server0).Microseconds())/deliveries, "server-cpu-µs/delivery")
+			b.ReportMetric(float64((procCPU(os.Getpid())-self0).Microseconds())/deliveries, "subscribers-cpu-µs/delivery")
 			p50, p99 := f.percentiles()
 			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
@@ -291,6 +295,22 @@ func (f *subFleet) close() {
 }
 
 // cpuProfile keeps 5 seconds of the server's CPU profile.
+// procCPU is the CPU time a process has used (user and system, from
+// /proc/<pid>/stat).
+func procCPU(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
 func cpuProfile(path, debug string) {
 	res, err := http.Get("http://" + debug + "/debug/pprof/profile?seconds=5")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -592,8 +593,12 @@ type renderKey struct {
 // rendering is one item's payload for one operation, once it is done.
 type rendering struct {
 	ready chan struct{}
-	b     []byte
-	ok    bool // false: the renderer had nothing to share (an error, the end)
+	// over is set with ready closed: the subscribers of an event that
+	// ask once it is rendered (nearly all of 10,000) read it without
+	// taking the channel's lock one after the other.
+	over atomic.Bool
+	b    []byte
+	ok   bool // false: the renderer had nothing to share (an error, the end)
 }
 
 const maxRenders = 4096
@@ -617,12 +622,16 @@ func (r *renders) claim(item any, op string) (x *rendering, owner bool) {
 
 func (x *rendering) done(b []byte, ok bool) {
 	x.b, x.ok = b, ok
+	x.over.Store(true)
 	close(x.ready)
 }
 
 // wait returns the payload once it is rendered; ok false when there is
 // none to share (the caller renders its own) or ctx ended.
 func (x *rendering) wait(ctx context.Context) ([]byte, bool) {
+	if x.over.Load() {
+		return x.b, x.ok
+	}
 	select {
 	case <-x.ready:
 		return x.b, x.ok
@@ -682,10 +691,19 @@ func (c *wsConn) write(ctx context.Context, m wsMessage) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
-	b, err := m.encode()
+	buf := wsBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= 64<<10 {
+			wsBuffers.Put(buf)
+		}
+	}()
+	b, err := m.appendTo((*buf)[:0])
 	if err != nil {
 		return false
 	}
+	*buf = b
+	// Write has framed and sent b (or failed) when it returns: the
+	// buffer is free again.
 	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
 		c.close(closeSlowConsumer, "the client does not read; reconnect")
 		return false
@@ -693,26 +711,50 @@ func (c *wsConn) write(ctx context.Context, m wsMessage) bool {
 	return true
 }
 
-// encode is the message's JSON. The payload is JSON this server produced,
-// so it is copied as it is, not parsed and compacted again as
-// json.Marshal does with a RawMessage (a subscription's every event goes
-// through here).
-func (m wsMessage) encode() ([]byte, error) {
-	id, err := json.Marshal(m.ID)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, len(m.Payload)+len(id)+len(m.Type)+32)
+// wsBuffers hold messages while they are encoded and written (one event
+// is written to every subscriber of it: a buffer each would be as many
+// allocations).
+var wsBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// encode is the message's JSON.
+func (m wsMessage) encode() ([]byte, error) { return m.appendTo(nil) }
+
+// appendTo appends the message's JSON to b. The payload is JSON this
+// server produced, so it is copied as it is, not parsed and compacted
+// again as json.Marshal does with a RawMessage (a subscription's every
+// event goes through here).
+func (m wsMessage) appendTo(b []byte) ([]byte, error) {
 	b = append(b, '{')
 	if m.ID != "" {
-		b = append(append(append(b, `"id":`...), id...), ',')
+		b = append(b, `"id":`...)
+		if plainJSONString(m.ID) {
+			b = append(append(append(b, '"'), m.ID...), '"')
+		} else {
+			id, err := json.Marshal(m.ID)
+			if err != nil {
+				return nil, err
+			}
+			b = append(b, id...)
+		}
+		b = append(b, ',')
 	}
 	b = append(append(append(b, `"type":"`...), m.Type...), '"')
 	if len(m.Payload) > 0 {
-		b = append(append(append(b, `,"payload":`...), m.Payload...), '}')
-		return b, nil
+		b = append(append(b, `,"payload":`...), m.Payload...)
 	}
 	return append(b, '}'), nil
+}
+
+// plainJSONString says whether json.Marshal writes s between quotes as it
+// is: printable ASCII with nothing it escapes (", \, and <, >, & as HTML).
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // close ends the connection once with a close code and reason.

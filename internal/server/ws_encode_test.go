@@ -15,6 +15,8 @@ func TestWSMessageEncode(t *testing.T) {
 		{ID: "1", Type: "next", Payload: json.RawMessage(`{"data":{"a":"b"}}`)},
 		{ID: "we\"ird\u2028<id>", Type: "error", Payload: json.RawMessage(`[{"message":"m"}]`)},
 		{ID: "7", Type: "complete"},
+		{ID: "op-1_a.b~c", Type: "next", Payload: json.RawMessage(`{}`)},
+		{ID: "a&b", Type: "next"}, {ID: "tab\there", Type: "next"}, {ID: "é", Type: "next"}, {ID: "\x7f", Type: "next"},
 	} {
 		got, err := m.encode()
 		if err != nil {
