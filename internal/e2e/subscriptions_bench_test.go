@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -55,7 +56,7 @@ func BenchmarkSubscribers(b *testing.B) {
 	_, tok := srv.call(b, token, "tokens/create", map[string]any{"tenantId": "bench", "name": "dash", "role": "viewer"})
 	viewer := tok["secret"].(string)
 
-	f := &subFleet{addr: srv.addr, token: viewer}
+	f := &subFleet{addr: srv.addr, token: viewer, sse: os.Getenv("BENCH_TRANSPORT") == "sse"}
 	b.Cleanup(f.close)
 	before := serverMemory(b, srv, debug)
 	counts := []int{1000, 10000}
@@ -115,7 +116,8 @@ func BenchmarkSubscribers(b *testing.B) {
 // receives and when.
 type subFleet struct {
 	addr, token string
-	conns       []*websocket.Conn
+	sse         bool           // event streams (graphql-sse) rather than WebSockets
+	conns       []func() error // each subscriber's close
 	t0          atomic.Int64 // UnixNano just before the publishing COMMIT
 	delivered   atomic.Int64
 	want        int64
@@ -147,7 +149,11 @@ func (f *subFleet) grow(b *testing.B, n int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := f.dial()
+			dial := f.dial
+			if f.sse {
+				dial = f.dialSSE
+			}
+			c, err := dial()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -172,7 +178,7 @@ func (f *subFleet) grow(b *testing.B, n int) {
 	})
 }
 
-func (f *subFleet) dial() (*websocket.Conn, error) {
+func (f *subFleet) dial() (func() error, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, "ws://"+f.addr+"/graphql", &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
@@ -196,7 +202,53 @@ func (f *subFleet) dial() (*websocket.Conn, error) {
 		return nil, err
 	}
 	go f.read(c)
-	return c, nil
+	return c.CloseNow, nil
+}
+
+// dialSSE opens an event stream of the subscription (GET /graphql/stream)
+// on a socket of its own and reads it with the least a client can do: its
+// lines.
+func (f *subFleet) dialSSE() (func() error, error) {
+	c, err := net.DialTimeout("tcp", f.addr, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	req := "GET /graphql/stream?query=" + url.QueryEscape(benchSubscription) + " HTTP/1.1\r\nHost: " + f.addr +
+		"\r\nAccept: text/event-stream\r\nAuthorization: Bearer " + f.token + "\r\n\r\n"
+	if _, err := c.Write([]byte(req)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(c)
+	res, err := http.ReadResponse(r, nil)
+	if err != nil || res.StatusCode != http.StatusOK {
+		c.Close()
+		return nil, fmt.Errorf("event stream: %v %v", res, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	go func() {
+		// The body is chunked: chunk sizes and event lines come as lines;
+		// a data line of a next event counts.
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			switch {
+			case bytes.HasPrefix(line, []byte("data: {")) && bytes.Contains(line, []byte(`"instanceEvents"`)) && !bytes.Contains(line, []byte(`"errors"`)):
+				d := time.Duration(time.Now().UnixNano() - f.t0.Load())
+				f.mu.Lock()
+				f.lat = append(f.lat, d)
+				f.mu.Unlock()
+				f.delivered.Add(1)
+			case bytes.HasPrefix(line, []byte("data: {")):
+				s := string(line)
+				f.bad.CompareAndSwap(nil, &s)
+			}
+		}
+	}()
+	return c.Close, nil
 }
 
 func (f *subFleet) read(c *websocket.Conn) {
@@ -290,7 +342,7 @@ func (f *subFleet) percentiles() (p50, p99 time.Duration) {
 
 func (f *subFleet) close() {
 	for _, c := range f.conns {
-		c.CloseNow()
+		_ = c()
 	}
 }
 

@@ -362,6 +362,12 @@ type detached struct {
 
 func (d detached) Value(key any) any { return d.values.Value(key) }
 
+// AfterFunc lets a context derived from d (an event stream's) be cancelled
+// with the request without a goroutine of its own: the context package
+// watches a parent it cannot see through with one goroutine per child
+// unless the parent has this method.
+func (d detached) AfterFunc(f func()) func() bool { return context.AfterFunc(d.Context, f) }
+
 func newRequestID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)

@@ -101,6 +101,8 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 
 	ctx = reqctx.WithSession(ctx, sess)
 	ctx, endErr := reqctx.WithEnd(ctx)
+	drv := &sseDriver{wake: make(chan struct{}, 1)}
+	ctx = reqctx.WithDriver(ctx, drv)
 
 	oc, list := exec.CreateOperationContext(ctx, params)
 	list = capErrors(list)
@@ -116,18 +118,99 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		defer end()
 	}
 	responses, rctx := exec.DispatchOperation(ctx, oc)
-	// The handler is the stream's only writer, and it writes nothing after
-	// it returns: net/http recycles the response's buffers then, and a
-	// write from a goroutine or a timer that outlived the handler crashed
-	// the process. Results are executed on a goroutine that never touches
-	// the response and that the handler waits for before it returns;
-	// keep-alives come from the handler's own loop. A write that takes
-	// longer than Config.WS.WriteTimeout (the client does not read) ends
-	// the stream; the results goroutine then stops at its next send, so a
-	// stuck client holds the subscription's small buffer and one rendered
-	// result, never a queue.
-	// A result is handed over as its JSON: the executor may reuse a
-	// response's buffers for the next one.
+	var tick <-chan time.Time
+	if every := t.s.Config.WS.PingInterval; every > 0 {
+		ticker := time.NewTicker(every)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	if oc.Operation.Operation == ast.Subscription && drv.skip != nil {
+		if !t.driven(ctx, st, drv, rctx, responses, renderKeyOf(p, params), tick) {
+			return // the client left or does not read
+		}
+	} else if !t.results(ctx, cancel, st, rctx, responses, tick) {
+		return
+	}
+	// Why it ended, if not by the client: an error of the subscription, a
+	// revoked token, the server shutting down.
+	sess.mu.Lock()
+	reason := sess.closedWith
+	sess.mu.Unlock()
+	switch {
+	case reason != "" && strings.Contains(reason, "revoked"):
+		st.errors(errs.E(errs.Unauthenticated, "the bearer token was revoked"))
+	case reason != "":
+		st.errors(errs.E(errs.Unavailable, "%s", reason).With("reason", "shutdown"))
+	case endErr() != nil:
+		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, endErr())})
+		st.next(resp)
+	}
+	st.complete()
+}
+
+// driven streams a subscription that its source drives (reqctx.Driver,
+// as on a WebSocket): the handler waits for the source's ready calls and
+// takes one item per call, executing it or taking the copy another
+// subscription of the same operation and principal rendered (on either
+// transport), so an event to many streams is executed once and a stream
+// holds no goroutine but its handler. It returns false when the client
+// left or does not read, true when the stream is to end with its reason
+// (the source ended, the session was closed).
+func (t sseTransport) driven(ctx context.Context, st *sseStream, drv *sseDriver, rctx context.Context, responses graphql.ResponseHandler, key string, tick <-chan time.Time) bool {
+	for {
+		select {
+		case <-drv.wake:
+		case <-tick:
+			if !st.keepAlive() {
+				return false
+			}
+			continue
+		case <-ctx.Done():
+			return true
+		}
+		for {
+			item, ok := drv.take()
+			if !ok {
+				break
+			}
+			var b []byte
+			var ended bool
+			var err error
+			if safe.Do(ctx, t.s.Log, "event stream execution", func() {
+				b, ended, err = t.s.render(rctx, drv.skip, responses, key, item)
+			}) {
+				reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
+				return true
+			}
+			if err != nil {
+				reqctx.SetEnd(ctx, err)
+				return true
+			}
+			if ended {
+				return true
+			}
+			if !st.event("next", b) {
+				return false
+			}
+		}
+	}
+}
+
+// results streams an operation's results as they come: a query's or a
+// mutation's one, or those of a subscription whose source does not offer
+// to be driven. The handler is the stream's only writer, and it writes
+// nothing after it returns: net/http recycles the response's buffers then,
+// and a write from a goroutine or a timer that outlived the handler crashed
+// the process. Results are executed on a goroutine that never touches the
+// response and that the handler waits for before it returns; keep-alives
+// come from the handler's own loop. A write that takes longer than
+// Config.WS.WriteTimeout (the client does not read) ends the stream; the
+// results goroutine then stops at its next send, so a stuck client holds
+// the subscription's small buffer and one rendered result, never a queue.
+// A result is handed over as its JSON: the executor may reuse a response's
+// buffers for the next one. cancel ends the operation (and so the
+// goroutine). It returns as driven does.
+func (t sseTransport) results(ctx context.Context, cancel context.CancelFunc, st *sseStream, rctx context.Context, responses graphql.ResponseHandler, tick <-chan time.Time) bool {
 	results := make(chan []byte)
 	log := t.s.Log
 	safe.Go(ctx, log, "event stream results", func() {
@@ -153,48 +236,65 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 			reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
 		})
 	})
-	defer func() {
+	// gone ends the operation and waits for the results goroutine to
+	// end, when the client left (when results closed, it has ended).
+	gone := func() bool {
 		cancel()
-		for range results { // wait for the results goroutine to end
+		for range results {
 		}
-	}()
-	var tick <-chan time.Time
-	if every := t.s.Config.WS.PingInterval; every > 0 {
-		ticker := time.NewTicker(every)
-		defer ticker.Stop()
-		tick = ticker.C
+		return false
 	}
-loop:
 	for {
 		select {
 		case b, ok := <-results:
 			if !ok {
-				break loop
+				return true
 			}
 			if !st.event("next", b) {
-				return // the client left or does not read
+				return gone()
 			}
 		case <-tick:
 			if !st.keepAlive() {
-				return
+				return gone()
 			}
 		}
 	}
-	// Why it ended, if not by the client: an error of the subscription, a
-	// revoked token, the server shutting down.
-	sess.mu.Lock()
-	reason := sess.closedWith
-	sess.mu.Unlock()
-	switch {
-	case reason != "" && strings.Contains(reason, "revoked"):
-		st.errors(errs.E(errs.Unauthenticated, "the bearer token was revoked"))
-	case reason != "":
-		st.errors(errs.E(errs.Unavailable, "%s", reason).With("reason", "shutdown"))
-	case endErr() != nil:
-		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, endErr())})
-		st.next(resp)
+}
+
+// sseDriver is an event stream's reqctx.Driver: the source's ready calls
+// queue their items and wake the handler, which takes them in order.
+type sseDriver struct {
+	skip    func() // set by the resolver before DispatchOperation returns
+	wake    chan struct{}
+	mu      sync.Mutex
+	pending []any // nil is the end
+}
+
+func (d *sseDriver) Attach(skip func()) { d.skip = skip }
+
+func (d *sseDriver) Ready() func(item any) {
+	return func(item any) {
+		d.mu.Lock()
+		d.pending = append(d.pending, item)
+		d.mu.Unlock()
+		select {
+		case d.wake <- struct{}{}:
+		default: // a wake is pending; the handler takes every item queued
+		}
 	}
-	st.complete()
+}
+
+func (d *sseDriver) take() (any, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.pending) == 0 {
+		d.pending = nil // lets the slice's array go while idle
+		return nil, false
+	}
+	item := d.pending[0]
+	d.pending[0] = nil
+	d.pending = d.pending[1:]
+	return item, true
 }
 
 // sseSession is an event stream's hold on its credential.
@@ -219,25 +319,47 @@ type sseStream struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	failed  bool
+	// deadline is the connection's write deadline as last set. Setting it
+	// is a timer update; with an event to thousands of streams at once it
+	// is moved only once a quarter of it has passed, so a write may take
+	// from three quarters of timeout to all of it.
+	deadline time.Time
 }
 
-func (s *sseStream) write(b []byte) bool {
+// write writes parts as one piece of the stream and flushes it.
+func (s *sseStream) write(parts ...[]byte) bool {
 	if s.failed {
 		return false
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	if _, err := s.w.Write(b); err != nil || s.rc.Flush() != nil {
-		s.failed = true // the connection is unusable after a timed-out write
+	if now := time.Now(); s.deadline.Sub(now) < s.timeout*3/4 {
+		s.deadline = now.Add(s.timeout)
+		_ = s.rc.SetWriteDeadline(s.deadline)
+	}
+	for _, p := range parts {
+		if _, err := s.w.Write(p); err != nil {
+			s.failed = true // the connection is unusable after a timed-out write
+			return false
+		}
+	}
+	if s.rc.Flush() != nil {
+		s.failed = true
 		return false
 	}
 	return true
 }
 
+var (
+	sseData = []byte("\ndata: ")
+	sseEnd  = []byte("\n\n")
+	sseNext = []byte("event: next")
+)
+
 func (s *sseStream) event(name string, data []byte) bool {
-	b := make([]byte, 0, len(name)+len(data)+16)
-	b = append(append(append(b, "event: "...), name...), "\ndata: "...)
-	b = append(append(b, data...), "\n\n"...) // JSON has no raw newlines
-	return s.write(b)
+	ev := sseNext
+	if name != "next" {
+		ev = []byte("event: " + name)
+	}
+	return s.write(ev, sseData, data, sseEnd) // JSON has no raw newlines
 }
 
 func (s *sseStream) next(resp *graphql.Response) bool {
@@ -260,4 +382,6 @@ func (s *sseStream) errors(e *errs.Error) {
 }
 
 // keepAlive writes a comment line (proxies close silent connections).
-func (s *sseStream) keepAlive() bool { return s.write([]byte(": keep-alive\n\n")) }
+func (s *sseStream) keepAlive() bool { return s.write(sseKeepAlive) }
+
+var sseKeepAlive = []byte(": keep-alive\n\n")

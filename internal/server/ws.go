@@ -467,19 +467,36 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 // subscription of the same key or executed here. It says whether the
 // subscription goes on.
 func (c *wsConn) step(op *wsOp, drv *wsDriver, rctx context.Context, responses graphql.ResponseHandler, key string, end func(), item any) bool {
+	b, ended, err := c.s.render(rctx, drv.skip, responses, key, item)
+	if !ended && err == nil && op.send(c, wsMessage{Type: "next", Payload: b}, true) {
+		return true
+	}
+	if ended {
+		end()
+	}
+	op.cancel() // the source ends (if it has not) and says so once more
+	c.finish(op)
+	return false
+}
+
+// render takes item, one item a driven subscription's source said is
+// there (an event, or nil for the end), and returns its payload: the bytes
+// another subscription of the same key (document, variables, principal)
+// rendered, taken with skip, or the subscription's own execution, kept for
+// the others. ended says the source has ended; err is a payload that could
+// not be encoded.
+func (s *Server) render(rctx context.Context, skip func(), responses graphql.ResponseHandler, key string, item any) (b []byte, ended bool, err error) {
 	var mine *rendering
 	if item != nil {
-		r, owner := c.s.renders.claim(item, key)
+		r, owner := s.renders.claim(item, key)
 		if owner {
 			mine = r
 		} else if b, ok := r.wait(rctx); ok {
-			drv.skip()
-			return op.send(c, wsMessage{Type: "next", Payload: b}, true)
+			skip()
+			return b, false, nil
 		}
 	}
 	resp := responses(rctx)
-	var b []byte
-	var err error
 	if resp != nil {
 		b, err = json.Marshal(resp)
 	}
@@ -487,15 +504,7 @@ func (c *wsConn) step(op *wsOp, drv *wsDriver, rctx context.Context, responses g
 		// Errors are not shared: they may be this subscription's own.
 		mine.done(b, resp != nil && err == nil && len(resp.Errors) == 0)
 	}
-	if resp != nil && err == nil && op.send(c, wsMessage{Type: "next", Payload: b}, true) {
-		return true
-	}
-	if resp == nil {
-		end()
-	}
-	op.cancel() // the source ends (if it has not) and says so once more
-	c.finish(op)
-	return false
+	return b, resp == nil, err
 }
 
 // wsDriver drives a subscription by its source's ready calls
