@@ -118,7 +118,7 @@ type subFleet struct {
 	addr, token string
 	sse         bool           // event streams (graphql-sse) rather than WebSockets
 	conns       []func() error // each subscriber's close
-	t0          atomic.Int64 // UnixNano just before the publishing COMMIT
+	t0          atomic.Int64   // UnixNano just before the publishing COMMIT
 	delivered   atomic.Int64
 	want        int64
 	mu          sync.Mutex
