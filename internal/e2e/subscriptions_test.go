@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -634,4 +636,79 @@ func TestSSEStartsAtOnceAndRefusesBrokenBodies(t *testing.T) {
 			t.Fatalf("%q: %d %s", bad, res.StatusCode, b)
 		}
 	}
+}
+
+// rawStream opens an event stream of eventsSub for tenant "acme" over a
+// bare TCP connection with the given HTTP version and returns the parsed
+// response (its body decoded as the response frames it) and the
+// connection.
+func rawStream(t *testing.T, e *testkit.Env, token, proto string) (*http.Response, net.Conn) {
+	t.Helper()
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	vars, _ := json.Marshal(map[string]any{"t": "acme"})
+	q := url.Values{"query": {eventsSub}, "variables": {string(vars)}}
+	fmt.Fprintf(c, "GET /graphql/stream?%s %s\r\nHost: %s\r\nAccept: text/event-stream\r\nAuthorization: Bearer %s\r\n\r\n", q.Encode(), proto, addr, token)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		t.Fatalf("event stream: %s", res.Status)
+	}
+	return res, c
+}
+
+// A subscription's event stream over HTTP/1.1 leaves its handler (the
+// connection is hijacked; one goroutine per stream, its reader): the body
+// stays chunked and the connection is closed at its end (Connection:
+// close); the stream ends properly with its last chunk; a client that
+// leaves ends its subscription at once, not at the next keep-alive; an
+// HTTP/1.0 client, which cannot take chunks, is streamed by the handler
+// and its body ends with the connection.
+func TestDetachedEventStreams(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	dash := newToken(t, e, acme.Admin.Token, "acme", "dash", "viewer")
+	res, _ := rawStream(t, e, dash.Token, "HTTP/1.1")
+	if !res.Close || len(res.TransferEncoding) != 1 || res.TransferEncoding[0] != "chunked" {
+		t.Fatalf("want a chunked body and Connection: close, got %v %v", res.TransferEncoding, res.Header)
+	}
+	old, _ := rawStream(t, e, acme.Viewer.Token, "HTTP/1.0")
+	if len(old.TransferEncoding) != 0 || !old.Close {
+		t.Fatalf("HTTP/1.0: want a body that ends with the connection, got %v %v", old.TransferEncoding, old.Header)
+	}
+	_, leavingConn := rawStream(t, e, acme.Viewer.Token, "HTTP/1.1")
+	waitSubscribers(t, e, 3)
+	// The client that leaves: its subscription ends at once (keep-alives
+	// are 15 s apart here).
+	leavingConn.Close()
+	waitSubscribers(t, e, 2)
+
+	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
+	for _, s := range []*sseReader{{t: t, res: res, br: bufio.NewReader(res.Body)}, {t: t, res: old, br: bufio.NewReader(old.Body)}} {
+		name, m := s.next()
+		ev, _ := dig(t, m, "data", "instanceEvents").(map[string]any)
+		if name != "next" || ev["instanceId"] != id || ev["type"] != "INSTANCE_CREATED" {
+			t.Fatalf("first event: %s %v", name, m)
+		}
+	}
+	// The token is revoked: the stream says so, completes, and its body
+	// ends with its last chunk (io.EOF, not an unexpected one).
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": dash.TokenID}))
+	rest, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("the body did not end properly: %v (read %q)", err, rest)
+	}
+	if !strings.Contains(string(rest), "UNAUTHENTICATED") || !strings.HasSuffix(string(rest), "event: complete\ndata: \n\n") {
+		t.Fatalf("the stream's end: %q", rest)
+	}
+	waitSubscribers(t, e, 1)
 }

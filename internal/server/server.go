@@ -366,7 +366,9 @@ func (d detached) Value(key any) any { return d.values.Value(key) }
 // with the request without a goroutine of its own: the context package
 // watches a parent it cannot see through with one goroutine per child
 // unless the parent has this method.
-func (d detached) AfterFunc(f func()) func() bool { return context.AfterFunc(d.Context, f) }
+func (d detached) AfterFunc(f func()) func() bool {
+	return context.AfterFunc(d.Context, safe.Func(d.values, nil, "context cancellation", f))
+}
 
 func newRequestID() string {
 	b := make([]byte, 12)

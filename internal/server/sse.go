@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"mime"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,12 +67,28 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		return
 	}
 	t.s.conns.Add(1)
-	defer t.s.conns.Done()
+	// owned: the stream has left the handler (detached) and cleans up
+	// after itself when it ends.
+	owned := false
+	defer func() {
+		if !owned {
+			t.s.conns.Done()
+		}
+	}()
 	// The request's deadline bounds a query or a mutation; a subscription
 	// runs until it ends or its client leaves.
 	deadline, bounded := r.Context().Deadline()
-	ctx, cancel := context.WithCancel(withoutDeadline(r.Context()))
-	defer cancel()
+	// The stream's context ends with the request's (the client left) until
+	// it detaches: net/http ends the request's context when the handler
+	// returns, and a detached stream outlives it.
+	base := withoutDeadline(r.Context())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
+	unlink := context.AfterFunc(base, safe.Func(ctx, t.s.Log, "event stream request end", cancel))
+	defer func() {
+		if !owned {
+			cancel()
+		}
+	}()
 	p := reqctx.PrincipalFrom(ctx)
 	tok, _ := auth.FromHeader(r.Header.Get("Authorization"))
 	sess := &sseSession{s: t.s, secret: tok}
@@ -83,7 +102,22 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		writeRequestError(w, mediaJSON, http.StatusTooManyRequests, t.s.sessions.errTooMany())
 		return
 	}
-	defer t.s.sessions.remove(sess.x)
+	defer func() {
+		if !owned {
+			t.s.sessions.remove(sess.x)
+		}
+	}()
+	params.Headers = r.Header
+	ctx = reqctx.WithSession(ctx, sess)
+	ctx, endErr := reqctx.WithEnd(ctx)
+	oc, list := exec.CreateOperationContext(ctx, params)
+	list = capErrors(list)
+	// A subscription over HTTP/1.1 leaves the handler once it has started
+	// (detach): the connection is the stream's, its body chunked as
+	// net/http began it, closed at its end.
+	detach := list == nil && oc.Operation != nil && oc.Operation.Operation == ast.Subscription &&
+		r.ProtoMajor == 1 && r.ProtoMinor >= 1
+
 	// Long-lived: lift the server's write deadline.
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -91,31 +125,34 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if detach {
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(http.StatusOK)
 	// The status and headers go out now: a client (or a proxy with a
 	// response-header timeout) knows the stream is open before its first
 	// event or keep-alive.
 	_ = rc.Flush()
 	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
-	params.Headers = r.Header
-
-	ctx = reqctx.WithSession(ctx, sess)
-	ctx, endErr := reqctx.WithEnd(ctx)
-	drv := &sseDriver{wake: make(chan struct{}, 1)}
-	ctx = reqctx.WithDriver(ctx, drv)
-
-	oc, list := exec.CreateOperationContext(ctx, params)
-	list = capErrors(list)
 	if list != nil {
 		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
 		st.next(resp)
 		st.complete()
 		return
 	}
-	if bounded && oc.Operation != nil && oc.Operation.Operation != ast.Subscription {
-		var end context.CancelFunc
-		ctx, end = context.WithDeadline(ctx, deadline)
-		defer end()
+	end := func() { t.ending(ctx, st, sess, exec, oc, endErr) }
+	if detach && st.hijack() {
+		owned = true
+		unlink() // false: the client has left already, and ctx has ended
+		t.detached(ctx, cancel, st, sess, exec, oc, renderKeyOf(p, params), end)
+		return
+	}
+	drv := &sseDriver{wake: make(chan struct{}, 1)}
+	ctx = reqctx.WithDriver(ctx, drv)
+	if bounded && oc.Operation.Operation != ast.Subscription {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, deadline)
+		defer stop()
 	}
 	responses, rctx := exec.DispatchOperation(ctx, oc)
 	var tick <-chan time.Time
@@ -131,8 +168,12 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	} else if !t.results(ctx, cancel, st, rctx, responses, tick) {
 		return
 	}
-	// Why it ended, if not by the client: an error of the subscription, a
-	// revoked token, the server shutting down.
+	end()
+}
+
+// ending writes why a stream ended, if not by the client (an error of the
+// subscription, a revoked token, the server shutting down), and complete.
+func (t sseTransport) ending(ctx context.Context, st *sseStream, sess *sseSession, exec graphql.GraphExecutor, oc *graphql.OperationContext, endErr func() error) {
 	sess.mu.Lock()
 	reason := sess.closedWith
 	sess.mu.Unlock()
@@ -146,6 +187,93 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		st.next(resp)
 	}
 	st.complete()
+}
+
+// detached runs a subscription's stream on its own connection (hijacked,
+// HTTP/1) after the handler has returned, as a WebSocket runs: the source's
+// ready calls start a goroutine only while an event is pending, a timer
+// sends the keep-alives, and a goroutine blocked reading the connection
+// notices the client leaving. A stream then holds one goroutine (the
+// reader) and neither the handler's stack nor net/http's buffers. At its
+// end (the source's, a failed write, the client's) the stream writes its
+// ending if the client is there, closes the connection and releases its
+// session and its count in the server's connections.
+func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, st *sseStream, sess *sseSession, exec graphql.GraphExecutor, oc *graphql.OperationContext, key string, end func()) {
+	log := t.s.Log
+	var keepAlive *time.Timer
+	var once sync.Once
+	finish := func(ending bool) {
+		once.Do(func() {
+			if keepAlive != nil {
+				keepAlive.Stop()
+			}
+			if ending {
+				end()
+			}
+			st.close()
+			cancel()
+			t.s.sessions.remove(sess.x)
+			t.s.conns.Done()
+		})
+	}
+	drv := &wsDriver{ctx: ctx, log: log}
+	drv.crashed = func() {
+		reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
+		finish(true)
+	}
+	ctx = reqctx.WithDriver(ctx, drv)
+	var responses graphql.ResponseHandler
+	var rctx context.Context
+	if safe.Do(ctx, log, "event stream start", func() { responses, rctx = exec.DispatchOperation(ctx, oc) }) {
+		reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
+		finish(true)
+		return
+	}
+	if drv.skip == nil {
+		// The source does not offer to be driven (it failed as it
+		// started): its results on this goroutine, then the end.
+		finish(t.results(ctx, cancel, st, rctx, responses, nil))
+		return
+	}
+	// The reader: a client sends nothing after its request, so a read
+	// ends when the client leaves (or the stream closes the connection).
+	safe.Go(ctx, log, "event stream reader", func() {
+		b := make([]byte, 64)
+		for {
+			if _, err := st.conn.Read(b); err != nil {
+				cancel() // the source ends, and its end finishes the stream
+				return
+			}
+		}
+	})
+	if every := t.s.Config.WS.PingInterval; every > 0 {
+		// Started only once keepAlive is set (Reset orders the assignment
+		// before the callback that reads it).
+		keepAlive = time.AfterFunc(time.Duration(math.MaxInt64), safe.Func(ctx, log, "event stream keep-alive", func() {
+			if st.keepAlive() {
+				keepAlive.Reset(every)
+			} else {
+				cancel()
+			}
+		}))
+		keepAlive.Reset(every)
+	}
+	drv.start(func(item any) bool {
+		b, ended, err := t.s.render(rctx, drv.skip, responses, key, item)
+		if err != nil {
+			reqctx.SetEnd(ctx, err)
+			ended = true
+		}
+		if ended {
+			finish(true)
+			return false
+		}
+		if !st.event("next", b) {
+			finish(false) // the client left or does not read
+			return false
+		}
+		return true
+	})
 }
 
 // driven streams a subscription that its source drives (reqctx.Driver,
@@ -324,10 +452,34 @@ type sseStream struct {
 	// is moved only once a quarter of it has passed, so a write may take
 	// from three quarters of timeout to all of it.
 	deadline time.Time
+	// conn, once the stream has its connection (hijack): the stream is
+	// written to it as chunks, by whoever holds mu (a detached stream's
+	// writers are its event goroutine and its keep-alive timer).
+	conn net.Conn
+	mu   sync.Mutex
+}
+
+// hijack takes the connection from net/http once the headers are out
+// (chunked, Connection: close). It says false when it cannot (HTTP/2).
+func (s *sseStream) hijack() bool {
+	conn, brw, err := s.rc.Hijack()
+	if err != nil {
+		return false
+	}
+	// The server's deadlines stay on a hijacked connection: lift them.
+	_ = conn.SetDeadline(time.Time{})
+	if brw.Writer.Buffered() > 0 {
+		_ = brw.Writer.Flush()
+	}
+	s.conn, s.deadline = conn, time.Time{}
+	return true
 }
 
 // write writes parts as one piece of the stream and flushes it.
 func (s *sseStream) write(parts ...[]byte) bool {
+	if s.conn != nil {
+		return s.writeChunk(parts)
+	}
 	if s.failed {
 		return false
 	}
@@ -346,6 +498,60 @@ func (s *sseStream) write(parts ...[]byte) bool {
 		return false
 	}
 	return true
+}
+
+// writeChunk writes parts as one chunk of the response's chunked body,
+// in one write.
+func (s *sseStream) writeChunk(parts [][]byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed {
+		return false
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n == 0 { // a chunk of 0 bytes ends the body
+		return true
+	}
+	buf := wsBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= 64<<10 {
+			wsBuffers.Put(buf)
+		}
+	}()
+	b := append(strconv.AppendInt((*buf)[:0], int64(n), 16), "\r\n"...)
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	b = append(b, "\r\n"...)
+	*buf = b
+	if now := time.Now(); s.deadline.Sub(now) < s.timeout*3/4 {
+		s.deadline = now.Add(s.timeout)
+		_ = s.conn.SetWriteDeadline(s.deadline)
+	}
+	if _, err := s.conn.Write(b); err != nil {
+		s.failed = true // the connection is unusable after a timed-out write
+		return false
+	}
+	return true
+}
+
+// close ends a hijacked stream's body (the last chunk) and closes its
+// connection; the handler's response ends with the handler otherwise.
+func (s *sseStream) close() {
+	if s.conn == nil {
+		return
+	}
+	s.mu.Lock()
+	if !s.failed {
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
+		_, _ = s.conn.Write([]byte("0\r\n\r\n"))
+		s.failed = true
+	}
+	s.mu.Unlock()
+	_ = s.conn.Close()
 }
 
 var (
