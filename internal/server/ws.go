@@ -168,10 +168,26 @@ func (c *wsConn) serve() {
 			c.close(closeBadRequest, "Invalid message received: messages are JSON text")
 			return
 		}
-		if !c.handle(data) {
+		if !c.handleShallow(data) {
 			return
 		}
 	}
+}
+
+// handleShallow runs handle on a goroutine of its own and waits for it:
+// handling a message goes deep (authentication reads the database,
+// subscribe starts an operation), and a goroutine's stack keeps the size
+// it grew to while it is parked, so the reader, parked for the socket's
+// whole life, would hold 8 KiB where it needs 2.
+func (c *wsConn) handleShallow(data []byte) bool {
+	ok := false
+	done := make(chan struct{})
+	safe.Go(c.ctx, c.s.Log, "websocket message", func() {
+		defer close(done)
+		ok = c.handle(data)
+	}, func() { c.close(closeInternal, "internal error") })
+	<-done
+	return ok
 }
 
 // handle processes one message; false ends the connection.
