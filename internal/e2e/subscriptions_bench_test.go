@@ -33,7 +33,11 @@ import (
 // server's memory per subscription (Go heap plus stacks after a garbage
 // collection, and the resident set, measured against the server before the
 // sockets opened), and the events
-// per second sustained to 1,000 subscribers (bursts from 4 writers).
+// per second sustained to 1,000 subscribers (bursts from 4 writers), and
+// the CPU per delivery of the server and of the subscribers' process.
+// BENCH_TRANSPORT=sse makes the subscribers event streams (GET
+// /graphql/stream over HTTP/1.1) instead of sockets; BENCH_SUBSCRIBERS=n,m
+// sets the counts.
 //
 // The subscribers run in this process and the server in its own, so the
 // server's memory is its own; both raise their open-file limit to the hard
