@@ -686,10 +686,18 @@ func TestDetachedEventStreams(t *testing.T) {
 		t.Fatalf("HTTP/1.0: want a body that ends with the connection, got %v %v", old.TransferEncoding, old.Header)
 	}
 	_, leavingConn := rawStream(t, e, acme.Viewer.Token, "HTTP/1.1")
-	waitSubscribers(t, e, 3)
+	talking, talkingConn := rawStream(t, e, acme.Viewer.Token, "HTTP/1.1")
+	waitSubscribers(t, e, 4)
 	// The client that leaves: its subscription ends at once (keep-alives
 	// are 15 s apart here).
 	leavingConn.Close()
+	waitSubscribers(t, e, 3)
+	// A client that sends after its request (a request it pipelines gets
+	// no answer on this connection): its stream ends.
+	fmt.Fprintf(talkingConn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if rest, err := io.ReadAll(talking.Body); err != nil || !strings.HasSuffix(string(rest), "event: complete\ndata: \n\n") {
+		t.Fatalf("a stream whose client sent more: %q %v", rest, err)
+	}
 	waitSubscribers(t, e, 2)
 
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")

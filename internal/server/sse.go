@@ -235,16 +235,15 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 		finish(t.results(ctx, cancel, st, rctx, responses, nil))
 		return
 	}
-	// The reader: a client sends nothing after its request, so a read
-	// ends when the client leaves (or the stream closes the connection).
+	// The reader: a client sends nothing after its request (the response
+	// said Connection: close, so nothing more is answered here), and a
+	// read returns when the client leaves or the stream closes the
+	// connection. One that sends bytes anyway ends its stream too, rather
+	// than keep a goroutine reading whatever it sends.
 	safe.Go(ctx, log, "event stream reader", func() {
-		b := make([]byte, 64)
-		for {
-			if _, err := st.conn.Read(b); err != nil {
-				cancel() // the source ends, and its end finishes the stream
-				return
-			}
-		}
+		var b [1]byte
+		_, _ = st.conn.Read(b[:])
+		cancel() // the source ends, and its end finishes the stream
 	})
 	if every := t.s.Config.WS.PingInterval; every > 0 {
 		// Started only once keepAlive is set (Reset orders the assignment
