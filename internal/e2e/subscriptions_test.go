@@ -720,3 +720,49 @@ func TestDetachedEventStreams(t *testing.T) {
 	}
 	waitSubscribers(t, e, 1)
 }
+
+// An Upgrade other than websocket (h2c, which a server may ignore) is an
+// ordinary request: served over HTTP/1.1 as GraphQL over HTTP or as an
+// event stream, and authenticated like one. Every such request was
+// answered 426 by the WebSocket transport, without authentication.
+func TestOtherUpgradesAreOrdinaryRequests(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	do := func(path, token, accept string) (*http.Response, string) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		body := `{"query":"{ viewer { kind } }"}`
+		auth := ""
+		if token != "" {
+			auth = "Authorization: Bearer " + token + "\r\n"
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"+
+			"Content-Type: application/json\r\nAccept: %s\r\n%sContent-Length: %d\r\n\r\n%s", path, addr, accept, auth, len(body), body)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	if res, body := do("/graphql", acme.Viewer.Token, "application/json"); res.StatusCode != 200 || !strings.Contains(body, `"kind"`) {
+		t.Fatalf("a query with Upgrade: h2c: %s %s", res.Status, body)
+	}
+	if res, body := do("/graphql", "", "application/json"); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a token: %s %s", res.Status, body)
+	}
+	if res, body := do("/graphql/stream", acme.Viewer.Token, "text/event-stream"); res.StatusCode != 200 || !strings.Contains(body, `"kind"`) ||
+		!strings.HasSuffix(body, "event: complete\ndata: \n\n") {
+		t.Fatalf("an event stream with Upgrade: h2c: %s %q", res.Status, body)
+	}
+	if res, body := do("/graphql/stream", "", "text/event-stream"); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an event stream without a token: %s %q", res.Status, body)
+	}
+}

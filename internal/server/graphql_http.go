@@ -35,7 +35,7 @@ const (
 func allowMethods(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Header.Get("Upgrade") != "", r.Method == http.MethodGet, r.Method == http.MethodPost:
+		case isWebSocketUpgrade(r), r.Method == http.MethodGet, r.Method == http.MethodPost:
 			next.ServeHTTP(w, r)
 		case r.Method == http.MethodOptions:
 			w.Header().Set("Allow", allowGraphQLVerbs+", OPTIONS")
@@ -54,7 +54,7 @@ type httpTransport struct{}
 var _ graphql.Transport = httpTransport{}
 
 func (httpTransport) Supports(r *http.Request) bool {
-	return r.Header.Get("Upgrade") == "" && r.URL.Path != StreamPath && (r.Method == http.MethodGet || r.Method == http.MethodPost)
+	return !isWebSocketUpgrade(r) && r.URL.Path != StreamPath && (r.Method == http.MethodGet || r.Method == http.MethodPost)
 }
 
 func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -331,7 +332,7 @@ func (s *Server) clientAddr(next http.Handler) http.Handler {
 // (withoutDeadline).
 func (s *Server) deadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" {
+		if isWebSocketUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -343,6 +344,22 @@ func (s *Server) deadline(next http.Handler) http.Handler {
 }
 
 type beforeDeadlineKey struct{}
+
+// isWebSocketUpgrade says whether r asks for a WebSocket (Upgrade names
+// the websocket protocol): the one decision of which requests skip the
+// request deadline and bearer authentication (a socket authenticates in
+// connection_init) and go to the WebSocket transport. Any other Upgrade
+// (h2c, which a server may ignore) is an ordinary request.
+func isWebSocketUpgrade(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "websocket") {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // withoutDeadline returns ctx's values with the cancellation ctx had
 // before the deadline middleware (the client leaving, the server
@@ -456,7 +473,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // WebSocket upgrade authenticates in connection_init instead.
 func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" {
+		if isWebSocketUpgrade(r) {
 			// Hijacked connections keep the server's deadlines; lift them.
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Time{})

@@ -38,7 +38,7 @@ const StreamPath = "/graphql/stream"
 type sseTransport struct{ s *Server }
 
 func (sseTransport) Supports(r *http.Request) bool {
-	return r.URL.Path == StreamPath && r.Header.Get("Upgrade") == ""
+	return r.URL.Path == StreamPath && !isWebSocketUpgrade(r)
 }
 
 func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {

@@ -67,7 +67,7 @@ func (s *Server) websocket() graphql.Transport { return wsTransport{s: s} }
 
 type wsTransport struct{ s *Server }
 
-func (wsTransport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
+func (wsTransport) Supports(r *http.Request) bool { return isWebSocketUpgrade(r) }
 
 func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	c, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
