@@ -642,7 +642,7 @@ func TestSSEStartsAtOnceAndRefusesBrokenBodies(t *testing.T) {
 // bare TCP connection with the given HTTP version and returns the parsed
 // response (its body decoded as the response frames it) and the
 // connection.
-func rawStream(t *testing.T, e *testkit.Env, token, proto string) (*http.Response, net.Conn) {
+func rawStream(t *testing.T, e *testkit.Env, token, proto string, extra ...string) (*http.Response, net.Conn) {
 	t.Helper()
 	addr := strings.TrimPrefix(e.Server.URL, "http://")
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -652,7 +652,8 @@ func rawStream(t *testing.T, e *testkit.Env, token, proto string) (*http.Respons
 	t.Cleanup(func() { c.Close() })
 	vars, _ := json.Marshal(map[string]any{"t": "acme"})
 	q := url.Values{"query": {eventsSub}, "variables": {string(vars)}}
-	fmt.Fprintf(c, "GET /graphql/stream?%s %s\r\nHost: %s\r\nAccept: text/event-stream\r\nAuthorization: Bearer %s\r\n\r\n", q.Encode(), proto, addr, token)
+	// The request and what follows it (extra) in one write.
+	fmt.Fprintf(c, "GET /graphql/stream?%s %s\r\nHost: %s\r\nAccept: text/event-stream\r\nAuthorization: Bearer %s\r\n\r\n%s", q.Encode(), proto, addr, token, strings.Join(extra, ""))
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	res, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -692,22 +693,34 @@ func TestDetachedEventStreams(t *testing.T) {
 	// are 15 s apart here).
 	leavingConn.Close()
 	waitSubscribers(t, e, 3)
-	// A client that sends after its request (a request it pipelines gets
-	// no answer on this connection): its stream ends.
+	// A client that sends after its request: a stray CRLF and a request it
+	// pipelines (which gets no answer on this connection) are ignored, in
+	// one segment or later ones.
+	fmt.Fprintf(talkingConn, "\r\n")
+	time.Sleep(50 * time.Millisecond)
 	fmt.Fprintf(talkingConn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	if rest, err := io.ReadAll(talking.Body); err != nil || !strings.HasSuffix(string(rest), "event: complete\ndata: \n\n") {
-		t.Fatalf("a stream whose client sent more: %q %v", rest, err)
-	}
-	waitSubscribers(t, e, 2)
 
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
-	for _, s := range []*sseReader{{t: t, res: res, br: bufio.NewReader(res.Body)}, {t: t, res: old, br: bufio.NewReader(old.Body)}} {
+	talks := &sseReader{t: t, res: talking, br: bufio.NewReader(talking.Body)}
+	for _, s := range []*sseReader{{t: t, res: res, br: bufio.NewReader(res.Body)}, {t: t, res: old, br: bufio.NewReader(old.Body)}, talks} {
 		name, m := s.next()
 		ev, _ := dig(t, m, "data", "instanceEvents").(map[string]any)
 		if name != "next" || ev["instanceId"] != id || ev["type"] != "INSTANCE_CREATED" {
 			t.Fatalf("first event: %s %v", name, m)
 		}
 	}
+	// One that goes on sending past 1 KiB: its stream ends, properly; and
+	// one that sent as much with its request (net/http had read it).
+	fmt.Fprint(talkingConn, strings.Repeat("x", 2048))
+	if rest, err := io.ReadAll(talks.br); err != nil || !strings.HasSuffix(string(rest), "event: complete\ndata: \n\n") {
+		t.Fatalf("a stream whose client sent more: %q %v", rest, err)
+	}
+	waitSubscribers(t, e, 2)
+	early, _ := rawStream(t, e, acme.Viewer.Token, "HTTP/1.1", strings.Repeat("y", 2048))
+	if rest, err := io.ReadAll(early.Body); err != nil || rest == nil || !strings.HasSuffix(string(rest), "event: complete\ndata: \n\n") {
+		t.Fatalf("a stream whose request came with 2 KiB more: %q %v", rest, err)
+	}
+	waitSubscribers(t, e, 2)
 	// The token is revoked: the stream says so, completes, and its body
 	// ends with its last chunk (io.EOF, not an unexpected one).
 	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": dash.TokenID}))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -216,6 +217,34 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 			t.s.conns.Done()
 		})
 	}
+	// The reader notices the client leaving: a read returns when it does
+	// (or when the stream's end closes the connection). A client has
+	// nothing more to send (the response said Connection: close, and
+	// nothing more is answered here); what it sends anyway (a stray CRLF,
+	// a pipelined request, a GET's body, wherever TCP splits them) is
+	// ignored up to sseIgnoredBytes, and past that the stream ends. The
+	// reader reads on while the stream ends (closing with the client's
+	// bytes unread would reset the connection, and a reset may lose the
+	// stream's end on its way), up to sseDrainBytes, so a client that
+	// sends without end does not keep it reading.
+	safe.Go(ctx, log, "event stream reader", func() {
+		defer st.readerDone()
+		defer cancel() // the source ends, and its end finishes the stream
+		src := io.Reader(st.conn)
+		if st.early != nil {
+			src = st.early
+		}
+		b := make([]byte, 512)
+		for read := 0; read <= sseDrainBytes; {
+			n, err := src.Read(b)
+			if err != nil {
+				return
+			}
+			if read += n; read > sseIgnoredBytes {
+				cancel()
+			}
+		}
+	})
 	drv := &wsDriver{ctx: ctx, log: log}
 	drv.crashed = func() {
 		reqctx.SetEnd(ctx, errs.E(errs.Internal, "internal error"))
@@ -235,16 +264,6 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 		finish(t.results(ctx, cancel, st, rctx, responses, nil))
 		return
 	}
-	// The reader: a client sends nothing after its request (the response
-	// said Connection: close, so nothing more is answered here), and a
-	// read returns when the client leaves or the stream closes the
-	// connection. One that sends bytes anyway ends its stream too, rather
-	// than keep a goroutine reading whatever it sends.
-	safe.Go(ctx, log, "event stream reader", func() {
-		var b [1]byte
-		_, _ = st.conn.Read(b[:])
-		cancel() // the source ends, and its end finishes the stream
-	})
 	if every := t.s.Config.WS.PingInterval; every > 0 {
 		// Started only once keepAlive is set (Reset orders the assignment
 		// before the callback that reads it).
@@ -456,7 +475,23 @@ type sseStream struct {
 	// writers are its event goroutine and its keep-alive timer).
 	conn net.Conn
 	mu   sync.Mutex
+	// early holds what the client sent after its request that net/http
+	// had read already; nil when it had none.
+	early *bufio.Reader
+	// Who closes the connection: the reader once it has quit reading, or
+	// the stream's end (close) once the reader has.
+	life       sync.Mutex
+	readerGone bool
+	closing    bool
 }
+
+// sseIgnoredBytes is how much a detached stream's client may send after
+// its request before its stream ends, and sseDrainBytes how much is read
+// before the connection closes with the rest unread.
+const (
+	sseIgnoredBytes = 1024
+	sseDrainBytes   = 64 << 10
+)
 
 // hijack takes the connection from net/http once the headers are out
 // (chunked, Connection: close). It says false when it cannot (HTTP/2).
@@ -469,6 +504,9 @@ func (s *sseStream) hijack() bool {
 	_ = conn.SetDeadline(time.Time{})
 	if brw.Writer.Buffered() > 0 {
 		_ = brw.Writer.Flush()
+	}
+	if brw.Reader.Buffered() > 0 {
+		s.early = brw.Reader
 	}
 	s.conn, s.deadline = conn, time.Time{}
 	return true
@@ -537,20 +575,53 @@ func (s *sseStream) writeChunk(parts [][]byte) bool {
 	return true
 }
 
-// close ends a hijacked stream's body (the last chunk) and closes its
-// connection; the handler's response ends with the handler otherwise.
+// close ends a hijacked stream's body (the last chunk) and its side of
+// the connection; the handler's response ends with the handler otherwise.
+// The connection closes once the client has closed its side too, within
+// sseLinger (closing with the client's bytes unread would reset the
+// connection, and a reset may lose the stream's end on its way), or at
+// once when the reader has quit.
 func (s *sseStream) close() {
 	if s.conn == nil {
 		return
 	}
 	s.mu.Lock()
+	ended := false
 	if !s.failed {
 		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
-		_, _ = s.conn.Write([]byte("0\r\n\r\n"))
+		_, err := s.conn.Write([]byte("0\r\n\r\n"))
+		ended = err == nil
 		s.failed = true
 	}
 	s.mu.Unlock()
-	_ = s.conn.Close()
+	if cw, ok := s.conn.(interface{ CloseWrite() error }); ok && ended {
+		_ = cw.CloseWrite()
+	}
+	s.life.Lock()
+	s.closing = true
+	gone := s.readerGone
+	s.life.Unlock()
+	if gone || !ended {
+		_ = s.conn.Close() // the reader, if it reads still, quits
+		return
+	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(sseLinger))
+}
+
+// sseLinger is how long a detached stream waits for its client to close
+// the connection after the stream's end.
+const sseLinger = 2 * time.Second
+
+// readerDone is the reader's end: it closes the connection if the stream
+// has ended.
+func (s *sseStream) readerDone() {
+	s.life.Lock()
+	s.readerGone = true
+	closing := s.closing
+	s.life.Unlock()
+	if closing {
+		_ = s.conn.Close()
+	}
 }
 
 var (
