@@ -239,6 +239,13 @@ func TestWebSocketCloseCodes(t *testing.T) {
 			w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + acme.Admin.Token}})
 		}, 4429},
 		{"invalid JSON", func(w *wsClient) { w.sendRaw(`{"type":`) }, 4400},
+		// RFC 6455 8.1: a text message that is not UTF-8 fails the
+		// connection with 1007 (JSON decoding would take it, the bad byte
+		// replaced).
+		{"text that is not UTF-8", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.sendRaw("{\"type\":\"ping\",\"payload\":{\"x\":\"\xff\"}}")
+		}, 1007},
 		{"a key twice", func(w *wsClient) {
 			w.init(acme.Admin.Token)
 			w.sendRaw(`{"id":"1","type":"subscribe","payload":{"query":"{ viewer { name } }","variables":{"a":1,"a":2}}}`)

@@ -168,6 +168,10 @@ func (c *wsConn) serve() {
 			c.close(closeBadRequest, "Invalid message received: messages are JSON text")
 			return
 		}
+		if !utf8.Valid(data) { // RFC 6455 8.1
+			c.close(websocket.StatusInvalidFramePayloadData, "Invalid message received: text is not UTF-8")
+			return
+		}
 		if !c.handleShallow(data) {
 			return
 		}
