@@ -234,7 +234,7 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 		if st.early != nil {
 			src = st.early
 		}
-		b := make([]byte, 512)
+		b := make([]byte, 64) // a stream's for its life: clients send nothing, mostly
 		for read := 0; read <= sseDrainBytes; {
 			n, err := src.Read(b)
 			if err != nil {
