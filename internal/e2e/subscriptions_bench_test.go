@@ -257,11 +257,21 @@ func (f *subFleet) dialSSE() (func() error, error) {
 
 func (f *subFleet) read(c *websocket.Conn) {
 	pong := []byte(`{"type":"pong"}`)
+	// Each message is read into one buffer of the subscriber's (Read
+	// allocates one per message), the least a client can do, as the event
+	// streams' subscribers read lines: the subscribers share the server's
+	// two cores.
+	var buf bytes.Buffer
 	for {
-		_, m, err := c.Read(context.Background())
+		_, r, err := c.Reader(context.Background())
 		if err != nil {
 			return
 		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return
+		}
+		m := buf.Bytes()
 		switch {
 		case bytes.Contains(m, []byte(`"type":"next"`)) && !bytes.Contains(m, []byte(`"errors"`)):
 			d := time.Duration(time.Now().UnixNano() - f.t0.Load())
