@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -70,7 +72,8 @@ type wsTransport struct{ s *Server }
 func (wsTransport) Supports(r *http.Request) bool { return isWebSocketUpgrade(r) }
 
 func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	c, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
+	sb := &smallBuffers{ResponseWriter: w}
+	c, err := websocket.Accept(sb, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{wsProtocol},
 		OriginPatterns: t.s.Config.AllowedOrigins,
 	})
@@ -88,7 +91,7 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	// stays alive for every open socket.
 	ctx, cancel := context.WithCancel(reqctx.Detach(r.Context()))
 	conn := &wsConn{
-		s: t.s, c: c, exec: exec, ctx: ctx, cancel: cancel,
+		s: t.s, c: c, raw: sb.conn, wmu: make(chan struct{}, 1), exec: exec, ctx: ctx, cancel: cancel,
 		ops: map[string]*wsOp{},
 		ip:  clientIP(r),
 	}
@@ -107,8 +110,17 @@ type wsMessage struct {
 }
 
 type wsConn struct {
-	s      *Server
-	c      *websocket.Conn
+	s *Server
+	c *websocket.Conn
+	// raw is the connection under c: an event's message is framed here and
+	// written to it in one write (coder/websocket's write path, its locks
+	// and message writer, was a sixth of the server's work when an event
+	// goes to 10,000 sockets). wmu orders every message the server writes,
+	// through c or raw; what c writes on its own (a pong to the client's
+	// ping, a close frame) is one write of the connection, which the
+	// connection keeps whole.
+	raw    net.Conn
+	wmu    chan struct{}
 	exec   graphql.GraphExecutor
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -720,24 +732,74 @@ func (c *wsConn) write(ctx context.Context, m wsMessage) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
+	// The turn to write: a timed write (ctx has a deadline) waiting behind
+	// a stuck one gives up at its deadline and closes the socket, which
+	// ends the stuck write.
+	select {
+	case c.wmu <- struct{}{}:
+	default:
+		select {
+		case c.wmu <- struct{}{}:
+		case <-ctx.Done():
+			c.close(closeSlowConsumer, "the client does not read; reconnect")
+			return false
+		}
+	}
+	defer func() { <-c.wmu }()
+	if c.ctx.Err() != nil {
+		return false
+	}
 	buf := wsBuffers.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= 64<<10 {
 			wsBuffers.Put(buf)
 		}
 	}()
-	b, err := m.appendTo((*buf)[:0])
+	// The message goes after room for the longest frame header.
+	b, err := m.appendTo(append((*buf)[:0], make([]byte, maxFrameHeader)...))
 	if err != nil {
 		return false
 	}
 	*buf = b
-	// Write has framed and sent b (or failed) when it returns: the
-	// buffer is free again.
-	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
+	if _, deadline := ctx.Deadline(); !deadline && c.raw != nil {
+		frame := frameText(b, maxFrameHeader)
+		_, err = c.raw.Write(frame)
+	} else {
+		// Write has framed and sent the message (or failed) when it
+		// returns: the buffer is free again.
+		err = c.c.Write(ctx, websocket.MessageText, b[maxFrameHeader:])
+	}
+	if err != nil {
 		c.close(closeSlowConsumer, "the client does not read; reconnect")
 		return false
 	}
 	return true
+}
+
+// maxFrameHeader is the longest header of an unmasked frame (RFC 6455
+// 5.2): two bytes and a 64-bit length.
+const maxFrameHeader = 10
+
+// frameText writes the header of a final, unmasked text frame (a server's
+// frame) of b[at:] just before it, in b[:at], and returns the frame.
+func frameText(b []byte, at int) []byte {
+	n := len(b) - at
+	var h []byte
+	switch {
+	case n < 126:
+		h = b[at-2 : at]
+		h[1] = byte(n)
+	case n <= 0xffff:
+		h = b[at-4 : at]
+		h[1] = 126
+		binary.BigEndian.PutUint16(h[2:], uint16(n))
+	default:
+		h = b[at-10 : at]
+		h[1] = 127
+		binary.BigEndian.PutUint64(h[2:], uint64(n))
+	}
+	h[0] = 0x81 // FIN, text
+	return b[at-len(h):]
 }
 
 // wsBuffers hold messages while they are encoded and written (one event
@@ -804,6 +866,15 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 	c.s.conns.Add(1)
 	safe.Go(c.ctx, c.s.Log, "websocket close", func() {
 		defer c.s.conns.Done()
+		// After the message being written, if it finishes in time: the
+		// close frame is the socket's last.
+		t := time.NewTimer(c.s.Config.WS.WriteTimeout)
+		select {
+		case c.wmu <- struct{}{}:
+			defer func() { <-c.wmu }()
+		case <-t.C:
+		}
+		t.Stop()
 		_ = c.c.Close(code, truncate(reason, 120))
 	})
 }

@@ -22,16 +22,21 @@ const (
 )
 
 // smallBuffers is the response writer handed to websocket.Accept: its
-// Hijack gives the connection the buffers above instead of net/http's.
-type smallBuffers struct{ http.ResponseWriter }
+// Hijack gives the connection the buffers above instead of net/http's,
+// and keeps the connection (conn) for the socket's own writes.
+type smallBuffers struct {
+	http.ResponseWriter
+	conn net.Conn
+}
 
-func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
+	w.conn = conn
 	r, wr := brw.Reader, brw.Writer
 	// Bytes the client sent after its upgrade request are in net/http's
 	// reader (and an unflushed byte in its writer would be lost): keep

@@ -14,7 +14,7 @@ import (
 func TestSmallBuffersHijack(t *testing.T) {
 	sizes := make(chan [2]int, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := smallBuffers{w}.Hijack()
+		conn, brw, err := (&smallBuffers{ResponseWriter: w}).Hijack()
 		if err != nil {
 			t.Error(err)
 			return
