@@ -28,3 +28,27 @@ func TestWSMessageEncode(t *testing.T) {
 		}
 	}
 }
+
+// frameText's headers at each length encoding's bounds (RFC 6455 5.2).
+func TestFrameText(t *testing.T) {
+	for _, n := range []int{0, 1, 125, 126, 127, 65535, 65536, 70000} {
+		b := make([]byte, maxFrameHeader+n)
+		f := frameText(b, maxFrameHeader)
+		var length, header int
+		switch {
+		case f[1] < 126:
+			length, header = int(f[1]), 2
+		case f[1] == 126:
+			length, header = int(f[2])<<8|int(f[3]), 4
+		case f[1] == 127:
+			for _, x := range f[2:10] {
+				length = length<<8 | int(x)
+			}
+			header = 10
+		}
+		if f[0] != 0x81 || f[1]&0x80 != 0 || length != n || len(f) != header+n ||
+			(n < 126) != (header == 2) || (n >= 126 && n <= 65535) != (header == 4) {
+			t.Errorf("%d bytes: header % x, length %d, frame of %d", n, f[:header], length, len(f))
+		}
+	}
+}
