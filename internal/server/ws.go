@@ -867,7 +867,13 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 	safe.Go(c.ctx, c.s.Log, "websocket close", func() {
 		defer c.s.conns.Done()
 		// After the message being written, if it finishes in time: the
-		// close frame is the socket's last.
+		// close frame is the socket's last. A slow consumer's stuck write
+		// is ended at once (its client reads nothing anyway); the close
+		// frame then has coder/websocket's own time.
+		slow := code == closeSlowConsumer && c.raw != nil
+		if slow {
+			_ = c.raw.SetWriteDeadline(time.Now())
+		}
 		t := time.NewTimer(c.s.Config.WS.WriteTimeout)
 		select {
 		case c.wmu <- struct{}{}:
@@ -875,6 +881,9 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 		case <-t.C:
 		}
 		t.Stop()
+		if slow {
+			_ = c.raw.SetWriteDeadline(time.Time{})
+		}
 		_ = c.c.Close(code, truncate(reason, 120))
 	})
 }
