@@ -546,3 +546,42 @@ func TestWebSocketFramesWithTheUpgradeRequest(t *testing.T) {
 		t.Fatalf("messages: %q", got)
 	}
 }
+
+// A client's frame must be masked (RFC 6455 5.1): an unmasked one closes
+// the socket with 1002, a protocol error (it was 1000, a normal closure).
+func TestUnmaskedClientFrameIsAProtocolError(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /graphql HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n", addr)
+	r := bufio.NewReader(conn)
+	res, err := http.ReadResponse(r, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	msg := `{"type":"connection_init"}`
+	_, _ = conn.Write(append([]byte{0x81, byte(len(msg))}, msg...)) // no mask bit, no key
+	for {
+		var h [2]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			t.Fatalf("no close frame: %v", err)
+		}
+		p := make([]byte, int(h[1]&0x7f))
+		if _, err := io.ReadFull(r, p); err != nil {
+			t.Fatal(err)
+		}
+		if h[0]&0x0f == 0x8 { // close
+			if len(p) < 2 || int(p[0])<<8|int(p[1]) != 1002 {
+				t.Fatalf("close frame % x, want code 1002", p)
+			}
+			return
+		}
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -173,7 +175,15 @@ func (c *wsConn) serve() {
 		// without a close frame when a read's context ends.
 		typ, data, err := c.c.Read(context.Background())
 		if err != nil {
-			c.close(websocket.StatusNormalClosure, "")
+			code := websocket.StatusNormalClosure
+			if websocket.CloseStatus(err) == -1 && c.ctx.Err() == nil && !errors.Is(err, io.EOF) &&
+				!errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, net.ErrClosed) {
+				// A frame the library refused without a close of its own
+				// (an unmasked frame from the client): a protocol error,
+				// RFC 6455 7.4.1.
+				code = websocket.StatusProtocolError
+			}
+			c.close(code, "")
 			return
 		}
 		if typ != websocket.MessageText {
