@@ -473,71 +473,13 @@ func TestWebSocketMessagesLargerThanItsBuffers(t *testing.T) {
 func TestWebSocketFramesWithTheUpgradeRequest(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	addr := strings.TrimPrefix(e.Server.URL, "http://")
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	// frame is a masked, final text frame (RFC 6455 5.2) of payload.
-	frame := func(payload string) []byte {
-		key := [4]byte{1, 2, 3, 4}
-		var b []byte
-		switch n := len(payload); {
-		case n < 126:
-			b = []byte{0x81, 0x80 | byte(n)}
-		default:
-			b = []byte{0x81, 0x80 | 126, byte(n >> 8), byte(n)}
-		}
-		b = append(b, key[:]...)
-		for i := 0; i < len(payload); i++ {
-			b = append(b, payload[i]^key[i%4])
-		}
-		return b
-	}
-	req := "GET /graphql HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
 	init, _ := json.Marshal(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + e.Operator}})
 	sub := `{"id":"1","type":"subscribe","payload":{"query":"{ viewer { kind name } }"}}`
-	all := append([]byte(req), frame(string(init))...)
-	all = append(all, frame(sub)...)
-	if _, err := conn.Write(all); err != nil { // one write: the frames arrive with the request
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(conn)
-	res, err := http.ReadResponse(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %s", res.Status)
-	}
-	// readFrame reads one unmasked, unfragmented server frame.
-	readFrame := func() string {
-		t.Helper()
-		var h [2]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
-			t.Fatalf("reading a frame: %v", err)
-		}
-		n := int(h[1] & 0x7f)
-		switch n {
-		case 126:
-			var l [2]byte
-			_, _ = io.ReadFull(r, l[:])
-			n = int(l[0])<<8 | int(l[1])
-		case 127:
-			t.Fatal("a frame larger than this test reads")
-		}
-		p := make([]byte, n)
-		if _, err := io.ReadFull(r, p); err != nil {
-			t.Fatal(err)
-		}
-		return string(p)
-	}
+	// One write: the frames arrive with the request.
+	r := dialRawWS(t, e, append(maskedFrame(string(init)), maskedFrame(sub)...))
 	var got []string
 	for len(got) < 3 {
-		if m := readFrame(); !strings.Contains(m, `"ping"`) {
+		if _, m := readRawFrame(t, r); !strings.Contains(m, `"ping"`) {
 			got = append(got, m)
 		}
 	}
@@ -552,36 +494,81 @@ func TestWebSocketFramesWithTheUpgradeRequest(t *testing.T) {
 func TestUnmaskedClientFrameIsAProtocolError(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
-	addr := strings.TrimPrefix(e.Server.URL, "http://")
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "GET /graphql HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n", addr)
-	r := bufio.NewReader(conn)
-	res, err := http.ReadResponse(r, nil)
-	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", res, err)
-	}
 	msg := `{"type":"connection_init"}`
-	_, _ = conn.Write(append([]byte{0x81, byte(len(msg))}, msg...)) // no mask bit, no key
+	r := dialRawWS(t, e, append([]byte{0x81, byte(len(msg))}, msg...)) // no mask bit, no key
 	for {
-		var h [2]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
-			t.Fatalf("no close frame: %v", err)
-		}
-		p := make([]byte, int(h[1]&0x7f))
-		if _, err := io.ReadFull(r, p); err != nil {
-			t.Fatal(err)
-		}
-		if h[0]&0x0f == 0x8 { // close
+		if op, p := readRawFrame(t, r); op == 0x8 { // close
 			if len(p) < 2 || int(p[0])<<8|int(p[1]) != 1002 {
 				t.Fatalf("close frame % x, want code 1002", p)
 			}
 			return
 		}
 	}
+}
+
+// dialRawWS opens a WebSocket of graphql-transport-ws by hand: the upgrade
+// request and then (in the same write) the client's frames, and reads the
+// server's 101. It returns the connection's reader for readRawFrame.
+func dialRawWS(t *testing.T, e *testkit.Env, frames []byte) *bufio.Reader {
+	t.Helper()
+	addr := strings.TrimPrefix(e.Server.URL, "http://")
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "GET /graphql HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+	if _, err := conn.Write(append([]byte(req), frames...)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	res, err := http.ReadResponse(r, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	return r
+}
+
+// maskedFrame is a masked, final text frame (RFC 6455 5.2) of payload, as
+// a client sends.
+func maskedFrame(payload string) []byte {
+	key := [4]byte{1, 2, 3, 4}
+	var b []byte
+	switch n := len(payload); {
+	case n < 126:
+		b = []byte{0x81, 0x80 | byte(n)}
+	default:
+		b = []byte{0x81, 0x80 | 126, byte(n >> 8), byte(n)}
+	}
+	b = append(b, key[:]...)
+	for i := 0; i < len(payload); i++ {
+		b = append(b, payload[i]^key[i%4])
+	}
+	return b
+}
+
+// readRawFrame reads one unmasked, unfragmented server frame: its opcode
+// and payload.
+func readRawFrame(t *testing.T, r *bufio.Reader) (opcode byte, payload string) {
+	t.Helper()
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		t.Fatalf("reading a frame: %v", err)
+	}
+	n := int(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var l [2]byte
+		_, _ = io.ReadFull(r, l[:])
+		n = int(l[0])<<8 | int(l[1])
+	case 127:
+		t.Fatal("a frame larger than this test reads")
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		t.Fatal(err)
+	}
+	return h[0] & 0x0f, string(p)
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgxlisten"
 )
 
 // Forwarding: one sequencer numbers every replica's events.
@@ -182,16 +181,7 @@ func (s *Sequencer) signal() {
 // listen holds the control channel's LISTEN connection until ctx ends,
 // reconnecting after a failure.
 func (s *Sequencer) listen(ctx context.Context) {
-	l := &pgxlisten.Listener{
-		Connect: s.db.ListenConnect(ListenerName),
-		LogError: func(ctx context.Context, err error) {
-			s.listening.Store(false)
-			if ctx.Err() == nil {
-				s.log.Warn("event sequencer listener", "err", err)
-			}
-		},
-		ReconnectDelay: time.Second,
-	}
+	l := s.db.Listener(ListenerName, &s.listening, s.log, "event sequencer listener")
 	l.Handle(ControlChannel, control{s})
 	_ = l.Listen(ctx)
 	s.listening.Store(false)

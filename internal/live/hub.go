@@ -29,7 +29,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgxlisten"
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
@@ -148,16 +147,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		stopReader()
 		<-readerDone
 	}()
-	l := &pgxlisten.Listener{
-		Connect: h.db.ListenConnect(ListenerName),
-		LogError: func(ctx context.Context, err error) {
-			h.listening.Store(false)
-			if ctx.Err() == nil {
-				h.log.Warn("event listener", "err", err)
-			}
-		},
-		ReconnectDelay: time.Second,
-	}
+	l := h.db.Listener(ListenerName, &h.listening, h.log, "event listener")
 	l.Handle(events.Channel, handler{h})
 	err := l.Listen(ctx)
 	h.listening.Store(false)

@@ -552,12 +552,8 @@ func (s *sseStream) writeChunk(parts [][]byte) bool {
 	if n == 0 { // a chunk of 0 bytes ends the body
 		return true
 	}
-	buf := wsBuffers.Get().(*[]byte)
-	defer func() {
-		if cap(*buf) <= 64<<10 {
-			wsBuffers.Put(buf)
-		}
-	}()
+	buf := getBuffer()
+	defer putBuffer(buf)
 	b := append(strconv.AppendInt((*buf)[:0], int64(n), 16), "\r\n"...)
 	for _, p := range parts {
 		b = append(b, p...)

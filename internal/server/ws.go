@@ -759,12 +759,8 @@ func (c *wsConn) write(ctx context.Context, m wsMessage) bool {
 	if c.ctx.Err() != nil {
 		return false
 	}
-	buf := wsBuffers.Get().(*[]byte)
-	defer func() {
-		if cap(*buf) <= 64<<10 {
-			wsBuffers.Put(buf)
-		}
-	}()
+	buf := getBuffer()
+	defer putBuffer(buf)
 	// The message goes after room for the longest frame header.
 	b, err := m.appendTo(append((*buf)[:0], make([]byte, maxFrameHeader)...))
 	if err != nil {
@@ -816,6 +812,17 @@ func frameText(b []byte, at int) []byte {
 // is written to every subscriber of it: a buffer each would be as many
 // allocations).
 var wsBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// getBuffer takes a buffer of wsBuffers; putBuffer gives it back once
+// the write is done, unless it grew past 64 KiB (a rare large message
+// keeps no memory).
+func getBuffer() *[]byte { return wsBuffers.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		wsBuffers.Put(b)
+	}
+}
 
 // encode is the message's JSON.
 func (m wsMessage) encode() ([]byte, error) { return m.appendTo(nil) }

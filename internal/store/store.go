@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgxlisten"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -242,19 +244,30 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	return nil
 }
 
-// ListenConnect returns a pgxlisten Connect function: a connection of its
-// own to db's database for a LISTEN, outside the pool, named role in
-// pg_stat_activity, with no statement timeout (it waits for notifications
-// indefinitely).
-func (db *DB) ListenConnect(role string) func(context.Context) (*pgx.Conn, error) {
-	return func(ctx context.Context) (*pgx.Conn, error) {
-		cfg, err := pgx.ParseConfig(db.URL)
-		if err != nil {
-			return nil, err
-		}
-		delete(cfg.RuntimeParams, "statement_timeout")
-		cfg.RuntimeParams["application_name"] = db.AppName(role)
-		return pgx.ConnectConfig(ctx, cfg)
+// Listener returns a LISTEN of its own (jackc/pgxlisten, reconnecting a
+// second after a failure): a connection to db's database outside the
+// pool, named role in pg_stat_activity, with no statement timeout (it
+// waits for notifications indefinitely). A failure clears listening (the
+// owner sets it once it hears again) and is logged as what, unless ctx
+// has ended.
+func (db *DB) Listener(role string, listening *atomic.Bool, log *slog.Logger, what string) *pgxlisten.Listener {
+	return &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			cfg, err := pgx.ParseConfig(db.URL)
+			if err != nil {
+				return nil, err
+			}
+			delete(cfg.RuntimeParams, "statement_timeout")
+			cfg.RuntimeParams["application_name"] = db.AppName(role)
+			return pgx.ConnectConfig(ctx, cfg)
+		},
+		LogError: func(ctx context.Context, err error) {
+			listening.Store(false)
+			if ctx.Err() == nil {
+				log.Warn(what, "err", err)
+			}
+		},
+		ReconnectDelay: time.Second,
 	}
 }
 
