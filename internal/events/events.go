@@ -345,7 +345,7 @@ func Write(ctx context.Context, q store.Q, r Record) error {
 	if r.PoolID != "" {
 		pool = &r.PoolID
 	}
-	if _, err := q.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, pool_id, data)
+	if err := store.ExecAtCommit(ctx, q, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, pool_id, data)
 		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)`,
 		r.TenantID, ord.Add(1), r.Type, kind, r.ResourceID, pool, string(data)); err != nil {
 		return store.Wrap(err)

@@ -128,7 +128,7 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set && opts.IdleInTransactionTimeout > 0 {
 		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(opts.IdleInTransactionTimeout.Milliseconds())
 	}
-	sqldb := stdlib.OpenDB(*cfg)
+	sqldb := sql.OpenDB(connector{stdlib.GetConnector(*cfg)})
 	sqldb.SetMaxOpenConns(opts.MaxConns)
 	sqldb.SetMaxIdleConns(opts.MaxConns)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
@@ -209,6 +209,18 @@ func (counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQuer
 
 func (counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart counts a pipeline's statements (a commit's, txconn.go) as
+// they are sent.
+func (c counter) TraceBatchStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		c.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: q.SQL, Args: q.Arguments})
+	}
+	return ctx
+}
+
+func (counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // --- transactions -------------------------------------------------------
 
 // Tx runs fn in a transaction and commits it when fn returns nil. A
@@ -224,10 +236,12 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 }
 
 func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := db.BeginTxx(ctx, nil)
+	notes := &txNotes{}
+	tx, err := db.BeginTxx(context.WithValue(ctx, notesKey{}, notes), nil)
 	if err != nil {
 		return Wrap(err)
 	}
+	noted.Store(tx, notes)
 	defer func() {
 		tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 		noted.Delete(tx)
@@ -238,8 +252,8 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return Wrap(err)
 	}
-	if n, ok := noted.LoadAndDelete(tx); ok && db.Committed != nil {
-		db.Committed(ctx, n.(*txNotes).tenants)
+	if len(notes.tenants) > 0 && db.Committed != nil {
+		db.Committed(ctx, notes.tenants)
 	}
 	return nil
 }
@@ -274,12 +288,37 @@ func (db *DB) Listener(role string, listening *atomic.Bool, log *slog.Logger, wh
 // --- after commit -------------------------------------------------------
 
 // noted holds, per open transaction of DB.Tx, the tenants whose events it
-// wrote (NoteEvents).
+// wrote (NoteEvents) and the statements it defers to its commit
+// (ExecAtCommit).
 var noted sync.Map // *sqlx.Tx → *txNotes
 
 type txNotes struct {
-	mu      sync.Mutex
-	tenants []string
+	mu       sync.Mutex
+	tenants  []string
+	deferred []deferredStmt
+}
+
+type deferredStmt struct {
+	sql  string
+	args []any
+}
+
+// ExecAtCommit runs a statement whose result nobody reads (an insert into
+// the event outbox): in a transaction of DB.Tx it is sent with the COMMIT,
+// in the same round trip, after every statement of the transaction; its
+// failure fails the commit. Anywhere else it runs now.
+func ExecAtCommit(ctx context.Context, q Q, query string, args ...any) error {
+	if tx, ok := q.(*sqlx.Tx); ok {
+		if v, ok := noted.Load(tx); ok {
+			n := v.(*txNotes)
+			n.mu.Lock()
+			n.deferred = append(n.deferred, deferredStmt{query, args})
+			n.mu.Unlock()
+			return nil
+		}
+	}
+	_, err := q.ExecContext(ctx, query, args...)
+	return err
 }
 
 // NoteEvents records that q wrote events of the tenant: inside a
@@ -288,7 +327,10 @@ type txNotes struct {
 func NoteEvents(ctx context.Context, q Q, tenantID string) {
 	switch x := q.(type) {
 	case *sqlx.Tx:
-		v, _ := noted.LoadOrStore(x, &txNotes{})
+		v, ok := noted.Load(x)
+		if !ok {
+			return // not DB.Tx's: nobody to tell
+		}
 		n := v.(*txNotes)
 		n.mu.Lock()
 		if !slices.Contains(n.tenants, tenantID) {
@@ -436,17 +478,17 @@ func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any)
 // through q. Statements are counted either way (the pgx tracer).
 func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan func(dest ...any) error) error) error {
 	if db, ok := q.(*DB); ok {
-		conn, err := db.Conn(ctx)
+		c, err := db.Conn(ctx)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		return conn.Raw(func(dc any) error {
-			sc, ok := dc.(*stdlib.Conn)
+		defer c.Close()
+		return c.Raw(func(dc any) error {
+			sc, ok := dc.(*conn)
 			if !ok {
 				return fmt.Errorf("store: driver connection %T is not pgx's", dc)
 			}
-			rows, err := sc.Conn().Query(ctx, query, args...)
+			rows, err := sc.Conn.Conn().Query(ctx, query, args...)
 			if err != nil {
 				return err
 			}

@@ -80,8 +80,12 @@ func TestTxRetriesADeadlock(t *testing.T) {
 					both.Done()
 					both.Wait()
 				}
-				_, err := tx.Exec(`UPDATE kv SET v = v + 1 WHERE k = $1`, order[1])
-				return err
+				if _, err := tx.Exec(`UPDATE kv SET v = v + 1 WHERE k = $1`, order[1]); err != nil {
+					return err
+				}
+				// A statement deferred to the commit is sent once, by the
+				// attempt that commits (twice would be a duplicate key).
+				return store.ExecAtCommit(context.Background(), tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, "done-"+order[0])
 			})
 		}(i, order)
 	}
@@ -92,8 +96,12 @@ func TestTxRetriesADeadlock(t *testing.T) {
 		}
 	}
 	var sum int
-	if err := db.Get(&sum, `SELECT sum(v) FROM kv`); err != nil || sum != 4 {
+	if err := db.Get(&sum, `SELECT sum(v) FROM kv WHERE k IN ('a', 'b')`); err != nil || sum != 4 {
 		t.Fatalf("sum %d, %v: each transaction's two updates commit once", sum, err)
+	}
+	var done int
+	if err := db.Get(&done, `SELECT count(*) FROM kv WHERE k LIKE 'done-%'`); err != nil || done != 2 {
+		t.Fatalf("%d deferred rows, %v", done, err)
 	}
 	if attempts.Load() < 3 {
 		t.Fatalf("%d attempts: no deadlock was retried", attempts.Load())

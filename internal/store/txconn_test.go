@@ -1,0 +1,291 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// one opens a second handle on db's database with a single connection, so
+// that every transaction of a test runs on the same session and a session
+// left in a transaction would show in the next one.
+func one(t *testing.T, db *store.DB) *store.DB {
+	t.Helper()
+	d, err := store.OpenWith(context.Background(), db.URL, store.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func keys(t *testing.T, db *store.DB) string {
+	t.Helper()
+	var ks []string
+	if err := db.Select(&ks, `SELECT k FROM kv ORDER BY k`); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(ks, ",")
+}
+
+// A statement deferred to the commit runs after the transaction's other
+// statements, is not seen by them, and commits with them; a transaction of
+// deferred statements only is one pipeline of just those statements (no
+// BEGIN, no COMMIT: the pipeline is PostgreSQL's implicit transaction).
+func TestExecAtCommit(t *testing.T) {
+	t.Parallel()
+	db := one(t, testkit.DB(t))
+	table(t, db)
+	ctx := context.Background()
+	var c store.Counter
+	cctx := store.WithCounter(ctx, &c)
+	if err := db.Tx(cctx, func(tx *sqlx.Tx) error {
+		if err := store.ExecAtCommit(cctx, tx, `INSERT INTO kv VALUES ($1, $2, NULL)`, "a", 1); err != nil {
+			return err
+		}
+		return store.ExecAtCommit(cctx, tx, `INSERT INTO kv VALUES ($1, $2, NULL)`, "b", 2)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if c.N() != 2 || keys(t, db) != "a,b" {
+		t.Fatalf("%d statements, rows %q: want the two inserts alone, committed", c.N(), keys(t, db))
+	}
+
+	// Deferred statements run after the immediate ones: the update below
+	// finds the row the immediate insert made, which the transaction's own
+	// read before the commit does not see deferred rows of.
+	var seen int
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if err := store.ExecAtCommit(ctx, tx, `UPDATE kv SET v = v + 10 WHERE k = 'c'`); err != nil {
+			return err
+		}
+		if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('d', 4, NULL)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`INSERT INTO kv VALUES ('c', 3, NULL)`); err != nil {
+			return err
+		}
+		return tx.Get(&seen, `SELECT count(*) FROM kv WHERE k = 'd'`)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := db.Get(&v, `SELECT v FROM kv WHERE k = 'c'`); err != nil || v != 13 || seen != 0 || keys(t, db) != "a,b,c,d" {
+		t.Fatalf("c = %d (%v), d seen in the transaction %d times, rows %q", v, err, seen, keys(t, db))
+	}
+
+	// Outside a transaction of DB.Tx the statement runs at once.
+	if err := store.ExecAtCommit(ctx, db, `INSERT INTO kv VALUES ('e', 5, NULL)`); err != nil || keys(t, db) != "a,b,c,d,e" {
+		t.Fatalf("%v, rows %q", err, keys(t, db))
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('f', 6, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var f int
+	if err := tx.Get(&f, `SELECT count(*) FROM kv WHERE k = 'f'`); err != nil || f != 1 {
+		t.Fatalf("in a transaction of its own caller's the statement runs at once: %d, %v", f, err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A deferred statement that fails fails the commit: nothing of the
+// transaction stays, the error is PostgreSQL's, and the session is out of
+// the transaction for the next one (a single connection here), whether the
+// transaction had sent statements before (an explicit BEGIN) or not (an
+// implicit transaction).
+func TestExecAtCommitFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	db := one(t, testkit.DB(t))
+	table(t, db)
+	ctx := context.Background()
+	for _, immediate := range []bool{true, false} {
+		err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+			if immediate {
+				if _, err := tx.Exec(`INSERT INTO kv VALUES ('x', 1, NULL)`); err != nil {
+					return err
+				}
+			} else if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('x', 1, NULL)`); err != nil {
+				return err
+			}
+			if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('y', -1, NULL)`); err != nil {
+				return err
+			}
+			return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('z', 1, NULL)`)
+		})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23514" {
+			t.Fatalf("immediate %v: %v, want the check violation", immediate, err)
+		}
+		if k := keys(t, db); k != "" {
+			t.Fatalf("immediate %v: rows %q stayed", immediate, k)
+		}
+		var status string
+		if err := db.Get(&status, `SELECT CASE WHEN pg_current_xact_id_if_assigned() IS NULL THEN 'idle' ELSE 'in a transaction' END`); err != nil || status != "idle" {
+			t.Fatalf("immediate %v: the session is %s (%v)", immediate, status, err)
+		}
+	}
+	// A statement that failed inside fn, which fn then ignored: the commit
+	// fails rather than committing half of the transaction.
+	err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO kv VALUES ('p', 1, NULL)`); err != nil {
+			return err
+		}
+		_, _ = tx.Exec(`INSERT INTO kv VALUES ('q', -1, NULL)`)
+		return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('r', 1, NULL)`)
+	})
+	if err == nil || keys(t, db) != "" {
+		t.Fatalf("%v, rows %q", err, keys(t, db))
+	}
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('ok', 1, NULL)`) }); err != nil || keys(t, db) != "ok" {
+		t.Fatalf("the connection after the failures: %v, rows %q", err, keys(t, db))
+	}
+}
+
+// A transaction's BEGIN goes with its first statement, with the options it
+// was opened with, and every statement after it is in the one transaction;
+// a transaction that sends nothing costs no statement.
+func TestLazyBegin(t *testing.T) {
+	t.Parallel()
+	db := one(t, testkit.DB(t))
+	table(t, db)
+	ctx := context.Background()
+	var c store.Counter
+	cctx := store.WithCounter(ctx, &c)
+	if err := db.Tx(cctx, func(tx *sqlx.Tx) error { return nil }); err != nil || c.N() != 0 {
+		t.Fatalf("an empty transaction: %v, %d statements", err, c.N())
+	}
+	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var iso, ro string
+	if err := tx.Get(&iso, `SHOW transaction_isolation`); err != nil || iso != "serializable" {
+		t.Fatalf("isolation %q, %v", iso, err)
+	}
+	if err := tx.Get(&ro, `SHOW transaction_read_only`); err != nil || ro != "on" {
+		t.Fatalf("read only %q, %v", ro, err)
+	}
+	var pe *pgconn.PgError
+	if _, err := tx.Exec(`INSERT INTO kv VALUES ('a', 1, NULL)`); !errors.As(err, &pe) || pe.Code != "25006" {
+		t.Fatalf("a write in a read-only transaction: %v", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		var a, b string
+		if err := tx.Get(&a, `SELECT pg_current_xact_id()::text || now()::text`); err != nil {
+			return err
+		}
+		if err := tx.Get(&b, `SELECT pg_current_xact_id()::text || now()::text`); err != nil {
+			return err
+		}
+		if a != b {
+			return fmt.Errorf("two statements in two transactions: %q, %q", a, b)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A rolled-back transaction that had sent a statement leaves nothing.
+	tx, err = db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO kv VALUES ('b', 1, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil || keys(t, db) != "" {
+		t.Fatalf("%v, rows %q", err, keys(t, db))
+	}
+}
+
+// Many goroutines on a small pool: transactions of deferred statements
+// only, of immediate and deferred ones, failing ones (a deferred check
+// violation) and ones canceled before their commit. Exactly the committed
+// ones' rows are there, and every connection is usable afterwards.
+func TestExecAtCommitConcurrent(t *testing.T) {
+	t.Parallel()
+	base := testkit.DB(t)
+	table(t, base)
+	db, err := store.OpenWith(context.Background(), base.URL, store.Options{MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var wg sync.WaitGroup
+	var committed atomic.Int64
+	const n = 400
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			k := fmt.Sprint("k", i)
+			err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+				if i%3 == 0 {
+					if _, err := tx.Exec(`INSERT INTO kv VALUES ($1, 0, NULL)`, k+"-first"); err != nil {
+						return err
+					}
+				}
+				v := 1
+				if i%5 == 0 {
+					v = -1
+				}
+				if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, $2, NULL)`, k, v); err != nil {
+					return err
+				}
+				if i%7 == 0 {
+					cancel()
+				}
+				return nil
+			})
+			switch {
+			case err == nil:
+				if i%5 == 0 || i%7 == 0 {
+					t.Errorf("%d committed", i)
+				}
+				committed.Add(1)
+			case i%5 != 0 && i%7 != 0:
+				t.Errorf("%d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var rows, firsts int
+	if err := base.Get(&rows, `SELECT count(*) FROM kv WHERE k NOT LIKE '%-first'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(&firsts, `SELECT count(*) FROM kv WHERE k LIKE '%-first' AND NOT EXISTS (SELECT 1 FROM kv o WHERE o.k = split_part(kv.k, '-', 1))`); err != nil {
+		t.Fatal(err)
+	}
+	if int64(rows) != committed.Load() || firsts != 0 {
+		t.Fatalf("%d rows for %d commits; %d immediate rows without their deferred one", rows, committed.Load(), firsts)
+	}
+	for range 8 {
+		if err := db.Tx(context.Background(), func(tx *sqlx.Tx) error {
+			var one int
+			return tx.Get(&one, `SELECT 1`)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
