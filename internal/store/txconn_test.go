@@ -30,6 +30,20 @@ func one(t *testing.T, db *store.DB) *store.DB {
 	return d
 }
 
+// single is one over a fresh database with the kv table.
+func single(t *testing.T) *store.DB {
+	t.Helper()
+	db := one(t, testkit.DB(t))
+	table(t, db)
+	return db
+}
+
+// counted returns a context whose statements c counts.
+func counted() (*store.Counter, context.Context) {
+	c := &store.Counter{}
+	return c, store.WithCounter(context.Background(), c)
+}
+
 func keys(t *testing.T, db *store.DB) string {
 	t.Helper()
 	var ks []string
@@ -45,11 +59,9 @@ func keys(t *testing.T, db *store.DB) string {
 // BEGIN, no COMMIT: the pipeline is PostgreSQL's implicit transaction).
 func TestExecAtCommit(t *testing.T) {
 	t.Parallel()
-	db := one(t, testkit.DB(t))
-	table(t, db)
+	db := single(t)
 	ctx := context.Background()
-	var c store.Counter
-	cctx := store.WithCounter(ctx, &c)
+	c, cctx := counted()
 	if err := db.Tx(cctx, func(tx *sqlx.Tx) error {
 		if err := store.ExecAtCommit(cctx, tx, `INSERT INTO kv VALUES ($1, $2, NULL)`, "a", 1); err != nil {
 			return err
@@ -112,8 +124,7 @@ func TestExecAtCommit(t *testing.T) {
 // implicit transaction).
 func TestExecAtCommitFailureRollsBack(t *testing.T) {
 	t.Parallel()
-	db := one(t, testkit.DB(t))
-	table(t, db)
+	db := single(t)
 	ctx := context.Background()
 	for _, immediate := range []bool{true, false} {
 		err := db.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -163,11 +174,9 @@ func TestExecAtCommitFailureRollsBack(t *testing.T) {
 // a transaction that sends nothing costs no statement.
 func TestLazyBegin(t *testing.T) {
 	t.Parallel()
-	db := one(t, testkit.DB(t))
-	table(t, db)
+	db := single(t)
 	ctx := context.Background()
-	var c store.Counter
-	cctx := store.WithCounter(ctx, &c)
+	c, cctx := counted()
 	if err := db.Tx(cctx, func(tx *sqlx.Tx) error { return nil }); err != nil || c.N() != 0 {
 		t.Fatalf("an empty transaction: %v, %d statements", err, c.N())
 	}
