@@ -123,8 +123,9 @@ func ActorOf(p *reqctx.Principal) Actor {
 }
 
 // Write appends one record on q: the mutation's transaction for
-// successes (the record commits with the change, or neither does), the pool
-// for failures.
+// successes (the record commits with the change, or neither does; it is
+// sent with the transaction's COMMIT, store.ExecAtCommit, so it costs the
+// mutation no round trip of its own), the pool for failures.
 func Write(ctx context.Context, q store.Q, e Entry) error {
 	a := ActorOf(reqctx.PrincipalFrom(ctx))
 	if e.Actor != nil {
@@ -139,7 +140,7 @@ func Write(ctx context.Context, q store.Q, e Entry) error {
 		s := string(e.Detail)
 		detail = &s
 	}
-	_, err := q.ExecContext(ctx, `
+	err := store.ExecAtCommit(ctx, q, `
 		INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name, method,
 			resource_type, resource_id, outcome, request_id, client_addr, detail)
 		VALUES (COALESCE((SELECT tenant_id FROM tenants WHERE tenant_id = $1), '`+PlatformTenant+`'),
