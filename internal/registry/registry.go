@@ -442,10 +442,7 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 // credential belongs to (a node credential's node, a join token's pool);
 // audit.Write records a tenant that does not exist under the platform.
 func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Resource, out any, err error) audit.Entry {
-	e := audit.Entry{Method: m.Key(), Outcome: audit.Success, Detail: auditDetail(m, in)}
-	if err != nil {
-		e.Outcome = string(errs.CodeOf(err))
-	}
+	e := audit.Entry{Method: m.Key(), Outcome: outcome(err), Detail: auditDetail(m, in)}
 	if m.holder != nil && in != nil {
 		// The credential's own resource (a join token's pool) when the call
 		// made nothing more specific (the node a join admitted).
@@ -566,6 +563,21 @@ func auditResource(m *Method, res authz.Resource, out any) audit.Resource {
 		return audit.Resource{Type: authz.Tenant, ID: res.TenantID}
 	}
 	return audit.Resource{Type: res.Type, ID: res.ID}
+}
+
+// outcome is an audit record's outcome for a call that ended with err: the
+// code the client was answered (rest.PublicError classifies the same way:
+// a cancelled request or an unreachable database is UNAVAILABLE, a broken
+// constraint CONFLICT, NOT_FOUND or INVALID_INPUT), INTERNAL for anything
+// else.
+func outcome(err error) string {
+	if err == nil {
+		return audit.Success
+	}
+	if e := store.Classify(err); e != nil {
+		return string(e.Code)
+	}
+	return string(errs.Internal)
 }
 
 // auditFailure records a refused or failed mutation after its rollback

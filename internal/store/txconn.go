@@ -203,6 +203,16 @@ func (t *lazyTx) Commit() error {
 		}
 	}
 	if err := br.Close(); err != nil && first == nil {
+		if explicit && tag.String() == "COMMIT" {
+			// PostgreSQL confirmed the COMMIT (its CommandComplete comes
+			// once the commit is durable) and the session ended before
+			// the pipeline's Sync was answered (a terminated backend reads
+			// the Sync, already in its buffer, and reports the termination
+			// then). The transaction committed: the caller must not be told
+			// otherwise; the session is dropped.
+			pc.Close(context.Background()) //nolint:errcheck // discarded either way
+			return nil
+		}
 		first = err
 	}
 	if first == nil && explicit && tag.String() == "ROLLBACK" {

@@ -1,10 +1,15 @@
 package store_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/pgtest"
 )
 
 // one opens a second handle on db's database with a single connection, so
@@ -296,5 +302,106 @@ func TestExecAtCommitConcurrent(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// cutter forwards TCP connections to PostgreSQL and, once armed, ends the
+// connection right after forwarding the first CommandComplete whose tag is
+// tag (PostgreSQL's messages: a type byte, a length, the body): the
+// client has PostgreSQL's answer to that statement and loses the rest, as
+// when a backend is terminated right after it.
+type cutter struct {
+	l     net.Listener
+	armed atomic.Pointer[string]
+	cuts  atomic.Int32
+}
+
+func newCutter(t *testing.T, target string) *cutter {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{l: l}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(server, client); server.Close() }()
+			go c.fromServer(client, server)
+		}
+	}()
+	return c
+}
+
+func (c *cutter) fromServer(client, server net.Conn) {
+	defer client.Close()
+	defer server.Close()
+	r := bufio.NewReader(server)
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		if _, err := client.Write(append(head[:], body...)); err != nil {
+			return
+		}
+		if tag := c.armed.Load(); head[0] == 'C' && tag != nil && string(bytes.TrimRight(body, "\x00")) == *tag && c.armed.CompareAndSwap(tag, nil) {
+			c.cuts.Add(1)
+			return
+		}
+	}
+}
+
+// A session that ends after PostgreSQL confirmed the pipeline's COMMIT
+// (the termination reported when the backend reads the Sync behind it)
+// has committed: Tx says so, and the pool goes on with a new session.
+// Found by terminating backends under load: such mutations were answered
+// UNAVAILABLE, though committed.
+func TestCommitConfirmedThenSessionLost(t *testing.T) {
+	t.Parallel()
+	base := testkit.DB(t)
+	table(t, base)
+	addr := pgtest.Addr(t)
+	cut := newCutter(t, addr)
+	db, err := store.OpenWith(context.Background(), strings.Replace(base.URL, addr, cut.l.Addr().String(), 1), store.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	commit := "COMMIT"
+	var told []string
+	db.Committed = func(_ context.Context, tenants []string) { told = append(told, tenants...) }
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO kv VALUES ('a', 1, NULL)`); err != nil {
+			return err
+		}
+		if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('b', 1, NULL)`); err != nil {
+			return err
+		}
+		store.NoteEvents(ctx, tx, "t1")
+		cut.armed.Store(&commit)
+		return nil
+	}); err != nil {
+		t.Fatalf("a confirmed commit is reported as %v", err)
+	}
+	if cut.cuts.Load() != 1 || keys(t, base) != "a,b" || strings.Join(told, ",") != "t1" {
+		t.Fatalf("%d cuts, rows %q, told %v", cut.cuts.Load(), keys(t, base), told)
+	}
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('c', 1, NULL)`) }); err != nil || keys(t, base) != "a,b,c" {
+		t.Fatalf("the next transaction: %v, rows %q", err, keys(t, base))
 	}
 }

@@ -1,0 +1,35 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/errs"
+)
+
+// An audit record's outcome is the code the client was answered: a request
+// the client abandoned was answered UNAVAILABLE and was recorded INTERNAL,
+// a unique violation answered CONFLICT was recorded INTERNAL.
+func TestOutcomeIsTheClientsCode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, audit.Success},
+		{errs.E(errs.Conflict, "taken"), string(errs.Conflict)},
+		{fmt.Errorf("commit: %w", context.Canceled), string(errs.Unavailable)},
+		{context.DeadlineExceeded, string(errs.Unavailable)},
+		{&pgconn.PgError{Code: "23505"}, string(errs.Conflict)},
+		{&pgconn.PgError{Code: "57P01"}, string(errs.Unavailable)},
+		{errors.New("a bug"), string(errs.Internal)},
+	} {
+		if got := outcome(c.err); got != c.want {
+			t.Errorf("%v: %s, want %s", c.err, got, c.want)
+		}
+	}
+}
