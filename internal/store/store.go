@@ -228,7 +228,7 @@ func (counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) 
 func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 	for attempt := 0; ; attempt++ {
 		err = db.tx(ctx, fn)
-		if err == nil || attempt >= 4 || !retryable(err) {
+		if err == nil || attempt >= 4 || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
@@ -247,10 +247,10 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 		noted.Delete(tx)
 	}()
 	if err := fn(tx); err != nil {
-		return err
+		return notes.retry(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return Wrap(err)
+		return notes.retry(Wrap(err))
 	}
 	if len(notes.tenants) > 0 && db.Committed != nil {
 		db.Committed(ctx, notes.tenants)
@@ -296,6 +296,7 @@ type txNotes struct {
 	mu       sync.Mutex
 	tenants  []string
 	deferred []deferredStmt
+	lost     bool // the session was gone before any statement ran (txconn.go)
 }
 
 type deferredStmt struct {
@@ -344,7 +345,27 @@ func NoteEvents(ctx context.Context, q Q, tenantID string) {
 	}
 }
 
+// sessionLost is the error of a transaction whose session was gone before
+// any of its statements ran: Tx runs it again (retryable).
+type sessionLost struct{ error }
+
+func (e sessionLost) Unwrap() error { return e.error }
+
+// retry marks err as sessionLost when the transaction's session was lost
+// before any statement of it ran.
+func (n *txNotes) retry(err error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lost {
+		return sessionLost{err}
+	}
+	return err
+}
+
 func retryable(err error) bool {
+	if errors.As(err, new(sessionLost)) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code == "40001" || pe.Code == "40P01"

@@ -110,9 +110,24 @@ func (c *conn) begun(ctx context.Context) error {
 	c.tx.sent = true
 	if _, err := c.Conn.Conn().Exec(ctx, c.tx.begin); err != nil {
 		c.fail()
+		c.tx.lost()
 		return err
 	}
 	return nil
+}
+
+// lost marks the transaction's session as gone before any of its work
+// could commit (its BEGIN failed, or PostgreSQL answered its commit's
+// pipeline with an error before the first statement completed, and the
+// connection is closed: a backend terminated while the connection sat in
+// the pool answers the next thing sent with its FATAL): nothing of it
+// committed, so DB.Tx runs it again on another connection.
+func (t *lazyTx) lost() {
+	if t.notes != nil && t.c.Conn.Conn().IsClosed() {
+		t.notes.mu.Lock()
+		t.notes.lost = true
+		t.notes.mu.Unlock()
+	}
 }
 
 // fail discards the connection after a failure that may leave its session
@@ -167,8 +182,19 @@ func (t *lazyTx) Commit() error {
 		return nil
 	}
 	pc := c.Conn.Conn()
+	// Once database/sql has decided to commit (it rolls back a transaction
+	// whose context ended before Commit), the client's going away does not
+	// interrupt the commit: interrupted, it may have committed or not, and
+	// the caller could only say it does not know (answering a failure, and
+	// auditing one, for a change that stays). Its deadline still holds.
+	ctx := context.WithoutCancel(t.ctx)
+	if d, ok := t.ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
 	if len(deferred) == 0 {
-		tag, err := pc.Exec(t.ctx, "commit")
+		tag, err := pc.Exec(ctx, "commit")
 		if err != nil {
 			c.fail()
 			return err
@@ -192,14 +218,20 @@ func (t *lazyTx) Commit() error {
 	if explicit {
 		b.Queue("commit")
 	}
-	br := pc.SendBatch(t.ctx, b)
+	br := pc.SendBatch(ctx, b)
 	var first error
 	var tag pgconn.CommandTag
-	for range b.Len() {
+	for i := range b.Len() {
 		var err error
 		tag, err = br.Exec()
 		if err != nil && first == nil {
 			first = err
+			// PostgreSQL's own error as the first answer (not a broken
+			// connection, after which it may have run everything): the
+			// first statement did not complete, so nothing after it ran.
+			if pe := (*pgconn.PgError)(nil); i == 0 && errors.As(err, &pe) {
+				defer t.lost() // once br is closed (and pgx has closed a dead connection)
+			}
 		}
 	}
 	if err := br.Close(); err != nil && first == nil {
@@ -222,7 +254,7 @@ func (t *lazyTx) Commit() error {
 		// A deferred statement failed: PostgreSQL skipped the rest and
 		// holds the failed transaction open; end it, or drop the session.
 		if pc.PgConn().TxStatus() != 'I' {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 5*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := pc.Exec(ctx, "rollback")
 			cancel()
 			if err != nil {

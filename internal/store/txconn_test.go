@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
@@ -314,6 +315,9 @@ type cutter struct {
 	l     net.Listener
 	armed atomic.Pointer[string]
 	cuts  atomic.Int32
+	// hold, when set before arming, delays that message by as much and
+	// forwards it instead of ending the connection.
+	hold time.Duration
 }
 
 func newCutter(t *testing.T, target string) *cutter {
@@ -355,10 +359,17 @@ func (c *cutter) fromServer(client, server net.Conn) {
 		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
+		matched := false
+		if tag := c.armed.Load(); head[0] == 'C' && tag != nil && string(bytes.TrimRight(body, "\x00")) == *tag && c.armed.CompareAndSwap(tag, nil) {
+			matched = true
+			if c.hold > 0 {
+				time.Sleep(c.hold)
+			}
+		}
 		if _, err := client.Write(append(head[:], body...)); err != nil {
 			return
 		}
-		if tag := c.armed.Load(); head[0] == 'C' && tag != nil && string(bytes.TrimRight(body, "\x00")) == *tag && c.armed.CompareAndSwap(tag, nil) {
+		if matched && c.hold == 0 {
 			c.cuts.Add(1)
 			return
 		}
@@ -403,5 +414,110 @@ func TestCommitConfirmedThenSessionLost(t *testing.T) {
 	}
 	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('c', 1, NULL)`) }); err != nil || keys(t, base) != "a,b,c" {
 		t.Fatalf("the next transaction: %v, rows %q", err, keys(t, base))
+	}
+}
+
+// A transaction whose pooled session was terminated while idle (a
+// restarted or failed-over database, an administrator's
+// pg_terminate_backend) learns it from the first thing it sends; nothing
+// of it ran, so Tx runs it again on a new session instead of failing the
+// request. Both first sends: a statement (its BEGIN) and a commit's
+// pipeline of deferred statements only.
+func TestTerminatedIdleSessionIsRetried(t *testing.T) {
+	t.Parallel()
+	db := single(t)
+	ctx := context.Background()
+	for _, deferredOnly := range []bool{false, true} {
+		var pid int
+		if err := db.Get(&pid, `SELECT pg_backend_pid()`); err != nil {
+			t.Fatal(err)
+		}
+		used := time.Now()
+		var gone bool
+		if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		// Another connection of the same database terminates it.
+		other, err := store.Open(ctx, db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Get(&gone, `SELECT pg_terminate_backend($1)`, pid); err != nil || !gone {
+			t.Fatalf("terminate %d: %v %v", pid, gone, err)
+		}
+		for n := 1; n > 0; {
+			if err := other.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		other.Close()
+		k := fmt.Sprint("k-", deferredOnly)
+		attempts := 0
+		err = db.Tx(ctx, func(tx *sqlx.Tx) error {
+			attempts++
+			if deferredOnly {
+				return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, k)
+			}
+			_, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, k)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("deferred only %v: %v", deferredOnly, err)
+		}
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM kv WHERE k = $1`, k); err != nil || n != 1 {
+			t.Fatalf("deferred only %v: %d rows, %v", deferredOnly, n, err)
+		}
+		// database/sql pings a session idle for over a second before
+		// lending it, which would find it gone first.
+		if time.Since(used) < 900*time.Millisecond && attempts != 2 {
+			t.Fatalf("deferred only %v: %d attempts, want the failed one and its retry", deferredOnly, attempts)
+		}
+		t.Logf("deferred only %v: %d attempts", deferredOnly, attempts)
+	}
+}
+
+// A client that goes away while its transaction commits does not interrupt
+// the commit: the change and its answer agree (committed, Tx says so),
+// where an interrupted commit may or may not have happened. Found by
+// cancelling requests under load: a request could be audited both as a
+// success and as a failure.
+func TestCommitOutlivesItsClient(t *testing.T) {
+	t.Parallel()
+	base := testkit.DB(t)
+	table(t, base)
+	addr := pgtest.Addr(t)
+	slow := newCutter(t, addr)
+	slow.hold = 300 * time.Millisecond
+	db, err := store.OpenWith(context.Background(), strings.Replace(base.URL, addr, slow.l.Addr().String(), 1), store.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, immediate := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		k := fmt.Sprint("k-", immediate)
+		insert := "INSERT 0 1"
+		err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+			if immediate {
+				if _, err := tx.Exec(`INSERT INTO kv VALUES ($1 || '-first', 1, NULL)`, k); err != nil {
+					return err
+				}
+			}
+			if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, k); err != nil {
+				return err
+			}
+			slow.armed.Store(&insert) // the commit's answer comes 300 ms late
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return nil
+		})
+		cancel()
+		var n int
+		if err := base.Get(&n, `SELECT count(*) FROM kv WHERE k = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("immediate %v: Tx says %v, %d rows", immediate, err, n)
+		}
 	}
 }
