@@ -316,8 +316,10 @@ type cutter struct {
 	armed atomic.Pointer[string]
 	cuts  atomic.Int32
 	// hold, when set before arming, delays that message by as much and
-	// forwards it instead of ending the connection.
-	hold time.Duration
+	// forwards it instead of ending the connection; onHold is called as
+	// the hold begins.
+	hold   time.Duration
+	onHold atomic.Pointer[func()]
 }
 
 func newCutter(t *testing.T, target string) *cutter {
@@ -363,6 +365,9 @@ func (c *cutter) fromServer(client, server net.Conn) {
 		if tag := c.armed.Load(); head[0] == 'C' && tag != nil && string(bytes.TrimRight(body, "\x00")) == *tag && c.armed.CompareAndSwap(tag, nil) {
 			matched = true
 			if c.hold > 0 {
+				if f := c.onHold.Load(); f != nil {
+					(*f)()
+				}
 				time.Sleep(c.hold)
 			}
 		}
@@ -496,6 +501,8 @@ func TestCommitOutlivesItsClient(t *testing.T) {
 	defer db.Close()
 	for _, immediate := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
+		// The client goes away while its commit's answer is held back.
+		slow.onHold.Store((*func())(&cancel))
 		k := fmt.Sprint("k-", immediate)
 		insert := "INSERT 0 1"
 		err := db.Tx(ctx, func(tx *sqlx.Tx) error {
@@ -508,7 +515,6 @@ func TestCommitOutlivesItsClient(t *testing.T) {
 				return err
 			}
 			slow.armed.Store(&insert) // the commit's answer comes 300 ms late
-			time.AfterFunc(100*time.Millisecond, cancel)
 			return nil
 		})
 		cancel()
