@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/store"
 )
 
 // An audit record's outcome is the code the client was answered: a request
@@ -28,8 +30,22 @@ func TestOutcomeIsTheClientsCode(t *testing.T) {
 		{&pgconn.PgError{Code: "57P01"}, string(errs.Unavailable)},
 		{errors.New("a bug"), string(errs.Internal)},
 	} {
-		if got := outcome(c.err); got != c.want {
+		if got := outcome(context.Background(), c.err); got != c.want {
 			t.Errorf("%v: %s, want %s", c.err, got, c.want)
 		}
+	}
+	// A call whose client went away: the connection its cancellation
+	// closed fails the next statement with driver.ErrBadConn, which was
+	// recorded as an unreachable database (and not at all).
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := outcome(gone, driver.ErrBadConn); got != string(errs.Unavailable) {
+		t.Errorf("bad connection after a cancellation: %s", got)
+	}
+	if got := outcome(gone, errs.E(errs.NotFound, "no")); got != string(errs.NotFound) {
+		t.Errorf("a domain error stays: %s", got)
+	}
+	if !store.Cancelled(gone, driver.ErrBadConn) || store.Cancelled(context.Background(), driver.ErrBadConn) {
+		t.Error("Cancelled")
 	}
 }

@@ -442,7 +442,7 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 // credential belongs to (a node credential's node, a join token's pool);
 // audit.Write records a tenant that does not exist under the platform.
 func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Resource, out any, err error) audit.Entry {
-	e := audit.Entry{Method: m.Key(), Outcome: outcome(err), Detail: auditDetail(m, in)}
+	e := audit.Entry{Method: m.Key(), Outcome: outcome(ctx, err), Detail: auditDetail(m, in)}
 	if m.holder != nil && in != nil {
 		// The credential's own resource (a join token's pool) when the call
 		// made nothing more specific (the node a join admitted).
@@ -570,11 +570,11 @@ func auditResource(m *Method, res authz.Resource, out any) audit.Resource {
 // a cancelled request or an unreachable database is UNAVAILABLE, a broken
 // constraint CONFLICT, NOT_FOUND or INVALID_INPUT), INTERNAL for anything
 // else.
-func outcome(err error) string {
+func outcome(ctx context.Context, err error) string {
 	if err == nil {
 		return audit.Success
 	}
-	if e := store.Classify(err); e != nil {
+	if e := store.ClassifyIn(ctx, err); e != nil {
 		return string(e.Code)
 	}
 	return string(errs.Internal)
@@ -582,10 +582,15 @@ func outcome(err error) string {
 
 // auditFailure records a refused or failed mutation after its rollback
 // (nothing when the database is unreachable: the record could not be
-// written either).
+// written either; a call whose client went away is recorded, whatever
+// its connection said).
 func (r *Registry) auditFailure(ctx context.Context, m *Method, in any, res authz.Resource, err error) {
-	if store.Unreachable(err) {
+	cancelled := store.Cancelled(ctx, err)
+	if store.Unreachable(err) && !cancelled {
 		return
+	}
+	if cancelled {
+		err = context.Canceled // the outcome: the cancellation, once ctx no longer says so
 	}
 	ctx = context.WithoutCancel(ctx)
 	if aerr := audit.Write(ctx, r.db, auditEntry(ctx, r.db, m, in, res, nil, err)); aerr != nil {

@@ -10,14 +10,14 @@ import (
 )
 
 // PublicError turns any error into what a client may see, for both
-// surfaces: store.Classify maps database and context errors to contract
+// surfaces: store.ClassifyIn maps database and context errors to contract
 // codes; anything else is INTERNAL naming only the request id, and is logged
 // with that id (and kv, the method or operation) so the client's
 // details.requestId finds the line. A client that went away is not an
 // error of the server's.
 func PublicError(ctx context.Context, log *slog.Logger, err error, kv ...any) *errs.Error {
 	id := reqctx.RequestID(ctx)
-	if e := store.Classify(err); e != nil {
+	if e := store.ClassifyIn(ctx, err); e != nil {
 		switch {
 		case e.Code == errs.Unavailable && e.Details["reason"] == "cancelled":
 			log.InfoContext(ctx, "client went away", append([]any{"requestId", id}, kv...)...)

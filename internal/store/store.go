@@ -436,6 +436,34 @@ func Unreachable(err error) bool {
 
 var driverBadConn = driver.ErrBadConn
 
+// Cancelled reports that err ended a call because its context was
+// cancelled (its client went away): context.Canceled itself, or any error
+// but a domain one while ctx is cancelled (a statement interrupted by the
+// cancellation can leave its connection closed, and the next one fails
+// with driver.ErrBadConn, which does not say why).
+func Cancelled(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, domain := errs.As(err); domain {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
+}
+
+// ClassifyIn is Classify for a call made on ctx: an error of a call whose
+// client went away is the cancellation, whatever the database said.
+func ClassifyIn(ctx context.Context, err error) *errs.Error {
+	if Cancelled(ctx, err) {
+		return errCancelled()
+	}
+	return Classify(err)
+}
+
+func errCancelled() *errs.Error {
+	return errs.E(errs.Unavailable, "the request was cancelled").With("reason", "cancelled")
+}
+
 // Classify is the one mapping of database and context errors to contract
 // codes, for every surface: domain errors pass; an unreachable database, an
 // expired deadline or statement timeout is UNAVAILABLE; a constraint the
@@ -450,7 +478,7 @@ func Classify(err error) *errs.Error {
 		return e
 	}
 	if errors.Is(err, context.Canceled) {
-		return errs.E(errs.Unavailable, "the request was cancelled").With("reason", "cancelled")
+		return errCancelled()
 	}
 	if Unreachable(err) || errors.Is(err, context.DeadlineExceeded) {
 		return errs.E(errs.Unavailable, "the database is unavailable; retry")
@@ -496,26 +524,24 @@ func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any)
 // with pgx directly: pgx scans each column into its destination, where
 // database/sql first converts every column to a driver.Value (the largest
 // cost of a 50-row page on a busy replica). In a transaction it reads
-// through q. Statements are counted either way (the pgx tracer).
+// through q. Statements are counted either way (the pgx tracer). query is a
+// read: over the pool, a session found gone before any row arrived (a
+// backend terminated while its connection sat in the pool answers the next
+// statement with its FATAL, or the write meets a closed socket) is
+// discarded and the read runs again on another connection, as database/sql
+// does for its own statements only when nothing was sent.
 func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan func(dest ...any) error) error) error {
 	if db, ok := q.(*DB); ok {
-		c, err := db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return c.Raw(func(dc any) error {
-			sc, ok := dc.(*conn)
-			if !ok {
-				return fmt.Errorf("store: driver connection %T is not pgx's", dc)
-			}
-			rows, err := sc.Conn.Conn().Query(ctx, query, args...)
-			if err != nil {
+		for attempt := 0; ; attempt++ {
+			rows := 0
+			err := db.eachRow(ctx, query, args, func(scan func(dest ...any) error) error { rows++; return row(scan) })
+			if !errors.Is(err, errSessionGone) {
 				return err
 			}
-			defer rows.Close()
-			return each(rows, row)
-		})
+			if rows > 0 || attempt >= 2 || ctx.Err() != nil {
+				return errors.Unwrap(err)
+			}
+		}
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -523,6 +549,48 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 	}
 	defer rows.Close()
 	return each(rows, row)
+}
+
+// errSessionGone wraps a read's error when its session is gone (eachRow).
+var errSessionGone = errors.New("store: session gone")
+
+type goneError struct{ err error }
+
+func (e goneError) Error() string        { return e.err.Error() }
+func (e goneError) Unwrap() error        { return e.err }
+func (e goneError) Is(target error) bool { return target == errSessionGone }
+
+// eachRow is EachRow's read over one pooled connection with pgx. An error
+// after which the connection is closed is a goneError; the connection is
+// then discarded (driver.ErrBadConn from Raw).
+func (db *DB) eachRow(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var gone error
+	err = c.Raw(func(dc any) error {
+		sc, ok := dc.(*conn)
+		if !ok {
+			return fmt.Errorf("store: driver connection %T is not pgx's", dc)
+		}
+		pc := sc.Conn.Conn()
+		rows, err := pc.Query(ctx, query, args...)
+		if err == nil {
+			err = each(rows, row)
+			rows.Close()
+		}
+		if err != nil && pc.IsClosed() {
+			gone = goneError{err}
+			return driver.ErrBadConn
+		}
+		return err
+	})
+	if gone != nil {
+		return gone
+	}
+	return err
 }
 
 // each calls row for every row of pgx's or database/sql's rows.

@@ -427,26 +427,24 @@ func TestCommitConfirmedThenSessionLost(t *testing.T) {
 // pg_terminate_backend) learns it from the first thing it sends; nothing
 // of it ran, so Tx runs it again on a new session instead of failing the
 // request. Both first sends: a statement (its BEGIN) and a commit's
-// pipeline of deferred statements only.
+// pipeline of deferred statements only. A read over the pool (EachRow, as
+// every request's authentication reads its token) runs again likewise.
 func TestTerminatedIdleSessionIsRetried(t *testing.T) {
 	t.Parallel()
 	db := single(t)
 	ctx := context.Background()
-	for _, deferredOnly := range []bool{false, true} {
+	for _, how := range []string{"statement", "deferred", "read"} {
 		var pid int
 		if err := db.Get(&pid, `SELECT pg_backend_pid()`); err != nil {
 			t.Fatal(err)
 		}
 		used := time.Now()
-		var gone bool
-		if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
 		// Another connection of the same database terminates it.
 		other, err := store.Open(ctx, db.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
+		var gone bool
 		if err := other.Get(&gone, `SELECT pg_terminate_backend($1)`, pid); err != nil || !gone {
 			t.Fatalf("terminate %d: %v %v", pid, gone, err)
 		}
@@ -456,29 +454,38 @@ func TestTerminatedIdleSessionIsRetried(t *testing.T) {
 			}
 		}
 		other.Close()
-		k := fmt.Sprint("k-", deferredOnly)
+		k := "k-" + how
 		attempts := 0
-		err = db.Tx(ctx, func(tx *sqlx.Tx) error {
-			attempts++
-			if deferredOnly {
-				return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, k)
-			}
-			_, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, k)
-			return err
-		})
+		if how == "read" {
+			c, cctx := counted()
+			err = store.EachRow(cctx, db, `SELECT k FROM kv ORDER BY k`, nil, func(scan func(dest ...any) error) error {
+				var s string
+				return scan(&s)
+			})
+			attempts = int(c.N())
+		} else {
+			err = db.Tx(ctx, func(tx *sqlx.Tx) error {
+				attempts++
+				if how == "deferred" {
+					return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, k)
+				}
+				_, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, k)
+				return err
+			})
+		}
 		if err != nil {
-			t.Fatalf("deferred only %v: %v", deferredOnly, err)
+			t.Fatalf("%s: %v", how, err)
 		}
 		var n int
-		if err := db.Get(&n, `SELECT count(*) FROM kv WHERE k = $1`, k); err != nil || n != 1 {
-			t.Fatalf("deferred only %v: %d rows, %v", deferredOnly, n, err)
+		if err := db.Get(&n, `SELECT count(*) FROM kv WHERE k = $1`, k); err != nil || n != map[bool]int{true: 0, false: 1}[how == "read"] {
+			t.Fatalf("%s: %d rows, %v", how, n, err)
 		}
 		// database/sql pings a session idle for over a second before
 		// lending it, which would find it gone first.
 		if time.Since(used) < 900*time.Millisecond && attempts != 2 {
-			t.Fatalf("deferred only %v: %d attempts, want the failed one and its retry", deferredOnly, attempts)
+			t.Fatalf("%s: %d attempts, want the failed one and its retry", how, attempts)
 		}
-		t.Logf("deferred only %v: %d attempts", deferredOnly, attempts)
+		t.Logf("%s: %d attempts", how, attempts)
 	}
 }
 
