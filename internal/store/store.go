@@ -224,11 +224,19 @@ func (counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) 
 // --- transactions -------------------------------------------------------
 
 // Tx runs fn in a transaction and commits it when fn returns nil. A
-// serialization failure or deadlock retries fn from the start, a few times.
+// serialization failure or deadlock retries fn from the start, a few times;
+// a session found gone before any of the transaction's work ran
+// (txconn.go) retries it on the next session, until a new one.
 func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 	for attempt := 0; ; attempt++ {
 		err = db.tx(ctx, fn)
-		if err == nil || attempt >= 4 || !retryable(err) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if errors.As(err, new(sessionLost)) && db.freshAfter(attempt) {
+			continue // the gone session was discarded: the next is another
+		}
+		if attempt >= 4 || !retryable(err) {
 			return err
 		}
 		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
@@ -538,7 +546,7 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 			if !errors.Is(err, errSessionGone) {
 				return err
 			}
-			if rows > 0 || attempt >= 2 || ctx.Err() != nil {
+			if rows > 0 || !db.freshAfter(attempt) || ctx.Err() != nil {
 				return errors.Unwrap(err)
 			}
 		}
@@ -549,6 +557,14 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 	}
 	defer rows.Close()
 	return each(rows, row)
+}
+
+// freshAfter says whether a call that found its session gone attempt+1
+// times may try again: a restarted database leaves every pooled session
+// gone, each is discarded as it is found, and after as many as the pool
+// holds the next is a new one.
+func (db *DB) freshAfter(attempt int) bool {
+	return attempt < db.Stats().MaxOpenConnections+1
 }
 
 // errSessionGone wraps a read's error when its session is gone (eachRow).

@@ -489,6 +489,72 @@ func TestTerminatedIdleSessionIsRetried(t *testing.T) {
 	}
 }
 
+// A restarted database leaves every pooled session gone, each recently
+// used (so database/sql lends it without a ping): a transaction and a read
+// go through every one of them, discarding each, to a new session. A fixed
+// number of attempts (three for a read) failed a request now and then.
+func TestEveryPooledSessionGone(t *testing.T) {
+	t.Parallel()
+	base := testkit.DB(t)
+	table(t, base)
+	const size = 8
+	db, err := store.OpenWith(context.Background(), base.URL, store.Options{MaxConns: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, how := range []string{"transaction", "read"} {
+		var pids []int
+		// Twice: a session lent for the first time is pinged (pgx's
+		// stdlib pings one not reset for a second), the second time not.
+		for range 2 {
+			var conns []*sql.Conn
+			pids = nil
+			for range size {
+				c, err := db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pid int
+				if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				conns, pids = append(conns, c), append(pids, pid)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+		}
+		used := time.Now()
+		var n int
+		if err := base.Get(&n, `SELECT count(pg_terminate_backend(pid)) FROM unnest($1::int[]) AS pid`, pids); err != nil || n != size {
+			t.Fatalf("terminated %d: %v", n, err)
+		}
+		for n > 0 {
+			if err := base.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, cctx := counted()
+		if how == "read" {
+			err = store.EachRow(cctx, db, `SELECT k FROM kv`, nil, func(scan func(dest ...any) error) error { return nil })
+		} else {
+			err = db.Tx(cctx, func(tx *sqlx.Tx) error {
+				_, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, how)
+				return err
+			})
+		}
+		if err != nil {
+			t.Fatalf("%s after every session went: %v", how, err)
+		}
+		if time.Since(used) < 900*time.Millisecond && c.N() < size {
+			t.Fatalf("%s: %d statements sent: the gone sessions were not all met (database/sql pinged them?)", how, c.N())
+		}
+		t.Logf("%s: %d statements", how, c.N())
+	}
+}
+
 // A client that goes away while its transaction commits does not interrupt
 // the commit: the change and its answer agree (committed, Tx says so),
 // where an interrupted commit may or may not have happened. Found by
