@@ -142,14 +142,34 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
-	return c.Conn.ExecContext(ctx, query, args)
+	res, err := c.Conn.ExecContext(ctx, query, args)
+	return res, c.gone(err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if err := c.begun(ctx); err != nil {
 		return nil, err
 	}
-	return c.Conn.QueryContext(ctx, query, args)
+	rows, err := c.Conn.QueryContext(ctx, query, args)
+	return rows, c.gone(err)
+}
+
+// gone turns the error of a statement outside a transaction into
+// driver.ErrBadConn, which database/sql retries on another connection
+// (the last time on a new one), when PostgreSQL answered it with the end
+// of its session (a backend terminated while its connection sat in the
+// pool, or a server shutting down or restarting after a crash): the
+// statement did not complete, and an autocommit statement that did not
+// complete did not commit. pgx's stdlib says so only when nothing was
+// sent; this is the case where the statement was sent into a session
+// already gone.
+func (c *conn) gone(err error) error {
+	var pe *pgconn.PgError
+	if err != nil && c.tx == nil && c.Conn.Conn().IsClosed() && errors.As(err, &pe) &&
+		(pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03") {
+		return driver.ErrBadConn
+	}
+	return err
 }
 
 func (c *conn) Prepare(query string) (driver.Stmt, error) {

@@ -491,8 +491,11 @@ func TestTerminatedIdleSessionIsRetried(t *testing.T) {
 
 // A restarted database leaves every pooled session gone, each recently
 // used (so database/sql lends it without a ping): a transaction and a read
-// go through every one of them, discarding each, to a new session. A fixed
-// number of attempts (three for a read) failed a request now and then.
+// go through every one of them, discarding each, to a new session (a fixed
+// number of attempts, three for a read, failed a request now and then); a
+// statement outside a transaction goes to a new session at its third
+// attempt (database/sql's retry of driver.ErrBadConn, which a statement
+// PostgreSQL answered with the end of its session now is).
 func TestEveryPooledSessionGone(t *testing.T) {
 	t.Parallel()
 	base := testkit.DB(t)
@@ -504,7 +507,7 @@ func TestEveryPooledSessionGone(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	for _, how := range []string{"transaction", "read"} {
+	for _, how := range []string{"transaction", "read", "statement"} {
 		var pids []int
 		// Twice: a session lent for the first time is pinged (pgx's
 		// stdlib pings one not reset for a second), the second time not.
@@ -537,9 +540,14 @@ func TestEveryPooledSessionGone(t *testing.T) {
 			}
 		}
 		c, cctx := counted()
-		if how == "read" {
+		switch how {
+		case "read":
 			err = store.EachRow(cctx, db, `SELECT k FROM kv`, nil, func(scan func(dest ...any) error) error { return nil })
-		} else {
+		case "statement":
+			// database/sql's own retry: twice on a pooled session, then
+			// on a new one.
+			_, err = db.ExecContext(cctx, `INSERT INTO kv VALUES ($1, 1, NULL)`, how)
+		default:
 			err = db.Tx(cctx, func(tx *sqlx.Tx) error {
 				_, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, how)
 				return err
@@ -548,7 +556,7 @@ func TestEveryPooledSessionGone(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s after every session went: %v", how, err)
 		}
-		if time.Since(used) < 900*time.Millisecond && c.N() < size {
+		if time.Since(used) < 900*time.Millisecond && c.N() < min(size, map[bool]int64{true: 3, false: size}[how == "statement"]) {
 			t.Fatalf("%s: %d statements sent: the gone sessions were not all met (database/sql pinged them?)", how, c.N())
 		}
 		t.Logf("%s: %d statements", how, c.N())
