@@ -171,8 +171,19 @@ func TestExecAtCommitFailureRollsBack(t *testing.T) {
 	if err == nil || keys(t, db) != "" {
 		t.Fatalf("%v, rows %q", err, keys(t, db))
 	}
-	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('ok', 1, NULL)`) }); err != nil || keys(t, db) != "ok" {
-		t.Fatalf("the connection after the failures: %v, rows %q", err, keys(t, db))
+	usable(t, db, db, "ok", "ok")
+}
+
+// usable commits a row k through db (a deferred insert) and checks that
+// check then reads the rows want: db's connections work after whatever the
+// test did to them.
+func usable(t *testing.T, db, check *store.DB, k, want string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ($1, 1, NULL)`, k)
+	}); err != nil || keys(t, check) != want {
+		t.Fatalf("the next transaction: %v, rows %q", err, keys(t, check))
 	}
 }
 
@@ -381,6 +392,22 @@ func (c *cutter) fromServer(client, server net.Conn) {
 	}
 }
 
+// throughCutter returns a fresh database with the kv table (base, direct)
+// and a single-connection handle on it through a cutter.
+func throughCutter(t *testing.T) (base, db *store.DB, cut *cutter) {
+	t.Helper()
+	base = testkit.DB(t)
+	table(t, base)
+	addr := pgtest.Addr(t)
+	cut = newCutter(t, addr)
+	db, err := store.OpenWith(context.Background(), strings.Replace(base.URL, addr, cut.l.Addr().String(), 1), store.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return base, db, cut
+}
+
 // A session that ends after PostgreSQL confirmed the pipeline's COMMIT
 // (the termination reported when the backend reads the Sync behind it)
 // has committed: Tx says so, and the pool goes on with a new session.
@@ -388,15 +415,7 @@ func (c *cutter) fromServer(client, server net.Conn) {
 // UNAVAILABLE, though committed.
 func TestCommitConfirmedThenSessionLost(t *testing.T) {
 	t.Parallel()
-	base := testkit.DB(t)
-	table(t, base)
-	addr := pgtest.Addr(t)
-	cut := newCutter(t, addr)
-	db, err := store.OpenWith(context.Background(), strings.Replace(base.URL, addr, cut.l.Addr().String(), 1), store.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	base, db, cut := throughCutter(t)
 	ctx := context.Background()
 	commit := "COMMIT"
 	var told []string
@@ -417,9 +436,7 @@ func TestCommitConfirmedThenSessionLost(t *testing.T) {
 	if cut.cuts.Load() != 1 || keys(t, base) != "a,b" || strings.Join(told, ",") != "t1" {
 		t.Fatalf("%d cuts, rows %q, told %v", cut.cuts.Load(), keys(t, base), told)
 	}
-	if err := db.Tx(ctx, func(tx *sqlx.Tx) error { return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('c', 1, NULL)`) }); err != nil || keys(t, base) != "a,b,c" {
-		t.Fatalf("the next transaction: %v, rows %q", err, keys(t, base))
-	}
+	usable(t, db, base, "c", "a,b,c")
 }
 
 // A transaction whose pooled session was terminated while idle (a
@@ -570,16 +587,8 @@ func TestEveryPooledSessionGone(t *testing.T) {
 // success and as a failure.
 func TestCommitOutlivesItsClient(t *testing.T) {
 	t.Parallel()
-	base := testkit.DB(t)
-	table(t, base)
-	addr := pgtest.Addr(t)
-	slow := newCutter(t, addr)
+	base, db, slow := throughCutter(t)
 	slow.hold = 300 * time.Millisecond
-	db, err := store.OpenWith(context.Background(), strings.Replace(base.URL, addr, slow.l.Addr().String(), 1), store.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	for _, immediate := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		// The client goes away while its commit's answer is held back.
