@@ -353,8 +353,9 @@ func NoteEvents(ctx context.Context, q Q, tenantID string) {
 	}
 }
 
-// sessionLost is the error of a transaction whose session was gone before
-// any of its statements ran: Tx runs it again (retryable).
+// sessionLost is the error of a call whose session was gone before any of
+// its work ran (a transaction's, txconn.go; a read's, eachRow): the caller
+// runs it again on the next session, until a new one (freshAfter).
 type sessionLost struct{ error }
 
 func (e sessionLost) Unwrap() error { return e.error }
@@ -371,9 +372,6 @@ func (n *txNotes) retry(err error) error {
 }
 
 func retryable(err error) bool {
-	if errors.As(err, new(sessionLost)) {
-		return true
-	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code == "40001" || pe.Code == "40P01"
@@ -543,11 +541,12 @@ func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan f
 		for attempt := 0; ; attempt++ {
 			rows := 0
 			err := db.eachRow(ctx, query, args, func(scan func(dest ...any) error) error { rows++; return row(scan) })
-			if !errors.Is(err, errSessionGone) {
+			var lost sessionLost
+			if !errors.As(err, &lost) {
 				return err
 			}
 			if rows > 0 || !db.freshAfter(attempt) || ctx.Err() != nil {
-				return errors.Unwrap(err)
+				return lost.error
 			}
 		}
 	}
@@ -567,17 +566,8 @@ func (db *DB) freshAfter(attempt int) bool {
 	return attempt < db.Stats().MaxOpenConnections+1
 }
 
-// errSessionGone wraps a read's error when its session is gone (eachRow).
-var errSessionGone = errors.New("store: session gone")
-
-type goneError struct{ err error }
-
-func (e goneError) Error() string        { return e.err.Error() }
-func (e goneError) Unwrap() error        { return e.err }
-func (e goneError) Is(target error) bool { return target == errSessionGone }
-
 // eachRow is EachRow's read over one pooled connection with pgx. An error
-// after which the connection is closed is a goneError; the connection is
+// after which the connection is closed is a sessionLost; the connection is
 // then discarded (driver.ErrBadConn from Raw).
 func (db *DB) eachRow(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error {
 	c, err := db.Conn(ctx)
@@ -598,7 +588,7 @@ func (db *DB) eachRow(ctx context.Context, query string, args []any, row func(sc
 			rows.Close()
 		}
 		if err != nil && pc.IsClosed() {
-			gone = goneError{err}
+			gone = sessionLost{err}
 			return driver.ErrBadConn
 		}
 		return err
