@@ -40,7 +40,7 @@ func Decode(cursor string, dst ...any) (bool, error) {
 	}
 	bad := errs.Invalid("cursor", "cursor is not one this server returned")
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != cursor { // the decoder skips CR and LF
 		return false, bad
 	}
 	var parts []json.RawMessage

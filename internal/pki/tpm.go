@@ -330,8 +330,10 @@ func decodeB64(path, s string, max int, what string) ([]byte, error) {
 	if len(s) > base64.StdEncoding.EncodedLen(max) {
 		return nil, errs.Invalid(path, "%s is over %d bytes", what, max)
 	}
+	// Go's decoder skips CR and LF even when strict: only the encoding of
+	// the bytes decoded is one.
 	b, err := base64.StdEncoding.Strict().DecodeString(s)
-	if err != nil {
+	if err != nil || base64.StdEncoding.EncodeToString(b) != s {
 		return nil, errs.Invalid(path, "%s is not base64 (standard alphabet, padded)", what)
 	}
 	if len(b) == 0 {

@@ -19,7 +19,7 @@ func ID(typeName string, key ...string) string {
 // Parse decodes a global id into its type name and key parts.
 func Parse(id string) (typeName string, key []string, ok bool) {
 	b, err := base64.RawURLEncoding.DecodeString(id)
-	if err != nil {
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != id { // the decoder skips CR and LF
 		return "", nil, false
 	}
 	t, k, found := strings.Cut(string(b), ":")
