@@ -70,17 +70,28 @@ try {
   const docError = await page.evaluate(() => document.querySelector('.graphiql-doc-explorer-error')?.textContent || '');
   await shot('docs');
   if (docError) throw new Error('the Docs pane: ' + docError);
-  await page.click('[data-cy="doc-explorer-input"]');
-  await page.keyboard.type('ComputeNode');
-  await poll(() => [...document.querySelectorAll('[data-cy="doc-explorer-option"]')].some((o) => o.textContent.trim() === 'ComputeNode'), null, 'ComputeNode in the search results');
-  await shot('docs-search');
-  await page.locator('[data-cy="doc-explorer-option"]', { hasText: /^ComputeNode$/ }).first().click();
-  out.docs = await poll(() => {
-    const t = document.querySelector('.graphiql-doc-explorer-title')?.textContent || '';
-    if (t !== 'ComputeNode') return null;
-    const fields = [...document.querySelectorAll('.graphiql-doc-explorer-field-name')].map((f) => f.textContent);
-    return fields.length ? { title: t, fields } : null;
-  }, null, 'the ComputeNode page');
+  // The search's list can close under a click that lands as it re-renders
+  // (a loaded machine): as a person would, search and click again, up to
+  // three times; the page must open from the search.
+  for (let attempt = 1; ; attempt++) {
+    await page.click('[data-cy="doc-explorer-input"]');
+    await page.keyboard.press('Control+A');
+    await page.keyboard.type('ComputeNode');
+    await poll(() => [...document.querySelectorAll('[data-cy="doc-explorer-option"]')].some((o) => o.textContent.trim() === 'ComputeNode'), null, 'ComputeNode in the search results');
+    if (attempt === 1) await shot('docs-search');
+    await page.locator('[data-cy="doc-explorer-option"]', { hasText: /^ComputeNode$/ }).first().click();
+    try {
+      out.docs = await poll(() => {
+        const t = document.querySelector('.graphiql-doc-explorer-title')?.textContent || '';
+        if (t !== 'ComputeNode') return null;
+        const fields = [...document.querySelectorAll('.graphiql-doc-explorer-field-name')].map((f) => f.textContent);
+        return fields.length ? { title: t, fields } : null;
+      }, null, 'the ComputeNode page', 50);
+      break;
+    } catch (e) {
+      if (attempt === 3) throw e;
+    }
+  }
   await shot('docs-computenode');
 
   // 3. Autocomplete: type "{ ten" as a person would; the hints list offers fields.
