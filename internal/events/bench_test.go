@@ -325,14 +325,15 @@ func riverClient(b *testing.B, w *store.DB) *river.Client[*sql.Tx] {
 }
 
 // wanted says whether BENCH_ONLY (parts of phases' names, separated by
-// "|") selects the phase; unset, every phase runs.
+// "|"; a part ending in "$" is a whole name) selects the phase; unset,
+// every phase runs.
 func wanted(name string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	if only == "" {
 		return true
 	}
 	for _, part := range strings.Split(only, "|") {
-		if strings.Contains(name, part) {
+		if whole, ok := strings.CutSuffix(part, "$"); ok && name == whole || !ok && strings.Contains(name, part) {
 			return true
 		}
 	}
