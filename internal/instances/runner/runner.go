@@ -180,11 +180,26 @@ func New(db *store.DB, log *slog.Logger, cfg Config) (*Runner, error) {
 func (s *Runner) Service() *instances.Service { return s.svc }
 
 // warnOnly passes river's warnings and errors on; its per-job info lines
-// (a retried step, a snooze) would drown the server's log.
+// (a retried step, a snooze) would drown the server's log. A record logged
+// under a context already ended is its caller's end, not river's failure
+// (a request's client went away in the middle of InsertTx: "Failed to send
+// job insert notification"; the server stopping): the caller reports it
+// where it happened (the request's log line and audit record), so it goes
+// on at debug level.
 type warnOnly struct{ slog.Handler }
 
 func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) Handle(ctx context.Context, r slog.Record) error {
+	if ctx.Err() != nil {
+		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
 }
 func (h warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(a)} }
 func (h warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{h.Handler.WithGroup(n)} }
