@@ -10,11 +10,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
@@ -675,5 +677,42 @@ func TestReadyzWhenTheCheckCannotRun(t *testing.T) {
 	}
 	if code, status := get(); code != 503 || status != "database not answering" {
 		t.Fatalf("readyz with the migrations' table locked: %d %q", code, status)
+	}
+}
+
+// Every code an answer carries is in the error table (errs) and so in
+// docs/api/errors.md and the OpenAPI document's code enum; the HTTP
+// layer's 405 and 415 carried codes written as literals, in neither.
+func TestHTTPLayerCodesAreDocumented(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	doc, err := os.ReadFile("../../docs/api/errors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, ct, body string) testkit.Resp {
+		req, _ := http.NewRequest(method, e.Server.URL+path, strings.NewReader(body))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		req.Header.Set("Authorization", "Bearer "+e.Operator)
+		return e.Do(req)
+	}
+	for _, r := range []testkit.Resp{
+		do("GET", "/api/compute/tenants/get", "", ""),
+		do("PUT", "/graphql", "application/json", `{"query":"{ viewer { kind } }"}`),
+		do("POST", "/graphql", "text/plain", `{"query":"{ viewer { kind } }"}`),
+		do("POST", "/graphql/stream", "text/plain", `{"query":"subscription { tenantEvents(tenantId: \"x\") { type } }"}`),
+	} {
+		code := r.Code()
+		if code == "" {
+			code, _ = gqlErr(r)
+		}
+		if code == "" || !errs.Known(errs.Code(code)) || errs.Code(code).HTTPStatus() != r.Status {
+			t.Errorf("%d %q: not a code of the error table with its status: %s", r.Status, code, r.Raw)
+		}
+		if !strings.Contains(string(doc), `id="`+strings.ToLower(code)+`"`) {
+			t.Errorf("%q is not in docs/api/errors.md", code)
+		}
 	}
 }

@@ -23,6 +23,11 @@ const (
 	RateLimited      Code = "RATE_LIMITED"
 	Unavailable      Code = "UNAVAILABLE"
 	Internal         Code = "INTERNAL"
+
+	// The HTTP layer's codes, answered before any method or operation runs
+	// (Transport).
+	MethodNotAllowed     Code = "METHOD_NOT_ALLOWED"
+	UnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // statuses is the single table mapping codes to HTTP statuses (contract section 4).
@@ -37,6 +42,9 @@ var statuses = map[Code]int{
 	RateLimited:      http.StatusTooManyRequests,
 	Unavailable:      http.StatusServiceUnavailable,
 	Internal:         http.StatusInternalServerError,
+
+	MethodNotAllowed:     http.StatusMethodNotAllowed,
+	UnsupportedMediaType: http.StatusUnsupportedMediaType,
 }
 
 // Info is one row of the error table: the code, its HTTP status, when it
@@ -79,7 +87,23 @@ func Table() []Info {
 	return rows
 }
 
-// Known reports a contract code.
+// Transport lists the codes of the HTTP layer: answered for how a request
+// was sent, before any method or GraphQL operation runs, so no method page
+// lists them.
+func Transport() []Info {
+	rows := []Info{
+		{MethodNotAllowed, 0, "a method path asked with another HTTP method than `POST`; `/graphql` asked with another than `GET` or `POST`, or a mutation sent with `GET` (the `Allow` header lists what the path takes)",
+			"Do not retry as is: send the request with a method the `Allow` header lists."},
+		{UnsupportedMediaType, 0, "a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not `application/json`",
+			"Do not retry as is: send the body as `application/json`."},
+	}
+	for i := range rows {
+		rows[i].Status = statuses[rows[i].Code]
+	}
+	return rows
+}
+
+// Known reports a code of Table or Transport.
 func Known(c Code) bool {
 	_, ok := statuses[c]
 	return ok

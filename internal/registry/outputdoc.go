@@ -214,6 +214,11 @@ func ErrorsMarkdown() string {
 	for _, row := range errs.Table() {
 		fmt.Fprintf(&b, "| <a id=\"%s\"></a>`%s` | %d | %s | %s |\n", strings.ToLower(string(row.Code)), row.Code, row.Status, cell(row.When), cell(row.Do))
 	}
+	b.WriteString("\nThe HTTP layer answers two more codes, for how a request was sent, before any method or operation runs (no method page lists them):\n\n")
+	b.WriteString("| Code | HTTP | When | What a client should do |\n|---|---|---|---|\n")
+	for _, row := range errs.Transport() {
+		fmt.Fprintf(&b, "| <a id=\"%s\"></a>`%s` | %d | %s | %s |\n", strings.ToLower(string(row.Code)), row.Code, row.Status, cell(row.When), cell(row.Do))
+	}
 	b.WriteString("\nRetrying in general: `UNAVAILABLE` and `RATE_LIMITED` are the codes worth retrying automatically. Reads are safe to retry. A mutation that timed out or answered `UNAVAILABLE` may or may not have been applied: read the resource (or list by name) before creating it again; updates carrying `expectedVersion` are safe to repeat, since a second application is a `CONFLICT`.\n")
 	return b.String()
 }

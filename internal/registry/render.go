@@ -138,6 +138,9 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 		}
 		responses[string(row.Code)] = resp
 	}
+	for _, row := range errs.Transport() { // answered before a method runs (405 on a method path)
+		codes = append(codes, string(row.Code))
+	}
 	schemas := map[string]any{}
 	for n, s := range r.Components() {
 		schemas[n] = s

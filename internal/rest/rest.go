@@ -85,7 +85,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 // notAllowed is the 405 answer, in the method surface's error shape.
 func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg string) {
 	w.Header().Set("Allow", allow)
-	WriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": errs.E("METHOD_NOT_ALLOWED", "%s", msg)})
+	WriteJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": errs.E(errs.MethodNotAllowed, "%s", msg)})
 }
 
 // WriteError writes the contract's error body with its status.

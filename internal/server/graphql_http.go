@@ -43,7 +43,7 @@ func allowMethods(next http.Handler) http.Handler {
 		default:
 			w.Header().Set("Allow", allowGraphQLVerbs)
 			writeRequestError(w, mediaJSON, http.StatusMethodNotAllowed,
-				errs.E("METHOD_NOT_ALLOWED", "GraphQL over HTTP takes GET (queries) and POST"))
+				errs.E(errs.MethodNotAllowed, "GraphQL over HTTP takes GET (queries) and POST"))
 		}
 	})
 }
@@ -69,7 +69,7 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mt != mediaJSON {
 			writeRequestError(w, ct, http.StatusUnsupportedMediaType,
-				errs.E("UNSUPPORTED_MEDIA_TYPE", "send the request as %s", mediaJSON))
+				errs.E(errs.UnsupportedMediaType, "send the request as %s", mediaJSON))
 			return
 		}
 		body, err := io.ReadAll(r.Body)
@@ -98,7 +98,7 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		if r.Method == http.MethodGet {
 			w.Header().Set("Allow", http.MethodPost)
 			writeRequestError(w, ct, http.StatusMethodNotAllowed,
-				errs.E("METHOD_NOT_ALLOWED", "mutations take POST; GET is for queries"))
+				errs.E(errs.MethodNotAllowed, "mutations take POST; GET is for queries"))
 			return
 		}
 	case ast.Subscription:

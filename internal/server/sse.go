@@ -51,7 +51,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mt != mediaJSON {
 			writeRequestError(w, mediaJSON, http.StatusUnsupportedMediaType,
-				errs.E("UNSUPPORTED_MEDIA_TYPE", "send the request as %s", mediaJSON))
+				errs.E(errs.UnsupportedMediaType, "send the request as %s", mediaJSON))
 			return
 		}
 		body, err := io.ReadAll(r.Body)
