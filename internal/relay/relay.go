@@ -5,6 +5,9 @@ package relay
 import (
 	"encoding/base64"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/bettercompute/computed/internal/pgtext"
 )
 
 // Node is what the GraphQL Node interface binds to: any object with a
@@ -20,6 +23,11 @@ func ID(typeName string, key ...string) string {
 func Parse(id string) (typeName string, key []string, ok bool) {
 	b, err := base64.RawURLEncoding.DecodeString(id)
 	if err != nil || base64.RawURLEncoding.EncodeToString(b) != id { // the decoder skips CR and LF
+		return "", nil, false
+	}
+	// A key PostgreSQL text cannot hold is no object's: answered as an
+	// unknown id (null), not sent to the database to fail there.
+	if !utf8.Valid(b) || pgtext.HasNUL(string(b)) {
 		return "", nil, false
 	}
 	t, k, found := strings.Cut(string(b), ":")
