@@ -103,6 +103,8 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=20000x ./internal/pools/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=25000x ./internal/events/
 	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=30000x ./internal/jsonkeys/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/relay/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/rfc3339/
 
 ci: lint check-generated test fuzz
 

@@ -14,6 +14,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/iam"
 	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/inventory"
@@ -3228,13 +3229,13 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋc
 }
 
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {
-	res, err := graphql.UnmarshalTime(v)
+	res, err := gqlscalar.UnmarshalTime(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel ast.SelectionSet, v time.Time) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalTime(v)
+	res := gqlscalar.MarshalTime(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Time!")
 	}
@@ -3270,7 +3271,7 @@ func (ec *executionContext) unmarshalOTime2ᚖtimeᚐTime(ctx context.Context, v
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalTime(v)
+	res, err := gqlscalar.UnmarshalTime(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -3280,7 +3281,7 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalTime(*v)
+	res := gqlscalar.MarshalTime(*v)
 	return res
 }
 

@@ -6,7 +6,9 @@ import (
 
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/audit/auditlist"
 	"github.com/bettercompute/computed/internal/loaders"
+	"github.com/bettercompute/computed/internal/registry"
 )
 
 // Helpers of the audit trail's resolvers (audit.resolvers.go): the loaders
@@ -15,17 +17,23 @@ import (
 
 func auditLoaders(ctx context.Context) *loaders.AuditLoaders { return loaders.From(ctx).Audit }
 
-// auditConn reads one parent's filtered page of records, asking for the
-// same page of every sibling parent at once.
-func auditConn(ctx context.Context, ld scopedLoader[audit.Record], parent string, resourceID, principalID, method *string, since, until *time.Time, first *int, after *string) (*model.AuditRecordConnection, error) {
-	f, err := audit.NewFilter(parent, resourceID, principalID, method, since, until)
-	if err != nil {
-		return nil, err
-	}
+// auditConn reads one parent's filtered page of records (the parent's
+// tenant is tenantID), asking for the same page of every sibling parent at
+// once. Its filters are audit.list's, checked by its rules.
+func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record], tenantID, parent string, resourceID, principalID, method *string, since, until *time.Time, first *int, after *string) (*model.AuditRecordConnection, error) {
 	n, k, err := pageArgs(first, after)
 	if err == nil {
 		err = audit.CheckCursorKey("after", k)
 	}
+	if err != nil {
+		return nil, err
+	}
+	in := auditlist.ListInput{TenantID: tenantID, ResourceID: resourceID, PrincipalID: principalID, Method: method,
+		Since: timeText(since), Until: timeText(until), Limit: n}
+	if err := registry.Validate(r.Registry, "audit.list", &in); err != nil {
+		return nil, err
+	}
+	f, err := audit.NewFilter(parent, resourceID, principalID, method, since, until)
 	if err != nil {
 		return nil, err
 	}
@@ -38,4 +46,13 @@ func auditConn(ctx context.Context, ld scopedLoader[audit.Record], parent string
 		return &model.AuditRecordEdge{Cursor: cur, Node: r}
 	})
 	return &model.AuditRecordConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
+// timeText is a Time argument as a method's time field holds it.
+func timeText(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := t.Format(time.RFC3339Nano)
+	return &s
 }

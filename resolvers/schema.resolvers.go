@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/projects"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/tenants"
@@ -105,6 +106,11 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 
 // Tenant is the resolver for the tenant field.
 func (r *queryResolver) Tenant(ctx context.Context, tenantID string) (*tenants.Tenant, error) {
+	// tenants.get's argument, by its rules (read through the loaders, so
+	// that the tenant's connections batch with it).
+	if err := registry.Validate(r.Registry, "tenants.get", &tenants.GetInput{TenantID: tenantID}); err != nil {
+		return nil, err
+	}
 	return loaders.From(ctx).NamedTenant(ctx, tenantID)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/rfc3339"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -105,11 +106,8 @@ type (
 )
 
 func parseTime(path, s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, errs.Invalid(path, "%s must be an RFC 3339 time", path)
-	}
-	return t.UTC(), nil
+	t, err := rfc3339.Field(path, s)
+	return t.UTC(), err
 }
 
 // windows loads the reservations of a pool that still hold room (active,

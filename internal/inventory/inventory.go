@@ -29,6 +29,7 @@ import (
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/rfc3339"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -158,9 +159,9 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 	}
 	collected := time.Now().UTC()
 	if in.CollectedAt != nil {
-		t, err := time.Parse(time.RFC3339Nano, *in.CollectedAt)
+		t, err := rfc3339.Field("collectedAt", *in.CollectedAt)
 		if err != nil {
-			return nil, errs.Invalid("collectedAt", "collectedAt must be an RFC 3339 time")
+			return nil, err
 		}
 		if t.After(time.Now().Add(maxSkew)) {
 			return nil, errs.Invalid("collectedAt", "collectedAt is more than an hour in the future")

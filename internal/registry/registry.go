@@ -340,6 +340,23 @@ func Call[In, Out any](ctx context.Context, r *Registry, key string, in *In) (*O
 	return out.(*Out), nil
 }
 
+// Validate checks a typed input by the rules of the method key, as Call
+// does, without calling it: for a GraphQL field that reads through the
+// loaders (the root tenant, an auditLog connection) but takes the
+// arguments of a method, so the graph refuses what the method refuses,
+// with the same words. *in is not changed.
+func Validate[In any](r *Registry, key string, in *In) error {
+	m, ok := r.methods[key]
+	if !ok {
+		return fmt.Errorf("registry: unknown method %s", key)
+	}
+	if m.input != reflect.TypeFor[In]() {
+		return fmt.Errorf("registry: %s takes *%s, not *%s", key, m.input, reflect.TypeFor[In]())
+	}
+	cp := *in
+	return validateTyped(m.Input, &cp)
+}
+
 // Dispatch runs one method-surface call: the body is decoded into the
 // method's typed input (decode.go, assign.go), then the call goes the
 // same way as Call's.

@@ -35,7 +35,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.SetParserTokenLimit(MaxTokens)
 	srv.SetValidationRulesFn(validationRules)
 	for _, x := range []graphql.HandlerExtension{newBounds(), extension.Introspection{},
-		extension.AutomaticPersistedQuery{Cache: lru.New[string](100)}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
+		extension.AutomaticPersistedQuery{Cache: lru.New[string](100)}, &scalarVars{}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
 		// A field interceptor among them, or added later, turns the
 		// executor's direct leaves off for every operation it sees
 		// (graph.directLeaves decides per operation).

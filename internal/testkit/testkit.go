@@ -222,6 +222,15 @@ func (r Resp) Path() string {
 	return ""
 }
 
+// Message is the message of an error response.
+func (r Resp) Message() string {
+	if e, ok := r.Body["error"].(map[string]any); ok {
+		s, _ := e["message"].(string)
+		return s
+	}
+	return ""
+}
+
 // Str reads a string field of a success body.
 func (r Resp) Str(key string) string {
 	s, _ := r.Body[key].(string)

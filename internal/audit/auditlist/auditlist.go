@@ -10,9 +10,9 @@ import (
 
 	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/authz"
-	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/rfc3339"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -44,14 +44,9 @@ func parseTime(path string, s *string) (*time.Time, error) {
 	if s == nil {
 		return nil, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
+	t, err := rfc3339.Field(path, *s)
 	if err != nil {
-		return nil, errs.Invalid(path, "%s must be an RFC 3339 time", path)
-	}
-	// PostgreSQL has no year 0 (RFC 3339 does): such a time reached the
-	// database and came back as a constraint error.
-	if t.UTC().Year() < 1 {
-		return nil, errs.Invalid(path, "%s must be a time in the years 0001 to 9999", path)
+		return nil, err
 	}
 	return &t, nil
 }

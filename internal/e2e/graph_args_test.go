@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// The graph's arguments follow the rules of the method whose argument they
+// are, with the method's words, also where a field reads through the
+// loaders instead of calling its method (the root tenant, auditLog), and
+// a Time argument is a time the method surface would take: an argument a
+// client got wrong is INVALID_INPUT, never INTERNAL, and its value is not
+// copied back into the answer.
+func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	tok := acme.Admin.Token
+
+	t.Run("the root tenant", func(t *testing.T) {
+		q := `query($t: String!) { tenant(tenantId: $t) { name } }`
+		for _, bad := range []string{strings.Repeat("a", 129), strings.Repeat("a", 100_000), "<script>alert(1)</script> DROP TABLE", "acme "} {
+			r := e.GraphQL(tok, q, map[string]any{"t": bad})
+			gqlExpect(t, r, "INVALID_INPUT", "tenantId")
+			if strings.Contains(string(r.Raw), bad) || len(r.Raw) > 2000 {
+				t.Errorf("%.40q: the answer (%d bytes) copies the argument: %.300s", bad, len(r.Raw), r.Raw)
+			}
+		}
+		// the bound itself passes the rules (no such tenant: denied)
+		r := e.GraphQL(tok, q, map[string]any{"t": strings.Repeat("a", 128)})
+		gqlExpect(t, r, "PERMISSION_DENIED", anyPath)
+		if d := gqlOK(t, e.GraphQL(tok, q, map[string]any{"t": "acme"})); d["tenant"] == nil {
+			t.Fatal("acme unreadable")
+		}
+	})
+
+	t.Run("auditLog filters", func(t *testing.T) {
+		q := `query($r: String, $p: String, $m: String) { tenant(tenantId: "acme") { auditLog(first: 5, resourceId: $r, principalId: $p, method: $m) { totalCount } } }`
+		for _, c := range []struct {
+			vars map[string]any
+			path string
+		}{
+			{map[string]any{"r": strings.Repeat("x", 257)}, "resourceId"},
+			{map[string]any{"r": "a b"}, "resourceId"},
+			{map[string]any{"p": "prn_é"}, "principalId"},
+			{map[string]any{"p": strings.Repeat("p", 200_000)}, "principalId"},
+			{map[string]any{"m": "DROP TABLE"}, "method"},
+			{map[string]any{"m": "a." + strings.Repeat("b", 127)}, "method"},
+		} {
+			r := e.GraphQL(tok, q, c.vars)
+			gqlExpect(t, r, "INVALID_INPUT", c.path)
+			// audit.list says the same
+			in := map[string]any{"tenantId": "acme"}
+			for k, v := range c.vars {
+				in[map[string]string{"r": "resourceId", "p": "principalId", "m": "method"}[k]] = v
+			}
+			m := e.Call(tok, "audit/list", in)
+			if msg, _ := gqlMessage(r); m.Status != http.StatusBadRequest || m.Path() != c.path || msg != m.Message() {
+				t.Errorf("%s: graph says %q, audit.list %d %q %q", c.path, msg, m.Status, m.Path(), m.Message())
+			}
+		}
+		gqlOK(t, e.GraphQL(tok, q, map[string]any{"r": strings.Repeat("x", 256), "m": "projects.update"}))
+	})
+
+	t.Run("Time arguments", func(t *testing.T) {
+		for _, since := range []string{`"not-a-time"`, `"2027-01-01"`, `"2027-01-01 10:00:00"`, `""`, `5`, `"0000-01-01T00:00:00Z"`, `"2027-13-01T00:00:00Z"`} {
+			r := e.GraphQL(tok, `{ tenant(tenantId: "acme") { auditLog(first: 2, since: `+since+`) { totalCount } } }`, nil)
+			if c, _ := gqlErr(r); c != "INVALID_INPUT" {
+				t.Errorf("since: %s: %d %s", since, r.Status, r.Raw)
+			}
+		}
+		q := `query($s: Time) { tenant(tenantId: "acme") { auditLog(first: 2, since: $s) { totalCount } } }`
+		for _, s := range []any{"yesterday", "2027-01-01", 5, ""} {
+			r := e.GraphQL(tok, q, map[string]any{"s": s})
+			if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.s" || r.Status != http.StatusBadRequest {
+				t.Errorf("$s = %v: %d %s", s, r.Status, r.Raw)
+			}
+		}
+		gqlOK(t, e.GraphQL(tok, q, map[string]any{"s": "2026-01-01T00:00:00.5+02:00"}))
+		// a variable is coerced before the operation runs (a request
+		// error), String's as Time's
+		for _, v := range []any{5, "ac\x00me"} {
+			r := e.GraphQL(tok, `query($t: String!) { tenant(tenantId: $t) { name } }`, map[string]any{"t": v})
+			if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.t" || r.Status != http.StatusBadRequest || r.Body["data"] != nil {
+				t.Errorf("$t = %q: %d %s", v, r.Status, r.Raw)
+			}
+		}
+		// in an input object
+		r := e.GraphQL(tok, `mutation($s: Time!) { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 0, vcpus: 1, memoryGiB: 1},
+			startsAt: $s, endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, map[string]any{"s": "2027-01-01"})
+		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.s" || r.Status != http.StatusBadRequest {
+			t.Errorf("startsAt: %d %s", r.Status, r.Raw)
+		}
+		r = e.GraphQL(tok, `mutation($in: CreateReservationInput!) { createReservation(input: $in) { reservation { reservationId } } }`,
+			map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": "pool_x", "size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1},
+				"startsAt": "2027-01-01T00:00:00Z", "endsAt": "tomorrow"}})
+		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.in.endsAt" || r.Status != http.StatusBadRequest {
+			t.Errorf("endsAt in an input variable: %d %s", r.Status, r.Raw)
+		}
+	})
+
+	t.Run("global ids PostgreSQL text cannot hold", func(t *testing.T) {
+		for _, raw := range []string{"Pool:\x00", "Instance:acme/inst_\x00x", "ComputeNode:\xff\xfe", "Tenant:acme\x00"} {
+			id := base64.RawURLEncoding.EncodeToString([]byte(raw))
+			d := gqlOK(t, e.GraphQL(tok, `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": id}))
+			if d["node"] != nil {
+				t.Errorf("%q: %v", raw, d["node"])
+			}
+		}
+	})
+}
+
+// gqlMessage returns errors[0].message.
+func gqlMessage(r testkit.Resp) (string, bool) {
+	errsList, _ := r.Body["errors"].([]any)
+	if len(errsList) == 0 {
+		return "", false
+	}
+	e, _ := errsList[0].(map[string]any)
+	m, ok := e["message"].(string)
+	return m, ok
+}

@@ -1,0 +1,59 @@
+package rfc3339
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestParse(t *testing.T) {
+	for s, want := range map[string]string{
+		"2026-12-05T17:00:00Z":           "",
+		"2026-12-05T17:00:00.123456789Z": "",
+		"2026-12-05T17:00:00+02:00":      "",
+		"0001-01-01T00:00:00Z":           "",
+		"9999-12-31T23:59:59Z":           "",
+		"0000-01-01T00:00:00Z":           "must be a time in the years 0001 to 9999",
+		"0001-01-01T00:00:00+01:00":      "must be a time in the years 0001 to 9999", // year 0 in UTC
+		"9999-12-31T23:59:59-01:00":      "must be a time in the years 0001 to 9999", // year 10000 in UTC
+		"2026-12-05":                     "must be an RFC 3339 time",
+		"2026-12-05 17:00:00":            "must be an RFC 3339 time",
+		"":                               "must be an RFC 3339 time",
+		"yesterday":                      "must be an RFC 3339 time",
+		"2026-13-05T17:00:00Z":           "must be an RFC 3339 time",
+		"2026-12-05T17:00:00Z trailing":  "must be an RFC 3339 time",
+		"2026-12-05T17:00:00\x00Z":       "must be an RFC 3339 time",
+	} {
+		if _, got := Parse(s); got != want {
+			t.Errorf("%q: %q, want %q", s, got, want)
+		}
+	}
+	if _, err := Field("since", "nope"); err == nil || !strings.Contains(err.Error(), "since must be an RFC 3339 time") {
+		t.Fatalf("Field: %v", err)
+	}
+}
+
+// What Parse takes is a time of the years 0001 to 9999 that reads back as
+// the same instant from its RFC 3339 text.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"2026-12-05T17:00:00Z", "0000-01-01T00:00:00Z", "2026-12-05T17:00:00.5+14:00", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tm, problem := Parse(s)
+		if problem != "" {
+			return
+		}
+		if !utf8.ValidString(s) {
+			t.Fatalf("%q: invalid UTF-8 taken", s)
+		}
+		if y := tm.UTC().Year(); y < 1 || y > 9999 {
+			t.Fatalf("%q: year %d", s, y)
+		}
+		back, problem := Parse(tm.Format(time.RFC3339Nano))
+		if problem != "" || !back.Equal(tm) {
+			t.Fatalf("%q: %v does not read back (%q)", s, tm, problem)
+		}
+	})
+}

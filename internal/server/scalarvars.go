@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/gqlscalar"
+)
+
+// scalarVars coerces the variables of the graph's own scalars before the
+// operation runs, as the spec's CoerceVariableValues does: gqlparser checks
+// a variable of a built-in scalar and takes any value for a custom one, so
+// a Time variable that is not a time failed later, in the field that read
+// it (a field error, 200), instead of refusing the request (400 under
+// application/graphql-response+json, like a String variable given a
+// number). The values are checked by the scalars' own functions, so both
+// say the same words; nested input objects and lists are walked.
+type scalarVars struct {
+	schema *ast.Schema
+}
+
+// scalarCheck are the scalars bound to functions with a rule of their own
+// (JSON takes any value). String is one: gqlgen decodes numbers as
+// json.Number, a string to gqlparser's check, so a String variable given
+// 5 (or a string with a NUL) also reached its field.
+var scalarCheck = map[string]func(any) error{
+	"Time":   func(v any) error { _, err := gqlscalar.UnmarshalTime(v); return err },
+	"String": func(v any) error { _, err := gqlscalar.UnmarshalString(v); return err },
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = (*scalarVars)(nil)
+
+func (*scalarVars) ExtensionName() string { return "ScalarVariables" }
+func (c *scalarVars) Validate(es graphql.ExecutableSchema) error {
+	c.schema = es.Schema()
+	return nil
+}
+
+func (c *scalarVars) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	if oc.Operation == nil {
+		return nil
+	}
+	for _, d := range oc.Operation.VariableDefinitions {
+		v, ok := oc.Variables[d.Variable]
+		if !ok {
+			continue
+		}
+		if path, err := c.check(d.Type, v, "variable."+d.Variable, 0); err != nil {
+			e := errs.Invalid(path, "%s %s", path, messageOf(err))
+			ge := gqlerror.Errorf("%s", e.Message)
+			ge.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
+			return ge
+		}
+	}
+	return nil
+}
+
+// check walks v as a value of t; path names it from the variable down.
+// Depth is bounded by the schema's input types, not by the value (a value
+// deeper than its type was refused by the validator).
+func (c *scalarVars) check(t *ast.Type, v any, path string, depth int) (string, error) {
+	if v == nil || depth > 32 {
+		return "", nil
+	}
+	if t.Elem != nil {
+		list, ok := v.([]any)
+		if !ok { // a single value for a list: coerced as a list of one
+			return c.check(t.Elem, v, path, depth+1)
+		}
+		for i, e := range list {
+			if p, err := c.check(t.Elem, e, path+"["+itoa(i)+"]", depth+1); err != nil {
+				return p, err
+			}
+		}
+		return "", nil
+	}
+	if f, ok := scalarCheck[t.NamedType]; ok {
+		return path, f(v)
+	}
+	def := c.schema.Types[t.NamedType]
+	obj, ok := v.(map[string]any)
+	if def == nil || def.Kind != ast.InputObject || !ok {
+		return "", nil
+	}
+	for _, fd := range def.Fields {
+		if fv, ok := obj[fd.Name]; ok {
+			if p, err := c.check(fd.Type, fv, path+"."+fd.Name, depth+1); err != nil {
+				return p, err
+			}
+		}
+	}
+	return "", nil
+}
+
+// messageOf is a scalar's refusal without its code ("must be ...").
+func messageOf(err error) string {
+	if e, ok := errs.As(err); ok {
+		return e.Message
+	}
+	return "is not valid"
+}
