@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -123,4 +125,31 @@ func gqlMessage(r testkit.Resp) (string, bool) {
 	e, _ := errsList[0].(map[string]any)
 	m, ok := e["message"].(string)
 	return m, ok
+}
+
+// An operationName that names no operation is refused without copying it
+// back, and a document of several operations without one says so.
+func TestOperationNameRefusals(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	post := func(body map[string]any) testkit.Resp {
+		raw, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, e.Server.URL+"/graphql", bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/graphql-response+json")
+		req.Header.Set("Authorization", "Bearer "+e.Operator)
+		return e.Do(req)
+	}
+	long := "Op" + strings.Repeat("x", 100_000)
+	r := post(map[string]any{"query": "query A { viewer { kind } }", "operationName": long})
+	gqlExpect(t, r, "INVALID_INPUT", "operationName")
+	if r.Status != http.StatusBadRequest || len(r.Raw) > 1000 || strings.Contains(string(r.Raw), "xxxxxxxx") {
+		t.Fatalf("an unknown operationName: %d, %d bytes: %.300s", r.Status, len(r.Raw), r.Raw)
+	}
+	r = post(map[string]any{"query": "query A { viewer { kind } } query B { viewer { name } }"})
+	gqlExpect(t, r, "INVALID_INPUT", "operationName")
+	if msg, _ := gqlMessage(r); !strings.Contains(msg, "more than one operation") {
+		t.Fatalf("two operations without operationName: %s", r.Raw)
+	}
+	gqlOK(t, post(map[string]any{"query": "query A { viewer { kind } } query B { viewer { name } }", "operationName": "B"}))
 }

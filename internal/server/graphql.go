@@ -91,6 +91,17 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			details["path"] = p
 		}
 		out.Message = plainWords(ge.Message)
+		if strings.HasPrefix(ge.Message, "operation ") && strings.HasSuffix(ge.Message, " not found") {
+			// gqlgen's "operation <operationName> not found": it copied the
+			// client's operationName (up to the body's 1 MiB) into the
+			// answer, and for a document of several operations without one
+			// read "operation  not found".
+			details["path"] = "operationName"
+			out.Message = "operationName names no operation of the document"
+			if ge.Message == "operation  not found" {
+				out.Message = "the document has more than one operation: operationName must name the one to run"
+			}
+		}
 		out.Extensions = map[string]any{"code": string(errs.InvalidInput), "details": details}
 		return out
 	}
