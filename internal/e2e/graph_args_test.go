@@ -153,3 +153,31 @@ func TestOperationNameRefusals(t *testing.T) {
 	}
 	gqlOK(t, post(map[string]any{"query": "query A { viewer { kind } } query B { viewer { name } }", "operationName": "B"}))
 }
+
+// The parser's and validator's messages quote the document's names; a
+// name of 50,000 characters came back whole in each. They quote 64.
+func TestValidationMessagesQuoteShortly(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	long := "a" + strings.Repeat("b", 50_000)
+	for _, q := range []string{
+		"{ " + long + " }",
+		"query($" + long + ": String) { viewer { kind } }",
+		"{ tenant(" + long + ": 1) { name } }",
+		"fragment " + long + " on Query { viewer { kind } } { viewer { kind } }",
+		"{ viewer @" + long + " { kind } }",
+		"{ viewer { ... on " + long + " { kind } } }",
+		`{ tenant(tenantId: "acme") { instances(state: ` + strings.ToUpper(long) + `) { totalCount } } }`,
+	} {
+		r := e.GraphQL(e.Operator, q, nil)
+		c, _ := gqlErr(r)
+		if c != "INVALID_INPUT" || len(r.Raw) > 1000 || strings.Contains(strings.ToLower(string(r.Raw)), strings.Repeat("b", 100)) {
+			t.Errorf("%.30s: %d %q, %d bytes: %.300s", q, r.Status, c, len(r.Raw), r.Raw)
+		}
+	}
+	// a schema's own names are quoted whole
+	r := e.GraphQL(e.Operator, `{ tenant(tenantId: "acme") { pools(first: 1) { edges { node { status } } } } }`, nil)
+	if msg, _ := gqlMessage(r); msg != `Cannot query field "status" on type "Pool". Did you mean "state"?` {
+		t.Fatalf("%s", r.Raw)
+	}
+}

@@ -179,7 +179,25 @@ var goWords = strings.NewReplacer(
 	"not a bool", "not a boolean",
 )
 
-func plainWords(msg string) string { return goWords.Replace(msg) }
+func plainWords(msg string) string { return shortQuotes(goWords.Replace(msg)) }
+
+// longQuote is a quoted run of a validator's message longer than any
+// name a schema uses.
+var longQuote = regexp.MustCompile(`"[^"]{65,}"`)
+
+// shortQuotes cuts the names and values that a parser's or validator's
+// message quotes from the document ("Cannot query field \"x\" on type
+// \"Query\"") to 64 characters: they are the client's own text, and a
+// 100 KB name came back whole.
+func shortQuotes(msg string) string {
+	return longQuote.ReplaceAllStringFunc(msg, func(q string) string {
+		r := []rune(q[1 : len(q)-1])
+		if len(r) <= 64 {
+			return q
+		}
+		return `"` + string(r[:64]) + `…"`
+	})
+}
 
 // opMetrics counts and times operations by name and type. Names are the
 // client's choice, so at most maxOpNames distinct ones get their own label.
