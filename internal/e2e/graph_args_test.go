@@ -181,3 +181,21 @@ func TestValidationMessagesQuoteShortly(t *testing.T) {
 		t.Fatalf("%s", r.Raw)
 	}
 }
+
+// A key the client made up is quoted at most errs.Quoted characters long,
+// in the message and in details.path, on both surfaces.
+func TestAnswersQuoteKeysShortly(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	long := "a" + strings.Repeat("b", 50_000)
+	check := func(what string, r testkit.Resp) {
+		t.Helper()
+		if r.Status != http.StatusBadRequest || len(r.Raw) > 1000 || strings.Contains(string(r.Raw), strings.Repeat("b", 100)) {
+			t.Errorf("%s: %d, %d bytes: %.300s", what, r.Status, len(r.Raw), r.Raw)
+		}
+	}
+	check("an unknown key", e.Call(e.Operator, "tenants/get", `{"tenantId":"acme","`+long+`":1}`))
+	check("an unknown key inside", e.Call(e.Operator, "instances/create", `{"tenantId":"acme","poolId":"pool_x","name":"a","size":{"gpus":0,"`+long+`":1}}`))
+	check("an unknown field of an input variable", e.GraphQL(e.Operator, `mutation($in: CreateTenantInput!) { createTenant(input: $in) { tenant { tenantId } } }`,
+		map[string]any{"in": map[string]any{"tenantId": "x", "name": "x", long: 1}}))
+}

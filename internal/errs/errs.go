@@ -141,6 +141,28 @@ func (e *Error) With(key string, value any) *Error {
 	return &Error{Code: e.Code, Message: e.Message, Details: d}
 }
 
+// Quoted is the most of a client's own text (a key, a name) an error
+// quotes; Cut cuts to it.
+const Quoted = 64
+
+// Cut is s as an error quotes a client's own text (an unknown key in a
+// path or a message, a name of a GraphQL document): at most Quoted
+// characters, then "…". An answer must not carry the request back (a
+// 100 KB key came back whole, twice).
+func Cut(s string) string {
+	if len(s) <= Quoted {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == Quoted {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
+}
+
 // Invalid is INVALID_INPUT naming the offending field in details.path.
 func Invalid(path, format string, args ...any) *Error {
 	return E(InvalidInput, format, args...).With("path", path)

@@ -75,7 +75,7 @@ func (s *Server) graphqlHandler() http.Handler {
 // are logged with the request id that details.requestId gives the client.
 func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 	ge := graphql.DefaultErrorPresenter(ctx, err)
-	out := &gqlerror.Error{Message: ge.Message, Path: ge.Path, Locations: ge.Locations}
+	out := &gqlerror.Error{Message: ge.Message, Path: cutPath(ge.Path), Locations: ge.Locations}
 	if ge.Err == nil {
 		// A request error: gqlgen's parser and validator, or a refusal of ours
 		// that already carries a contract code.
@@ -162,10 +162,27 @@ func pathString(p ast.Path) string {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(string(el))
+			b.WriteString(errs.Cut(string(el)))
 		}
 	}
 	return b.String()
+}
+
+// cutPath is an error's path with the names a client made up (a key of
+// a variable's object) cut as errs.Cut cuts them.
+func cutPath(p ast.Path) ast.Path {
+	for i, el := range p {
+		if n, ok := el.(ast.PathName); ok && len(n) > errs.Quoted {
+			out := append(ast.Path(nil), p...)
+			for j := i; j < len(out); j++ {
+				if n, ok := out[j].(ast.PathName); ok {
+					out[j] = ast.PathName(errs.Cut(string(n)))
+				}
+			}
+			return out
+		}
+	}
+	return p
 }
 
 // goWords are the Go kind names in gqlparser's variable coercion messages,
@@ -187,16 +204,10 @@ var longQuote = regexp.MustCompile(`"[^"]{65,}"`)
 
 // shortQuotes cuts the names and values that a parser's or validator's
 // message quotes from the document ("Cannot query field \"x\" on type
-// \"Query\"") to 64 characters: they are the client's own text, and a
+// \"Query\"") as errs.Cut does: they are the client's own text, and a
 // 100 KB name came back whole.
 func shortQuotes(msg string) string {
-	return longQuote.ReplaceAllStringFunc(msg, func(q string) string {
-		r := []rune(q[1 : len(q)-1])
-		if len(r) <= 64 {
-			return q
-		}
-		return `"` + string(r[:64]) + `…"`
-	})
+	return longQuote.ReplaceAllStringFunc(msg, func(q string) string { return `"` + errs.Cut(q[1:len(q)-1]) + `"` })
 }
 
 // opMetrics counts and times operations by name and type. Names are the
