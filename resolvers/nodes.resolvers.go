@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/tenants"
 )
@@ -222,6 +223,9 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 // may read, when it is this tenant's (the field names one of the tenant's
 // nodes).
 func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error) {
+	if err := registry.Validate(r.Registry, "nodes.get", &nodes.NodeRefInput{TenantID: obj.TenantID, NodeID: nodeID}); err != nil {
+		return nil, err
+	}
 	return loaders.From(ctx).TenantNode(ctx, obj.TenantID, nodeID)
 }
 

@@ -40,6 +40,19 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 	})
 
+	t.Run("tenant.computeNode", func(t *testing.T) {
+		q := `query($n: String!) { tenant(tenantId: "acme") { computeNode(nodeId: $n) { nodeId } } }`
+		for _, bad := range []string{"node_x", strings.Repeat("n", 100_000), "node_01jd0000000000000000000000 "} {
+			r := e.GraphQL(tok, q, map[string]any{"n": bad})
+			gqlExpect(t, r, "INVALID_INPUT", "nodeId")
+		}
+		// a well-formed id of no node of the tenant: null, as before
+		d := gqlOK(t, e.GraphQL(tok, q, map[string]any{"n": "node_01jd0000000000000000000000"}))
+		if ten, _ := d["tenant"].(map[string]any); ten == nil || ten["computeNode"] != nil {
+			t.Fatalf("%v", d)
+		}
+	})
+
 	t.Run("auditLog filters", func(t *testing.T) {
 		q := `query($r: String, $p: String, $m: String) { tenant(tenantId: "acme") { auditLog(first: 5, resourceId: $r, principalId: $p, method: $m) { totalCount } } }`
 		for _, c := range []struct {
