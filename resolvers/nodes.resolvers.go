@@ -14,8 +14,8 @@ import (
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
-	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/pools"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/tenants"
 )
 
