@@ -59,7 +59,7 @@ type Info struct {
 
 // Table lists every code in the contract's order.
 func Table() []Info {
-	rows := []Info{
+	return withStatus([]Info{
 		{InvalidInput, 0, "the input fails the method's schema or a documented rule; `details.path` names the first offending field (`document.steps[2].use`)",
 			"Do not retry the same request: fix the field `details.path` names. `profiles.render` also puts the profile's problems in `details.issues`."},
 		{Unauthenticated, 0, "no bearer token, or one that is unknown or revoked; for `nodes.join`, a join token that is unknown, revoked, expired or used up",
@@ -80,23 +80,23 @@ func Table() []Info {
 			"Retry with exponential backoff and jitter (for example 0.2 s doubling to 30 s). Reads are safe to retry; a mutation may have been applied, so read before repeating a create."},
 		{Internal, 0, "a bug; the message says nothing of internals and `details.requestId` names the server's log line",
 			"Retry once at most, then report `details.requestId` (it is also the response's `X-Request-Id`)."},
-	}
-	for i := range rows {
-		rows[i].Status = statuses[rows[i].Code]
-	}
-	return rows
+	})
 }
 
 // Transport lists the codes of the HTTP layer: answered for how a request
 // was sent, before any method or GraphQL operation runs, so no method page
 // lists them.
 func Transport() []Info {
-	rows := []Info{
+	return withStatus([]Info{
 		{MethodNotAllowed, 0, "a method path asked with another HTTP method than `POST`; `/graphql` asked with another than `GET` or `POST`, or a mutation sent with `GET` (the `Allow` header lists what the path takes)",
 			"Do not retry as is: send the request with a method the `Allow` header lists."},
 		{UnsupportedMediaType, 0, "a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not `application/json`",
 			"Do not retry as is: send the body as `application/json`."},
-	}
+	})
+}
+
+// withStatus fills in the rows' statuses from the one table of them.
+func withStatus(rows []Info) []Info {
 	for i := range rows {
 		rows[i].Status = statuses[rows[i].Code]
 	}

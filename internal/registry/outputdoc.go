@@ -203,6 +203,14 @@ func (r *Registry) SchemasMarkdown() string {
 	return b.String()
 }
 
+// codeTable renders rows of the error table, each code with its anchor.
+func codeTable(b *strings.Builder, rows []errs.Info) {
+	b.WriteString("| Code | HTTP | When | What a client should do |\n|---|---|---|---|\n")
+	for _, row := range rows {
+		fmt.Fprintf(b, "| <a id=\"%s\"></a>`%s` | %d | %s | %s |\n", strings.ToLower(string(row.Code)), row.Code, row.Status, cell(row.When), cell(row.Do))
+	}
+}
+
 // ErrorsMarkdown renders docs/api/errors.md from the errs table.
 func ErrorsMarkdown() string {
 	var b strings.Builder
@@ -210,15 +218,9 @@ func ErrorsMarkdown() string {
 	b.WriteString("Every error of the method surface is one JSON shape with the HTTP status of its code:\n\n")
 	b.WriteString("```json\n{\"error\": {\"code\": \"NOT_FOUND\", \"message\": \"profile gpu-base version 3 not found\", \"details\": {}}}\n```\n\n")
 	b.WriteString("GraphQL puts the same code in `errors[].extensions.code` and the details in `errors[].extensions.details`. Branch on `code`, never on `message` (it is for people and may change). Every answer carries `X-Request-Id`; quote it when reporting a problem. Each method page lists the codes the method can answer.\n\n")
-	b.WriteString("| Code | HTTP | When | What a client should do |\n|---|---|---|---|\n")
-	for _, row := range errs.Table() {
-		fmt.Fprintf(&b, "| <a id=\"%s\"></a>`%s` | %d | %s | %s |\n", strings.ToLower(string(row.Code)), row.Code, row.Status, cell(row.When), cell(row.Do))
-	}
+	codeTable(&b, errs.Table())
 	b.WriteString("\nThe HTTP layer answers two more codes, for how a request was sent, before any method or operation runs (no method page lists them):\n\n")
-	b.WriteString("| Code | HTTP | When | What a client should do |\n|---|---|---|---|\n")
-	for _, row := range errs.Transport() {
-		fmt.Fprintf(&b, "| <a id=\"%s\"></a>`%s` | %d | %s | %s |\n", strings.ToLower(string(row.Code)), row.Code, row.Status, cell(row.When), cell(row.Do))
-	}
+	codeTable(&b, errs.Transport())
 	b.WriteString("\nRetrying in general: `UNAVAILABLE` and `RATE_LIMITED` are the codes worth retrying automatically. Reads are safe to retry. A mutation that timed out or answered `UNAVAILABLE` may or may not have been applied: read the resource (or list by name) before creating it again; updates carrying `expectedVersion` are safe to repeat, since a second application is a `CONFLICT`.\n")
 	return b.String()
 }
