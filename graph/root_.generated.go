@@ -1470,7 +1470,7 @@ type RemoveProjectMemberPayload {
   removed: Int!
 }
 `, BuiltIn: false},
-	{Name: "../schema/schema.graphqls", Input: `"An RFC 3339 time in UTC."
+	{Name: "../schema/schema.graphqls", Input: `"An RFC 3339 time (` + "`" + `2026-12-05T17:00:00Z` + "`" + `), in the years 0001 to 9999. Answers are in UTC; an argument may carry fractional seconds and an offset. A date alone, an empty string or a number is INVALID_INPUT."
 scalar Time
 "Any JSON value."
 scalar JSON
