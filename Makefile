@@ -105,6 +105,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=30000x ./internal/jsonkeys/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/relay/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/rfc3339/
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=30000x ./internal/page/
 
 ci: lint check-generated test fuzz
 

@@ -111,6 +111,15 @@ func TestReservations(t *testing.T) {
 	bad := rsvIn("beta", pool, 1, 0, time.Hour)
 	bad["startsAt"] = "tomorrow"
 	expect(t, e.Call(b, "reservations/create", bad), "INVALID_INPUT", "startsAt")
+	// Two ends a nanosecond apart are one instant to the database (it keeps
+	// microseconds): the window is empty, said of endsAt, not a broken
+	// constraint without a path.
+	start := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	ns := rsvIn("beta", pool, 1, 0, time.Hour)
+	ns["startsAt"], ns["endsAt"] = start.Format(time.RFC3339), start.Add(time.Nanosecond).Format(time.RFC3339Nano)
+	if r := e.Call(b, "reservations/create", ns); r.Code() != "INVALID_INPUT" || r.Path() != "endsAt" || r.Message() != "endsAt must be after startsAt" {
+		t.Fatalf("a window of a nanosecond: %s", r.Raw)
+	}
 	bare := newPool(t, e, acme.Admin.Token, "acme", "bm")["poolId"].(string)
 	expect(t, e.Call(acme.Member.Token, "reservations/create", rsvIn("acme", bare, 1, 0, time.Hour)), "INVALID_STATE", "poolId")
 	l := must(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta"}))

@@ -5,8 +5,10 @@
 package page
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"reflect"
 
 	"github.com/bettercompute/computed/internal/errs"
 )
@@ -47,10 +49,19 @@ func Decode(cursor string, dst ...any) (bool, error) {
 	if err := json.Unmarshal(b, &parts); err != nil || len(parts) != len(dst) {
 		return false, bad
 	}
+	vals := make([]any, len(dst))
 	for i, p := range parts {
 		if err := json.Unmarshal(p, dst[i]); err != nil {
 			return false, bad
 		}
+		vals[i] = reflect.ValueOf(dst[i]).Elem().Interface()
+	}
+	// One this server returned is Encode's of what it holds: a part of
+	// null (which left its key empty: the first page again), a number
+	// spelled 1e2 or a key of text PostgreSQL cannot hold (\u0000: the
+	// query failed as a broken constraint) is not.
+	if Encode(vals...) != cursor || bytes.Contains(b, []byte(`\u0000`)) {
+		return false, bad
 	}
 	return true, nil
 }

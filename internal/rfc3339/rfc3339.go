@@ -5,24 +5,38 @@
 package rfc3339
 
 import (
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/errs"
 )
 
-// Parse reads an RFC 3339 time (fractional seconds optional). problem is
-// "" or what is wrong with s, to follow the name of its field. Years before
-// 0001 are refused: RFC 3339 has a year 0, and PostgreSQL's timestamps and
-// Go's encoders of them do not agree about it.
+// syntax is RFC 3339's date-time (section 5.6): a full date, T, a time
+// with optional fractional seconds, and Z or an offset of at most 23:59.
+// T and Z may be lower case. Go's parser alone also took an offset of
+// +24:00 and a comma before the fraction, and refused t and z.
+var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
+
+// Parse reads an RFC 3339 time (fractional seconds optional), kept to the
+// microsecond as PostgreSQL keeps it: a window whose two ends differed by
+// a nanosecond passed the check that its end is after its start and then
+// broke the database's. problem is "" or what is wrong with s, to follow
+// the name of its field. Years before 0001 are refused: RFC 3339 has a
+// year 0, and PostgreSQL's timestamps and Go's encoders of them do not
+// agree about it.
 func Parse(s string) (t time.Time, problem string) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	if !syntax.MatchString(s) {
+		return time.Time{}, "must be an RFC 3339 time"
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 	if err != nil {
 		return time.Time{}, "must be an RFC 3339 time"
 	}
 	if t.UTC().Year() < 1 || t.UTC().Year() > 9999 {
 		return time.Time{}, "must be a time in the years 0001 to 9999"
 	}
-	return t, ""
+	return t.Truncate(time.Microsecond), ""
 }
 
 // Field reads the time of the input field at path: INVALID_INPUT naming it

@@ -29,6 +29,13 @@ func TestParse(t *testing.T) {
 			t.Errorf("%q: %q, want %q", s, got, want)
 		}
 	}
+	// kept to the microsecond: two ends a nanosecond apart are one instant
+	a, _ := Parse("2026-12-06T17:54:24Z")
+	b, _ := Parse("2026-12-06T17:54:24.000000001Z")
+	c, _ := Parse("2026-12-06T17:54:24.0000019Z")
+	if !a.Equal(b) || c.Nanosecond() != 1000 {
+		t.Fatalf("%v %v %v", a, b, c)
+	}
 	if _, err := Field("since", "nope"); err == nil || !strings.Contains(err.Error(), "since must be an RFC 3339 time") {
 		t.Fatalf("Field: %v", err)
 	}
