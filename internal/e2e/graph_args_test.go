@@ -118,6 +118,33 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 	})
 
+	t.Run("enum and number variables", func(t *testing.T) {
+		// an enum variable is its value's name, exactly; a number is a number
+		q := `query($s: InstanceState) { tenant(tenantId: "acme") { instances(first: 1, state: $s) { totalCount } } }`
+		for _, s := range []any{"deleted", "Running", "nope", 5} {
+			r := e.GraphQL(tok, q, map[string]any{"s": s})
+			if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.s" || r.Status != http.StatusBadRequest {
+				t.Errorf("$s = %v: %d %s", s, r.Status, r.Raw)
+			}
+		}
+		gqlOK(t, e.GraphQL(tok, q, map[string]any{"s": "RUNNING"}))
+		qi := `query($n: Int) { tenant(tenantId: "acme") { instances(first: $n) { totalCount } } }`
+		for _, n := range []any{"1", "1.5", 1.5} {
+			r := e.GraphQL(tok, qi, map[string]any{"n": n})
+			if c, _ := gqlErr(r); c != "INVALID_INPUT" || r.Status != http.StatusBadRequest {
+				t.Errorf("$n = %v: %d %s", n, r.Status, r.Raw)
+			}
+		}
+		gqlOK(t, e.GraphQL(tok, qi, map[string]any{"n": 1}))
+		// inside an input object
+		r := e.GraphQL(tok, `mutation($in: CreateReservationInput!) { createReservation(input: $in) { reservation { reservationId } } }`,
+			map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": "pool_x", "size": map[string]any{"gpus": "1", "vcpus": 1, "memoryGiB": 1},
+				"startsAt": "2027-01-01T00:00:00Z", "endsAt": "2027-01-01T01:00:00Z"}})
+		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.in.size.gpus" || r.Status != http.StatusBadRequest {
+			t.Errorf("gpus \"1\": %d %s", r.Status, r.Raw)
+		}
+	})
+
 	t.Run("global ids PostgreSQL text cannot hold", func(t *testing.T) {
 		for _, raw := range []string{"Pool:\x00", "Instance:acme/inst_\x00x", "ComputeNode:\xff\xfe", "Tenant:acme\x00"} {
 			id := base64.RawURLEncoding.EncodeToString([]byte(raw))

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -11,9 +12,10 @@ import (
 	"github.com/bettercompute/computed/internal/gqlscalar"
 )
 
-// scalarVars coerces the variables of the graph's own scalars before the
-// operation runs, as the spec's CoerceVariableValues does: gqlparser checks
-// a variable of a built-in scalar and takes any value for a custom one, so
+// scalarVars coerces the variables of the graph's own scalars, its enums
+// and its numbers before the operation runs, as the spec's
+// CoerceVariableValues does: gqlparser checks a variable of a built-in
+// scalar and takes any value for a custom one, so
 // a Time variable that is not a time failed later, in the field that read
 // it (a field error, 200), instead of refusing the request (400 under
 // application/graphql-response+json, like a String variable given a
@@ -85,8 +87,32 @@ func (c *scalarVars) check(t *ast.Type, v any, path string, depth int) (string, 
 		return path, f(v)
 	}
 	def := c.schema.Types[t.NamedType]
+	if def == nil {
+		return "", nil
+	}
+	switch def.Kind {
+	case ast.Enum:
+		// gqlparser compares an enum variable's value case-insensitively,
+		// so "public" passed for PUBLIC and reached the method as its own
+		// spelling; the spec takes only the value's name.
+		if s, ok := v.(string); !ok || def.EnumValues.ForName(s) == nil {
+			names := make([]string, len(def.EnumValues))
+			for i, ev := range def.EnumValues {
+				names[i] = ev.Name
+			}
+			return path, errs.E(errs.InvalidInput, "must be one of %s", strings.Join(names, ", "))
+		}
+		return "", nil
+	case ast.Scalar:
+		// gqlparser takes the string "1" for an Int or a Float; a number
+		// is a JSON number (the decoders keep numbers as json.Number).
+		if _, isString := v.(string); isString && (t.NamedType == "Int" || t.NamedType == "Float") {
+			return path, errs.E(errs.InvalidInput, "must be a number, not a string")
+		}
+		return "", nil
+	}
 	obj, ok := v.(map[string]any)
-	if def == nil || def.Kind != ast.InputObject || !ok {
+	if def.Kind != ast.InputObject || !ok {
 		return "", nil
 	}
 	for _, fd := range def.Fields {
