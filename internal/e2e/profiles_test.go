@@ -394,10 +394,13 @@ func TestProfilesUpdateAndDelete(t *testing.T) {
 			t.Fatalf("hidden profile listed: %s", r.Raw)
 		}
 	}
-	// A hidden version is invisible, so it can be created again.
-	r = must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
+	// A hidden version still exists: version 1, which a workflow used,
+	// cannot be created again with another document; the next one can.
+	expect(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""), "CONFLICT", "document.version")
+	expect(t, env(t, e).Call(acme.Viewer.Token, "profiles/get", map[string]any{"tenantId": "acme", "profileId": "gpu-node", "profileVersion": 1}), "NOT_FOUND", "")
+	r = must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 5), ""))
 	if r.Body["used"] != false || r.Str("visibility") != "private" {
-		t.Fatalf("recreate: %s", r.Raw)
+		t.Fatalf("the next version: %s", r.Raw)
 	}
 }
 

@@ -178,17 +178,16 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Profile, error) {
 		vis = *in.Visibility
 	}
 	var p Profile
-	// A hidden (deleted) version is invisible, so its id and version can be
-	// stored again.
+	// Deleting hides a version (deleted_at) and keeps its row: the id and
+	// version still name the document workflows snapshotted, so a deleted
+	// version exists as much as a live one and is never stored again. The
+	// primary key decides it, so a create racing a delete cannot revive it.
 	err = q.GetContext(ctx, &p, `INSERT INTO profiles (tenant_id, profile_id, profile_version, visibility, document)
 		VALUES ($1, $2, $3, $4, $5::jsonb)
-		ON CONFLICT (tenant_id, profile_id, profile_version) DO UPDATE SET
-			visibility = EXCLUDED.visibility, document = EXCLUDED.document, used = false, deleted_at = NULL,
-			row_version = profiles.row_version + 1, created_at = now(), updated_at = now()
-		WHERE profiles.deleted_at IS NOT NULL
+		ON CONFLICT (tenant_id, profile_id, profile_version) DO NOTHING
 		RETURNING `+cols, in.TenantID, c.ID, c.Version, vis, string(c.Raw))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errs.E(errs.Conflict, "profile %s version %d already exists in tenant %s; create the next version instead",
+		return nil, errs.E(errs.Conflict, "profile %s version %d already exists in tenant %s (a deleted version's id and version are not stored again); create the next version instead",
 			c.ID, c.Version, in.TenantID).With("path", "document.version")
 	}
 	if store.IsForeignKey(err) {
@@ -440,7 +439,8 @@ func Methods() []registry.Method {
 			"Stores a new profile version from a profile document, private unless `visibility` says public.",
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
-				"`CONFLICT` when that id and version already exist; create the next version instead."},
+				"`CONFLICT` when that id and version already exist; create the next version instead.",
+				"A deleted version still exists: its id and version are `CONFLICT` too, and it stays hidden."},
 			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
 		registry.Def(m("get", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
@@ -467,7 +467,8 @@ func Methods() []registry.Method {
 			registry.ExpectedVersion()), nil, Update),
 		registry.Def(m("delete", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
-			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have."},
+			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have.",
+				"A deleted version stays hidden for good, and its id and version are never stored again: `profiles.create` refuses them as existing; create the next version instead."},
 			ref()...), nil, Delete),
 	}
 }

@@ -221,13 +221,13 @@ func TestUpdateRules(t *testing.T) {
 	if p = fixture.Must(up(profiles.UpdateInput{Visibility: fixture.Ptr(profiles.Private)})); p.Visibility != profiles.Private || !p.Used {
 		t.Fatalf("a used version's visibility: %+v", p)
 	}
-	// Deleting and creating it again makes a new, unused version.
+	// Deleted, it is NOT_FOUND to update, and its id and version are not
+	// stored again (TestDeletedVersionIsNotCreatedAgain).
 	fixture.Must(profiles.Delete(e.Ctx, e.DB, ref("acme", "gpu-base", 1)))
 	_, err = up(profiles.UpdateInput{Visibility: fixture.Ptr(profiles.Public)})
 	fixture.Code(t, err, errs.NotFound, "")
-	if again := e.create("acme", "gpu-base", 1, ""); again.Used || again.Visibility != profiles.Private {
-		t.Fatalf("created again: %+v", again)
-	}
+	_, err = profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: doc("gpu-base", 1)})
+	fixture.Code(t, err, errs.Conflict, "document.version")
 }
 
 // use runs what a workflow's create does with a profile: resolve and lock
