@@ -95,6 +95,13 @@ func refusal(r testkit.Resp) string {
 	return s
 }
 
+// errDetail is one of an error response's details.
+func errDetail(r testkit.Resp, key string) any {
+	e, _ := r.Body["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	return d[key]
+}
+
 func wantRefused(t *testing.T, r testkit.Resp, why string) {
 	t.Helper()
 	if r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHENTICATED" || refusal(r) != why {
@@ -264,6 +271,50 @@ func TestTPMAttackerWithAnotherTPMIsRefused(t *testing.T) {
 	}
 	if r := e.Must(m2.exchange(t, e, tok)); r.Str("status") != "admitted" {
 		t.Fatalf("the approved TPM: %s", r.Raw)
+	}
+}
+
+// An approval made for a TPM is consumed only by that TPM's proof: the
+// same join token, CSR and hardware ids sent through the token or the
+// discovery attestor, with no evidence, are PERMISSION_DENIED naming the
+// request (as another TPM is) and consume nothing; the TPM itself is
+// admitted after, with the request's id.
+func TestTPMApprovalIsNotConsumedWithoutTheTPM(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, _, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	tok := e.JoinToken(admin, "acme", pool, 10)
+	x := tpmsim.Open(t, 91)
+	m := newTPMMachine(t, x, "ecc", tpmsim.AKTemplateECC)
+	m.SystemUUID, m.Serial = "00000000-0000-0000-0000-000000000000", "To Be Filled By O.E.M."
+	p := e.Must(m.exchange(t, e, tok))
+	reqID := p.Str("joinRequestId")
+	if p.Str("status") != "pending" || len(p.Body["reasons"].([]any)) != 2 {
+		t.Fatalf("placeholder hardware and an EK on no allow-list: %s", p.Raw)
+	}
+	ref := map[string]any{"tenantId": "acme", "joinRequestId": reqID}
+	if g := e.Must(e.Call(admin, "joinRequests/get", ref)); g.Body["ekProven"] != true || g.Str("attestor") != "tpm" {
+		t.Fatalf("the request: %s", g.Raw)
+	}
+	e.Must(e.Call(admin, "joinRequests/approve", ref))
+	for _, attestor := range []string{"token", "discovery"} {
+		b := m.JoinBody(tok)
+		b["attestor"] = attestor
+		r := e.Call("", "nodes/join", b)
+		if r.Code() != "PERMISSION_DENIED" || errDetail(r, "joinRequestId") != reqID {
+			t.Fatalf("the %s attestor without the TPM: %d %s", attestor, r.Status, r.Raw)
+		}
+	}
+	if g := e.Must(e.Call(admin, "joinRequests/get", ref)); g.Str("state") != "approved" || g.Body["nodeId"] != nil {
+		t.Fatalf("the approval after joins without the TPM: %s", g.Raw)
+	}
+	a := e.Must(m.exchange(t, e, tok))
+	if a.Str("status") != "admitted" || a.Str("joinRequestId") != reqID {
+		t.Fatalf("the approved TPM: %s", a.Raw)
+	}
+	if n := e.Must(e.Call(admin, "nodes/get", map[string]any{"tenantId": "acme", "nodeId": a.Str("nodeId")})); n.Str("attestor") != "tpm" {
+		t.Fatalf("node: %s", n.Raw)
 	}
 }
 

@@ -349,11 +349,10 @@ func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *
 		res, err := s.challenge(ctx, q, tok, csr, hw, tpm)
 		return res, err, true
 	}
-	if proven != nil && open && prev.EKHash != nil && *prev.EKHash != proven.ekHash {
-		// The request (and its approval) is for the TPM that asked: a CSR
-		// sent again from another TPM gets nothing of it.
-		return nil, errs.E(errs.PermissionDenied, "join request %s for this CSR was made from a TPM with another endorsement key", prev.JoinRequestID).
-			With("joinRequestId", prev.JoinRequestID), true
+	if open {
+		if err := prev.forAnother(in.Attestor, proven); err != nil {
+			return nil, err, true
+		}
 	}
 	switch prev.State {
 	case Approved:
@@ -369,6 +368,25 @@ func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *
 			With("joinRequestId", prev.JoinRequestID), true
 	}
 	return nil, nil, false
+}
+
+// forAnother refuses a join that is not the one an open request (and its
+// approval) was made for: a request is for the attestor that deferred it
+// and, for tpm, for the TPM whose endorsement key it names, which this
+// join proved holding by answering its challenge (proven). The same CSR
+// sent through another attestor, with no TPM or another one, gets nothing
+// of it: PERMISSION_DENIED naming the request. joinAgain calls it with
+// the request's row locked, in the transaction that consumes an approval.
+func (r *JoinRequest) forAnother(attestor string, proven *provenEK) error {
+	switch {
+	case attestor != r.Attestor:
+		return errs.E(errs.PermissionDenied, "join request %s for this CSR was made through the %s attestor, not %s", r.JoinRequestID, r.Attestor, attestor).
+			With("joinRequestId", r.JoinRequestID)
+	case r.Attestor == AttestorTPM && (proven == nil || r.EKHash == nil || *r.EKHash != proven.ekHash):
+		return errs.E(errs.PermissionDenied, "join request %s for this CSR was made from a TPM with another endorsement key", r.JoinRequestID).
+			With("joinRequestId", r.JoinRequestID)
+	}
+	return nil
 }
 
 // deferJoin stores a join that waits for approval as a pending join
@@ -516,9 +534,14 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 		return nil, err
 	}
 	if reqID != "" {
-		if _, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'consumed', node_id = $2, updated_at = now()
-			WHERE join_request_id = $1`, reqID, nodeID); err != nil {
+		// The request's row is locked (previousRequest) and approved.
+		res, err := q.ExecContext(ctx, `UPDATE join_requests SET state = 'consumed', node_id = $2, updated_at = now()
+			WHERE join_request_id = $1 AND state = 'approved'`, reqID, nodeID)
+		if err != nil {
 			return nil, store.Wrap(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil, fmt.Errorf("nodes: join request %s was not approved when consumed", reqID)
 		}
 	}
 	return &JoinResult{Status: "admitted", NodeID: nodeID, PoolID: tok.PoolID, Certificate: cert,

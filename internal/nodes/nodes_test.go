@@ -676,3 +676,66 @@ func TestJoinRequestAndTokenPages(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// An open join request (pending or approved) is for the join that made
+// it: a join of the same CSR through another attestor gets nothing of it
+// (PERMISSION_DENIED naming the request, as another TPM's join does), and
+// the approval stays for the attestor that asked. A request the discovery
+// attestor deferred is not consumed by a token join, nor one the token
+// attestor deferred by a discovery join.
+func TestApprovalIsForItsAttestor(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token(5)
+	join := func(m testkit.Machine, attestor string) (*nodes.JoinResult, error) {
+		b := m.JoinBody(tok)
+		b["attestor"] = attestor
+		return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
+	}
+	refused := func(t *testing.T, err error, reqID string) {
+		t.Helper()
+		if got := fixture.Code(t, err, errs.PermissionDenied, ""); got.Details["joinRequestId"] != reqID {
+			t.Fatalf("refusal names %v, want %s", got.Details, reqID)
+		}
+	}
+	state := func(reqID string) *nodes.JoinRequest {
+		return fixture.Must(nodes.GetJoinRequest(e.Ctx, e.DB, &nodes.JoinRequestRefInput{TenantID: "acme", JoinRequestID: reqID}))
+	}
+	for _, c := range []struct {
+		name         string
+		machine      testkit.Machine
+		asked, other string
+		wantReason   string
+	}{
+		{"discovery then token", testkit.NewMachine(t), nodes.AttestorDiscovery, nodes.AttestorToken, nodes.ReasonUnknown},
+		{"token then discovery", placeholder(t), nodes.AttestorToken, nodes.AttestorDiscovery, nodes.ReasonPlaceholder},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := fixture.Must(join(c.machine, c.asked))
+			if r.Status != nodes.Pending || len(r.Reasons) == 0 || r.Reasons[0].Code != c.wantReason {
+				t.Fatalf("deferred: %+v", r)
+			}
+			// Pending: the other attestor is refused, not told the request waits.
+			_, err := join(c.machine, c.other)
+			refused(t, err, r.JoinRequestID)
+			fixture.Must(nodes.ApproveJoinRequest(e.As(e.acme.Admin), e.DB, &nodes.JoinRequestRefInput{TenantID: "acme", JoinRequestID: r.JoinRequestID}))
+			// Approved: the other attestor is refused and consumes nothing.
+			_, err = join(c.machine, c.other)
+			refused(t, err, r.JoinRequestID)
+			if got := state(r.JoinRequestID); got.State != nodes.Approved || got.NodeID != nil {
+				t.Fatalf("after the other attestor's join: %+v", got)
+			}
+			// The attestor that asked consumes it.
+			a := fixture.Must(join(c.machine, c.asked))
+			if a.Status != "admitted" || a.JoinRequestID != r.JoinRequestID {
+				t.Fatalf("the approved join: %+v", a)
+			}
+			n := fixture.Must(nodes.GetNode(e.Ctx, e.DB, &nodes.NodeRefInput{TenantID: "acme", NodeID: a.NodeID}))
+			if n.Attestor != c.asked {
+				t.Fatalf("node attestor %s, want %s", n.Attestor, c.asked)
+			}
+			if got := state(r.JoinRequestID); got.State != nodes.Consumed || got.NodeID == nil || *got.NodeID != a.NodeID {
+				t.Fatalf("consumed: %+v", got)
+			}
+		})
+	}
+}
