@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -238,4 +239,34 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 	check("an unknown key inside", e.Call(e.Operator, "instances/create", `{"tenantId":"acme","poolId":"pool_x","name":"a","size":{"gpus":0,"`+long+`":1}}`))
 	check("an unknown field of an input variable", e.GraphQL(e.Operator, `mutation($in: CreateTenantInput!) { createTenant(input: $in) { tenant { tenantId } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "x", "name": "x", long: 1}}))
+}
+
+// The server keeps no persisted queries: a hash alone is answered in the
+// words Apollo's automatic persisted queries look for, so such a client
+// sends the whole query from then on; a query with its hash runs. (The
+// extension was on, but the decoder refused every hash-only request as
+// "query is required", and each replica kept its own cache.)
+func TestPersistedQueriesAreNotSupported(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	ext := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": strings.Repeat("ab", 32)}}
+	body, _ := json.Marshal(map[string]any{"extensions": ext})
+	req, _ := http.NewRequest(http.MethodPost, e.Server.URL+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+e.Operator)
+	r := e.Do(req)
+	if msg, _ := gqlMessage(r); msg != "PersistedQueryNotSupported" || r.Status != http.StatusBadRequest {
+		t.Fatalf("a hash alone: %d %s", r.Status, r.Raw)
+	}
+	extJSON, _ := json.Marshal(ext)
+	req, _ = http.NewRequest(http.MethodGet, e.Server.URL+"/graphql?extensions="+url.QueryEscape(string(extJSON)), nil)
+	req.Header.Set("Authorization", "Bearer "+e.Operator)
+	if msg, _ := gqlMessage(e.Do(req)); msg != "PersistedQueryNotSupported" {
+		t.Fatalf("a hash alone over GET: %s", r.Raw)
+	}
+	body, _ = json.Marshal(map[string]any{"query": "{ viewer { kind } }", "extensions": ext})
+	req, _ = http.NewRequest(http.MethodPost, e.Server.URL+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+e.Operator)
+	gqlOK(t, e.Do(req))
 }

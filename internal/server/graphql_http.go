@@ -133,7 +133,7 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 	p := &graphql.RawParams{}
 	q, ok := raw["query"]
 	if !ok || isNull(q) {
-		return nil, errs.Invalid("query", "query is required")
+		return nil, missingQuery(raw["extensions"])
 	}
 	if json.Unmarshal(q, &p.Query) != nil {
 		return nil, errs.Invalid("query", "query must be a string")
@@ -151,6 +151,19 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// missingQuery is the answer to a request without a query. Apollo's
+// automatic persisted queries send a query's hash alone first; this server
+// keeps no persisted queries (a cache per replica would miss behind a load
+// balancer) and says so in the words those clients look for, so they send
+// the whole query from then on.
+func missingQuery(extensions json.RawMessage) *errs.Error {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(extensions, &m) == nil && m["persistedQuery"] != nil {
+		return errs.E(errs.InvalidInput, "PersistedQueryNotSupported").With("path", "query").With("reason", "persisted-queries-not-supported")
+	}
+	return errs.Invalid("query", "query is required")
 }
 
 func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }
@@ -200,7 +213,7 @@ func paramsFromQuery(rawQuery string) (*graphql.RawParams, *errs.Error) {
 	}
 	p := &graphql.RawParams{Query: q.Get("query"), OperationName: q.Get("operationName")}
 	if p.Query == "" {
-		return nil, errs.Invalid("query", "query is required")
+		return nil, missingQuery(json.RawMessage(q.Get("extensions")))
 	}
 	for _, key := range []string{"variables", "extensions"} {
 		s := q.Get(key)
