@@ -69,15 +69,15 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 		ok   bool
 		what string
 	}{
-		{a.Restricted, "restricted"},
-		{a.SignEncrypt, "sign"},
-		{!a.Decrypt, "not decrypt"},
-		{a.FixedTPM, "fixedTPM"},
-		{a.FixedParent, "fixedParent"},
-		{a.SensitiveDataOrigin, "sensitiveDataOrigin"},
+		{a.Restricted, "it is not restricted"},
+		{a.SignEncrypt, "it is not a signing key"},
+		{!a.Decrypt, "it is a decryption key"},
+		{a.FixedTPM, "it is not fixedTPM"},
+		{a.FixedParent, "it is not fixedParent"},
+		{a.SensitiveDataOrigin, "it is not sensitiveDataOrigin"},
 	} {
 		if !c.ok {
-			return nil, errs.Invalid(path, "the attestation key must be a restricted signing key with fixedTPM, fixedParent and sensitiveDataOrigin; it is not %s", c.what)
+			return nil, errs.Invalid(path, "the attestation key must be a restricted signing key with fixedTPM, fixedParent and sensitiveDataOrigin; %s", c.what)
 		}
 	}
 	switch pub.Type {
@@ -90,8 +90,11 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 		if err != nil {
 			return nil, errs.Invalid(path, "akPublic is not a TPMT_PUBLIC structure")
 		}
-		if parms.KeyBits != 2048 || len(mod.Buffer) != 256 || mod.Buffer[0]&0x80 == 0 {
+		if parms.KeyBits != 2048 {
 			return nil, errs.Invalid(path, "the attestation key is RSA %d bits; want RSA 2048 or ECC P-256", parms.KeyBits)
+		}
+		if len(mod.Buffer) != 256 || mod.Buffer[0]&0x80 == 0 {
+			return nil, errs.Invalid(path, "the attestation key's RSA modulus is not 2048 bits long, as its keyBits say")
 		}
 	case tpm2.TPMAlgECC:
 		parms, err := pub.Parameters.ECCDetail()

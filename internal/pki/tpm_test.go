@@ -121,6 +121,10 @@ func TestParseAKPublicRules(t *testing.T) {
 		Scheme: tpm2.TPMTRSAScheme{Scheme: tpm2.TPMAlgRSASSA,
 			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgRSASSA, &tpm2.TPMSSigSchemeRSASSA{HashAlg: tpm2.TPMAlgSHA256})},
 		KeyBits: 3072})
+	shortMod := good // keyBits 2048, a modulus of 1024 bits
+	shortMod.Unique = tpm2.NewTPMUPublicID(tpm2.TPMAlgRSA, &tpm2.TPM2BPublicKeyRSA{Buffer: append([]byte{0xc1}, make([]byte, 127)...)})
+	zeroMod := good // keyBits 2048, a modulus of zeros
+	zeroMod.Unique = tpm2.NewTPMUPublicID(tpm2.TPMAlgRSA, &tpm2.TPM2BPublicKeyRSA{Buffer: make([]byte, 256)})
 	sha1 := good
 	sha1.NameAlg = tpm2.TPMAlgSHA1
 	p384 := tpmsim.AKTemplateECC
@@ -136,9 +140,11 @@ func TestParseAKPublicRules(t *testing.T) {
 		{"not fixedTPM", attrs(func(a *tpm2.TPMAObject) { a.FixedTPM = false }), "not fixedTPM"},
 		{"not fixedParent", attrs(func(a *tpm2.TPMAObject) { a.FixedParent = false }), "not fixedParent"},
 		{"not sensitiveDataOrigin", attrs(func(a *tpm2.TPMAObject) { a.SensitiveDataOrigin = false }), "not sensitiveDataOrigin"},
-		{"not signing", attrs(func(a *tpm2.TPMAObject) { a.SignEncrypt = false }), "not sign"},
-		{"decrypts", attrs(func(a *tpm2.TPMAObject) { a.Decrypt = true }), "not not decrypt"},
+		{"not signing", attrs(func(a *tpm2.TPMAObject) { a.SignEncrypt = false }), "it is not a signing key"},
+		{"decrypts", attrs(func(a *tpm2.TPMAObject) { a.Decrypt = true }), "it is a decryption key"},
 		{"rsa 3072", enc(rsa3072), "RSA 3072"},
+		{"a short modulus", enc(shortMod), "modulus is not 2048 bits long"},
+		{"a modulus of zeros", enc(zeroMod), "modulus is not 2048 bits long"},
 		{"sha1 name", enc(sha1), "SHA-1"},
 		{"p384", enc(p384), "curve"},
 		{"off curve", enc(offCurve), "not on P-256"},
