@@ -75,8 +75,9 @@ func TestGraphQLTransportWS(t *testing.T) {
 // page: first without a token (the page says which token to paste and
 // sends no request, introspection included), then a query through the editor, the Docs pane (the schema loads by the
 // standard introspection query; its search finds ComputeNode and opens it),
-// and autocomplete offering tenant after "{ ten"; nothing may be blocked by
-// the page's CSP. Screenshots of every stage are kept in
+// and autocomplete offering tenant after "{ ten"; the console stays clean
+// (no error or warning: nothing blocked by the page's CSP, no 404 for a
+// favicon, no notice of a password field outside a form). Screenshots of every stage are kept in
 // test/clients/artifacts/<test> when the test fails (or KEEP_SCREENSHOTS is
 // set).
 func TestGraphiQLInBrowser(t *testing.T) {

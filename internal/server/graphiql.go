@@ -31,12 +31,13 @@ const graphiqlPage = `<!doctype html>
 <head>
 <meta charset="utf-8">
 <title>Better Compute GraphiQL</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/graphiql/graphiql.min.css">
-<style>body{margin:0;height:100vh;display:flex;flex-direction:column}#bar{font:13px sans-serif;padding:6px;background:#f3f3f3;display:flex;gap:6px;align-items:center}#graphiql{flex:1}#bar input{flex:1;font-family:monospace}
+<style>body{margin:0;height:100vh;display:flex;flex-direction:column}#bar{margin:0;font:13px sans-serif;padding:6px;background:#f3f3f3;display:flex;gap:6px;align-items:center}#graphiql{flex:1}#bar input{flex:1;font-family:monospace}
 #help{font:15px/1.5 sans-serif;max-width:46em;margin:3em auto;padding:0 1em;color:#222}#help code{background:#f3f3f3;padding:1px 4px;border-radius:3px}#help h1{font-size:20px}</style>
 </head>
 <body>
-<div id="bar"><label for="token">Bearer token</label><input id="token" type="password" autocomplete="off" placeholder="paste a token; it stays in this browser's localStorage"><button id="save">Use</button><button id="forget">Forget</button></div>
+<form id="bar"><label for="token">Bearer token</label><input id="token" type="password" autocomplete="off" placeholder="paste a token; it stays in this browser's localStorage"><button id="save" type="submit">Use</button><button id="forget" type="button">Forget</button></form>
 <div id="graphiql" hidden>Loading…</div>
 <div id="help" hidden>
 <h1>Paste a bearer token above to start</h1>
@@ -61,8 +62,7 @@ function render() {
   document.getElementById('graphiql').hidden = false;
   ReactDOM.createRoot(document.getElementById('graphiql')).render(React.createElement(GraphiQL, {fetcher, defaultEditorToolsVisibility: true}));
 }
-document.getElementById('save').onclick = () => { localStorage.setItem('compute-token', input.value.trim()); location.reload(); };
-input.onkeydown = (e) => { if (e.key === 'Enter') document.getElementById('save').click(); };
+document.getElementById('bar').onsubmit = (e) => { e.preventDefault(); localStorage.setItem('compute-token', input.value.trim()); location.reload(); };
 document.getElementById('forget').onclick = () => { localStorage.removeItem('compute-token'); location.reload(); };
 if (token) {
   render();

@@ -31,7 +31,10 @@ const poll = async (fn, arg, what, tries = 150) => {
   throw new Error('timed out waiting for ' + what);
 };
 try {
-  page.on('console', (m) => { if (m.type() === 'error' && m.text().includes('Content Security Policy')) out.blocked.push(m.text().slice(0, 200)); });
+  // Any error or warning in the console, and Chromium's [DOM] notices (a
+  // password field outside a form): what a person opening the page's
+  // developer tools would see (a CSP refusal, a 404 for /favicon.ico).
+  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning' || m.text().startsWith('[DOM]')) out.blocked.push(m.type() + ': ' + m.text().slice(0, 200)); });
   page.on('pageerror', (e) => out.blocked.push(String(e).slice(0, 200)));
   // 0. Without a token: the page says which token to paste and sends no
   // request to /graphql (no introspection either), for a while.
