@@ -40,9 +40,10 @@ func FromHeader(v string) (string, bool) {
 	return tok, tok != "" && len(tok) <= 512
 }
 
-// Authenticate looks up the principal of a secret: UNAUTHENTICATED when the
-// token is unknown or revoked. Revocation is effective on the next request:
-// nothing about a token is remembered between requests.
+// Authenticate looks up the principal of a secret: UNAUTHENTICATED, a
+// failed authentication (Failed), when the token is unknown or revoked.
+// Revocation is effective on the next request: nothing about a token is
+// remembered between requests.
 //
 // The same statement reads the principal's role bindings (up to
 // maxBindings) with the name of each bound tenant, so that a request's
@@ -77,7 +78,7 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 		return nil, store.Wrap(err)
 	}
 	if !found {
-		return nil, errs.E(errs.Unauthenticated, "unknown or revoked bearer token")
+		return nil, Failed(errs.E(errs.Unauthenticated, "unknown or revoked bearer token"))
 	}
 	p := &reqctx.Principal{ID: row.PrincipalID, Kind: row.Kind, TenantID: row.TenantID.String,
 		Name: row.Name, TokenID: row.TokenID, NodeID: row.NodeID.String}

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
 )
@@ -118,4 +121,70 @@ func TestFailedAuthBudgetHoldsUnderConcurrency(t *testing.T) {
 	if codes[401] != 5 || codes[429] != 10 {
 		t.Fatalf("15 concurrent unknown tokens against a budget of 5: %v, want 5 x 401 and 10 x 429", codes)
 	}
+}
+
+// A join token is nodes.join's credential: an unknown, revoked, expired
+// or used-up one is a failed authentication and spends the client
+// address's failed-authentication budget, the same budget bad bearer
+// tokens spend (guesses used to be limited by nothing but the request
+// rate). Joins whose token authenticates spend none of it, whatever
+// their answer (admitted, pending, CONFLICT, a refused TPM answer), and
+// are never refused because of the failures.
+func TestFailedJoinTokensSpendTheAuthFailureBudget(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{AuthFailures: 0.001, AuthFailureBurst: 5}})
+	admin, _, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	tok := e.JoinToken(admin, "acme", pool, 10)
+	join := func(token string, m testkit.Machine) testkit.Resp { return e.Call("", "nodes/join", m.JoinBody(token)) }
+	placeholder := testkit.NewMachine(t)
+	placeholder.SystemUUID, placeholder.Serial = "00000000-0000-0000-0000-000000000000", "To Be Filled By O.E.M."
+	unknownChallenge := func() testkit.Resp {
+		b := testkit.NewMachine(t).JoinBody(tok)
+		b["attestor"] = "tpm"
+		b["evidence"] = map[string]any{"challengeId": "chl_01jd0000000000000000000000", "activatedSecret": randomSecret()}
+		return e.Call("", "nodes/join", b)
+	}
+
+	// Joins with a good token, more of them than the budget's burst.
+	admitted := testkit.NewMachine(t)
+	if r := e.Must(join(tok, admitted)); r.Str("status") != "admitted" {
+		t.Fatalf("join: %s", r.Raw)
+	}
+	for i := 0; i < 3; i++ {
+		if r := e.Must(join(tok, placeholder)); r.Str("status") != "pending" {
+			t.Fatalf("deferred join: %s", r.Raw)
+		}
+		if r := join(tok, admitted); r.Code() != "CONFLICT" {
+			t.Fatalf("the admitted CSR again: %s", r.Raw)
+		}
+		wantRefused(t, unknownChallenge(), nodes.ChallengeUnknown)
+	}
+
+	// Five failed join tokens of every kind: each spends one of the five.
+	revoked := e.Must(e.Call(admin, "joinTokens/create", map[string]any{"tenantId": "acme", "poolId": pool}))
+	e.Must(e.Call(admin, "joinTokens/revoke", map[string]any{"tenantId": "acme", "joinTokenId": revoked.Body["joinToken"].(map[string]any)["joinTokenId"]}))
+	expired := e.JoinToken(admin, "acme", pool, 1)
+	if _, err := e.DB.ExecContext(context.Background(), `UPDATE join_tokens SET expires_at = now() - interval '1 second' WHERE secret_hash = sha256(convert_to($1, 'UTF8'))`, expired); err != nil {
+		t.Fatal(err)
+	}
+	usedUp := e.JoinToken(admin, "acme", pool, 1)
+	e.Must(join(usedUp, testkit.NewMachine(t)))
+	for i, secret := range []string{"bcj_guess-1", revoked.Str("secret"), expired, usedUp, "bcj_guess-2"} {
+		if r := join(secret, testkit.NewMachine(t)); r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHENTICATED" {
+			t.Fatalf("failed join token %d within the budget: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	// The budget is spent: guesses, and bad bearer tokens, are 429 with Retry-After.
+	for _, r := range []testkit.Resp{join("bcj_guess-3", testkit.NewMachine(t)), e.Call("bct_guess", "tenants/get", map[string]any{"tenantId": "acme"})} {
+		if r.Status != http.StatusTooManyRequests || r.Code() != "RATE_LIMITED" || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("past the failed-authentication budget: %d %v %s", r.Status, r.Header, r.Raw)
+		}
+	}
+	// A join token that authenticates is still served, whatever the answer.
+	if r := e.Must(join(tok, testkit.NewMachine(t))); r.Str("status") != "admitted" {
+		t.Fatalf("a good join token after the failures: %s", r.Raw)
+	}
+	wantRefused(t, unknownChallenge(), nodes.ChallengeUnknown)
+	e.Must(e.Call(admin, "tenants/get", map[string]any{"tenantId": "acme"}))
 }

@@ -202,7 +202,12 @@ type tokenRow struct {
 	PoolState   string     `db:"pool_state"`
 }
 
-func badToken(msg string) error { return errs.E(errs.Unauthenticated, "%s", msg) }
+// badToken refuses a join token that authenticates nothing (unknown,
+// revoked, expired or used up): a failed authentication of nodes.join's
+// credential, which spends the client address's budget as a bad bearer
+// token does (auth.Failed; the registry charges it after the rollback).
+// A join whose token authenticates spends none, whatever its answer.
+func badToken(msg string) error { return auth.Failed(errs.E(errs.Unauthenticated, "%s", msg)) }
 
 // join admits a machine or defers it into a join request.
 func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResult, error) {

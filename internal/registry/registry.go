@@ -46,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bettercompute/computed/internal/audit"
+	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
@@ -442,6 +443,13 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		return audit.Write(ctx, tx, auditEntry(ctx, tx, m, in, res, out, nil))
 	})
 	if err != nil {
+		// A credential in the input that authenticated no one (the join
+		// token of nodes.join) is a failed authentication: it spends the
+		// client address's budget as a bad bearer token does, after the
+		// rollback (the budget's statement takes a connection of its own),
+		// and is answered RATE_LIMITED once that is spent. The audit
+		// record says what the caller was answered.
+		err = auth.Charge(ctx, err)
 		r.auditFailure(ctx, m, in, res, err)
 		if m.AfterFailure != nil && r.db != nil {
 			if aerr := m.AfterFailure(context.WithoutCancel(ctx), r.db, in, err); aerr != nil && !store.Unreachable(aerr) {

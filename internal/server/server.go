@@ -122,6 +122,7 @@ type Server struct {
 	httpReq  *prometheus.CounterVec
 	limiter  *ratelimit.Limiter // per credential (per address without one); nil: off
 	authFail *ratelimit.Limiter // failed authentications per address
+	throttle auth.Throttle      // authFailure at the request's address, for auth.WithThrottle
 	sessions sessions
 	renders  renders // subscription payloads rendered once per event and operation
 	// execSlots admits GraphQL queries and mutations to execution
@@ -193,6 +194,7 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 			MinBatch: 2, Prefetch: true}, log)
 	}
 	s.authFail = ratelimit.New(database, ratelimit.Config{Scope: "auth-failures", Rate: cfg.AuthFailures, Burst: cfg.AuthFailureBurst, MaxBatch: 1}, log)
+	s.throttle = func(ctx context.Context) error { return s.authFailure(ctx, addrOf(ctx)) }
 	leases := func(l *ratelimit.Limiter) func() float64 {
 		return func() float64 {
 			if l == nil {
@@ -318,11 +320,15 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 	})
 }
 
-// clientAddr decides the request's client address once (reqctx.ClientAddr).
+// clientAddr decides the request's client address once (reqctx.ClientAddr),
+// and gives the request the address's failed-authentication budget
+// (auth.WithThrottle), which a method charges when the credential in its
+// input fails (nodes.join's join token).
 func (s *Server) clientAddr(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := s.Config.ClientAddr.Resolve(r.RemoteAddr, r.Header)
-		next.ServeHTTP(w, r.WithContext(reqctx.WithClientAddr(r.Context(), a.String())))
+		ctx := reqctx.WithClientAddr(r.Context(), a.String())
+		next.ServeHTTP(w, r.WithContext(auth.WithThrottle(ctx, s.throttle)))
 	})
 }
 
@@ -526,12 +532,24 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 // but would spend budget on every request, including the valid ones.)
 func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*reqctx.Principal, error) {
 	p, err := auth.Authenticate(ctx, s.DB, secret)
-	if errs.CodeOf(err) == errs.Unauthenticated {
-		if ok, _ := s.authFail.Allow(ctx, ip, 1); !ok {
-			return nil, errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+	if auth.IsFailed(err) {
+		if refused := s.authFailure(ctx, ip); refused != nil {
+			return nil, refused
 		}
 	}
 	return p, err
+}
+
+// authFailure charges one failed authentication to the address's budget:
+// RATE_LIMITED once it is spent. The one rule for every credential that
+// fails: bearer tokens here (authenticateSecret), and a credential in a
+// method's input (nodes.join's join token), which the registry charges
+// through the request's context (clientAddr puts it there, auth.Charge).
+func (s *Server) authFailure(ctx context.Context, ip string) error {
+	if ok, _ := s.authFail.Allow(ctx, ip, 1); !ok {
+		return errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+	}
+	return nil
 }
 
 // limitGraphQLBody answers 413 PAYLOAD_TOO_LARGE for a body over limit
@@ -557,8 +575,10 @@ func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
 
 // clientIP is the client address the clientAddr middleware decided: every
 // limit keyed by address uses it.
-func clientIP(r *http.Request) string {
-	if a := reqctx.ClientAddr(r.Context()); a != "" {
+func clientIP(r *http.Request) string { return addrOf(r.Context()) }
+
+func addrOf(ctx context.Context) string {
+	if a := reqctx.ClientAddr(ctx); a != "" {
 		return a
 	}
 	return "unknown"
