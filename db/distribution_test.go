@@ -41,6 +41,7 @@ var notYetDistributable = map[string]string{
 var notTenantData = map[string]string{
 	"cluster_leases":     "local: the maintenance lease",
 	"goose_db_version":   "local: the migrations applied",
+	"public_profile_ids": "reference: a public profile id belongs to one tenant across all of them (like csr_claims)",
 	"rate_buckets":       "distributed by its own key (scope, key): credentials and addresses, not tenants",
 	"river_job":          "local: the job queue stays on the coordinator",
 	"river_leader":       "local",

@@ -452,27 +452,29 @@ func TestProfilesList(t *testing.T) {
 	longAdmin := newToken(t, e, e.Operator, long, "admin", "admin")
 
 	// own rows interleaved with public rows of other tenants and builtins
+	// (an id a module ships can only be a tenant's private one, and a
+	// public id is one tenant's)
 	for _, p := range []struct {
 		id string
 		v  int
-	}{{"a-own", 1}, {"a-own", 2}, {"rocky-8", 1}, {"t-own", 1}, {"zz", 1}, {"shared", 1}} {
+	}{{"a-own", 1}, {"a-own", 2}, {"rocky-8", 1}, {"rocky-9-base", 1}, {"t-own", 1}, {"zz", 1}, {"shared", 1}} {
 		must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc(p.id, p.v), ""))
 	}
-	for _, id := range []string{"b-pub", "rocky-9-base", "u-pub", "shared"} {
+	for _, id := range []string{"b-pub", "u-pub", "shared"} {
 		must(t, createProfile(t, e, globex.Member.Token, "globex", profileDoc(id, 1), "public"))
 	}
 	must(t, createProfile(t, e, globex.Member.Token, "globex", profileDoc("c-priv", 1), ""))
 	id128 := "z" + strings.Repeat("y", 126) + "x"
 	must(t, createProfile(t, e, longAdmin.Token, long, profileDoc(id128, 1000000), "public"))
-	must(t, createProfile(t, e, longAdmin.Token, long, profileDoc("shared", 1), "public"))
+	must(t, createProfile(t, e, longAdmin.Token, long, profileDoc("v-pub", 1), "public"))
 
 	want := []profKey{
 		{"acme", "a-own", 1}, {"acme", "a-own", 2}, {"globex", "b-pub", 1},
-		{"acme", "rocky-8", 1}, {"builtin", "rocky-9-base", 1}, {"globex", "rocky-9-base", 1},
-		{"acme", "shared", 1}, {"globex", "shared", 1}, {long, "shared", 1},
+		{"acme", "rocky-8", 1}, {"builtin", "rocky-9-base", 1}, {"acme", "rocky-9-base", 1},
+		{"acme", "shared", 1}, {"globex", "shared", 1},
 		{"acme", "t-own", 1}, {"globex", "u-pub", 1},
 		{"builtin", "ubuntu-24.04-gpu-nvidia", 1}, {"builtin", "ubuntu-24.04-mig-inference", 1},
-		{long, id128, 1000000}, {"acme", "zz", 1},
+		{long, "v-pub", 1}, {long, id128, 1000000}, {"acme", "zz", 1},
 	}
 	sameSet := func(got []profKey) {
 		t.Helper()

@@ -112,3 +112,9 @@ func builtin(id string, version int) (*Profile, bool) {
 	p := *found
 	return &p, true
 }
+
+// shippedID reports whether a module ships a profile of id (any version).
+func shippedID(id string) bool {
+	_, ok := builtin(id, 0)
+	return ok
+}

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
@@ -173,30 +175,112 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	vis := "private"
+	vis := Private
 	if in.Visibility != nil {
 		vis = *in.Visibility
 	}
 	var p Profile
+	err = inTx(ctx, q, func(q store.Q) error {
+		if vis == Public {
+			refused, err := claimPublic(ctx, q, in.TenantID, c.ID)
+			if err != nil {
+				return err
+			}
+			if refused != nil {
+				return refused
+			}
+		}
+		return insert(ctx, q, &p, in.TenantID, c, vis)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p.fix(), nil
+}
+
+// insert stores a new version; Create's transaction holds the id's public
+// claim first when vis is public.
+func insert(ctx context.Context, q store.Q, p *Profile, tenantID string, c *checked, vis string) error {
 	// Deleting hides a version (deleted_at) and keeps its row: the id and
 	// version still name the document workflows snapshotted, so a deleted
 	// version exists as much as a live one and is never stored again. The
 	// primary key decides it, so a create racing a delete cannot revive it.
-	err = q.GetContext(ctx, &p, `INSERT INTO profiles (tenant_id, profile_id, profile_version, visibility, document)
+	err := q.GetContext(ctx, p, `INSERT INTO profiles (tenant_id, profile_id, profile_version, visibility, document)
 		VALUES ($1, $2, $3, $4, $5::jsonb)
 		ON CONFLICT (tenant_id, profile_id, profile_version) DO NOTHING
-		RETURNING `+cols, in.TenantID, c.ID, c.Version, vis, string(c.Raw))
+		RETURNING `+cols, tenantID, c.ID, c.Version, vis, string(c.Raw))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errs.E(errs.Conflict, "profile %s version %d already exists in tenant %s (a deleted version's id and version are not stored again); create the next version instead",
-			c.ID, c.Version, in.TenantID).With("path", "document.version")
+		return errs.E(errs.Conflict, "profile %s version %d already exists in tenant %s (a deleted version's id and version are not stored again); create the next version instead",
+			c.ID, c.Version, tenantID).With("path", "document.version")
 	}
 	if store.IsForeignKey(err) {
-		return nil, errs.E(errs.NotFound, "tenant %s not found", in.TenantID)
+		return errs.E(errs.NotFound, "tenant %s not found", tenantID)
 	}
+	return store.Wrap(err)
+}
+
+// inTx runs fn in q when q is a transaction, else in a transaction of its
+// own: an id's public claim and the versions it covers commit together.
+func inTx(ctx context.Context, q store.Q, fn func(q store.Q) error) error {
+	if db, ok := q.(*store.DB); ok {
+		return db.Tx(ctx, func(tx *sqlx.Tx) error { return fn(tx) })
+	}
+	return fn(q)
+}
+
+// A public profile id belongs to one tenant (public_profile_ids, migration
+// 00014): lookups prefer a public stored version to a shipped one, so a
+// second publisher of an id, or a tenant publishing an id a module ships,
+// would switch every other tenant's lookups to its document.
+//
+// Lock order: the id's claim row first, then the versions' rows (Create,
+// Update and Delete all do), so publishing and releasing an id never
+// deadlock with each other or with a workflow's row lock (ForUse).
+
+// claimPublic makes tenantID the publisher of id for the rest of the
+// caller's transaction (the claim row stays locked until it ends). refused
+// is CONFLICT at visibility when id is one a module ships or another
+// tenant publishes it; err is the database's. Two tenants claiming at once
+// queue on the id's row; the second sees the first's claim once it commits.
+func claimPublic(ctx context.Context, q store.Q, tenantID, id string) (refused, err error) {
+	if shippedID(id) {
+		return errs.E(errs.Conflict, "profile id %s is one a module ships; a tenant's version of it can only be private", id).
+			With("path", "visibility"), nil
+	}
+	var owner string
+	err = q.GetContext(ctx, &owner, `INSERT INTO public_profile_ids (profile_id, tenant_id) VALUES ($1, $2)
+		ON CONFLICT (profile_id) DO UPDATE SET tenant_id = public_profile_ids.tenant_id
+		RETURNING tenant_id`, id, tenantID)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return p.fix(), nil
+	if owner != tenantID {
+		return errs.E(errs.Conflict, "profile id %s is published by another tenant, and a public profile id belongs to one tenant; keep this version private or choose another id", id).
+			With("path", "visibility"), nil
+	}
+	return nil, nil
+}
+
+// lockClaim locks tenantID's claim of id, if it holds one, before a change
+// that may leave it no public version of id (releaseIfUnused then runs).
+func lockClaim(ctx context.Context, q store.Q, tenantID, id string) (bool, error) {
+	var owner string
+	err := q.GetContext(ctx, &owner, `SELECT tenant_id FROM public_profile_ids
+		WHERE profile_id = $1 AND tenant_id = $2 FOR UPDATE`, id, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, store.Wrap(err)
+}
+
+// releaseIfUnused frees id for other tenants once tenantID, whose claim
+// the caller locked (lockClaim), has no live public version of it left.
+func releaseIfUnused(ctx context.Context, q store.Q, tenantID, id string) error {
+	_, err := q.ExecContext(ctx, `DELETE FROM public_profile_ids
+		WHERE profile_id = $1 AND tenant_id = $2
+		  AND NOT EXISTS (SELECT 1 FROM profiles p WHERE p.tenant_id = $2 AND p.profile_id = $1
+		                  AND p.visibility = 'public' AND p.deleted_at IS NULL)`, id, tenantID)
+	return store.Wrap(err)
 }
 
 // Get returns one profile version.
@@ -366,6 +450,31 @@ func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Profile, error) {
 		s := string(c.Raw)
 		doc = &s
 	}
+	var p Profile
+	err := inTx(ctx, q, func(q store.Q) error { return update(ctx, q, in, doc, &p) })
+	if err != nil {
+		return nil, err
+	}
+	return p.fix(), nil
+}
+
+func update(ctx context.Context, q store.Q, in *UpdateInput, doc *string, p *Profile) error {
+	// A visibility change takes the id's claim row first (the lock order
+	// above): making it public claims the id, refused after the row's own
+	// checks; making it private may release it.
+	var refused error
+	held := false
+	if in.Visibility != nil {
+		var err error
+		if *in.Visibility == Public {
+			refused, err = claimPublic(ctx, q, in.TenantID, in.ProfileID)
+		} else {
+			held, err = lockClaim(ctx, q, in.TenantID, in.ProfileID)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	// The row lock orders this update against a workflow's first use (ForUse
 	// and MarkUsed, which take the same lock): used is read under the lock,
 	// so either the new document commits before the workflow snapshots it,
@@ -375,48 +484,73 @@ func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Profile, error) {
 		WHERE tenant_id = $1 AND profile_id = $2 AND profile_version = $3 AND deleted_at IS NULL
 		FOR UPDATE`, in.TenantID, in.ProfileID, in.ProfileVersion)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errs.E(errs.NotFound, "tenant %s has no profile %s version %d", in.TenantID, in.ProfileID, in.ProfileVersion)
+		return errs.E(errs.NotFound, "tenant %s has no profile %s version %d", in.TenantID, in.ProfileID, in.ProfileVersion)
 	}
 	if err != nil {
-		return nil, store.Wrap(err)
+		return store.Wrap(err)
 	}
 	if in.ExpectedVersion != nil && *in.ExpectedVersion != cur.RowVersion {
-		return nil, errs.E(errs.Conflict, "profile %s version %d is at rowVersion %d, not %d",
+		return errs.E(errs.Conflict, "profile %s version %d is at rowVersion %d, not %d",
 			in.ProfileID, in.ProfileVersion, cur.RowVersion, *in.ExpectedVersion).With("rowVersion", cur.RowVersion)
 	}
+	if refused != nil {
+		return refused
+	}
 	if doc != nil && cur.Used {
-		return nil, errs.E(errs.InvalidState, "profile %s version %d has been used by a workflow; its document cannot change, create the next version instead",
+		return errs.E(errs.InvalidState, "profile %s version %d has been used by a workflow; its document cannot change, create the next version instead",
 			in.ProfileID, in.ProfileVersion).With("path", "document")
 	}
-	var p Profile
-	err = q.GetContext(ctx, &p, `UPDATE profiles SET
+	err = q.GetContext(ctx, p, `UPDATE profiles SET
 			document = COALESCE($4::jsonb, document), visibility = COALESCE($5, visibility),
 			row_version = row_version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND profile_id = $2 AND profile_version = $3 AND deleted_at IS NULL
 		RETURNING `+cols, in.TenantID, in.ProfileID, in.ProfileVersion, doc, in.Visibility)
 	if err != nil {
-		return nil, store.Wrap(err)
+		return store.Wrap(err)
 	}
-	return p.fix(), nil
+	if held {
+		return releaseIfUnused(ctx, q, in.TenantID, in.ProfileID)
+	}
+	return nil
 }
 
-// Delete hides one version, or every version, of the tenant's own profile.
+// Delete hides one version, or every version, of the tenant's own profile;
+// the tenant's last public version of the id going frees the id.
 func Delete(ctx context.Context, q store.Q, in *RefInput) (*Deleted, error) {
-	res, err := q.ExecContext(ctx, `UPDATE profiles SET deleted_at = now(), updated_at = now()
-		WHERE tenant_id = $1 AND profile_id = $2 AND ($3::int IS NULL OR profile_version = $3) AND deleted_at IS NULL`,
-		in.TenantID, in.ProfileID, in.ProfileVersion)
+	var n int64
+	err := inTx(ctx, q, func(q store.Q) error {
+		held, err := lockClaim(ctx, q, in.TenantID, in.ProfileID)
+		if err != nil {
+			return err
+		}
+		res, err := q.ExecContext(ctx, `UPDATE profiles SET deleted_at = now(), updated_at = now()
+			WHERE tenant_id = $1 AND profile_id = $2 AND ($3::int IS NULL OR profile_version = $3) AND deleted_at IS NULL`,
+			in.TenantID, in.ProfileID, in.ProfileVersion)
+		if err != nil {
+			return store.Wrap(err)
+		}
+		if n, _ = res.RowsAffected(); n == 0 {
+			return notFound(in.ProfileID, in.ProfileVersion)
+		}
+		if held {
+			return releaseIfUnused(ctx, q, in.TenantID, in.ProfileID)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, store.Wrap(err)
-	}
-	n, _ := res.RowsAffected()
-	if n == 0 {
-		return nil, notFound(in.ProfileID, in.ProfileVersion)
+		return nil, err
 	}
 	return &Deleted{Deleted: int(n)}, nil
 }
 
 // Group describes the profiles group.
 var Group = registry.Group{Name: "profiles", Summary: "The profiles group stores and checks the versioned recipes that provisioning workflows run: steps, drivers, an image, user data and host config. A version becomes immutable the first time a workflow uses it. Lookups see the tenant's own profiles, public ones, and the read-only profiles that modules ship under the tenant `builtin`. See [Profiles and images](../guides/bare-metal/profiles-and-images.md)."}
+
+// The rules of making a version public, in create's and update's notes.
+const (
+	publicShipped = "A profile id a module ships can only be stored private: `visibility` public is `CONFLICT`, with `details.path` `visibility`. The tenant's own private version of it is what its own lookups find first; other tenants' lookups still find the shipped one."
+	publicOwned   = "A public profile id belongs to one tenant: `visibility` public is `CONFLICT`, with `details.path` `visibility`, when another tenant has a public version of that id. The id is free again once that tenant has none left (made private or deleted)."
+)
 
 // Methods are the profiles group's registry entries.
 func Methods() []registry.Method {
@@ -440,7 +574,8 @@ func Methods() []registry.Method {
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
 				"`CONFLICT` when that id and version already exist; create the next version instead.",
-				"A deleted version still exists: its id and version are `CONFLICT` too, and it stays hidden."},
+				"A deleted version still exists: its id and version are `CONFLICT` too, and it stays hidden.",
+				publicShipped, publicOwned},
 			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
 		registry.Def(m("get", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
@@ -461,14 +596,16 @@ func Methods() []registry.Method {
 				"A version a workflow has used keeps its document: `INVALID_STATE`. Its visibility can still change.",
 				"A new document must keep the profile's id and version (`INVALID_INPUT`).",
 				"`expectedVersion` is the profile's rowVersion; a mismatch is `CONFLICT`.",
-				"`NOT_FOUND` when the tenant has no such version."},
+				"`NOT_FOUND` when the tenant has no such version.",
+				publicShipped, publicOwned},
 			registry.TenantID(), profileID(), version(true),
 			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
 			registry.ExpectedVersion()), nil, Update),
 		registry.Def(m("delete", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
 			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have.",
-				"A deleted version stays hidden for good, and its id and version are never stored again: `profiles.create` refuses them as existing; create the next version instead."},
+				"A deleted version stays hidden for good, and its id and version are never stored again: `profiles.create` refuses them as existing; create the next version instead.",
+				"Deleting the tenant's last public version of an id frees the id for another tenant to publish."},
 			ref()...), nil, Delete),
 	}
 }

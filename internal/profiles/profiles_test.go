@@ -134,14 +134,18 @@ func TestLookupPrefersOwnThenPublicThenShipped(t *testing.T) {
 	if p := fixture.Must(profiles.Get(e.Ctx, e.DB, ref("beta", "shared", 2))); p.TenantID != "acme" {
 		t.Fatalf("version 2 is acme's: %s", p.TenantID)
 	}
-	// Shipped profiles: every tenant sees them; a stored public one of the
-	// same id and version is preferred.
+	// Shipped profiles: every tenant sees them; a tenant's own version of
+	// the same id is preferred in its own lookups only (it can only be
+	// private: TestShippedIDsStayPrivate).
 	if p := fixture.Must(profiles.Get(e.Ctx, e.DB, ref("beta", "rocky-9-base", 0))); !p.Shipped() || p.TenantID != authz.BuiltinTenant {
 		t.Fatalf("shipped: %+v", p)
 	}
-	e.create("acme", "rocky-9-base", 1, profiles.Public)
-	if p := fixture.Must(profiles.Get(e.Ctx, e.DB, ref("beta", "rocky-9-base", 1))); p.TenantID != "acme" {
-		t.Fatalf("a stored public version is preferred to the shipped one: %s", p.TenantID)
+	e.create("acme", "rocky-9-base", 1, profiles.Private)
+	if p := fixture.Must(profiles.Get(e.Ctx, e.DB, ref("acme", "rocky-9-base", 1))); p.TenantID != "acme" {
+		t.Fatalf("acme's own version is preferred to the shipped one: %s", p.TenantID)
+	}
+	if p := fixture.Must(profiles.Get(e.Ctx, e.DB, ref("beta", "rocky-9-base", 1))); !p.Shipped() {
+		t.Fatalf("another tenant's private version shadows the shipped one: %s", p.TenantID)
 	}
 	_, err = profiles.Get(e.Ctx, e.DB, ref("beta", "rocky-9-base", 7))
 	fixture.Code(t, err, errs.NotFound, "")
