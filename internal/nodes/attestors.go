@@ -114,6 +114,9 @@ func RegisterMachine(ctx context.Context, q store.Q, in *MachineRegisterInput) (
 		serial = &s
 	}
 	if in.MAC != nil {
+		if pki.PlaceholderMAC(*in.MAC) {
+			return nil, errs.Invalid("mac", "%s is not a network card's own address (all zeros, or a group address) and identifies no machine", *in.MAC)
+		}
 		m := strings.ToLower(*in.MAC)
 		mac = &m
 	}

@@ -120,6 +120,13 @@ func TestExpectedMachines(t *testing.T) {
 	fixture.Code(t, err, errs.InvalidInput, "systemUuid")
 	_, err = reg(nodes.MachineRegisterInput{Serial: fixture.Ptr("To Be Filled By O.E.M.")})
 	fixture.Code(t, err, errs.InvalidInput, "serial")
+	// a MAC that is no card's own (all zeros, broadcast, any group
+	// address) identifies no machine: registered, it admitted any
+	// discovery join reporting it
+	for _, mac := range []string{"00:00:00:00:00:00", "FF:FF:FF:FF:FF:FF", "01:00:5e:00:00:fb", "33:33:00:00:00:01"} {
+		_, err = reg(nodes.MachineRegisterInput{MAC: fixture.Ptr(mac)})
+		fixture.Code(t, err, errs.InvalidInput, "mac")
+	}
 	_, err = nodes.RegisterMachine(e.Ctx, e.DB, &nodes.MachineRegisterInput{TenantID: "beta", PoolID: e.pool, MAC: fixture.Ptr("02:00:00:00:00:01")})
 	fixture.Code(t, err, errs.NotFound, "")
 

@@ -447,9 +447,15 @@ func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor
 		if !pki.PlaceholderSerial(hw.Serial) {
 			serial = &hw.Serial
 		}
+		macs := []string{}
+		for _, m := range hw.MACs {
+			if !pki.PlaceholderMAC(m) { // one registered before the rule held matches no join
+				macs = append(macs, m)
+			}
+		}
 		var known bool
 		err := q.GetContext(ctx, &known, `SELECT EXISTS (SELECT 1 FROM expected_machines WHERE pool_id = $1
-			AND (system_uuid = $2 OR serial = $3 OR mac = ANY($4)))`, poolID, uuid, serial, hw.MACs)
+			AND (system_uuid = $2 OR serial = $3 OR mac = ANY($4)))`, poolID, uuid, serial, macs)
 		if err != nil {
 			return nil, store.Wrap(err)
 		}

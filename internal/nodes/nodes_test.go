@@ -293,6 +293,18 @@ func TestDiscoveryAttestor(t *testing.T) {
 	if r.Status != nodes.Pending || len(r.Reasons) != 1 || r.Reasons[0].Code != nodes.ReasonUnknown {
 		t.Fatalf("an unknown machine: %+v", r)
 	}
+	// A MAC that is no card's own, registered before the rule held,
+	// matches no join that reports it.
+	if _, err := e.DB.ExecContext(e.Ctx, `INSERT INTO expected_machines (machine_id, pool_id, mac) VALUES ('mach_legacy', $1, '00:00:00:00:00:00')`, e.pool); err != nil {
+		t.Fatal(err)
+	}
+	zero := testkit.NewMachine(t)
+	body = zero.JoinBody(tok)
+	body["attestor"] = nodes.AttestorDiscovery
+	body["hardware"].(map[string]any)["macs"] = []any{"00:00:00:00:00:00"}
+	if r := fixture.Must(fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", body)); r.Status != nodes.Pending {
+		t.Fatalf("a machine reporting the zero MAC: %+v", r)
+	}
 	// Another tenant cannot register machines in the pool.
 	_, err := fixture.Call[nodes.ExpectedMachine](e.F, e.beta.Admin, "machines.register",
 		map[string]any{"tenantId": "beta", "poolId": e.pool, "mac": "02:00:00:00:00:01"})

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -109,6 +110,19 @@ func init() {
 	} {
 		placeholderSerials[compact(s)] = true
 	}
+}
+
+// PlaceholderMAC says whether a MAC address (aa:bb:cc:dd:ee:ff, either
+// case) identifies no machine: all zeros, or a group address (the least
+// significant bit of the first octet set; ff:ff:ff:ff:ff:ff is one), which
+// no network card has as its own.
+func PlaceholderMAC(m string) bool {
+	c := compact(m)
+	if len(c) != 12 || strings.Trim(c, "0") == "" {
+		return true
+	}
+	first, err := strconv.ParseUint(c[:2], 16, 8)
+	return err != nil || first&1 == 1
 }
 
 // PlaceholderSerial reports a serial number that identifies no machine,
