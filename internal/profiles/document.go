@@ -32,6 +32,11 @@ const SchemaURL = "https://schemas.bettercompute.dev/profile.json"
 // devicePath is the pattern of a block device path in a step's with.
 const devicePath = `^/dev/[A-Za-z0-9/_.-]{1,128}$`
 
+// stepNamePattern is a step name's rule: the product's name rule
+// (registry.Name: not empty, no leading or trailing space), so "   " or
+// " wipe" is no step's name.
+var stepNamePattern = registry.Name(false).Pattern
+
 // documentSchema is the structure of a profile document (defineProfile);
 // meaning (steps resolving, their with) is checked by validate and render.
 var documentSchema = `{
@@ -68,7 +73,7 @@ var documentSchema = `{
       "items": {
         "type": "object", "required": ["use"], "additionalProperties": false,
         "properties": {
-          "name": {"type": "string", "minLength": 1, "maxLength": 128},
+          "name": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ` + strconv.Quote(stepNamePattern) + `},
           "use": {"type": "string", "minLength": 1, "maxLength": 128},
           "with": {"type": "object", "maxProperties": 64, "additionalProperties": true}
         }
