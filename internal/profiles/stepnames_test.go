@@ -41,3 +41,46 @@ func TestStepNamesFollowTheNameRule(t *testing.T) {
 		map[string]any{"name": "base/os", "use": "os.install"},
 	))
 }
+
+// Every step render returns has its own name: a top-level step named like
+// a step another one expands to (os.install/disk.partition next to
+// os.install), in either order, or a composite expanding to one name twice
+// (two drivers of one name), is DUPLICATE_NAME at the later step.
+func TestRenderedStepNamesAreUnique(t *testing.T) {
+	e := newEnv(t)
+	part := map[string]any{"name": "os.install/disk.partition", "use": "disk.partition"}
+	osi := map[string]any{"use": "os.install"}
+	for _, c := range []struct {
+		id   string
+		edit func(map[string]any)
+		path string
+	}{
+		{"named-first", withSteps(part, osi), "document.steps[1].name"},
+		{"expanded-first", withSteps(osi, part), "document.steps[1].name"},
+		{"drivers-twice", func(d map[string]any) {
+			d["drivers"] = []any{map[string]any{"name": "nvidia", "version": "1"}, map[string]any{"name": "nvidia", "version": "2"}}
+		}, "document.steps[2].name"},
+	} {
+		e.create("acme", c.id, 1, "", c.edit)
+		v := fixture.Must(profiles.Validate(e.Ctx, e.DB, ref("acme", c.id, 1)))
+		found := false
+		for _, is := range v.Issues {
+			found = found || (is.Path == c.path && is.Code == profiles.IssueDuplicateName)
+		}
+		if v.Valid || !found {
+			t.Errorf("%s: want DUPLICATE_NAME at %s, got %+v", c.id, c.path, v.Issues)
+		}
+		_, err := profiles.RenderProfile(e.Ctx, e.DB, ref("acme", c.id, 1))
+		fixture.Code(t, err, errs.InvalidInput, fixture.AnyPath)
+	}
+	// The shipped profiles and the usual document still render.
+	e.create("acme", "plain", 1, "")
+	r := fixture.Must(profiles.RenderProfile(e.Ctx, e.DB, ref("acme", "plain", 1)))
+	seen := map[string]bool{}
+	for _, s := range r.Steps {
+		if seen[s.Name] {
+			t.Fatalf("two steps named %s: %+v", s.Name, r.Steps)
+		}
+		seen[s.Name] = true
+	}
+}

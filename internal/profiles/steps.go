@@ -226,6 +226,8 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 	if len(d.Steps) == 0 {
 		issues = append(issues, Issue{Path: "document.steps", Code: IssueNoSteps, Message: "the profile has no steps"})
 	}
+	// seen holds every name taken so far, the document steps' own and the
+	// names of the steps they expand to, with the document step taking it.
 	seen := map[string]int{}
 	maxPhase, maxPhaseName := 0, ""
 	for i, s := range d.Steps {
@@ -236,7 +238,7 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 		}
 		if j, dup := seen[name]; dup {
 			issues = append(issues, Issue{Path: base + ".name", Code: IssueDuplicateName,
-				Message: fmt.Sprintf("step name %q is also the name of document.steps[%d]; give each step a unique name", name, j)})
+				Message: fmt.Sprintf("step name %q is also the name of document.steps[%d] or a step it expands to; give each step a unique name", name, j)})
 		} else {
 			seen[name] = i
 		}
@@ -272,6 +274,20 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 		if iss != nil {
 			issues = append(issues, *iss)
 			continue
+		}
+		// The steps it expands to are named name/suffix: each must be
+		// free too (a document step may already be called
+		// os.install/disk.partition, or two drivers share a name).
+		for _, r := range batch {
+			if r.Name == name {
+				continue
+			}
+			if j, dup := seen[r.Name]; dup {
+				issues = append(issues, Issue{Path: base + ".name", Code: IssueDuplicateName,
+					Message: fmt.Sprintf("%s expands to a step named %q, which is also the name of document.steps[%d] or a step it expands to; give each step a unique name", s.Use, r.Name, j)})
+				break
+			}
+			seen[r.Name] = i
 		}
 		for _, r := range batch {
 			rank := phaseRank(r.Phase)
