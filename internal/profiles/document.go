@@ -37,6 +37,11 @@ const devicePath = `^/dev/[A-Za-z0-9/_.-]{1,128}$`
 // " wipe" is no step's name.
 var stepNamePattern = registry.Name(false).Pattern
 
+// stepName checks a stored step's name against stepNamePattern with the
+// schema's (ECMA-262) semantics: a version stored before the rule held can
+// break it.
+var stepName = pattern.MustCompile(stepNamePattern)
+
 // documentSchema is the structure of a profile document (defineProfile);
 // meaning (steps resolving, their with) is checked by validate and render.
 var documentSchema = `{

@@ -1,6 +1,7 @@
 package profiles_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -40,6 +41,29 @@ func TestStepNamesFollowTheNameRule(t *testing.T) {
 		map[string]any{"name": "wipe the disks", "use": "disk.wipe", "with": map[string]any{"devices": []any{"/dev/nvme0n1"}}},
 		map[string]any{"name": "base/os", "use": "os.install"},
 	))
+}
+
+// A version stored before the rule held can still carry such a name:
+// validate reports it as an issue at document.steps[i].name and render
+// refuses it (INVALID_INPUT, the issue in details.issues).
+func TestStoredStepNameIsReported(t *testing.T) {
+	e := newEnv(t)
+	e.create("acme", "legacy", 1, "")
+	var d map[string]any
+	if err := json.Unmarshal(doc("legacy", 1), &d); err != nil {
+		t.Fatal(err)
+	}
+	d["steps"].([]any)[0].(map[string]any)["name"] = "   "
+	b, _ := json.Marshal(d)
+	if _, err := e.DB.ExecContext(e.Ctx, `UPDATE profiles SET document = $1 WHERE tenant_id = 'acme' AND profile_id = 'legacy'`, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	v := fixture.Must(profiles.Validate(e.Ctx, e.DB, ref("acme", "legacy", 1)))
+	if v.Valid || len(v.Issues) != 1 || v.Issues[0].Path != "document.steps[0].name" {
+		t.Fatalf("validate: %+v", v)
+	}
+	_, err := profiles.RenderProfile(e.Ctx, e.DB, ref("acme", "legacy", 1))
+	fixture.Code(t, err, errs.InvalidInput, "document.steps[0].name")
 }
 
 // Every step render returns has its own name: a top-level step named like

@@ -235,6 +235,10 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 		name := s.Name
 		if name == "" {
 			name = s.Use
+		} else if !stepName.MatchString(name) {
+			// Only a version stored before the rule held gets here.
+			issues = append(issues, Issue{Path: base + ".name", Code: IssueDuplicateName,
+				Message: fmt.Sprintf("step name %q must match %s (not empty, no leading or trailing space); rename the step", name, stepNamePattern)})
 		}
 		if j, dup := seen[name]; dup {
 			issues = append(issues, Issue{Path: base + ".name", Code: IssueDuplicateName,
