@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // Node states.
@@ -276,7 +277,9 @@ func Uncordon(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error
 }
 
 // RemoveNode retires a node: its credential is revoked in the same
-// transaction, so it can report nothing more; its inventory history stays.
+// transaction, so it can report nothing more, and its unfinished workflow
+// is canceled in it too (nothing could end it afterwards); its inventory
+// history stays.
 func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error) {
 	if _, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion); err != nil {
 		return nil, err
@@ -291,7 +294,16 @@ func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, err
 		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID); err != nil {
 		return nil, store.Wrap(err)
 	}
-	return nodeEvent(ctx, q, events.NodeRemoved, n.fix())
+	out, err := nodeEvent(ctx, q, events.NodeRemoved, n.fix())
+	if err != nil {
+		return nil, err
+	}
+	// Under the node's row lock (taken by lockNode; workflows.create shares
+	// it), after the credential is revoked.
+	if err := workflows.CancelForRemovedNode(ctx, q, in.NodeID); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // --- batched reads for the graph --------------------------------------------

@@ -136,6 +136,10 @@ type (
 const cols = `workflow_id, tenant_id, node_id, profile_tenant_id, profile_id, profile_version,
 	profile_document::text AS profile_document, steps::text AS steps, state, row_version, created_at, updated_at, finished_at`
 
+// NodeRemovedMessage is the message of the steps that nodes.remove ends
+// when it cancels the node's unfinished workflow.
+const NodeRemovedMessage = "canceled: node removed"
+
 // MaxMessage bounds a step report's message (characters).
 const MaxMessage = 1024
 
@@ -326,17 +330,58 @@ func Cancel(ctx context.Context, q store.Q, in *CancelInput) (*Workflow, error) 
 			With("rowVersion", w.RowVersion)
 	}
 	msg := "canceled while running"
+	cancelSteps(w, now, &msg, nil)
+	return saveWith(ctx, q, w, events.WorkflowCanceled)
+}
+
+// cancelSteps ends a locked unfinished workflow as canceled at now: pending
+// steps become skipped (with skippedMsg), a running step failed (with
+// runningMsg).
+func cancelSteps(w *Workflow, now time.Time, runningMsg, skippedMsg *string) {
 	for i := range w.Steps {
 		s := &w.Steps[i]
 		switch s.Status {
 		case Pending:
-			s.Status = Skipped
+			s.Status, s.Message = Skipped, skippedMsg
 		case Running:
-			s.Status, s.FinishedAt, s.Message = Failed, &now, &msg
+			s.Status, s.FinishedAt, s.Message = Failed, &now, runningMsg
 		}
 	}
 	w.State, w.FinishedAt = Canceled, &now
-	return saveWith(ctx, q, w, events.WorkflowCanceled)
+}
+
+// CancelForRemovedNode cancels the node's pending or running workflow (a
+// node runs at most one) in the caller's transaction, the one that removes
+// the node and revokes its credential: nothing could report its steps
+// afterwards, so it would otherwise stay unfinished forever. Pending steps
+// become skipped and a running step failed, each with NodeRemovedMessage,
+// and workflow.canceled is written as workflows.cancel writes it.
+//
+// The rows are locked as ReportStep and Cancel lock them, so a report that
+// races the removal either commits first (and is then canceled here, or
+// has finished the workflow, which the recheck of the lock skips) or waits
+// and finds the workflow canceled (INVALID_STATE). The caller must hold the
+// node's row lock, which workflows.create shares, so no workflow can be
+// created on the node behind this statement.
+func CancelForRemovedNode(ctx context.Context, q store.Q, nodeID string) error {
+	var rows []locked
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+`, now() AS tx_now FROM workflows
+		WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY workflow_id FOR UPDATE`, nodeID, []string{Pending, Running})
+	if err != nil {
+		return store.Wrap(err)
+	}
+	msg := NodeRemovedMessage
+	for i := range rows {
+		w := &rows[i].Workflow
+		if err := w.fix(); err != nil {
+			return err
+		}
+		cancelSteps(w, rows[i].Now.UTC(), &msg, &msg)
+		if _, err := saveWith(ctx, q, w, events.WorkflowCanceled); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReportStep records a node's report on one step of its workflow. Steps
