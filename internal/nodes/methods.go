@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/pki"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/workflows"
 )
 
 // service holds what the handlers share: the CA, loaded once per registry.
@@ -229,7 +230,9 @@ func Methods(db *store.DB) []registry.Method {
 			[]string{"A node that is not `cordoned` is `INVALID_STATE`."}, node(expected)...), nil, Uncordon),
 		registry.Def(m("nodes", "remove", registry.Mutation, authz.NodesManage, authz.Node,
 			"Removes a node: its credential is revoked at once; its inventory history stays readable.",
-			[]string{"Removing a removed node is `INVALID_STATE`."}, node(expected)...), nil, RemoveNode),
+			[]string{"Removing a removed node is `INVALID_STATE`.",
+				"The node's pending or running workflow is canceled in the same transaction (`workflow.canceled`; see `workflows.cancel`): nothing could report its steps afterwards. Its steps that had not started become `skipped` and a running step `failed`, each with the message `" + workflows.NodeRemovedMessage + "`. A step report that races the removal either commits first or finds the workflow `canceled`; no workflow of a removed node is left pending or running."},
+			node(expected)...), nil, RemoveNode),
 
 		registry.Def(m("joinRequests", "list", registry.Read, authz.JoinTokensRead, authz.Pool,
 			"Returns a page of a pool's join requests ordered by id, optionally in one state.",

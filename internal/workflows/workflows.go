@@ -507,6 +507,7 @@ func Methods() []registry.Method {
 		registry.Def(m("cancel", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Cancels a pending or running workflow and returns it; the node is free for another workflow.",
 			[]string{"Steps that had not started become `skipped`; a running step becomes `failed` with the message `canceled while running`.",
+				"`nodes.remove` cancels its node's pending or running workflow the same way, in the removal's transaction (a removed node's credential is revoked, so nothing else could end it): steps that had not started become `skipped` and a running step `failed`, each with the message `" + NodeRemovedMessage + "`.",
 				"A finished (succeeded, failed or canceled) workflow is `INVALID_STATE`.",
 				"`expectedVersion` is the workflow's rowVersion; a mismatch is `CONFLICT`.",
 				"`NOT_FOUND` when the tenant has no such workflow."},
