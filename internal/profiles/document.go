@@ -113,7 +113,7 @@ var (
 	DocumentSchema   = registry.DefineSchema("ProfileDocument", documentSchema)
 	VisibilityEnum   = registry.DefineEnum("ProfileVisibility", "a public profile is visible to every tenant; a private one to its own", Private, Public)
 	PhaseEnum        = registry.DefineEnum("StepPhase", "the phases a workflow runs, in order", Phases...)
-	IssueCodeEnum    = registry.DefineEnum("ProfileIssueCode", "what validate found", IssueUnknownStep, IssueInvalidWith, IssueEmptyExpansion, IssueDuplicateName, IssuePhaseOrder, IssueNoSteps)
+	IssueCodeEnum    = registry.DefineEnum("ProfileIssueCode", "what validate found", IssueUnknownStep, IssueInvalidWith, IssueEmptyExpansion, IssueDuplicateName, IssuePhaseOrder, IssueNoSteps, IssueInvalidName, IssueInvalidDocument)
 	StepParamsSchema = registry.DefineSchema("StepParameters", `{"type": "object", "additionalProperties": true, "description": "a step's with: its parameters, checked against the step's own schema by validate and render"}`)
 )
 

@@ -59,7 +59,7 @@ func TestStoredStepNameIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := fixture.Must(profiles.Validate(e.Ctx, e.DB, ref("acme", "legacy", 1)))
-	if v.Valid || len(v.Issues) != 1 || v.Issues[0].Path != "document.steps[0].name" {
+	if v.Valid || len(v.Issues) != 1 || v.Issues[0].Path != "document.steps[0].name" || v.Issues[0].Code != profiles.IssueInvalidName {
 		t.Fatalf("validate: %+v", v)
 	}
 	_, err := profiles.RenderProfile(e.Ctx, e.DB, ref("acme", "legacy", 1))

@@ -201,6 +201,10 @@ const (
 	IssueDuplicateName  = "DUPLICATE_NAME"
 	IssuePhaseOrder     = "PHASE_ORDER"
 	IssueNoSteps        = "NO_STEPS"
+	// A stored step name that breaks the name rule (a version stored
+	// before the rule held), and a stored document that does not decode.
+	IssueInvalidName     = "INVALID_NAME"
+	IssueInvalidDocument = "INVALID_DOCUMENT"
 )
 
 // Rendered is one expanded step a workflow runs.
@@ -219,7 +223,7 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
-		return nil, []Issue{{Path: "document", Code: "INVALID_DOCUMENT", Message: "the stored document does not decode: " + err.Error()}}
+		return nil, []Issue{{Path: "document", Code: IssueInvalidDocument, Message: "the stored document does not decode: " + err.Error()}}
 	}
 	var out []Rendered
 	issues := []Issue{}
@@ -237,7 +241,7 @@ func Expand(raw []byte) ([]Rendered, []Issue) {
 			name = s.Use
 		} else if !stepName.MatchString(name) {
 			// Only a version stored before the rule held gets here.
-			issues = append(issues, Issue{Path: base + ".name", Code: IssueDuplicateName,
+			issues = append(issues, Issue{Path: base + ".name", Code: IssueInvalidName,
 				Message: fmt.Sprintf("step name %q must match %s (not empty, no leading or trailing space); rename the step", name, stepNamePattern)})
 		}
 		if j, dup := seen[name]; dup {
