@@ -16,11 +16,15 @@
 // else runs in the cluster, and an event is readable as soon as its
 // sequencer commits (milliseconds after its own commit).
 //
-// Within one sequencer pass a tenant's rows are numbered by (xid, ord):
-// the writing transaction's id, then the order of the write in it. A
-// transaction that began after another committed has a larger xid, so the
-// changes of one resource (each made after the previous committed) keep
-// their order.
+// Within one sequencer pass a tenant's rows are numbered in the order their
+// inserts ran (inserted_at, clock_timestamp() at the insert; ties by the
+// transaction's id, then the order of the write in it). The insert runs
+// with its transaction's COMMIT (store.ExecAtCommit), after every wait of
+// the transaction, so a transaction that saw another's commit (a later
+// change of the same resource, made after waiting for its row lock)
+// inserts after it and is numbered after it. The transaction id alone did
+// not say so: it is assigned at the first write, which can come before
+// the wait.
 //
 // An event id is "evt_" and 26 lowercase Crockford base32 characters: a
 // version bit, 64 bits of a hash of the tenant id and the tenant's

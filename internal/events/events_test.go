@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -486,6 +487,57 @@ func TestSequencerVacuumsTheInbox(t *testing.T) {
 		}
 		if n == 0 {
 			return errors.New("event_inbox was not vacuumed")
+		}
+		return nil
+	})
+}
+
+// TestCausalOrderWithinAPass: a transaction that got its id first, then
+// waited for another's commit before writing its event, is numbered after
+// that other when one pass moves both: its event was written after the
+// other committed. (Numbered by transaction id, it came first.)
+func TestCausalOrderWithinAPass(t *testing.T) {
+	d := testkit.DB(t)
+	ctx := context.Background()
+	a, err := d.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := d.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Statements on the pool itself (no DB.Tx): the sequencer hears of
+	// neither, and its sweep moves both rows in one pass. Their
+	// occurred_at is a minute ago, so the sweep takes them at once.
+	const insert = `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at)
+		VALUES ('acme', 1, 'node.updated', 'node', $1, '{}', now() - interval '1 minute')`
+	exec := func(c *sql.Conn, q string, args ...any) {
+		t.Helper()
+		if _, err := c.ExecContext(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(a, `BEGIN`)
+	exec(a, `SELECT pg_current_xact_id()`) // a's id: the smaller
+	exec(b, `BEGIN`)
+	exec(b, `SELECT pg_current_xact_id()`)
+	exec(b, insert, "node_first")
+	exec(b, `COMMIT`)
+	exec(a, insert, "node_second") // after b's commit, as a waiter's would be
+	exec(a, `COMMIT`)
+	wait.Eventually(t, 10*time.Second, func() error {
+		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 10)
+		if err != nil {
+			return err
+		}
+		if len(page) != 2 {
+			return fmt.Errorf("%d events numbered", len(page))
+		}
+		if page[0].ResourceID != "node_first" || page[1].ResourceID != "node_second" {
+			t.Fatalf("numbered %s then %s", page[0].ResourceID, page[1].ResourceID)
 		}
 		return nil
 	})

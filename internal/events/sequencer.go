@@ -376,7 +376,7 @@ func (s *Sequencer) pass(ctx context.Context, tenants []string, acks map[string]
 		err := tx.SelectContext(ctx, &rows, `WITH moved AS (
 				DELETE FROM event_inbox WHERE tenant_id = ANY($1) RETURNING *),
 			numbered AS (
-				SELECT m.*, s.last_seq + row_number() OVER (PARTITION BY m.tenant_id ORDER BY m.xid, m.ord) AS seq
+				SELECT m.*, s.last_seq + row_number() OVER (PARTITION BY m.tenant_id ORDER BY m.inserted_at, m.xid, m.ord) AS seq
 				FROM moved m JOIN event_streams s USING (tenant_id)),
 			ins AS (
 				INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at)
