@@ -1652,20 +1652,24 @@ func (ec *executionContext) marshalNProfileIssueCode2string(ctx context.Context,
 
 var (
 	unmarshalNProfileIssueCode2string = map[string]string{
-		"UNKNOWN_STEP":    profiles.IssueUnknownStep,
-		"INVALID_WITH":    profiles.IssueInvalidWith,
-		"EMPTY_EXPANSION": profiles.IssueEmptyExpansion,
-		"DUPLICATE_NAME":  profiles.IssueDuplicateName,
-		"PHASE_ORDER":     profiles.IssuePhaseOrder,
-		"NO_STEPS":        profiles.IssueNoSteps,
+		"UNKNOWN_STEP":     profiles.IssueUnknownStep,
+		"INVALID_WITH":     profiles.IssueInvalidWith,
+		"EMPTY_EXPANSION":  profiles.IssueEmptyExpansion,
+		"DUPLICATE_NAME":   profiles.IssueDuplicateName,
+		"PHASE_ORDER":      profiles.IssuePhaseOrder,
+		"NO_STEPS":         profiles.IssueNoSteps,
+		"INVALID_NAME":     profiles.IssueInvalidName,
+		"INVALID_DOCUMENT": profiles.IssueInvalidDocument,
 	}
 	marshalNProfileIssueCode2string = map[string]string{
-		profiles.IssueUnknownStep:    "UNKNOWN_STEP",
-		profiles.IssueInvalidWith:    "INVALID_WITH",
-		profiles.IssueEmptyExpansion: "EMPTY_EXPANSION",
-		profiles.IssueDuplicateName:  "DUPLICATE_NAME",
-		profiles.IssuePhaseOrder:     "PHASE_ORDER",
-		profiles.IssueNoSteps:        "NO_STEPS",
+		profiles.IssueUnknownStep:     "UNKNOWN_STEP",
+		profiles.IssueInvalidWith:     "INVALID_WITH",
+		profiles.IssueEmptyExpansion:  "EMPTY_EXPANSION",
+		profiles.IssueDuplicateName:   "DUPLICATE_NAME",
+		profiles.IssuePhaseOrder:      "PHASE_ORDER",
+		profiles.IssueNoSteps:         "NO_STEPS",
+		profiles.IssueInvalidName:     "INVALID_NAME",
+		profiles.IssueInvalidDocument: "INVALID_DOCUMENT",
 	}
 )
 

@@ -1374,6 +1374,10 @@ enum ProfileIssueCode {
   DUPLICATE_NAME
   PHASE_ORDER
   NO_STEPS
+  "A stored step's name breaks the name rule (a version stored before the rule held)."
+  INVALID_NAME
+  "The stored document does not decode."
+  INVALID_DOCUMENT
 }
 `, BuiltIn: false},
 	{Name: "../schema/projects.graphqls", Input: `type Project implements Node {
