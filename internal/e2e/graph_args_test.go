@@ -130,7 +130,7 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 		gqlOK(t, e.GraphQL(tok, q, map[string]any{"s": "RUNNING"}))
 		qi := `query($n: Int) { tenant(tenantId: "acme") { instances(first: $n) { totalCount } } }`
-		for _, n := range []any{"1", "1.5", 1.5} {
+		for _, n := range []any{"1", "1.5", 1.5, 2147483648, json.Number("-2147483649")} {
 			r := e.GraphQL(tok, qi, map[string]any{"n": n})
 			if c, _ := gqlErr(r); c != "INVALID_INPUT" || r.Status != http.StatusBadRequest {
 				t.Errorf("$n = %v: %d %s", n, r.Status, r.Raw)
@@ -216,6 +216,23 @@ func TestValidationMessagesQuoteShortly(t *testing.T) {
 			t.Errorf("%.30s: %d %q, %d bytes: %.300s", q, r.Status, c, len(r.Raw), r.Raw)
 		}
 	}
+	// literals and a variable's value the validator quotes whole
+	digits := strings.Repeat("9", 100_000)
+	for _, c := range []struct {
+		q    string
+		vars map[string]any
+	}{
+		{`{ tenant(tenantId: "acme") { instances(first: ` + digits + `) { totalCount } } }`, nil},
+		{`{ tenant(tenantId: "acme") { instances(first: 1.` + digits + `) { totalCount } } }`, nil},
+		{`{ viewer @include(if: ` + long + `) { kind } }`, nil},
+		{`query($s: InstanceState) { tenant(tenantId: "acme") { instances(state: $s) { totalCount } } }`, map[string]any{"s": strings.ToUpper(long)}},
+		{`query($s: InstanceState) { tenant(tenantId: "acme") { instances(state: $s) { totalCount } } }`, map[string]any{"s": long}},
+	} {
+		r := e.GraphQL(e.Operator, c.q, c.vars)
+		if code, _ := gqlErr(r); code != "INVALID_INPUT" || len(r.Raw) > 1000 {
+			t.Errorf("%.40s: %d %q, %d bytes: %.300s", c.q, r.Status, code, len(r.Raw), r.Raw)
+		}
+	}
 	// a schema's own names are quoted whole
 	r := e.GraphQL(e.Operator, `{ tenant(tenantId: "acme") { pools(first: 1) { edges { node { status } } } } }`, nil)
 	if msg, _ := gqlMessage(r); msg != `Cannot query field "status" on type "Pool". Did you mean "state"?` {
@@ -237,6 +254,8 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 	}
 	check("an unknown key", e.Call(e.Operator, "tenants/get", `{"tenantId":"acme","`+long+`":1}`))
 	check("an unknown key inside", e.Call(e.Operator, "instances/create", `{"tenantId":"acme","poolId":"pool_x","name":"a","size":{"gpus":0,"`+long+`":1}}`))
+	check("an unknown key of a pool's policy", e.Call(e.Operator, "pools/create", `{"tenantId":"acme","name":"x","site":"s","gpuModel":"g","sharingMode":"exclusive","kind":"bare-metal","policy":{"sim":{"`+long+`":1}}}`))
+	check("an unknown key of a profile document", e.Call(e.Operator, "profiles/create", `{"tenantId":"acme","document":{"id":"p","version":1,"name":"p","steps":[],"`+long+`":1}}`))
 	check("an unknown field of an input variable", e.GraphQL(e.Operator, `mutation($in: CreateTenantInput!) { createTenant(input: $in) { tenant { tenantId } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "x", "name": "x", long: 1}}))
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 )
 
 // Code is a contract error code.
@@ -163,6 +165,29 @@ func Cut(s string) string {
 	return s
 }
 
+// CutText is an answer's message or path with every run of more than
+// 2×Quoted characters without a space cut as Cut cuts it: the last guard of
+// both surfaces (Public, the graph's presenter) for the client's own text
+// that a message quotes whole (a value gqlparser names, a key a document's
+// validator puts in its path), whatever made the message. Runs of the
+// server's own words (a pattern, a path of declared fields) are shorter.
+func CutText(s string) string {
+	if len(s) <= 2*Quoted {
+		return s
+	}
+	words := strings.Split(s, " ")
+	cut := false
+	for i, w := range words {
+		if len(w) > 2*Quoted && utf8.RuneCountInString(w) > 2*Quoted {
+			words[i], cut = Cut(w), true
+		}
+	}
+	if !cut {
+		return s
+	}
+	return strings.Join(words, " ")
+}
+
 // Invalid is INVALID_INPUT naming the offending field in details.path.
 func Invalid(path, format string, args ...any) *Error {
 	return E(InvalidInput, format, args...).With("path", path)
@@ -185,6 +210,24 @@ func CodeOf(err error) Code {
 	return Internal
 }
 
+// cutQuotes is e with its message and details.path cut by CutText (a copy
+// when anything is cut).
+func cutQuotes(e *Error) *Error {
+	msg := CutText(e.Message)
+	path, isPath := e.Details["path"].(string)
+	if msg == e.Message && (!isPath || CutText(path) == path) {
+		return e
+	}
+	out := &Error{Code: e.Code, Message: msg, Details: make(map[string]any, len(e.Details))}
+	for k, v := range e.Details {
+		out.Details[k] = v
+	}
+	if isPath {
+		out.Details["path"] = CutText(path)
+	}
+	return out
+}
+
 // Public turns any error into what a client may see: domain errors pass,
 // anything else becomes INTERNAL naming only the request id.
 func Public(err error, requestID string) *Error {
@@ -195,7 +238,7 @@ func Public(err error, requestID string) *Error {
 		if e.Code == Internal {
 			return E(Internal, "internal error").With("requestId", requestID)
 		}
-		return e
+		return cutQuotes(e)
 	}
 	return E(Internal, "internal error").With("requestId", requestID)
 }

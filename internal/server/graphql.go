@@ -79,6 +79,7 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		// A request error: gqlgen's parser and validator, or a refusal of ours
 		// that already carries a contract code.
 		if code, _ := ge.Extensions["code"].(string); errs.Known(errs.Code(code)) {
+			out.Message = errs.CutText(out.Message)
 			out.Extensions = ge.Extensions
 			return out
 		}
@@ -101,6 +102,14 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 				out.Message = "the document has more than one operation: operationName must name the one to run"
 			}
 		}
+		// The parser's and validator's words quote the document's
+		// literals and a variable's value whole (an Int literal of
+		// 100,000 digits, an enum variable's value): cut as every
+		// answer's are.
+		out.Message = errs.CutText(out.Message)
+		if p, ok := details["path"].(string); ok {
+			details["path"] = errs.CutText(p)
+		}
 		out.Extensions = map[string]any{"code": string(errs.InvalidInput), "details": details}
 		return out
 	}
@@ -113,7 +122,7 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			}
 		}
 	}
-	out.Message = e.Message
+	out.Message = errs.CutText(e.Message)
 	out.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
 	return out
 }

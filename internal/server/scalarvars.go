@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -109,6 +111,10 @@ func (c *scalarVars) check(t *ast.Type, v any, path string, depth int) (string, 
 		if _, isString := v.(string); isString && (t.NamedType == "Int" || t.NamedType == "Float") {
 			return path, errs.E(errs.InvalidInput, "must be a number, not a string")
 		}
+		// GraphQL's Int is 32 bits; gqlparser took 2147483648.
+		if t.NamedType == "Int" && !int32Value(v) {
+			return path, errs.E(errs.InvalidInput, "must be an integer from %d to %d", math.MinInt32, math.MaxInt32)
+		}
 		return "", nil
 	}
 	obj, ok := v.(map[string]any)
@@ -131,4 +137,31 @@ func messageOf(err error) string {
 		return e.Message
 	}
 	return "is not valid"
+}
+
+// int32Value says whether an Int variable's value (as the validator left
+// it: a json.Number, or a number it converted) fits GraphQL's 32 bits.
+func int32Value(v any) bool {
+	var i int64
+	switch n := v.(type) {
+	case json.Number:
+		var err error
+		if i, err = n.Int64(); err != nil {
+			return false
+		}
+	case int64:
+		i = n
+	case int:
+		i = int64(n)
+	case int32:
+		return true
+	case float64:
+		if n != math.Trunc(n) || n < math.MinInt32 || n > math.MaxInt32 {
+			return false
+		}
+		return true
+	default:
+		return true // not a number: the validator's to refuse
+	}
+	return i >= math.MinInt32 && i <= math.MaxInt32
 }
