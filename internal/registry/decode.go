@@ -171,7 +171,7 @@ func pathText(path []pathSeg) string {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(errs.Cut(s.key))
+			b.WriteString(s.key)
 		} else {
 			fmt.Fprintf(&b, "[%d]", s.index)
 		}
@@ -312,12 +312,12 @@ func (d *decoder) object(f *Field, level int) (*value, error) {
 		}
 		d.path = append(d.path, pathSeg{key: k, index: -1})
 		if containsKey(v.keys, k) {
-			return nil, d.invalid("duplicate key %q", errs.Cut(k))
+			return nil, d.invalid("duplicate key %q", k)
 		}
 		var cf *Field
 		if !open {
 			if cf = fieldNamed(known, k); cf == nil {
-				return nil, d.invalid("unknown field %q", errs.Cut(k))
+				return nil, d.invalid("unknown field %q", k)
 			}
 		}
 		d.space()

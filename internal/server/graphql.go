@@ -204,19 +204,9 @@ var goWords = strings.NewReplacer(
 	"not a bool", "not a boolean",
 )
 
-func plainWords(msg string) string { return shortQuotes(goWords.Replace(msg)) }
-
-// longQuote is a quoted run of a validator's message longer than any
-// name a schema uses.
-var longQuote = regexp.MustCompile(`"[^"]{65,}"`)
-
-// shortQuotes cuts the names and values that a parser's or validator's
-// message quotes from the document ("Cannot query field \"x\" on type
-// \"Query\"") as errs.Cut does: they are the client's own text, and a
-// 100 KB name came back whole.
-func shortQuotes(msg string) string {
-	return longQuote.ReplaceAllStringFunc(msg, func(q string) string { return `"` + errs.Cut(q[1:len(q)-1]) + `"` })
-}
+// plainWords is a parser's or validator's message in a client's words
+// (the presenter then cuts what it quotes of the document: errs.CutText).
+func plainWords(msg string) string { return goWords.Replace(msg) }
 
 // opMetrics counts and times operations by name and type. Names are the
 // client's choice, so at most maxOpNames distinct ones get their own label.
