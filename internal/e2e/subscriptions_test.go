@@ -315,6 +315,17 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 	if name, _ := bad.next(); name != "complete" {
 		t.Fatalf("after the error: %s", name)
 	}
+	// An error before execution (validation) is a result with no data
+	// entry, as the GraphQL spec answers a request error (it was
+	// "data": null).
+	invalid := openSSE(t, e, acme.Viewer.Token, `subscription { nope }`, nil)
+	name, m = invalid.next()
+	if _, has := m["data"]; name != "next" || has || !strings.Contains(fmt.Sprint(m), "reason:validation") {
+		t.Fatalf("invalid subscription: %s %v", name, m)
+	}
+	if name, _ := invalid.next(); name != "complete" {
+		t.Fatalf("after the request error: %s", name)
+	}
 	// A query over the stream: one next, then complete.
 	q := openSSE(t, e, acme.Viewer.Token, `{ viewer { kind } }`, nil)
 	if name, m := q.next(); name != "next" || m["data"] == nil {

@@ -137,7 +137,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	st := &sseStream{w: w, rc: rc, timeout: t.s.Config.WS.WriteTimeout}
 	if list != nil {
 		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), list)
-		st.next(resp)
+		st.requestErrors(resp)
 		st.complete()
 		return
 	}
@@ -644,12 +644,28 @@ func (s *sseStream) next(resp *graphql.Response) bool {
 
 func (s *sseStream) complete() { s.event("complete", nil) }
 
+// requestErrors sends errors found outside execution (the request's, or
+// the stream's end: a revoked token, a shutdown) as a `next` event whose
+// result has no data entry: nothing was executed, and the GraphQL spec's
+// response for an error raised before execution has none (graphql.Response
+// writes "data": null).
+func (s *sseStream) requestErrors(resp *graphql.Response) bool {
+	b, err := json.Marshal(struct {
+		Errors     gqlerror.List  `json:"errors"`
+		Extensions map[string]any `json:"extensions,omitempty"`
+	}{resp.Errors, resp.Extensions})
+	if err != nil {
+		return false
+	}
+	return s.event("next", b)
+}
+
 // errors sends an error found outside execution as a `next` event.
 func (s *sseStream) errors(e *errs.Error) {
 	if e.Details == nil {
 		e.Details = map[string]any{}
 	}
-	s.next(&graphql.Response{Errors: gqlerror.List{{Message: e.Message,
+	s.requestErrors(&graphql.Response{Errors: gqlerror.List{{Message: e.Message,
 		Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}}})
 }
 
