@@ -255,6 +255,10 @@ func TestWebSocketCloseCodes(t *testing.T) {
 			w.init(acme.Admin.Token)
 			w.send(map[string]any{"type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
 		}, 4400},
+		{"an id of 129 bytes", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.send(map[string]any{"id": strings.Repeat("i", 129), "type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
+		}, 4400},
 		{"a binary frame", func(w *wsClient) {
 			_ = w.c.Write(context.Background(), websocket.MessageBinary, []byte(`{"type":"connection_init"}`))
 		}, 4400},
@@ -263,13 +267,15 @@ func TestWebSocketCloseCodes(t *testing.T) {
 		}, 4403},
 		{"no token", func(w *wsClient) { w.send(map[string]any{"type": "connection_init"}) }, 4403},
 	}
+	// What some close reasons must say.
+	reasons := map[string]string{"subscribe without an id": "needs an id", "an id of 129 bytes": "at most 128 bytes"}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := dialWS(t, e)
 			w.t = t
 			c.run(w)
-			if code, reason := w.closed(5 * time.Second); code != c.code {
-				t.Fatalf("close %d (%s), want %d", code, reason, c.code)
+			if code, reason := w.closed(5 * time.Second); code != c.code || !strings.Contains(reason, reasons[c.name]) {
+				t.Fatalf("close %d (%s), want %d (%s)", code, reason, c.code, reasons[c.name])
 			}
 		})
 	}
@@ -290,6 +296,19 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	}
 	if msgs := w.op("q2", `{ viewer { kind name } }`, nil); msgs[0]["type"] != "next" {
 		t.Fatalf("socket unusable after an invalid query: %v", msgs)
+	}
+	if msgs := w.op(strings.Repeat("i", 128), `{ viewer { kind name } }`, nil); msgs[0]["type"] != "next" {
+		t.Fatalf("an id of 128 bytes: %v", msgs)
+	}
+	// A persisted query's hash alone is that operation's error, in the
+	// words Apollo's clients look for; the socket stays.
+	w.send(map[string]any{"id": "apq", "type": "subscribe", "payload": map[string]any{"extensions": map[string]any{
+		"persistedQuery": map[string]any{"version": 1, "sha256Hash": strings.Repeat("ab", 32)}}}})
+	if m := w.next(); m["id"] != "apq" || m["type"] != "error" || !strings.Contains(fmt.Sprint(m["payload"]), "PersistedQueryNotSupported") {
+		t.Fatalf("a persisted query's hash alone: %v", m)
+	}
+	if msgs := w.op("apq", `{ viewer { kind name } }`, nil); msgs[0]["type"] != "next" {
+		t.Fatalf("after a persisted query's hash: %v", msgs)
 	}
 }
 

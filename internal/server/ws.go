@@ -321,6 +321,10 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 	return true
 }
 
+// wsMaxID bounds an operation's id (the protocol sets none; a client's
+// ids are counters or UUIDs).
+const wsMaxID = 128
+
 func (c *wsConn) subscribe(m wsMessage) bool {
 	c.mu.Lock()
 	acked := c.acked
@@ -329,11 +333,24 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.close(closeUnauthorized, "Unauthorized")
 		return false
 	}
-	if m.ID == "" || len(m.ID) > 128 {
+	switch {
+	case m.ID == "":
 		c.close(closeBadRequest, "Invalid message received: subscribe needs an id")
+		return false
+	case len(m.ID) > wsMaxID:
+		c.close(closeBadRequest, fmt.Sprintf("Invalid message received: a subscribe id has at most %d bytes", wsMaxID))
 		return false
 	}
 	params, perr := DecodeParams(m.Payload)
+	if perr != nil && perr.Details["reason"] == "persisted-queries-not-supported" {
+		// A query's hash alone (Apollo's automatic persisted queries) is a
+		// valid message this server does not serve: the operation's error,
+		// in the words the client looks for before sending the whole
+		// query; the socket stays.
+		b, _ := json.Marshal(gqlerror.List{{Message: perr.Message, Extensions: map[string]any{"code": string(perr.Code), "details": perr.Details}}})
+		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
+		return true
+	}
 	if perr != nil {
 		c.close(closeBadRequest, "Invalid message received: "+perr.Message)
 		return false
