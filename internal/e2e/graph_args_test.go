@@ -135,6 +135,9 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			if c, _ := gqlErr(r); c != "INVALID_INPUT" || r.Status != http.StatusBadRequest {
 				t.Errorf("$n = %v: %d %s", n, r.Status, r.Raw)
 			}
+			if m, _ := gqlMessage(r); !isStringValue(n) && m != "variable.n must be an integer from -2147483648 to 2147483647" {
+				t.Errorf("$n = %v: %s", n, r.Raw)
+			}
 		}
 		gqlOK(t, e.GraphQL(tok, qi, map[string]any{"n": 1}))
 		// inside an input object
@@ -289,3 +292,5 @@ func TestPersistedQueriesAreNotSupported(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+e.Operator)
 	gqlOK(t, e.Do(req))
 }
+
+func isStringValue(v any) bool { _, ok := v.(string); return ok }

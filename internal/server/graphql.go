@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -101,6 +102,11 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			if ge.Message == "operation  not found" {
 				out.Message = "the document has more than one operation: operationName must name the one to run"
 			}
+		}
+		if p, _ := details["path"].(string); strings.HasPrefix(ge.Message, "cannot use value ") && strings.HasSuffix(ge.Message, " as Int") && p != "" {
+			// gqlparser's words for a number that is not an integer
+			// ("cannot use value 0 as Int" for 1.5): the scalar check's.
+			out.Message = fmt.Sprintf("%s must be an integer from %d to %d", p, math.MinInt32, math.MaxInt32)
 		}
 		// The parser's and validator's words quote the document's
 		// literals and a variable's value whole (an Int literal of
