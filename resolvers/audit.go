@@ -21,7 +21,7 @@ func auditLoaders(ctx context.Context) *loaders.AuditLoaders { return loaders.Fr
 // tenant is tenantID), asking for the same page of every sibling parent at
 // once. Its filters are audit.list's, checked by its rules.
 func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record], tenantID, parent string, resourceID, principalID, method *string, since, until *time.Time, first *int, after *string) (*model.AuditRecordConnection, error) {
-	n, k, err := pageArgs(first, after)
+	n, k, err := pageArgs(audit.Cursors, first, after)
 	if err == nil {
 		err = audit.CheckCursorKey("after", k)
 	}
@@ -42,7 +42,7 @@ func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record],
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(ctx, c, audit.CursorKey, func(cur string, r *audit.Record) *model.AuditRecordEdge {
+	edges, info, total := connection(ctx, audit.Cursors, c, audit.CursorKey, func(cur string, r *audit.Record) *model.AuditRecordEdge {
 		return &model.AuditRecordEdge{Cursor: cur, Node: r}
 	})
 	return &model.AuditRecordConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil

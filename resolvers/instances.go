@@ -21,12 +21,12 @@ type scopedLoader[T any] = *loaders.L[loaders.PageKey, *page.Conn[T]]
 
 // scopedPage reads one parent's filtered page, asking for the same page of
 // every sibling parent at once.
-func scopedPage[T any](ctx context.Context, ld scopedLoader[T], parent string, poolID, projectID, state *string, first *int, after *string) (*page.Conn[T], error) {
+func scopedPage[T any](ctx context.Context, kind page.Kind, ld scopedLoader[T], parent string, poolID, projectID, state *string, first *int, after *string) (*page.Conn[T], error) {
 	s, err := graphread.NewScope(parent, poolID, projectID, state)
 	if err != nil {
 		return nil, err
 	}
-	n, k, err := pageArgs(first, after)
+	n, k, err := pageArgs(kind, first, after)
 	if err != nil {
 		return nil, err
 	}
@@ -35,11 +35,11 @@ func scopedPage[T any](ctx context.Context, ld scopedLoader[T], parent string, p
 }
 
 func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent string, poolID, projectID, state *string, first *int, after *string) (*model.InstanceConnection, error) {
-	c, err := scopedPage(ctx, ld, parent, poolID, projectID, state, first, after)
+	c, err := scopedPage(ctx, instances.Cursors, ld, parent, poolID, projectID, state, first, after)
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(ctx, c, func(v *graphread.View) string { return v.InstanceID },
+	edges, info, total := connection(ctx, instances.Cursors, c, func(v *graphread.View) string { return v.InstanceID },
 		func(cur string, v *graphread.View) *model.InstanceEdge {
 			return &model.InstanceEdge{Cursor: cur, Node: v}
 		})
@@ -47,11 +47,11 @@ func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent s
 }
 
 func reservationConn(ctx context.Context, ld scopedLoader[instances.Reservation], parent string, poolID, state *string, first *int, after *string) (*model.ReservationConnection, error) {
-	c, err := scopedPage(ctx, ld, parent, poolID, nil, state, first, after)
+	c, err := scopedPage(ctx, instances.ReservationCursors, ld, parent, poolID, nil, state, first, after)
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(ctx, c, func(r *instances.Reservation) string { return r.ReservationID },
+	edges, info, total := connection(ctx, instances.ReservationCursors, c, func(r *instances.Reservation) string { return r.ReservationID },
 		func(cur string, r *instances.Reservation) *model.ReservationEdge {
 			return &model.ReservationEdge{Cursor: cur, Node: r}
 		})

@@ -61,7 +61,7 @@ func (r *instanceResolver) Host(ctx context.Context, obj *graphread.View) (*node
 
 // Events is the resolver for the events field.
 func (r *instanceResolver) Events(ctx context.Context, obj *graphread.View, first *int, after *string) (*model.InstanceEventConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Instances.Events, obj.InstanceID, first, after,
+	edges, info, total, err := loadConn(ctx, eventCursors, loaders.From(ctx).Instances.Events, obj.InstanceID, first, after,
 		func(e *events.Event) string { return e.EventID },
 		func(cur string, e *events.Event) *model.InstanceEventEdge {
 			return &model.InstanceEventEdge{Cursor: cur, Node: e}

@@ -45,7 +45,7 @@ func (r *computeNodeResolver) InventoryHistory(ctx context.Context, obj *nodes.N
 	if first != nil && (*first < 1 || *first > inventory.HistoryMaxLimit) {
 		return nil, errs.Invalid("first", "first must be in 1-%d", inventory.HistoryMaxLimit)
 	}
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeHistory, obj.NodeID, first, after,
+	edges, info, total, err := loadConn(ctx, snapshotCursors, loaders.From(ctx).NodeHistory, obj.NodeID, first, after,
 		func(s *inventory.Snapshot) string { return s.ID },
 		func(cur string, s *inventory.Snapshot) *model.InventorySnapshotEdge {
 			return &model.InventorySnapshotEdge{Cursor: cur, Node: s}
@@ -194,7 +194,7 @@ func (r *mutationResolver) RemoveNode(ctx context.Context, input nodes.NodeChang
 // Nodes is the resolver for the nodes field: the owner's members see the
 // pool's nodes; a tenant the pool is offered to sees none.
 func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolNodes, obj.PoolID, first, after,
+	edges, info, total, err := loadConn(ctx, nodes.Cursors, loaders.From(ctx).PoolNodes, obj.PoolID, first, after,
 		func(n *nodes.Node) string { return n.NodeID },
 		func(cur string, n *nodes.Node) *model.ComputeNodeEdge {
 			return &model.ComputeNodeEdge{Cursor: cur, Node: n}
@@ -208,7 +208,7 @@ func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, a
 // JoinRequests is the resolver for the joinRequests field (the owner's
 // view; empty for tenants the pool is offered to).
 func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).PoolJoinReqs, obj.PoolID, first, after,
+	edges, info, total, err := loadConn(ctx, nodes.RequestCursors, loaders.From(ctx).PoolJoinReqs, obj.PoolID, first, after,
 		func(j *nodes.JoinRequest) string { return j.JoinRequestID },
 		func(cur string, j *nodes.JoinRequest) *model.JoinRequestEdge {
 			return &model.JoinRequestEdge{Cursor: cur, Node: j}

@@ -75,7 +75,7 @@ func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Of
 
 // Pools is the resolver for the pools field.
 func (r *tenantResolver) Pools(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.PoolConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantPools, obj.TenantID, first, after,
+	edges, info, total, err := loadConn(ctx, pools.Cursors, loaders.From(ctx).TenantPools, obj.TenantID, first, after,
 		func(p *pools.Pool) string { return p.PoolID },
 		func(cur string, p *pools.Pool) *model.PoolEdge { return &model.PoolEdge{Cursor: cur, Node: p} })
 	if err != nil {

@@ -28,7 +28,7 @@ func (r *projectResolver) Tenant(ctx context.Context, obj *projects.Project) (*t
 
 // Members is the resolver for the members field.
 func (r *projectResolver) Members(ctx context.Context, obj *projects.Project, first *int, after *string) (*model.ProjectMemberConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).ProjectMembers, obj.ProjectID, first, after,
+	edges, info, total, err := loadConn(ctx, projects.MemberCursors, loaders.From(ctx).ProjectMembers, obj.ProjectID, first, after,
 		func(m *projects.Member) string { return m.PrincipalID },
 		func(cur string, m *projects.Member) *model.ProjectMemberEdge {
 			return &model.ProjectMemberEdge{Cursor: cur, Node: m}

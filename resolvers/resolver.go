@@ -8,6 +8,7 @@ package resolvers
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -60,8 +61,17 @@ func objectArg(name string, v any) (map[string]any, error) {
 	return m, nil
 }
 
-// pageArgs checks first/after the way the method surface checks limit/cursor.
-func pageArgs(first *int, after *string) (int, string, error) {
+// The kinds of the cursors of the graph's own connections (the others'
+// are their methods').
+const (
+	eventCursors    page.Kind = "instanceEvent"
+	snapshotCursors page.Kind = "snapshot"
+	versionCursors  page.Kind = "profileVersion"
+)
+
+// pageArgs checks first/after the way the method surface checks
+// limit/cursor; after must be a cursor of kind.
+func pageArgs(kind page.Kind, first *int, after *string) (int, string, error) {
 	n := page.DefaultLimit
 	if first != nil {
 		n = *first
@@ -74,8 +84,9 @@ func pageArgs(first *int, after *string) (int, string, error) {
 		if len(*after) > 256 {
 			return 0, "", errs.Invalid("after", "after is longer than 256 characters")
 		}
-		if _, err := page.Decode(*after, &key); err != nil {
-			return 0, "", errs.Invalid("after", "after is not a cursor this server returned")
+		if _, err := kind.Decode(*after, &key); err != nil {
+			e, _ := errs.As(err)
+			return 0, "", errs.Invalid("after", "after%s", strings.TrimPrefix(e.Message, "cursor"))
 		}
 	}
 	return n, key, nil
@@ -85,13 +96,13 @@ func pageArgs(first *int, after *string) (int, string, error) {
 // An edge's cursor is encoded only when the query selects edges { cursor }
 // (ctx is the connection field's); pageInfo's start and end cursors always
 // are.
-func connection[T any, E any](ctx context.Context, c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
+func connection[T any, E any](ctx context.Context, kind page.Kind, c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
 	edges := make([]E, 0, len(c.Items))
 	info := &model.PageInfo{HasNextPage: c.HasNext}
 	if n := len(c.Items); n > 0 {
-		start, end := page.Encode(key(&c.Items[0])), ""
+		start, end := kind.Encode(key(&c.Items[0])), ""
 		if n > 1 {
-			end = page.Encode(key(&c.Items[n-1]))
+			end = kind.Encode(key(&c.Items[n-1]))
 		} else {
 			end = start
 		}
@@ -101,7 +112,7 @@ func connection[T any, E any](ctx context.Context, c *page.Conn[T], key func(*T)
 	for i := range c.Items {
 		var cur string
 		if cursors {
-			cur = page.Encode(key(&c.Items[i]))
+			cur = kind.Encode(key(&c.Items[i]))
 		}
 		edges = append(edges, edge(cur, &c.Items[i]))
 	}
@@ -148,9 +159,9 @@ func selects(set ast.SelectionSet, name string, then func(*ast.Field) bool) bool
 
 // loadConn reads one parent's page through a page loader and shapes it as
 // edges, page info and total: what every batched connection field does.
-func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
+func loadConn[T any, E any](ctx context.Context, kind page.Kind, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
-	n, k, err := pageArgs(first, after)
+	n, k, err := pageArgs(kind, first, after)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -160,7 +171,7 @@ func loadConn[T any, E any](ctx context.Context, l *loaders.L[loaders.PageKey, *
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	edges, info, total := connection(ctx, c, key, edge)
+	edges, info, total := connection(ctx, kind, c, key, edge)
 	return edges, info, total, nil
 }
 

@@ -19,7 +19,7 @@ func (r *tenantResolver) ID(ctx context.Context, obj *tenants.Tenant) (string, e
 
 // Projects is the resolver for the projects field.
 func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProjectConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantProjects, obj.TenantID, first, after,
+	edges, info, total, err := loadConn(ctx, projects.Cursors, loaders.From(ctx).TenantProjects, obj.TenantID, first, after,
 		func(p *projects.Project) string { return p.ProjectID },
 		func(cur string, p *projects.Project) *model.ProjectEdge {
 			return &model.ProjectEdge{Cursor: cur, Node: p}
@@ -32,7 +32,7 @@ func (r *tenantResolver) Projects(ctx context.Context, obj *tenants.Tenant, firs
 
 // Tokens is the resolver for the tokens field.
 func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.TokenConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantTokens, obj.TenantID, first, after,
+	edges, info, total, err := loadConn(ctx, iam.TokenCursors, loaders.From(ctx).TenantTokens, obj.TenantID, first, after,
 		func(t *iam.Token) string { return t.TokenID },
 		func(cur string, t *iam.Token) *model.TokenEdge { return &model.TokenEdge{Cursor: cur, Node: t} })
 	if err != nil {
@@ -43,7 +43,7 @@ func (r *tenantResolver) Tokens(ctx context.Context, obj *tenants.Tenant, first 
 
 // Members is the resolver for the members field.
 func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.RoleBindingConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).TenantMembers, obj.TenantID, first, after,
+	edges, info, total, err := loadConn(ctx, iam.BindingCursors, loaders.From(ctx).TenantMembers, obj.TenantID, first, after,
 		func(b *iam.Binding) string { return b.PrincipalID },
 		func(cur string, b *iam.Binding) *model.RoleBindingEdge {
 			return &model.RoleBindingEdge{Cursor: cur, Node: b}
@@ -57,7 +57,7 @@ func (r *tenantResolver) Members(ctx context.Context, obj *tenants.Tenant, first
 // Tenants is the resolver for the viewer's tenants: what tenants.list
 // pages, shaped as a connection.
 func (r *viewerResolver) Tenants(ctx context.Context, obj *model.Viewer, first *int, after *string) (*model.TenantConnection, error) {
-	n, key, err := pageArgs(first, after)
+	n, key, err := pageArgs(tenants.Cursors, first, after)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (r *viewerResolver) Tenants(ctx context.Context, obj *model.Viewer, first *
 	if err != nil {
 		return nil, err
 	}
-	edges, info, total := connection(ctx, c, func(t *tenants.Tenant) string { return t.TenantID },
+	edges, info, total := connection(ctx, tenants.Cursors, c, func(t *tenants.Tenant) string { return t.TenantID },
 		func(cur string, t *tenants.Tenant) *model.TenantEdge { return &model.TenantEdge{Cursor: cur, Node: t} })
 	return &model.TenantConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }

@@ -20,7 +20,7 @@ import (
 
 // Workflows is the resolver for the workflows field.
 func (r *computeNodeResolver) Workflows(ctx context.Context, obj *nodes.Node, first *int, after *string) (*model.WorkflowConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).NodeWorkflows, obj.NodeID, first, after,
+	edges, info, total, err := loadConn(ctx, workflows.Cursors, loaders.From(ctx).NodeWorkflows, obj.NodeID, first, after,
 		func(w *workflows.Workflow) string { return w.WorkflowID },
 		func(cur string, w *workflows.Workflow) *model.WorkflowEdge {
 			return &model.WorkflowEdge{Cursor: cur, Node: w}
@@ -53,7 +53,7 @@ func (r *mutationResolver) CancelWorkflow(ctx context.Context, input workflows.C
 // may read (a reader of the owner every one, anyone else the public ones,
 // all of builtin's).
 func (r *profileResolver) Versions(ctx context.Context, obj *profiles.Profile, first *int, after *string) (*model.ProfileVersionConnection, error) {
-	edges, info, total, err := loadConn(ctx, loaders.From(ctx).Versions, profiles.VersionsParent(obj.TenantID, obj.ProfileID), first, after,
+	edges, info, total, err := loadConn(ctx, versionCursors, loaders.From(ctx).Versions, profiles.VersionsParent(obj.TenantID, obj.ProfileID), first, after,
 		func(p *profiles.Profile) string { return strconv.Itoa(p.ProfileVersion) },
 		func(cur string, p *profiles.Profile) *model.ProfileEdge {
 			return &model.ProfileEdge{Cursor: cur, Node: p}

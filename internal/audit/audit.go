@@ -217,6 +217,10 @@ func NewFilter(parent string, resourceID, principalID, method *string, since, un
 	return f, nil
 }
 
+// Cursors is the kind of the audit lists' cursors (both surfaces), whose
+// key is CursorKey's.
+const Cursors page.Kind = "audit"
+
 // CursorKey is the sort key of a record as one string (the pages' cursor
 // key): its time and id, newest first.
 func CursorKey(r *Record) string {

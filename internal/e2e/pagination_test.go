@@ -170,14 +170,42 @@ func TestPaginationCursorStaysInTenant(t *testing.T) {
 	c := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "limit": 1}))
 	expect(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": c.Body["cursor"]}), pd, "")
 	// and on evil's own tenant it lists only evil's projects
-	o := must(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "evil", "cursor": "WyIiXQ"}))
+	o := must(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "evil", "cursor": base64.RawURLEncoding.EncodeToString([]byte(`["project",""]`))}))
 	if l := items(t, o); len(l) != 1 || l[0]["tenantId"] != "evil" {
 		t.Fatalf("forged cursor on evil: %s", o.Raw)
 	}
 	// a forged cursor (the empty key) on the caller's own tenant lists only its own items
-	own := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": "WyIiXQ"}))
+	own := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": base64.RawURLEncoding.EncodeToString([]byte(`["project",""]`))}))
 	if len(items(t, own)) != 7 {
 		t.Fatalf("forged cursor: %s", own.Raw)
+	}
+}
+
+// A list refuses another list's cursor, saying so, on both surfaces (it
+// answered an empty page: a token id sorts after every project id); a
+// method's cursor and its graph connection's are one.
+func TestCursorsBelongToTheirList(t *testing.T) {
+	t.Parallel()
+	f := newPagingFixture(t)
+	e := f.e
+	tok := f.acme.Admin.Token
+	tokens := must(t, e.Call(tok, "tokens/list", map[string]any{"tenantId": "acme", "limit": 1}))
+	r := e.Call(tok, "projects/list", map[string]any{"tenantId": "acme", "cursor": tokens.Body["cursor"]})
+	expect(t, r, "INVALID_INPUT", "cursor")
+	if !strings.Contains(string(r.Raw), "cursor is one of another list") {
+		t.Fatalf("another list's cursor: %s", r.Raw)
+	}
+	q := `query($after: String) { tenant(tenantId: "acme") { projects(first: 2, after: $after) { edges { node { projectId } } } } }`
+	g := e.GraphQL(tok, q, map[string]any{"after": tokens.Body["cursor"]})
+	if m, _ := gqlMessage(g); m != "after is one of another list" {
+		t.Fatalf("graph, another list's cursor: %s", g.Raw)
+	}
+	// projects.list's cursor goes on in the graph's tenant.projects
+	projects := must(t, e.Call(tok, "projects/list", map[string]any{"tenantId": "acme", "limit": 3}))
+	d := gqlOK(t, e.GraphQL(tok, q, map[string]any{"after": projects.Body["cursor"]}))
+	edges := obj(t, d, "tenant", "projects")["edges"].([]any)
+	if want := sortedCopy(f.projects)[3]; len(edges) != 2 || obj(t, edges[0].(map[string]any), "node")["projectId"] != want {
+		t.Fatalf("the method's cursor in the graph: %v, want %s first", edges, want)
 	}
 }
 
@@ -247,7 +275,8 @@ func TestPaginationGraphQL(t *testing.T) {
 				t.Fatalf("walked %v, want %v", got, sortedCopy(c.want))
 			}
 			// past the last item: no edges, the same total, no cursors
-			lastCursor := base64.RawURLEncoding.EncodeToString([]byte(`["` + got[len(got)-1] + `"]`))
+			kind := map[string]string{"projects": "project", "tokens": "token", "members": "roleBinding", "viewer.tenants": "tenant"}[c.field]
+			lastCursor := base64.RawURLEncoding.EncodeToString([]byte(`["` + kind + `","` + got[len(got)-1] + `"]`))
 			d := gqlOK(t, e.GraphQL(c.caller, c.query, map[string]any{"t": "acme", "first": 3, "after": lastCursor}))
 			conn := obj(t, d, c.path...)
 			info := obj(t, conn, "pageInfo")

@@ -17,6 +17,13 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// TokenCursors and BindingCursors are the kinds of the token and role
+// binding lists' cursors (both surfaces).
+const (
+	TokenCursors   page.Kind = "token"
+	BindingCursors page.Kind = "roleBinding"
+)
+
 // Token describes a service token (never its secret).
 type Token struct {
 	TokenID     string     `json:"tokenId" db:"token_id"`
@@ -83,14 +90,14 @@ func CreateToken(ctx context.Context, q store.Q, in *TokenCreateInput) (*Created
 // graph's page (TokenPagesByTenant) of the tenant the decision named.
 func ListTokens(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Token], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := TokenCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows, err := TokenPagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows.Items, in.Limit, func(t Token) string { return page.Encode(t.TokenID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(t Token) string { return TokenCursors.Encode(t.TokenID) })
 	return &page.Page[Token]{Items: items, Cursor: cur}, nil
 }
 
@@ -185,14 +192,14 @@ func RevokeMember(ctx context.Context, q store.Q, in *MemberRefInput) (*Revoked,
 // page (BindingPagesByTenant) of the tenant the decision named.
 func ListMembers(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Binding], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := BindingCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows, err := BindingPagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows.Items, in.Limit, func(b Binding) string { return page.Encode(b.PrincipalID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(b Binding) string { return BindingCursors.Encode(b.PrincipalID) })
 	return &page.Page[Binding]{Items: items, Cursor: cur}, nil
 }
 

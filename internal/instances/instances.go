@@ -35,6 +35,13 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Cursors and ReservationCursors are the kinds of the instance and
+// reservation lists' cursors (both surfaces).
+const (
+	Cursors            page.Kind = "instance"
+	ReservationCursors page.Kind = "reservation"
+)
+
 // Size is what an instance gets. gpus counts whole GPUs (exclusive pools),
 // MIG devices of gpuProfile (mig pools) or GPU time slices (time-sliced
 // pools).
@@ -347,7 +354,7 @@ func Get(ctx context.Context, q store.Q, in *RefInput) (*Instance, error) {
 // state. Deleted instances are listed only when state asks for them.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows := []Instance{}
@@ -362,7 +369,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], 
 	for i := range rows {
 		rows[i].Normalize()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(i Instance) string { return page.Encode(i.InstanceID) })
+	items, cur := page.Trim(rows, in.Limit, func(i Instance) string { return Cursors.Encode(i.InstanceID) })
 	return &page.Page[Instance]{Items: items, Cursor: cur}, nil
 }
 

@@ -56,7 +56,7 @@ func locateOwnNode(ctx context.Context, nodeID string) authz.Resource {
 // their devices.
 func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[Assigned], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows := []Instance{}
@@ -64,7 +64,7 @@ func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[A
 		WHERE host_node_id = $1 AND state <> 'deleted' AND instance_id > $2 ORDER BY instance_id LIMIT $3`, in.NodeID, after, in.Limit+1); err != nil {
 		return nil, store.Wrap(err)
 	}
-	rows, cur := page.Trim(rows, in.Limit, func(i Instance) string { return page.Encode(i.InstanceID) })
+	rows, cur := page.Trim(rows, in.Limit, func(i Instance) string { return Cursors.Encode(i.InstanceID) })
 	idList := make([]string, len(rows))
 	for k := range rows {
 		rows[k].Normalize()

@@ -265,7 +265,7 @@ func GetReservation(ctx context.Context, q store.Q, in *ReservationRefInput) (*R
 // pool or in one state.
 func ListReservations(ctx context.Context, q store.Q, in *ReservationListInput) (*page.Page[Reservation], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := ReservationCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows := []Reservation{}
@@ -284,7 +284,7 @@ func ListReservations(ctx context.Context, q store.Q, in *ReservationListInput) 
 	for k := range rows {
 		rows[k].Normalize()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(r Reservation) string { return page.Encode(r.ReservationID) })
+	items, cur := page.Trim(rows, in.Limit, func(r Reservation) string { return ReservationCursors.Encode(r.ReservationID) })
 	return &page.Page[Reservation]{Items: items, Cursor: cur}, nil
 }
 

@@ -132,7 +132,7 @@ func RegisterMachine(ctx context.Context, q store.Q, in *MachineRegisterInput) (
 // ListMachines pages a pool's expected machines by id.
 func ListMachines(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[ExpectedMachine], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := MachineCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
@@ -144,7 +144,7 @@ func ListMachines(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	items, cur := page.Trim(rows, in.Limit, func(m ExpectedMachine) string { return page.Encode(m.MachineID) })
+	items, cur := page.Trim(rows, in.Limit, func(m ExpectedMachine) string { return MachineCursors.Encode(m.MachineID) })
 	return &page.Page[ExpectedMachine]{Items: items, Cursor: cur}, nil
 }
 
@@ -222,7 +222,7 @@ func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, e
 // ListKeys pages a pool's allow-list by hash.
 func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[AllowedKey], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := KeyCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
@@ -237,7 +237,7 @@ func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[All
 	for i := range rows {
 		rows[i].fix()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(k AllowedKey) string { return page.Encode(k.EKHash) })
+	items, cur := page.Trim(rows, in.Limit, func(k AllowedKey) string { return KeyCursors.Encode(k.EKHash) })
 	return &page.Page[AllowedKey]{Items: items, Cursor: cur}, nil
 }
 

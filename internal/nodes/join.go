@@ -581,7 +581,7 @@ func GetJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput) (*J
 // ListJoinRequests pages a pool's requests by id, optionally in one state.
 func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) (*page.Page[JoinRequest], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := RequestCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
@@ -597,7 +597,7 @@ func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) 
 	for i := range rows {
 		rows[i].fix()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(r JoinRequest) string { return page.Encode(r.JoinRequestID) })
+	items, cur := page.Trim(rows, in.Limit, func(r JoinRequest) string { return RequestCursors.Encode(r.JoinRequestID) })
 	return &page.Page[JoinRequest]{Items: items, Cursor: cur}, nil
 }
 

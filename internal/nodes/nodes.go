@@ -24,6 +24,15 @@ import (
 	"github.com/bettercompute/computed/internal/workflows"
 )
 
+// The kinds of the package's lists' cursors (both surfaces).
+const (
+	Cursors        page.Kind = "node"
+	RequestCursors page.Kind = "joinRequest"
+	TokenCursors   page.Kind = "joinToken"
+	MachineCursors page.Kind = "expectedMachine"
+	KeyCursors     page.Kind = "allowedKey"
+)
+
 // Node states.
 const (
 	Ready    = "ready"
@@ -161,7 +170,7 @@ func GetNode(ctx context.Context, q store.Q, in *NodeRefInput) (*Node, error) {
 // when state asks for them.
 func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[Node], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	var labels *string
@@ -185,7 +194,7 @@ func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[No
 	for i := range rows {
 		rows[i].fix()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(n Node) string { return page.Encode(n.NodeID) })
+	items, cur := page.Trim(rows, in.Limit, func(n Node) string { return Cursors.Encode(n.NodeID) })
 	return &page.Page[Node]{Items: items, Cursor: cur}, nil
 }
 

@@ -85,7 +85,7 @@ func CreateJoinToken(ctx context.Context, q store.Q, in *JoinTokenCreateInput) (
 // included (with their state).
 func ListJoinTokens(ctx context.Context, q store.Q, in *JoinTokenListInput) (*page.Page[JoinToken], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := TokenCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
@@ -98,7 +98,7 @@ func ListJoinTokens(ctx context.Context, q store.Q, in *JoinTokenListInput) (*pa
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	items, cur := page.Trim(rows, in.Limit, func(t JoinToken) string { return page.Encode(t.JoinTokenID) })
+	items, cur := page.Trim(rows, in.Limit, func(t JoinToken) string { return TokenCursors.Encode(t.JoinTokenID) })
 	return &page.Page[JoinToken]{Items: items, Cursor: cur}, nil
 }
 

@@ -28,15 +28,22 @@ type Page[T any] struct {
 	Cursor *string `json:"cursor"`
 }
 
-// Encode makes an opaque cursor from a sort key.
-func Encode(key ...any) string {
-	b, _ := json.Marshal(key)
+// Kind names what a list's items are ("pool", "instance"): a cursor
+// carries its list's kind, and a list refuses another kind's cursor (it
+// answered an empty page: a pool id sorts where no instance id does). The
+// graph's connection and the method of the same items share a kind, so
+// their cursors are one.
+type Kind string
+
+// Encode makes an opaque cursor of a list of kind k from a sort key.
+func (k Kind) Encode(key ...any) string {
+	b, _ := json.Marshal(append([]any{string(k)}, key...))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// Decode reads a cursor made by Encode into dst (pointers, in key order).
-// An empty cursor leaves dst alone and returns false.
-func Decode(cursor string, dst ...any) (bool, error) {
+// Decode reads a cursor made by k.Encode into dst (pointers, in key
+// order). An empty cursor leaves dst alone and returns false.
+func (k Kind) Decode(cursor string, dst ...any) (bool, error) {
 	if cursor == "" {
 		return false, nil
 	}
@@ -46,7 +53,18 @@ func Decode(cursor string, dst ...any) (bool, error) {
 		return false, bad
 	}
 	var parts []json.RawMessage
-	if err := json.Unmarshal(b, &parts); err != nil || len(parts) != len(dst) {
+	if err := json.Unmarshal(b, &parts); err != nil || len(parts) == 0 {
+		return false, bad
+	}
+	var kind string
+	if json.Unmarshal(parts[0], &kind) != nil {
+		return false, bad
+	}
+	if kind != string(k) {
+		return false, errs.Invalid("cursor", "cursor is one of another list")
+	}
+	parts = parts[1:]
+	if len(parts) != len(dst) {
 		return false, bad
 	}
 	vals := make([]any, len(dst))
@@ -60,7 +78,7 @@ func Decode(cursor string, dst ...any) (bool, error) {
 	// null (which left its key empty: the first page again), a number
 	// spelled 1e2 or a key of text PostgreSQL cannot hold (\u0000: the
 	// query failed as a broken constraint) is not.
-	if Encode(vals...) != cursor || bytes.Contains(b, []byte(`\u0000`)) {
+	if k.Encode(vals...) != cursor || bytes.Contains(b, []byte(`\u0000`)) {
 		return false, bad
 	}
 	return true, nil

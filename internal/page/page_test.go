@@ -7,17 +7,19 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 )
 
+const kt = Kind("thing")
+
 // A cursor has one spelling: base64's decoder skips CR and LF, so a cursor
 // with them inside read as the cursor without them.
 func TestDecodeTakesOnlyCanonicalCursors(t *testing.T) {
-	c := Encode("acme", 42)
+	c := kt.Encode("acme", 42)
 	var s string
 	var n int
-	if ok, err := Decode(c, &s, &n); !ok || err != nil || s != "acme" || n != 42 {
+	if ok, err := kt.Decode(c, &s, &n); !ok || err != nil || s != "acme" || n != 42 {
 		t.Fatalf("%q: %v %v %q %d", c, ok, err, s, n)
 	}
 	for _, bad := range []string{c[:3] + "\n" + c[3:], c + "\r\n"} {
-		if _, err := Decode(bad, &s, &n); errs.CodeOf(err) != errs.InvalidInput {
+		if _, err := kt.Decode(bad, &s, &n); errs.CodeOf(err) != errs.InvalidInput {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
@@ -30,25 +32,36 @@ func TestDecodeTakesOnlyEncodesCursors(t *testing.T) {
 	raw := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	var s string
 	var n int
-	for _, bad := range []string{raw(`[null,1]`), raw(`["node_\u0000",1]`), raw(`["a", 1e2]`), raw(`[ "a",1]`), raw(`["a",1.0]`), raw(`["\u0061",1]`)} {
-		if ok, err := Decode(bad, &s, &n); ok || errs.CodeOf(err) != errs.InvalidInput {
+	for _, bad := range []string{raw(`["thing",null,1]`), raw(`["thing","node_\u0000",1]`), raw(`["thing","a", 1e2]`), raw(`["thing", "a",1]`),
+		raw(`["thing","a",1.0]`), raw(`["thing","\u0061",1]`), raw(`["a",1]`), raw(`[]`), raw(`[1,"a",1]`), raw(`["thing","a",1,2]`)} {
+		if ok, err := kt.Decode(bad, &s, &n); ok || errs.CodeOf(err) != errs.InvalidInput {
 			t.Errorf("%q: %v %v", bad, ok, err)
 		}
 	}
-	if ok, err := Decode(raw(`["a",1]`), &s, &n); !ok || err != nil {
+	if ok, err := kt.Decode(raw(`["thing","a",1]`), &s, &n); !ok || err != nil {
 		t.Fatal(ok, err)
+	}
+}
+
+// A list refuses another list's cursor, saying so (it answered an empty
+// page: an instance id sorts where no pool id does).
+func TestDecodeRefusesAnotherKindsCursor(t *testing.T) {
+	var s string
+	_, err := Kind("pool").Decode(Kind("instance").Encode("inst_x"), &s)
+	if e, ok := errs.As(err); !ok || e.Code != errs.InvalidInput || e.Message != "cursor is one of another list" || e.Details["path"] != "cursor" {
+		t.Fatalf("%v", err)
 	}
 }
 
 // What Decode takes re-encodes to itself.
 func FuzzDecode(f *testing.F) {
-	f.Add(Encode("acme", 42))
-	f.Add(Encode("node_x", -1))
+	f.Add(kt.Encode("acme", 42))
+	f.Add(kt.Encode("node_x", -1))
 	f.Add("W251bGwsMV0")
 	f.Fuzz(func(t *testing.T, c string) {
 		var s string
 		var n int
-		if ok, err := Decode(c, &s, &n); ok && err == nil && Encode(s, n) != c {
+		if ok, err := kt.Decode(c, &s, &n); ok && err == nil && kt.Encode(s, n) != c {
 			t.Fatalf("%q decoded as %q %d", c, s, n)
 		}
 	})

@@ -21,6 +21,9 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Cursors is the kind of the pool lists' cursors (both surfaces).
+const Cursors page.Kind = "pool"
+
 // Sharing modes and kinds of pools.
 const (
 	Exclusive  = "exclusive"
@@ -263,7 +266,7 @@ func Get(ctx context.Context, q store.Q, in *RefInput) (*Pool, error) {
 // archived ones included (with their state).
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows := []Pool{}
@@ -275,7 +278,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], erro
 	for i := range rows {
 		rows[i].fix()
 	}
-	items, cur := page.Trim(rows, in.Limit, func(p Pool) string { return page.Encode(p.PoolID) })
+	items, cur := page.Trim(rows, in.Limit, func(p Pool) string { return Cursors.Encode(p.PoolID) })
 	return &page.Page[Pool]{Items: items, Cursor: cur}, nil
 }
 

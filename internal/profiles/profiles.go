@@ -24,6 +24,9 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// cursors is the kind of the profile lists' cursors (both surfaces).
+const cursors page.Kind = "profile"
+
 // Profile is one stored (or shipped) profile version.
 type Profile struct {
 	TenantID       string          `json:"tenantId" db:"tenant_id"`
@@ -349,7 +352,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Profile], e
 // CheckCursor refuses a list cursor this server did not return.
 func CheckCursor(cursor string) error {
 	var after listKey
-	_, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
+	_, err := cursors.Decode(cursor, &after.ID, &after.Version, &after.Owner)
 	return err
 }
 
@@ -366,7 +369,7 @@ type tenantRow struct {
 // total, so a tenant whose page holds no stored profile still has one.
 func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor string, limit int) (page.Rows[Profile], error) {
 	var after listKey
-	has, err := page.Decode(cursor, &after.ID, &after.Version, &after.Owner)
+	has, err := cursors.Decode(cursor, &after.ID, &after.Version, &after.Owner)
 	if err != nil {
 		return page.Rows[Profile]{}, err
 	}
@@ -611,4 +614,6 @@ func Methods() []registry.Method {
 }
 
 // CursorOf is the list cursor that resumes after p (GraphQL edge cursors).
-func CursorOf(p *Profile) string { return page.Encode(p.ProfileID, p.ProfileVersion, p.fix().OwnerKey) }
+func CursorOf(p *Profile) string {
+	return cursors.Encode(p.ProfileID, p.ProfileVersion, p.fix().OwnerKey)
+}

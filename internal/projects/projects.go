@@ -21,6 +21,13 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Cursors and MemberCursors are the kinds of the project and member lists'
+// cursors (both surfaces).
+const (
+	Cursors       page.Kind = "project"
+	MemberCursors page.Kind = "projectMember"
+)
+
 // Project groups a tenant's work.
 type Project struct {
 	ProjectID   string    `json:"projectId" db:"project_id"`
@@ -200,14 +207,14 @@ func Get(ctx context.Context, q store.Q, in *RefInput) (*Project, error) {
 // of the tenant the decision named.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Project], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows, err := PagesByTenant(ctx, q, []string{in.TenantID}, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows.Items, in.Limit, func(p Project) string { return page.Encode(p.ProjectID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(p Project) string { return Cursors.Encode(p.ProjectID) })
 	return &page.Page[Project]{Items: items, Cursor: cur}, nil
 }
 
@@ -288,14 +295,14 @@ func RemoveMember(ctx context.Context, q store.Q, in *MemberInput) (*Removed, er
 // graph's page (MemberPagesByProject) in the tenant the decision named.
 func ListMembers(ctx context.Context, q store.Q, in *MemberListInput) (*page.Page[Member], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := MemberCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows, err := MemberPagesByProject(ctx, q, authz.TenantScope(in.TenantID), []string{in.ProjectID}, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows.Items, in.Limit, func(m Member) string { return page.Encode(m.PrincipalID) })
+	items, cur := page.Trim(rows.Items, in.Limit, func(m Member) string { return MemberCursors.Encode(m.PrincipalID) })
 	return &page.Page[Member]{Items: items, Cursor: cur}, nil
 }
 

@@ -14,6 +14,9 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Cursors is the kind of the tenant lists' cursors (both surfaces).
+const Cursors page.Kind = "tenant"
+
 // Tenant is an isolated customer account.
 type Tenant struct {
 	TenantID  string    `json:"tenantId" db:"tenant_id"`
@@ -72,7 +75,7 @@ func Visible(tenants string) string { return `t.tenant_id = ANY(` + tenants + `)
 // holds a role on for anyone else.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Tenant], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	c, err := authz.LoadCaller(ctx, q, reqctx.PrincipalFrom(ctx))
@@ -83,7 +86,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Tenant], er
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(t Tenant) string { return page.Encode(t.TenantID) })
+	items, cur := page.Trim(rows, in.Limit, func(t Tenant) string { return Cursors.Encode(t.TenantID) })
 	return &page.Page[Tenant]{Items: items, Cursor: cur}, nil
 }
 

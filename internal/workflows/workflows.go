@@ -25,6 +25,9 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Cursors is the kind of the workflow lists' cursors (both surfaces).
+const Cursors page.Kind = "workflow"
+
 // Workflow states.
 const (
 	Pending   = "pending"
@@ -257,7 +260,7 @@ func Get(ctx context.Context, q store.Q, in *RefInput) (*Workflow, error) {
 // one node and/or in one state.
 func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], error) {
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows := []Workflow{}
@@ -272,7 +275,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], 
 			return nil, err
 		}
 	}
-	items, cur := page.Trim(rows, in.Limit, func(w Workflow) string { return page.Encode(w.WorkflowID) })
+	items, cur := page.Trim(rows, in.Limit, func(w Workflow) string { return Cursors.Encode(w.WorkflowID) })
 	return &page.Page[Workflow]{Items: items, Cursor: cur}, nil
 }
 

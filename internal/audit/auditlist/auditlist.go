@@ -67,14 +67,14 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[audit.Recor
 		return nil, err
 	}
 	var after string
-	if _, err := page.Decode(in.Cursor, &after); err != nil {
+	if _, err := audit.Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
 	rows, err := audit.Page(ctx, q, authz.TenantScope(in.TenantID), f, after, in.Limit)
 	if err != nil {
 		return nil, err
 	}
-	items, cur := page.Trim(rows, in.Limit, func(r audit.Record) string { return page.Encode(audit.CursorKey(&r)) })
+	items, cur := page.Trim(rows, in.Limit, func(r audit.Record) string { return audit.Cursors.Encode(audit.CursorKey(&r)) })
 	return &page.Page[audit.Record]{Items: items, Cursor: cur}, nil
 }
 
