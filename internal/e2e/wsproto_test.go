@@ -417,8 +417,8 @@ func TestSessionsPerCredential(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != 429 || !strings.Contains(string(raw), `"sessions"`) {
-		t.Fatalf("a fourth session on the stream: %d %s", res.StatusCode, raw)
+	if res.StatusCode != 429 || !strings.Contains(string(raw), `"sessions"`) || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a fourth session on the stream: %d (Retry-After %q) %s", res.StatusCode, res.Header.Get("Retry-After"), raw)
 	}
 	// Another credential has its own.
 	d := dialWS(t, e)

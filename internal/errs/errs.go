@@ -242,3 +242,15 @@ func Public(err error, requestID string) *Error {
 	}
 	return E(Internal, "internal error").With("requestId", requestID)
 }
+
+// RetryAfterSeconds is what a RATE_LIMITED answer's Retry-After header
+// says: its details.retryAfterSeconds when a refusal knows how long to
+// wait, else 1 (a refusal that frees at a client's own act, a session
+// closed, has no better figure). Every 429 carries the header, as the
+// code's table tells clients to wait for it.
+func RetryAfterSeconds(details map[string]any) int {
+	if s, ok := details["retryAfterSeconds"].(int); ok && s >= 1 {
+		return s
+	}
+	return 1
+}

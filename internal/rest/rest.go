@@ -93,12 +93,7 @@ func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg 
 func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error, kv ...any) {
 	e := PublicError(r.Context(), h.Log, err, append(kv, "path", r.URL.Path)...)
 	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
-		// A domain refusal may say how long to wait (details.retryAfterSeconds).
-		secs, ok := e.Details["retryAfterSeconds"].(int)
-		if !ok || secs < 1 {
-			secs = 1
-		}
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfterSeconds(e.Details)))
 	}
 	WriteJSON(w, e.Code.HTTPStatus(), map[string]any{"error": e})
 }
