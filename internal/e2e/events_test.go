@@ -227,7 +227,16 @@ func TestTenantEventsEveryKind(t *testing.T) {
 	if b := listEvents(t, e, beta.Admin.Token, "beta", nil); len(b) != 0 {
 		t.Fatalf("beta's stream holds acme's events: %v", b)
 	}
-	expect(t, e.Call(beta.Admin.Token, "events/list", map[string]any{"tenantId": "acme"}), "PERMISSION_DENIED", "")
+	refused := e.Call(beta.Admin.Token, "events/list", map[string]any{"tenantId": "acme"})
+	expect(t, refused, "PERMISSION_DENIED", "")
+	// The subscription is refused in the list's words: one decision (it
+	// named compute:instances:read, the list compute:tenants:read).
+	words := refused.Body["error"].(map[string]any)["message"]
+	msgs := w.op("stranger-words", tenantEventsSub, map[string]any{"t": "acme"})
+	payload, _ := msgs[0]["payload"].(map[string]any)
+	if p, _ := payload["errors"].([]any); len(p) == 0 || p[0].(map[string]any)["message"] != words {
+		t.Fatalf("tenantEvents refused in other words than events.list (%v): %v", words, msgs)
+	}
 	expect(t, e.Call(cred, "events/list", map[string]any{"tenantId": "acme"}), "UNAUTHENTICATED", "")
 	for _, c := range []struct {
 		in   map[string]any

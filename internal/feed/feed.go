@@ -20,6 +20,11 @@ import (
 	"github.com/bettercompute/computed/internal/store"
 )
 
+// Permission is the decision on the tenant that reading its stream takes,
+// on both surfaces (events.list, tenantEvents); Permissions then narrows
+// it to the kinds of events the caller reads.
+const Permission = authz.TenantsRead
+
 // Permissions decides who reads each kind of event: whoever reads its
 // resource on the tenant. (Roles are bound per tenant, so deciding on the
 // tenant is deciding on each of its pools; tenants a pool is offered to
@@ -128,6 +133,12 @@ func ParseWatch(tenantID string, types []string, after *string) (Watch, error) {
 // which keeps only the kinds of events the principal reads. Subscriptions
 // run it again whenever the caller's role bindings change.
 func Authorize(ctx context.Context, q store.Q, p *reqctx.Principal, w Watch) (events.Filter, error) {
+	// Decided as events.list is (its registry entry's permission), then
+	// narrowed to what the caller reads: both surfaces refuse in the same
+	// words.
+	if err := authz.Decide(ctx, q, p, Permission, authz.Resource{Type: authz.Tenant, TenantID: w.Filter.TenantID}); err != nil {
+		return events.Filter{}, err
+	}
 	kinds, err := Readable(ctx, q, p, w.Filter.TenantID)
 	if err != nil {
 		return events.Filter{}, err
@@ -192,7 +203,7 @@ func Methods() []registry.Method {
 				"`types` keeps the events of those types: an entry is an event type (`node.cordoned`) or a prefix ending in `.` (`node.`); an unknown type is `INVALID_INPUT`.",
 				"Events are in the tenant's commit order: an event appears once the change that wrote it has committed, after every event already listed, never before one. `limit` defaults to 50 and is at most 200; pass the returned cursor (the last event's id) to read on.",
 				"A cursor older than the event retention, or issued before the per-tenant streams (an `instance.*` event id of an earlier version), is `INVALID_STATE` with `details.reason: \"expired-cursor\"`: start again without a cursor. A cursor of another tenant's stream is `INVALID_INPUT`."},
-			Permission: authz.TenantsRead, Resource: authz.Tenant, Module: "core", Phase: "v0.2",
+			Permission: Permission, Resource: authz.Tenant, Module: "core", Phase: "v0.2",
 			Input: []registry.Field{registry.TenantID(),
 				{Name: "types", Type: registry.Array, MaxItems: MaxTypes, Items: &typ, Description: "event types, or prefixes ending in `.`"},
 				registry.PageLimit(), registry.Cursor()}}, nil, List),
