@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"fmt"
 	"sync"
 	"testing"
@@ -204,5 +205,77 @@ func TestHostedPlacement(t *testing.T) {
 	c := must(t, e.Call(acme.Viewer.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
 	if obj(t, c.Body, "total")["gpus"] != float64(2) || obj(t, c.Body, "allocated")["gpus"] == nil {
 		t.Fatalf("capacity: %s", c.Raw)
+	}
+}
+
+// A GPU that vanishes from a host's inventory under an instance stays
+// counted, held, until the instance lets it go; a GPU that appears is free
+// at once. (The pool's total fell below what its instances held: free room
+// went negative, and a waiting instance was told the room was held by
+// others while the new GPU sat idle.)
+func TestVanishedGPUStaysHeldAndANewOneIsFree(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme := newTenant(t, e, "acme")
+	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
+	node, cred := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	wg.Add(1)
+	go daemon(t, e, node, cred, stop, &wg)
+	state := func(id string) (string, string) {
+		g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
+		return g.Str("state"), g.Str("stateReason")
+	}
+	var ids []string
+	for k := 0; k < 3; k++ {
+		ids = append(ids, must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, fmt.Sprintf("v%d", k), 1))).Str("instanceId"))
+		if k < 2 {
+			wait.Eventually(t, 15*time.Second, func() error {
+				if s, _ := state(ids[k]); s != "running" {
+					return fmt.Errorf("%s is %s", ids[k], s)
+				}
+				return nil
+			})
+		}
+	}
+	wait.Eventually(t, 15*time.Second, func() error {
+		if s, why := state(ids[2]); s != "pending" || why != "waiting for capacity: the pool's room is held by its instances or reserved" {
+			return fmt.Errorf("the third is %s (%s), want pending with a reason", s, why)
+		}
+		return nil
+	})
+	// GPU 1 vanishes, GPU 2 appears.
+	suffix := node[len(node)-8:]
+	gpus := []any{}
+	for _, k := range []int{0, 2} {
+		gpus = append(gpus, map[string]any{"uuid": fmt.Sprintf("GPU-%s-%d", suffix, k), "index": len(gpus), "model": "NVIDIA H100 80GB HBM3", "memoryMiB": 81559})
+	}
+	must(t, e.Call(cred, "inventory/report", map[string]any{"nodeId": node, "sections": map[string]any{
+		"cpu": map[string]any{"threads": 32}, "memory": map[string]any{"totalBytes": 128 << 30}, "gpus": gpus}}))
+	wait.Eventually(t, 15*time.Second, func() error {
+		if s, why := state(ids[2]); s != "running" {
+			return fmt.Errorf("the third is %s (%s), want running on the new GPU", s, why)
+		}
+		return nil
+	})
+	a := must(t, e.Call(cred, "instances/assigned", map[string]any{"nodeId": node}))
+	for _, it := range items(t, a) {
+		if it["instanceId"] == ids[2] {
+			if d := it["devices"].([]any); len(d) != 1 || d[0].(map[string]any)["deviceId"] != fmt.Sprintf("GPU-%s-2", suffix) {
+				t.Fatalf("the third's devices: %v", d)
+			}
+		}
+	}
+	c := must(t, e.Call(acme.Viewer.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
+	if obj(t, c.Body, "total")["gpus"] != float64(3) || obj(t, c.Body, "free")["gpus"] != float64(0) {
+		t.Fatalf("capacity: two GPUs present, one held that vanished, three held: %s", c.Raw)
+	}
+	// The graph's capacity says the same.
+	d := gqlOK(t, e.GraphQL(acme.Viewer.Token, `query($id: ID!) { node(id: $id) { ... on Pool { capacity { total { gpus } free { gpus } } } } }`,
+		map[string]any{"id": base64.RawURLEncoding.EncodeToString([]byte("Pool:" + pool))}))
+	if cp := obj(t, d, "node", "capacity"); obj(t, cp, "total")["gpus"] != float64(3) || obj(t, cp, "free")["gpus"] != float64(0) {
+		t.Fatalf("graph capacity: %v", cp)
 	}
 }

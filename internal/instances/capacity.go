@@ -59,6 +59,12 @@ func sizeOf(i *Instance) fit.Resources {
 	return fit.Resources{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}
 }
 
+// roomReason is a pending instance's reason when the pool's room (its
+// total less what instances hold, its tenant's own included, and what
+// other tenants reserved) is too small for it. (It said "held or reserved
+// by other tenants" when the tenant's own instances held it.)
+const roomReason = "waiting for capacity: the pool's room is held by its instances or reserved"
+
 // providerRoom decides whether a pending instance of a provider pool may be
 // created now: within the pool's capacity (when its policy sets one) less
 // what other tenants hold or have reserved. The pool row is locked so that
@@ -81,7 +87,7 @@ func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *p
 		return false, "", err
 	}
 	if !fit.FreeFor(i.TenantID, total, alloc, res).Fits(sizeOf(i)) {
-		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
+		return false, roomReason, nil
 	}
 	return true, "", nil
 }
@@ -173,7 +179,7 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 		return false, "", err
 	}
 	if !fit.FreeFor(i.TenantID, fit.HostedTotal(p.SharingMode, pol.Slices, hs), alloc, res).Fits(sizeOf(i)) {
-		return false, "waiting for capacity: the pool's free room is held or reserved by other tenants", nil
+		return false, roomReason, nil
 	}
 	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))
 	if node == "" {

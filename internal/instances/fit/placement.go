@@ -3,6 +3,7 @@ package fit
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/bettercompute/computed/internal/inventory"
 )
@@ -146,13 +147,44 @@ func Place(mode string, slices int, hosts []Host, size Resources, profile string
 	return cands[0].h.NodeID, cands[0].devs, ""
 }
 
-// HostTotal is a host's capacity in a sharing mode.
+// HostTotal is a host's capacity in a sharing mode: the devices of its
+// latest inventory, and the devices its instances hold that the inventory
+// no longer lists (a GPU gone missing). Those stay counted, held, until
+// their instances let them go: a pool's total never falls below what its
+// instances hold, so the devices that are there are as free as they are
+// (a GPU that vanished under an instance made the pool's free room
+// negative, and a new GPU sat idle while instances waited).
 func HostTotal(mode string, slices int, h Host) Resources {
 	n := 0
 	for _, g := range devices(mode, slices, h.GPUs, "") {
 		n += len(g)
 	}
-	return Resources{GPUs: n, VCPUs: h.VCPUs, MemoryGiB: h.MemoryGiB}
+	return Resources{GPUs: n + vanished(h), VCPUs: h.VCPUs, MemoryGiB: h.MemoryGiB}
+}
+
+// vanished counts the devices held on a host whose GPU its inventory no
+// longer lists. A device is a GPU's UUID, one of its MIG devices' UUIDs or
+// one of its time slices ("<GPU UUID>/<slice>"), in whatever sharing mode
+// it was taken.
+func vanished(h Host) int {
+	if len(h.Taken) == 0 {
+		return 0
+	}
+	present := map[string]bool{}
+	for _, g := range h.GPUs {
+		present[g.UUID] = true
+		for _, m := range g.MigDevices {
+			present[m.UUID] = true
+		}
+	}
+	n := 0
+	for d, held := range h.Taken {
+		gpu, _, sliced := strings.Cut(d, "/")
+		if held && !present[d] && !(sliced && present[gpu]) {
+			n++
+		}
+	}
+	return n
 }
 
 // HostOf is a host's room from its inventory, with the devices and the

@@ -87,3 +87,28 @@ func TestPlace(t *testing.T) {
 		t.Errorf("mig total: %v", got)
 	}
 }
+
+// A device an instance holds that the host's latest inventory no longer
+// lists stays in the host's total, held; the devices that are there are
+// free as they are (the total fell below what was held, and a new GPU sat
+// idle).
+func TestVanishedDevicesStayCountedWhileHeld(t *testing.T) {
+	// Two GPUs held; GPU-a-1 vanished and GPU-a-2 appeared.
+	g := []inventory.GPU{{UUID: "GPU-a-0"}, {UUID: "GPU-a-2"}}
+	h := host("a", g, "GPU-a-0", "GPU-a-1")
+	if got := HostTotal(Exclusive, 0, h).GPUs; got != 3 {
+		t.Fatalf("exclusive total %d, want 3 (two present, one held that vanished)", got)
+	}
+	if node, devs, _ := Place(Exclusive, 0, []Host{h}, Resources{GPUs: 1}, ""); node != "a" || len(devs) != 1 || devs[0].DeviceID != "GPU-a-2" {
+		t.Fatalf("placed %q %v, want the new GPU", node, devs)
+	}
+	// Time slices of a vanished GPU, held, count one each.
+	ts := host("a", g, "GPU-a-0/0", "GPU-a-1/0", "GPU-a-1/1")
+	if got := HostTotal(TimeSliced, 2, ts).GPUs; got != 6 {
+		t.Fatalf("time-sliced total %d, want 6 (four slices present, two held that vanished)", got)
+	}
+	// Nothing vanished: the inventory's devices.
+	if got := HostTotal(Exclusive, 0, host("a", g, "GPU-a-0")).GPUs; got != 2 {
+		t.Fatalf("total %d, want 2", got)
+	}
+}
