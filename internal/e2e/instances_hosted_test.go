@@ -63,6 +63,28 @@ func daemon(t testing.TB, e *testkit.Env, nodeID, cred string, stop chan struct{
 	}
 }
 
+// hostedAcme starts a server with its reconciler, tenant acme, an
+// exclusive hosted pool and one host of two GPUs whose daemon runs until
+// the test ends; it returns the pool, the host and its credential.
+func hostedAcme(t *testing.T) (e *testkit.Env, acme tenant, pool, node, cred string) {
+	t.Helper()
+	e = testkit.Start(t).RunReconciler()
+	acme = newTenant(t, e, "acme")
+	pool = hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
+	node, cred = hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
+	runDaemon(t, e, node, cred)
+	return e, acme, pool, node, cred
+}
+
+// runDaemon runs a host daemon for the node until the test ends.
+func runDaemon(t testing.TB, e *testkit.Env, nodeID, cred string) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go daemon(t, e, nodeID, cred, stop, &wg)
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
 func hostOf(t testing.TB, e *testkit.Env, token, id string) string {
 	g := must(t, env(t, e).Call(token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
 	return g.Str("hostNodeId")
@@ -73,15 +95,7 @@ func hostOf(t testing.TB, e *testkit.Env, token, id string) string {
 // and are placed when room appears; a removed host's instances fail.
 func TestHostedPlacement(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t).RunReconciler()
-	acme := newTenant(t, e, "acme")
-	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
-	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	defer func() { close(stop); wg.Wait() }()
-	wg.Add(1)
-	go daemon(t, e, nodeA, credA, stop, &wg)
+	e, acme, pool, nodeA, credA := hostedAcme(t)
 
 	// Six one-GPU instances at once on a two-GPU host.
 	ids := make([]string, 6)
@@ -137,8 +151,7 @@ func TestHostedPlacement(t *testing.T) {
 
 	// Room appears: a second host takes two more.
 	nodeB, credB := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	wg.Add(1)
-	go daemon(t, e, nodeB, credB, stop, &wg)
+	runDaemon(t, e, nodeB, credB)
 	wait.Eventually(t, 15*time.Second, func() error {
 		run, pend = running()
 		if len(run) == 4 && len(pend) == 2 {
@@ -215,15 +228,7 @@ func TestHostedPlacement(t *testing.T) {
 // others while the new GPU sat idle.)
 func TestVanishedGPUStaysHeldAndANewOneIsFree(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t).RunReconciler()
-	acme := newTenant(t, e, "acme")
-	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
-	node, cred := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	defer func() { close(stop); wg.Wait() }()
-	wg.Add(1)
-	go daemon(t, e, node, cred, stop, &wg)
+	e, acme, pool, node, cred := hostedAcme(t)
 	state := func(id string) (string, string) {
 		g := must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
 		return g.Str("state"), g.Str("stateReason")

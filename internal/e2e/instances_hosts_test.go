@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,15 +19,7 @@ import (
 // elsewhere; uncordoning lets waiting instances in.
 func TestCordonedAndRemovedHosts(t *testing.T) {
 	t.Parallel()
-	e := testkit.Start(t).RunReconciler()
-	acme := newTenant(t, e, "acme")
-	pool := hostedPool(t, e, acme.Admin.Token, "acme", "hosted", "exclusive", nil)
-	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	defer func() { close(stop); wg.Wait() }()
-	wg.Add(1)
-	go daemon(t, e, nodeA, credA, stop, &wg)
+	e, acme, pool, nodeA, credA := hostedAcme(t)
 
 	get := func(id string) testkit.Resp {
 		return must(t, e.Call(acme.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}))
@@ -95,8 +86,7 @@ func TestCordonedAndRemovedHosts(t *testing.T) {
 		t.Fatalf("a reported failure: %s", g.Raw)
 	}
 	nodeB, credB := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	wg.Add(1)
-	go daemon(t, e, nodeB, credB, stop, &wg)
+	runDaemon(t, e, nodeB, credB)
 	waitState(t, e, acme.Viewer.Token, "acme", i2, "running", 10*time.Second)
 	if hostOf(t, e, acme.Viewer.Token, i2) != nodeB {
 		t.Fatalf("i2 not on B")
@@ -169,11 +159,7 @@ func TestOfferedTenantOnAHost(t *testing.T) {
 	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "guest",
 		"quota": map[string]any{"gpus": 1, "instances": 1}}))
 	nodeA, credA := hostNode(t, e, acme.Admin.Token, "acme", pool, 2)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	defer func() { close(stop); wg.Wait() }()
-	wg.Add(1)
-	go daemon(t, e, nodeA, credA, stop, &wg)
+	runDaemon(t, e, nodeA, credA)
 	g := must(t, e.Call(guest.Member.Token, "instances/create", instanceIn("guest", pool, "g", 1))).Str("instanceId")
 	waitState(t, e, guest.Viewer.Token, "guest", g, "running", 10*time.Second)
 	a := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "a", 1))).Str("instanceId")
