@@ -96,7 +96,7 @@ func (r *profileStepResolver) With(ctx context.Context, obj *profiles.Rendered) 
 // Profiles is the resolver for the profiles field: what profiles.list
 // pages (own, public and builtin under one keyset), batched across tenants.
 func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.ProfileConnection, error) {
-	n, _, err := pageArgs("", first, nil)
+	n, _, err := pageArgs(nil, first, nil) // after: the profiles' own cursors, below
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
@@ -64,14 +66,19 @@ func objectArg(name string, v any) (map[string]any, error) {
 // The kinds of the cursors of the graph's own connections (the others'
 // are their methods').
 const (
-	eventCursors    page.Kind = "instanceEvent"
-	snapshotCursors page.Kind = "snapshot"
-	versionCursors  page.Kind = "profileVersion"
+	versionCursors page.Kind = "profileVersion"
+)
+
+// The cursors of the connections whose method's cursor is the last item's
+// id (a seed's rule): the connection's cursors are the same ids.
+var (
+	eventCursors    = page.VerbatimOf(events.IDPattern)
+	snapshotCursors = page.VerbatimOf(ids.Pattern(ids.Inventory))
 )
 
 // pageArgs checks first/after the way the method surface checks
 // limit/cursor; after must be a cursor of kind.
-func pageArgs(kind page.Kind, first *int, after *string) (int, string, error) {
+func pageArgs(kind page.Codec, first *int, after *string) (int, string, error) {
 	n := page.DefaultLimit
 	if first != nil {
 		n = *first
@@ -96,7 +103,7 @@ func pageArgs(kind page.Kind, first *int, after *string) (int, string, error) {
 // An edge's cursor is encoded only when the query selects edges { cursor }
 // (ctx is the connection field's); pageInfo's start and end cursors always
 // are.
-func connection[T any, E any](ctx context.Context, kind page.Kind, c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
+func connection[T any, E any](ctx context.Context, kind page.Codec, c *page.Conn[T], key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int) {
 	edges := make([]E, 0, len(c.Items))
 	info := &model.PageInfo{HasNextPage: c.HasNext}
 	if n := len(c.Items); n > 0 {
@@ -159,7 +166,7 @@ func selects(set ast.SelectionSet, name string, then func(*ast.Field) bool) bool
 
 // loadConn reads one parent's page through a page loader and shapes it as
 // edges, page info and total: what every batched connection field does.
-func loadConn[T any, E any](ctx context.Context, kind page.Kind, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
+func loadConn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
 	n, k, err := pageArgs(kind, first, after)
 	if err != nil {

@@ -285,6 +285,19 @@ func TestInstancesGraphQL(t *testing.T) {
 	})
 	// A cursor that is no event position is refused.
 	gqlExpect(t, e.GraphQL(acme.Viewer.Token, evq, map[string]any{"id": a1["id"], "after": "bogus"}), "INVALID_INPUT", "after")
+	// Its cursors are the method's (instances.events: the event ids):
+	// either continues the other.
+	m := must(t, e.Call(acme.Viewer.Token, "instances/events", map[string]any{"tenantId": "acme", "instanceId": a1["instanceId"], "limit": 3}))
+	conn := dig(t, gqlOK(t, e.GraphQL(acme.Viewer.Token, evq, map[string]any{"id": a1["id"], "after": m.Body["cursor"]})), "node", "events")
+	ns := nodesOf(t, conn)
+	if len(ns) != 3 || ns[0]["type"] != want[3] || dig(t, conn, "pageInfo", "endCursor") != ns[2]["eventId"] {
+		t.Fatalf("the method's cursor in the graph: %v", conn)
+	}
+	m = must(t, e.Call(acme.Viewer.Token, "instances/events", map[string]any{"tenantId": "acme", "instanceId": a1["instanceId"], "limit": 1,
+		"cursor": dig(t, conn, "pageInfo", "endCursor")}))
+	if it := items(t, m); len(it) != 1 || it[0]["type"] != "instance.running" { // want[6]
+		t.Fatalf("the graph's cursor on the method: %s", m.Raw)
+	}
 
 	// Reservations: created and canceled through the graph; each tenant
 	// lists its own.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -703,6 +704,22 @@ func TestInventoryHistory(t *testing.T) {
 	if !reflect.DeepEqual(walked, newest) {
 		t.Fatalf("limit 1 walk: %v, want %v", walked, newest)
 	}
+	// The graph's ComputeNode.inventoryHistory has the method's cursors
+	// (the snapshot ids, as the seed fixes them): either continues the
+	// other.
+	hq := `query($id: ID!, $after: String) { node(id: $id) { ... on ComputeNode { inventoryHistory(first: 2, after: $after) {
+		pageInfo { endCursor } edges { cursor node { snapshotId } } } } } }`
+	gid := relay.ID("ComputeNode", nodeID)
+	hist := dig(t, gqlOK(t, e.GraphQL(viewer, hq, map[string]any{"id": gid, "after": p1.Body["cursor"]})), "node", "inventoryHistory")
+	hn := nodesOf(t, hist)
+	if len(hn) != 2 || hn[0]["snapshotId"] != newest[20] || dig(t, hist, "pageInfo", "endCursor") != newest[21] {
+		t.Fatalf("the method's cursor in the graph: %v", hist)
+	}
+	r = e.Must(e.Call(viewer, "inventory/history", map[string]any{"tenantId": "acme", "nodeId": nodeID, "limit": 1, "cursor": dig(t, hist, "pageInfo", "endCursor")}))
+	if got := pageIDs(r); !reflect.DeepEqual(got, newest[22:23]) {
+		t.Fatalf("the graph's cursor on the method: %s", r.Raw)
+	}
+	gqlExpect(t, e.GraphQL(viewer, hq, map[string]any{"id": gid, "after": "inv_short"}), "INVALID_INPUT", "after")
 
 	for _, tc := range []struct {
 		body map[string]any

@@ -226,6 +226,10 @@ func decode(id string) (hash, seq uint64, err error) {
 	return hi, lo, nil
 }
 
+// IDPattern is what an event id given as a cursor must match before it is
+// read (instances.events' cursor, the graph's event connections).
+const IDPattern = `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`
+
 // ParseCursor reads an event id given as a cursor of the tenant's stream
 // at path; "" is the start (0). A malformed id, or one of another
 // tenant's stream, is INVALID_INPUT; an id issued before the per-tenant

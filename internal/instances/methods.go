@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/registry"
@@ -164,7 +165,7 @@ func Methods(s *Service) []registry.Method {
 				"`eventId` order is commit order: an event that commits later never sorts before one already returned. Pass the last `eventId` as `cursor` to read on (also after the last page, to poll).",
 				"Events are kept for the configured retention (7 days by default); a cursor older than that is `INVALID_STATE` with `details.reason` `expired-cursor`.",
 				"`limit` defaults to 50 and is at most 200."},
-			inst(registry.PageLimit(), registry.Field{Name: "cursor", Type: registry.String, Pattern: `^evt_[0-9a-hjkmnp-tv-z]{26,52}$`})...), nil, Events),
+			inst(registry.PageLimit(), registry.Field{Name: "cursor", Type: registry.String, Pattern: events.IDPattern})...), nil, Events),
 		registry.Def(m("instances", "capacity", registry.Read, authz.PoolsRead, authz.Pool,
 			"Returns a pool's capacity: total, allocated (what instances hold), reserved (what active reservations hold beyond that) and free; the owner also sees what each tenant holds.",
 			[]string{"A hosted pool's total is its ready hosts' GPU devices (after the sharing mode), vCPUs and memory from their latest inventory; a provider pool's is its policy's `capacity` (`bounded: false` and no total when it sets none).",

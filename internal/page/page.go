@@ -11,6 +11,7 @@ import (
 	"reflect"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/pattern"
 )
 
 // Page sizes, once: a page is DefaultLimit items unless the caller asks
@@ -34,6 +35,38 @@ type Page[T any] struct {
 // graph's connection and the method of the same items share a kind, so
 // their cursors are one.
 type Kind string
+
+// Codec makes and reads a list's cursors: a Kind's, or Verbatim's.
+type Codec interface {
+	Encode(key ...any) string
+	Decode(cursor string, dst ...any) (bool, error)
+}
+
+// Verbatim is the codec of a list whose cursor is its last item's id, as a
+// seed fixes it (inventory.history's snapshot id, an instance's event id):
+// Encode is the id itself, and Decode takes a cursor matching the id's
+// pattern into its one string key. The graph's connection of such a list
+// uses it, so that the method's cursors and the connection's are one.
+type Verbatim struct{ re *pattern.Regexp }
+
+// VerbatimOf is the Verbatim codec of ids matching src.
+func VerbatimOf(src string) Verbatim { return Verbatim{pattern.MustCompile(src)} }
+
+// Encode returns the key, an id.
+func (v Verbatim) Encode(key ...any) string { return key[0].(string) }
+
+// Decode checks an id given as a cursor and stores it in dst[0] (a
+// *string).
+func (v Verbatim) Decode(cursor string, dst ...any) (bool, error) {
+	if cursor == "" {
+		return false, nil
+	}
+	if !v.re.MatchString(cursor) {
+		return false, errs.Invalid("cursor", "cursor is not one this server returned")
+	}
+	*dst[0].(*string) = cursor
+	return true, nil
+}
 
 // Encode makes an opaque cursor of a list of kind k from a sort key.
 func (k Kind) Encode(key ...any) string {
