@@ -277,10 +277,20 @@ func TestVanishedGPUStaysHeldAndANewOneIsFree(t *testing.T) {
 	if obj(t, c.Body, "total")["gpus"] != float64(3) || obj(t, c.Body, "free")["gpus"] != float64(0) {
 		t.Fatalf("capacity: two GPUs present, one held that vanished, three held: %s", c.Raw)
 	}
+	// The host then reports fewer vCPUs and less memory than its instances
+	// hold: its total is what they hold; nothing is free, nothing negative.
+	must(t, e.Call(cred, "inventory/report", map[string]any{"nodeId": node, "sections": map[string]any{
+		"cpu": map[string]any{"threads": 1}, "memory": map[string]any{"totalBytes": 1 << 30}, "gpus": gpus}}))
+	c = must(t, e.Call(acme.Viewer.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
+	if free, held := obj(t, c.Body, "free"), obj(t, c.Body, "allocated"); free["vcpus"] != float64(0) || free["memoryGiB"] != float64(0) ||
+		obj(t, c.Body, "total")["vcpus"] != held["vcpus"] || obj(t, c.Body, "total")["memoryGiB"] != held["memoryGiB"] {
+		t.Fatalf("capacity after the host shrank: %s", c.Raw)
+	}
 	// The graph's capacity says the same.
-	d := gqlOK(t, e.GraphQL(acme.Viewer.Token, `query($id: ID!) { node(id: $id) { ... on Pool { capacity { total { gpus } free { gpus } } } } }`,
+	d := gqlOK(t, e.GraphQL(acme.Viewer.Token, `query($id: ID!) { node(id: $id) { ... on Pool { capacity { total { gpus } free { gpus vcpus memoryGiB } } } } }`,
 		map[string]any{"id": base64.RawURLEncoding.EncodeToString([]byte("Pool:" + pool))}))
-	if cp := obj(t, d, "node", "capacity"); obj(t, cp, "total")["gpus"] != float64(3) || obj(t, cp, "free")["gpus"] != float64(0) {
+	if cp := obj(t, d, "node", "capacity"); obj(t, cp, "total")["gpus"] != float64(3) || obj(t, cp, "free")["gpus"] != float64(0) ||
+		obj(t, cp, "free")["vcpus"] != float64(0) || obj(t, cp, "free")["memoryGiB"] != float64(0) {
 		t.Fatalf("graph capacity: %v", cp)
 	}
 }

@@ -149,7 +149,8 @@ func Place(mode string, slices int, hosts []Host, size Resources, profile string
 
 // HostTotal is a host's capacity in a sharing mode: the devices of its
 // latest inventory, and the devices its instances hold that the inventory
-// no longer lists (a GPU gone missing). Those stay counted, held, until
+// no longer lists (a GPU gone missing); its vCPUs and memory, or what its
+// instances hold where that is more. Those stay counted, held, until
 // their instances let them go: a pool's total never falls below what its
 // instances hold, so the devices that are there are as free as they are
 // (a GPU that vanished under an instance made the pool's free room
@@ -159,7 +160,9 @@ func HostTotal(mode string, slices int, h Host) Resources {
 	for _, g := range devices(mode, slices, h.GPUs, "") {
 		n += len(g)
 	}
-	return Resources{GPUs: n + vanished(h), VCPUs: h.VCPUs, MemoryGiB: h.MemoryGiB}
+	// Likewise vCPUs and memory: an inventory that reports fewer than the
+	// host's instances hold leaves the host's total at what they hold.
+	return Resources{GPUs: n + vanished(h), VCPUs: max(h.VCPUs, h.UsedVCPUs), MemoryGiB: max(h.MemoryGiB, h.UsedMemoryGiB)}
 }
 
 // vanished counts the devices held on a host whose GPU its inventory no

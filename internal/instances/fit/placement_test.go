@@ -107,6 +107,13 @@ func TestVanishedDevicesStayCountedWhileHeld(t *testing.T) {
 	if got := HostTotal(TimeSliced, 2, ts).GPUs; got != 6 {
 		t.Fatalf("time-sliced total %d, want 6 (four slices present, two held that vanished)", got)
 	}
+	// vCPUs and memory reported below what instances hold: the host's
+	// total is what they hold, so nothing is free and nothing negative.
+	shrunk := host("a", g, "GPU-a-0")
+	shrunk.VCPUs, shrunk.MemoryGiB, shrunk.UsedVCPUs, shrunk.UsedMemoryGiB = 4, 8, 12, 48
+	if got := HostTotal(Exclusive, 0, shrunk); got.VCPUs != 12 || got.MemoryGiB != 48 {
+		t.Fatalf("shrunk host's total %+v, want 12 vCPUs and 48 GiB", got)
+	}
 	// Nothing vanished: the inventory's devices.
 	if got := HostTotal(Exclusive, 0, host("a", g, "GPU-a-0")).GPUs; got != 2 {
 		t.Fatalf("total %d, want 2", got)
