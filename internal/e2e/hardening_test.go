@@ -293,6 +293,33 @@ func TestRateLimitsCountEverything(t *testing.T) {
 		t.Fatal("40 operations on one socket were never limited")
 	}
 
+	// And on the event stream: over the budget is a 429 with Retry-After
+	// before any stream opens, as POST /graphql answers (it was a 200
+	// stream of one RATE_LIMITED result).
+	streamed := 0
+	for i := 0; i < 40 && streamed == 0; i++ {
+		body, _ := json.Marshal(map[string]any{"query": `{ viewer { kind } }`})
+		req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+acme.Member.Token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(raw), "RATE_LIMITED") {
+			streamed++
+			if res.StatusCode != 429 || res.Header.Get("Retry-After") == "" {
+				t.Fatalf("the stream over the budget: %d (Retry-After %q) %s", res.StatusCode, res.Header.Get("Retry-After"), raw)
+			}
+		}
+	}
+	if streamed == 0 {
+		t.Fatal("40 stream requests were never limited")
+	}
+
 	// Guessing tokens: failed authentications are counted per address, and
 	// refused before the database is asked once the budget is spent.
 	codes := map[int]int{}

@@ -113,6 +113,14 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	ctx, endErr := reqctx.WithEnd(ctx)
 	oc, list := exec.CreateOperationContext(ctx, params)
 	list = capErrors(list)
+	if status := requestErrorStatus(mediaJSON, list); list != nil && status != http.StatusOK {
+		// A refusal of the request itself (over the request budget, the
+		// server busy) is answered as POST /graphql answers it, with its
+		// status (and a 429's Retry-After), before any stream opens; only
+		// the document's own errors stream as a result.
+		writeResponse(w, mediaJSON, status, exec.DispatchError(graphql.WithOperationContext(ctx, oc), list))
+		return
+	}
 	// A subscription over HTTP/1.1 leaves the handler once it has started
 	// (detach): the connection is the stream's, its body chunked as
 	// net/http began it, closed at its end.
