@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -44,6 +46,36 @@ func TestGraphQLLimits(t *testing.T) {
 	ok := `{ viewer { tenants(first: 10) { edges { node { projects(first: 10) { totalCount } } } } } }`
 	if r = e.GraphQL(admin, ok, nil); r.Status != 200 || r.Body["errors"] != nil {
 		t.Fatalf("modest query refused: %d %s", r.Status, r.Raw)
+	}
+
+	// Connections are bounded by count too: each alias with its own
+	// cursor is a statement of its own (1000 of them were 1000 statements
+	// for one request). 100 pass, 101 do not, fragments counted as spread.
+	aliases := func(n int, spread bool) string {
+		var b strings.Builder
+		b.WriteString(`{ tenant(tenantId: "acme") {`)
+		for i := 0; i < n; i++ {
+			if spread {
+				fmt.Fprintf(&b, " a%d: projects(first: 1) { ...P }", i)
+			} else {
+				fmt.Fprintf(&b, " a%d: projects(first: 1, after: %q) { totalCount }", i, base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`["project","p%d"]`, i))))
+			}
+		}
+		b.WriteString(" } }")
+		if spread {
+			b.WriteString(" fragment P on ProjectConnection { totalCount edges { node { tenant { projects(first: 1) { totalCount } } } } }")
+		}
+		return b.String()
+	}
+	if r = e.GraphQL(admin, aliases(100, false), nil); r.Status != 200 || r.Body["errors"] != nil {
+		t.Fatalf("100 connections: %d %.300s", r.Status, r.Raw)
+	}
+	for _, q := range []string{aliases(101, false), aliases(51, true)} {
+		r = e.GraphQL(admin, q, nil)
+		if code, msg := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(msg, "connections, more than the limit of 100") ||
+			!strings.Contains(string(r.Raw), `"reason":"connections"`) || r.Body["data"] != nil {
+			t.Fatalf("over 100 connections: %d %.300s", r.Status, r.Raw)
+		}
 	}
 
 	big := `{"query":"{ viewer { name } }","variables":{"x":"` + strings.Repeat("a", 1<<20) + `"}}`

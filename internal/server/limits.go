@@ -43,6 +43,13 @@ const (
 	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
 	// with their latest inventory, about 25000) with headroom.
 	MaxComplexity = 50000
+	// MaxConnections bounds the connection fields an operation selects
+	// (each occurrence, fragments spread as often as they are): the loaders
+	// read a connection in one statement per level for all its parents,
+	// but one per distinct (first, after), so 1000 aliases of a cheap
+	// connection with 1000 cursors were 1000 statements for one request
+	// (and one unit of its rate). A dashboard selects a handful.
+	MaxConnections = 100
 )
 
 // refusal is an INVALID_INPUT refusal of a whole operation, with
@@ -270,17 +277,28 @@ func (c *cost) MutateOperationContext(ctx context.Context, oc *graphql.Operation
 	if oc.Operation == nil {
 		return nil
 	}
-	n := OperationCost(c.es.Schema(), oc.Operation, oc.Variables)
+	n, conns := operationCost(c.es.Schema(), oc.Operation, oc.Variables)
 	if n > MaxComplexity {
 		return refusal("complexity", "operation has complexity "+itoa(n)+", which exceeds the limit of "+itoa(MaxComplexity),
 			map[string]any{"cost": n, "limit": MaxComplexity})
+	}
+	if conns > MaxConnections {
+		return refusal("connections", "operation selects "+itoa(conns)+" connections, more than the limit of "+itoa(MaxConnections),
+			map[string]any{"count": conns, "limit": MaxConnections})
 	}
 	return nil
 }
 
 // OperationCost is the cost of a validated operation.
 func OperationCost(schema *ast.Schema, op *ast.OperationDefinition, vars map[string]any) int {
-	cw := &costWalker{schema: schema, vars: vars, memo: map[string]int{}}
+	n, _ := operationCost(schema, op, vars)
+	return n
+}
+
+// operationCost is the cost of a validated operation and the number of
+// connection fields it selects.
+func operationCost(schema *ast.Schema, op *ast.OperationDefinition, vars map[string]any) (cost, conns int) {
+	cw := &costWalker{schema: schema, vars: vars, memo: map[string][2]int{}}
 	return cw.set(op.SelectionSet)
 }
 
@@ -292,11 +310,10 @@ func IsConnection(f *ast.FieldDefinition) bool {
 type costWalker struct {
 	schema *ast.Schema
 	vars   map[string]any
-	memo   map[string]int
+	memo   map[string][2]int // a fragment's cost and connections
 }
 
-func (cw *costWalker) set(sel ast.SelectionSet) int {
-	total := 0
+func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 	for _, s := range sel {
 		switch s := s.(type) {
 		case *ast.Field:
@@ -304,25 +321,29 @@ func (cw *costWalker) set(sel ast.SelectionSet) int {
 				total = addSat(total, 1) // bounded by its own rule
 				continue
 			}
-			child := cw.set(s.SelectionSet)
+			child, cc := cw.set(s.SelectionSet)
+			conns = addSat(conns, cc)
 			c := addSat(1, child)
 			if IsConnection(s.Definition) {
 				c = addSat(1, mulSat(pageSize(s.ArgumentMap(cw.vars)), child))
+				conns = addSat(conns, 1)
 			}
 			total = addSat(total, c)
 		case *ast.InlineFragment:
-			total = addSat(total, cw.set(s.SelectionSet))
+			c, cc := cw.set(s.SelectionSet)
+			total, conns = addSat(total, c), addSat(conns, cc)
 		case *ast.FragmentSpread:
-			n, ok := cw.memo[s.Name]
+			m, ok := cw.memo[s.Name]
 			if !ok && s.Definition != nil {
-				cw.memo[s.Name] = 0 // validation refused cycles already
-				n = cw.set(s.Definition.SelectionSet)
-				cw.memo[s.Name] = n
+				cw.memo[s.Name] = [2]int{} // validation refused cycles already
+				c, cc := cw.set(s.Definition.SelectionSet)
+				m = [2]int{c, cc}
+				cw.memo[s.Name] = m
 			}
-			total = addSat(total, n)
+			total, conns = addSat(total, m[0]), addSat(conns, m[1])
 		}
 	}
-	return total
+	return total, conns
 }
 
 // pageSize is a connection's requested page size, as its resolver will see
