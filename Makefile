@@ -106,6 +106,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/relay/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/rfc3339/
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=30000x ./internal/page/
+	$(GO) test -run='^$$' -fuzz=FuzzLoneSurrogate -fuzztime=20000x ./internal/jsonkeys/
 
 ci: lint check-generated test fuzz
 

@@ -469,6 +469,25 @@ func TestMethodSurfaceBodies(t *testing.T) {
 	expect(t, r, "INVALID_INPUT", "sections.system.vendor")
 	r = invReport(t, e, cred, nodeID, `{"cpu":{"cores":1.5},"system":{"vendor":5}}`)
 	expect(t, r, "INVALID_INPUT", "sections.cpu.cores")
+	// An escaped surrogate without its pair is no Unicode character: refused
+	// as invalid UTF-8 is, on both surfaces (encoding/json stored U+FFFD);
+	// a pair is a character.
+	r = e.Call(acme.Member.Token, "projects/create", `{"tenantId":"acme","name":"x\ud800y"}`)
+	expect(t, r, "INVALID_INPUT", "")
+	if !strings.Contains(string(r.Raw), "surrogate") {
+		t.Fatalf("a lone surrogate: %s", r.Raw)
+	}
+	r = invReport(t, e, cred, nodeID, `{"system":{"vendor":"\udc00"}}`)
+	expect(t, r, "INVALID_INPUT", "")
+	g := rawCall(t, e, "POST", "/graphql", map[string]string{"Authorization": "Bearer " + acme.Member.Token, "Content-Type": "application/json"},
+		[]byte(`{"query":"mutation($n: String!) { createProject(input: {tenantId: \"acme\", name: $n}) { project { name } } }","variables":{"n":"x\ud800"}}`))
+	if g.Status != 400 || !strings.Contains(string(g.Raw), "surrogate") {
+		t.Fatalf("a lone surrogate in a GraphQL variable: %d %s", g.Status, g.Raw)
+	}
+	p := must(t, e.Call(acme.Member.Token, "projects/create", `{"tenantId":"acme","name":"x\ud83d\ude00y"}`))
+	if p.Str("name") != "x\U0001F600y" {
+		t.Fatalf("a surrogate pair: %s", p.Raw)
+	}
 	// Unknown paths and verbs answer in the error shape.
 	for _, c := range []struct{ method, path string }{
 		{"POST", "/api/compute/tenants"}, {"POST", "/api/compute/a/b/c"}, {"GET", "/api/compute/a/b/c/d"},

@@ -4,7 +4,9 @@
 // same bytes (a proxy, a log, a client library) may keep the first. The
 // method surface's decoder refuses a repeated key (registry); the GraphQL
 // transports decode with encoding/json and ask Duplicate first, so both
-// surfaces read one document one way.
+// surfaces read one document one way. LoneSurrogate finds the other thing
+// encoding/json reads silently otherwise: an escape that is no Unicode
+// character.
 package jsonkeys
 
 import (
@@ -97,4 +99,69 @@ func Duplicate(doc []byte) (string, bool) {
 			return "", false
 		}
 	}
+}
+
+// LoneSurrogate reports whether a JSON document escapes a UTF-16 surrogate
+// that is not half of a pair ("\ud800" alone, or "\udc00" first):
+// encoding/json reads it as U+FFFD, a character the client did not send,
+// and stores it. Ask it of a document that is valid UTF-8; of one that is
+// not JSON it reports what it read.
+func LoneSurrogate(doc []byte) bool {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 < len(doc) && doc[i+1] != 'u' {
+				i++ // a one-character escape
+				continue
+			}
+			r, ok := hex4(doc, i+2)
+			if !ok {
+				continue // not JSON: the decoder refuses it
+			}
+			i += 5 // the escape's last digit
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return true
+			case r >= 0xd800 && r <= 0xdbff:
+				if i+2 < len(doc) && doc[i+1] == '\\' && doc[i+2] == 'u' {
+					if lo, ok := hex4(doc, i+3); ok && lo >= 0xdc00 && lo <= 0xdfff {
+						i += 6
+						continue
+					}
+				}
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hex4 reads the four hex digits at doc[at:].
+func hex4(doc []byte, at int) (rune, bool) {
+	if at+4 > len(doc) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range doc[at : at+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

@@ -3,7 +3,10 @@ package jsonkeys
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDuplicate(t *testing.T) {
@@ -100,6 +103,52 @@ func FuzzDuplicate(f *testing.F) {
 		}
 		if dup != (tokens != held) {
 			t.Fatalf("%q: duplicate %v, but %d keys written and %d held", doc, dup, tokens, held)
+		}
+	})
+}
+
+// A lone surrogate escape is found wherever it is; pairs, other escapes
+// and the same letters outside an escape are not.
+func TestLoneSurrogate(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`{"name":"x\ud800y"}`:           true,
+		`{"name":"\udc00"}`:             true,
+		`{"name":"\ud800\u0041"}`:       true,
+		`{"name":"\ud800"}`:             true,
+		`["\uD83D"]`:                    true,
+		`{"\ud800":1}`:                  true,
+		`{"name":"\ud83d\ude00"}`:       false,
+		`{"name":"\uD83D\uDE00"}`:       false,
+		`{"name":"\\ud800"}`:            false,
+		`{"name":"\\\ud800"}`:           true,
+		`{"name":"\u0041\"\ud800"}`:     true,
+		`{"name":"ud800"}`:              false,
+		`{"name":"\ufffd"}`:             false,
+		`{"a":"\"","b":"\ud800\udc00"}`: false,
+		`{"n":1}`:                       false,
+		`{"name":"x"} "\ud800"`:         true,
+	} {
+		if got := LoneSurrogate([]byte(doc)); got != want {
+			t.Errorf("%s: %v, want %v", doc, got, want)
+		}
+	}
+}
+
+// Whatever the bytes, LoneSurrogate ends; on valid JSON it agrees with
+// encoding/json: a document without one decodes to no U+FFFD it did not
+// hold.
+func FuzzLoneSurrogate(f *testing.F) {
+	for _, s := range []string{`{"a":"\ud800"}`, `["\ud83d\ude00"]`, `"\\ud800"`, `{"a":"\u0041"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		lone := LoneSurrogate(doc)
+		var v any
+		if !utf8.Valid(doc) || json.Unmarshal(doc, &v) != nil || lone {
+			return
+		}
+		if strings.Contains(fmt.Sprint(v), "\ufffd") && !strings.Contains(string(doc), "\ufffd") && !strings.Contains(strings.ToLower(string(doc)), `\ufffd`) {
+			t.Fatalf("%q decoded with U+FFFD, and LoneSurrogate said no", doc)
 		}
 	})
 }

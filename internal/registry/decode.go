@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/pgtext"
 )
 
@@ -71,6 +72,10 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 		// encoding/json would silently turn invalid UTF-8 into U+FFFD, and a
 		// hashed document (an inventory report) would then not be what was sent.
 		return nil, errs.Invalid("", "the body is not valid UTF-8")
+	}
+	if jsonkeys.LoneSurrogate(raw) {
+		// The same, escaped: encoding/json reads it as U+FFFD.
+		return nil, errs.Invalid("", "the body holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
 	}
 	if !json.Valid(raw) {
 		// encoding/json refuses nesting past 10000 levels as a syntax error;

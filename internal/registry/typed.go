@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/pgtext"
 )
 
@@ -177,6 +178,9 @@ func (w *walker) document(f *Field, fv reflect.Value, level int) error {
 	}
 	if !utf8.Valid(raw) {
 		return w.invalid("%p is not valid UTF-8")
+	}
+	if jsonkeys.LoneSurrogate(raw) {
+		return w.invalid("%p holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
 	}
 	if !json.Valid(raw) {
 		return w.invalid("%p is not valid JSON")
