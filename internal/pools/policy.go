@@ -88,6 +88,10 @@ var compiledPolicy = func() *jsonschema.Schema {
 	return c.MustCompile(url)
 }()
 
+// typeWords names a JSON Schema type in a refusal.
+var typeWords = map[string]string{"integer": "an integer", "number": "a number", "string": "a string",
+	"object": "an object", "array": "an array", "boolean": "true or false", "null": "null"}
+
 // checkPolicy validates a decoded policy against policySchema: nil, or
 // INVALID_INPUT naming the first offending field under path.
 func checkPolicy(path string, raw json.RawMessage) error {
@@ -116,6 +120,18 @@ func checkPolicy(path string, raw json.RawMessage) error {
 			l := leaf{loc: e.InstanceLocation, msg: e.Error()}
 			if i := strings.LastIndex(l.msg, "': "); i >= 0 {
 				l.msg = l.msg[i+3:] // "... at '/x': msg" -> msg
+			}
+			if k, ok := e.ErrorKind.(*kind.Type); ok && len(k.Want) > 0 {
+				// The schema library's "got number, want integer": the
+				// product's words.
+				want := make([]string, len(k.Want))
+				for i, w := range k.Want {
+					want[i] = typeWords[w]
+					if want[i] == "" {
+						want[i] = w
+					}
+				}
+				l.msg = "must be " + strings.Join(want, " or ")
 			}
 			if k, ok := e.ErrorKind.(*kind.AdditionalProperties); ok && len(k.Properties) > 0 {
 				props := append([]string{}, k.Properties...)

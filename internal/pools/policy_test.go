@@ -2,6 +2,7 @@ package pools
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -26,6 +27,10 @@ func TestPolicyChecksKnownKeys(t *testing.T) {
 		{`{"timeouts": {"provisoning": 60}}`, "policy.timeouts.provisoning"},
 		{`{"maxTries": 0}`, "policy.maxTries"},
 		{`{"timeSlices": "4"}`, "policy.timeSlices"},
+		// Numbers past a float64 are judged by the schema at their field
+		// (they were "policy must be an object").
+		{`{"timeSlices": 1e400}`, "policy.timeSlices"},
+		{`{"capacity": {"gpus": 1` + strings.Repeat("0", 400) + `}}`, "policy.capacity.gpus"},
 	} {
 		_, err := policyJSON("policy", json.RawMessage(c.policy))
 		switch {
@@ -39,5 +44,27 @@ func TestPolicyChecksKnownKeys(t *testing.T) {
 				t.Errorf("%s: %#v, want INVALID_INPUT at %s", c.policy, err, c.path)
 			}
 		}
+	}
+}
+
+// A value of the wrong type is refused in the product's words, not the
+// schema library's ("got number, want integer").
+func TestPolicyTypeWords(t *testing.T) {
+	_, err := policyJSON("policy", json.RawMessage(`{"timeSlices": 1.5}`))
+	if e, _ := err.(*errs.Error); e == nil || e.Message != "policy.timeSlices: must be an integer" {
+		t.Fatalf("%v", err)
+	}
+}
+
+// An integral number is stored as an integer however it is spelled (8.0
+// was kept "8.0" by jsonb, and the reconciler's int fields read it as
+// absent, using their defaults).
+func TestPolicyIntegersAreStoredAsIntegers(t *testing.T) {
+	got, err := policyJSON("policy", json.RawMessage(`{"timeSlices": 8.0, "maxTries": 3e0, "sim": {"failureRate": 0.25, "latencyMs": {"create": 1.0e2}}, "other": [2.50, 7]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"maxTries":3,"other":[2.50,7],"sim":{"failureRate":0.25,"latencyMs":{"create":100}},"timeSlices":8}`; got != want {
+		t.Fatalf("stored %s, want %s", got, want)
 	}
 }

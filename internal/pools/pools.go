@@ -5,10 +5,14 @@
 package pools
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"math/big"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -194,8 +198,12 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
+	// Numbers as written: 1e400 or a 400-digit integer overflowed a
+	// float64 and was refused as "not an object"; the schema judges them.
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
 		return "", errs.Invalid(path, "%s must be an object", path)
 	}
 	if _, ok := v.(map[string]any); !ok {
@@ -207,7 +215,42 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	if err := checkPolicy(path, raw); err != nil {
 		return "", err
 	}
-	return string(raw), nil
+	// An integral number is stored as an integer, however it was spelled:
+	// the schema takes 8.0 for an integer, and PostgreSQL's jsonb keeps it
+	// "8.0", which the readers' int fields refused (the reconciler then used
+	// its default, silently). The stored form is jsonb's anyway (its key
+	// order, not the client's).
+	b, err := json.Marshal(integral(v))
+	if err != nil {
+		return "", errs.Invalid(path, "%s is not a valid policy", path)
+	}
+	return string(b), nil
+}
+
+// integral rewrites the integral numbers of a decoded (json.Number) value
+// as integers.
+func integral(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = integral(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = integral(e)
+		}
+	case json.Number:
+		if !strings.ContainsAny(string(x), ".eE") {
+			return x
+		}
+		f, _, err := big.ParseFloat(string(x), 10, 256, big.ToNearestEven)
+		if err == nil && f.IsInt() {
+			if i, acc := f.Int64(); acc == big.Exact {
+				return json.Number(strconv.FormatInt(i, 10))
+			}
+		}
+	}
+	return v
 }
 
 func nameTaken(name, tenantID string) error {
