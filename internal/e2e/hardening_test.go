@@ -298,17 +298,7 @@ func TestRateLimitsCountEverything(t *testing.T) {
 	// stream of one RATE_LIMITED result).
 	streamed := 0
 	for i := 0; i < 40 && streamed == 0; i++ {
-		body, _ := json.Marshal(map[string]any{"query": `{ viewer { kind } }`})
-		req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+acme.Member.Token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		res, raw := postStream(t, e, acme.Member.Token, `{ viewer { kind } }`)
 		if strings.Contains(string(raw), "RATE_LIMITED") {
 			streamed++
 			if res.StatusCode != 429 || res.Header.Get("Retry-After") == "" {

@@ -251,6 +251,24 @@ func openSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]
 	return &sseReader{t: t, res: res, br: bufio.NewReader(res.Body)}
 }
 
+// postStream POSTs a query to /graphql/stream and reads the whole answer
+// (for answers that end: a refusal, a query's result).
+func postStream(t *testing.T, e *testkit.Env, token, query string) (*http.Response, []byte) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query})
+	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, raw
+}
+
 // next returns the next event's name and data (comments skipped).
 func (s *sseReader) next() (string, map[string]any) {
 	s.t.Helper()

@@ -406,17 +406,7 @@ func TestSessionsPerCredential(t *testing.T) {
 		t.Fatalf("a fourth session: close %d (%s), want 1008", code, reason)
 	}
 	// The fourth, a stream.
-	body, _ := json.Marshal(map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { type } }`})
-	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+acme.Viewer.Token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	res, raw := postStream(t, e, acme.Viewer.Token, `subscription { tenantEvents(tenantId: "acme") { type } }`)
 	if res.StatusCode != 429 || !strings.Contains(string(raw), `"sessions"`) || res.Header.Get("Retry-After") != "1" {
 		t.Fatalf("a fourth session on the stream: %d (Retry-After %q) %s", res.StatusCode, res.Header.Get("Retry-After"), raw)
 	}
