@@ -235,15 +235,7 @@ type sseReader struct {
 
 func openSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *sseReader {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := doStream(t, e, token, query, vars)
 	t.Cleanup(func() { res.Body.Close() })
 	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("event stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
@@ -255,7 +247,16 @@ func openSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]
 // (for answers that end: a refusal, a query's result).
 func postStream(t *testing.T, e *testkit.Env, token, query string) (*http.Response, []byte) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
+	res := doStream(t, e, token, query, nil)
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, raw
+}
+
+// doStream POSTs an operation to /graphql/stream as graphql-sse does.
+func doStream(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *http.Response {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -264,9 +265,7 @@ func postStream(t *testing.T, e *testkit.Env, token, query string) (*http.Respon
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	return res, raw
+	return res
 }
 
 // next returns the next event's name and data (comments skipped).
