@@ -259,6 +259,12 @@ func TestWebSocketCloseCodes(t *testing.T) {
 			w.init(acme.Admin.Token)
 			w.send(map[string]any{"id": strings.Repeat("i", 129), "type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
 		}, 4400},
+		{"a persisted query's hash under a running operation's id", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { type } }`}})
+			w.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{"extensions": map[string]any{
+				"persistedQuery": map[string]any{"version": 1, "sha256Hash": strings.Repeat("ab", 32)}}}})
+		}, 4409},
 		{"a binary frame", func(w *wsClient) {
 			_ = w.c.Write(context.Background(), websocket.MessageBinary, []byte(`{"type":"connection_init"}`))
 		}, 4400},

@@ -342,16 +342,12 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		return false
 	}
 	params, perr := DecodeParams(m.Payload)
-	if perr != nil && perr.Details["reason"] == "persisted-queries-not-supported" {
-		// A query's hash alone (Apollo's automatic persisted queries) is a
-		// valid message this server does not serve: the operation's error,
-		// in the words the client looks for before sending the whole
-		// query; the socket stays.
-		b, _ := json.Marshal(gqlerror.List{{Message: perr.Message, Extensions: map[string]any{"code": string(perr.Code), "details": perr.Details}}})
-		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
-		return true
-	}
-	if perr != nil {
+	// A query's hash alone (Apollo's automatic persisted queries) is a
+	// valid message this server does not serve: the operation's error, in
+	// the words the client looks for before sending the whole query; the
+	// socket stays.
+	apq := perr != nil && perr.Details["reason"] == "persisted-queries-not-supported"
+	if perr != nil && !apq {
 		c.close(closeBadRequest, "Invalid message received: "+perr.Message)
 		return false
 	}
@@ -360,6 +356,12 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.mu.Unlock()
 		c.close(closeDuplicateID, "Subscriber for "+truncate(m.ID, 64)+" already exists")
 		return false
+	}
+	if apq {
+		c.mu.Unlock()
+		b, _ := json.Marshal(gqlerror.List{{Message: perr.Message, Extensions: map[string]any{"code": string(perr.Code), "details": perr.Details}}})
+		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
+		return true
 	}
 	if len(c.ops) >= wsMaxOperations {
 		c.mu.Unlock()
