@@ -107,6 +107,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/rfc3339/
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=30000x ./internal/page/
 	$(GO) test -run='^$$' -fuzz=FuzzLoneSurrogate -fuzztime=20000x ./internal/jsonkeys/
+	$(GO) test -run='^$$' -fuzz=FuzzIntegral -fuzztime=10000x ./internal/jsonnum/
 
 ci: lint check-generated test fuzz
 

@@ -10,14 +10,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"math/big"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
+	"github.com/bettercompute/computed/internal/jsonnum"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
@@ -220,37 +218,11 @@ func policyJSON(path string, raw json.RawMessage) (string, error) {
 	// "8.0", which the readers' int fields refused (the reconciler then used
 	// its default, silently). The stored form is jsonb's anyway (its key
 	// order, not the client's).
-	b, err := json.Marshal(integral(v))
+	b, err := json.Marshal(jsonnum.Integral(v))
 	if err != nil {
 		return "", errs.Invalid(path, "%s is not a valid policy", path)
 	}
 	return string(b), nil
-}
-
-// integral rewrites the integral numbers of a decoded (json.Number) value
-// as integers.
-func integral(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = integral(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = integral(e)
-		}
-	case json.Number:
-		if !strings.ContainsAny(string(x), ".eE") {
-			return x
-		}
-		f, _, err := big.ParseFloat(string(x), 10, 256, big.ToNearestEven)
-		if err == nil && f.IsInt() {
-			if i, acc := f.Int64(); acc == big.Exact {
-				return json.Number(strconv.FormatInt(i, 10))
-			}
-		}
-	}
-	return v
 }
 
 func nameTaken(name, tenantID string) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/jsonkeys"
+	"github.com/bettercompute/computed/internal/jsonnum"
 )
 
 // GraphQL over HTTP (the GraphQL-over-HTTP spec): POST with an
@@ -150,6 +151,10 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 	if p.Variables, err = object(raw, "variables"); err != nil {
 		return nil, err
 	}
+	// An integral number in any spelling is an integer, as GraphQL's Int
+	// coercion and the method surface take it (gqlparser refused 1e3 for
+	// an Int).
+	jsonnum.Integral(p.Variables)
 	if p.Extensions, err = object(raw, "extensions"); err != nil {
 		return nil, err
 	}
