@@ -155,6 +155,18 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.in.size.gpus" || r.Status != http.StatusBadRequest {
 			t.Errorf("gpus \"1\": %d %s", r.Status, r.Raw)
 		}
+		// a number that is not an integer, in the same words as at the top
+		for _, gpus := range []any{1.5, json.Number("2.5e0"), "abc"} {
+			r = e.GraphQL(tok, `mutation($in: CreateReservationInput!) { createReservation(input: $in) { reservation { reservationId } } }`,
+				map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": "pool_x", "size": map[string]any{"gpus": gpus, "vcpus": 1, "memoryGiB": 1},
+					"startsAt": "2027-01-01T00:00:00Z", "endsAt": "2027-01-01T01:00:00Z"}})
+			c, p := gqlErr(r)
+			m, _ := gqlMessage(r)
+			if c != "INVALID_INPUT" || p != "variable.in.size.gpus" || r.Status != http.StatusBadRequest ||
+				!isStringValue(gpus) && m != "variable.in.size.gpus must be an integer from -2147483648 to 2147483647" {
+				t.Errorf("gpus %v: %d %s", gpus, r.Status, r.Raw)
+			}
+		}
 	})
 
 	t.Run("global ids PostgreSQL text cannot hold", func(t *testing.T) {

@@ -103,9 +103,12 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 				out.Message = "the document has more than one operation: operationName must name the one to run"
 			}
 		}
-		if p, _ := details["path"].(string); strings.HasPrefix(ge.Message, "cannot use value ") && strings.HasSuffix(ge.Message, " as Int") && p != "" {
+		if p, _ := details["path"].(string); p != "" && (ge.Message == "cannot use string as Int" ||
+			strings.HasPrefix(ge.Message, "cannot use value ") && strings.HasSuffix(ge.Message, " as Int")) {
 			// gqlparser's words for a number that is not an integer
-			// ("cannot use value 0 as Int" for 1.5): the scalar check's.
+			// ("cannot use value 0 as Int" for 1.5; inside an input object,
+			// where it reads the decoder's json.Number as a string, "cannot
+			// use string as Int"): the scalar check's.
 			out.Message = fmt.Sprintf("%s must be an integer from %d to %d", p, math.MinInt32, math.MaxInt32)
 		}
 		// The parser's and validator's words quote the document's
