@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,4 +149,58 @@ func TestInstanceLifecycle(t *testing.T) {
 	if len(items(t, l)) != 1 {
 		t.Fatalf("deleted instance not listed with state=deleted: %s", l.Raw)
 	}
+}
+
+// A project deleted while instances are created in it: each create either
+// made its instance (the delete then cleared its project, as every
+// instance's of the project) or found no project, NOT_FOUND at projectId;
+// never the foreign key's answer without a path.
+func TestCreateInstancesWhileTheirProjectIsDeleted(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	admin := acme.Admin.Token
+	vps := vpsPool(t, e, admin, "acme", "vps", nil)
+	created, refused := 0, 0
+	for round := range 12 {
+		prj := newProject(t, e, admin, "acme", fmt.Sprintf("p%d", round))
+		results := make([]testkit.Resp, 8)
+		var del testkit.Resp
+		var wg sync.WaitGroup
+		for k := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in := instanceIn("acme", vps, fmt.Sprintf("r%d-%d", round, k), 0)
+				in["projectId"] = prj
+				results[k] = e.Call(admin, "instances/create", in)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(round%4) * time.Millisecond)
+			del = e.Call(admin, "projects/delete", map[string]any{"tenantId": "acme", "projectId": prj})
+		}()
+		wg.Wait()
+		if del.Status != 200 {
+			t.Fatalf("projects.delete: %d %s", del.Status, del.Raw)
+		}
+		for k, r := range results {
+			switch {
+			case r.Status == 200:
+				created++
+				// the project is gone: the instance has none
+				got := must(t, e.Call(admin, "instances/get", map[string]any{"tenantId": "acme", "instanceId": r.Str("instanceId")}))
+				if p, ok := got.Body["projectId"]; ok && p != nil {
+					t.Errorf("round %d, create %d: the instance keeps the deleted project: %s", round, k, got.Raw)
+				}
+			case r.Status == 404 && r.Path() == "projectId" && r.Code() == "NOT_FOUND":
+				refused++
+			default:
+				t.Errorf("round %d, create %d: %d %s", round, k, r.Status, r.Raw)
+			}
+		}
+	}
+	t.Logf("%d created, %d refused", created, refused)
 }

@@ -283,11 +283,18 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 		return nil, err
 	}
 	if in.ProjectID != nil {
-		var n int
-		if err := q.GetContext(ctx, &n, `SELECT count(*) FROM projects WHERE project_id = $1 AND tenant_id = $2`, *in.ProjectID, in.TenantID); err != nil {
+		// The key share lock is the one the insert's foreign key takes,
+		// taken here: a projects.delete running meanwhile waits for this
+		// commit (and then clears the new instance's project, as for every
+		// instance of the project), or committed first and the project is
+		// not found here, with its path. Checked without it, the delete
+		// could commit between this check and the insert, whose foreign
+		// key then failed with a generic NOT_FOUND.
+		var found []string
+		if err := q.SelectContext(ctx, &found, `SELECT project_id FROM projects WHERE project_id = $1 AND tenant_id = $2 FOR KEY SHARE`, *in.ProjectID, in.TenantID); err != nil {
 			return nil, store.Wrap(err)
 		}
-		if n == 0 {
+		if len(found) == 0 {
 			return nil, errs.E(errs.NotFound, "project %s not found", *in.ProjectID).With("path", "projectId")
 		}
 	}
