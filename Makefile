@@ -92,6 +92,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=15000x ./internal/registry/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeParams -fuzztime=20000x ./internal/server/
 	$(GO) test -run='^$$' -fuzz=FuzzCheckDocument -fuzztime=12000x ./internal/server/
+	$(GO) test -run='^$$' -fuzz=FuzzLiteralPath -fuzztime=20000x ./internal/server/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeSections -fuzztime=30000x ./internal/inventory/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=30000x ./internal/pki/
 	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=30000x ./internal/pki/

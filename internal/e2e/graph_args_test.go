@@ -169,6 +169,27 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 	})
 
+	t.Run("literals name their argument", func(t *testing.T) {
+		// the validator locates a refused literal only by line and column;
+		// details.path names it as for a variable or a method's field (a
+		// mutation's input argument is the method's input)
+		for _, c := range []struct{ q, path string }{
+			{`{ tenant(tenantId: "acme") { instances(first: 1.5) { totalCount } } }`, "first"},
+			{`{ tenant(tenantId: "acme") { instances(first: "x") { totalCount } } }`, "first"},
+			{`{ tenant(tenantId: "acme") { instances(state: running) { totalCount } } }`, "state"},
+			{"query {\n  tenant(tenantId: \"acme\") {\n    a: instances(first: 1) { totalCount }\n    b: instances(first: 2.5) { totalCount }\n  }\n}", "first"},
+			{`fragment F on Tenant { instances(first: 2.5) { totalCount } } { tenant(tenantId: "acme") { ...F } }`, "first"},
+			{`mutation { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 1.5, vcpus: 1, memoryGiB: 1},
+				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, "size.gpus"},
+		} {
+			r := e.GraphQL(tok, c.q, nil)
+			code, p := gqlErr(r)
+			if code != "INVALID_INPUT" || r.Status != http.StatusBadRequest || c.path != "" && p != c.path {
+				t.Errorf("%s: %d %s", c.q, r.Status, r.Raw)
+			}
+		}
+	})
+
 	t.Run("global ids PostgreSQL text cannot hold", func(t *testing.T) {
 		for _, raw := range []string{"Pool:\x00", "Instance:acme/inst_\x00x", "ComputeNode:\xff\xfe", "Tenant:acme\x00"} {
 			id := base64.RawURLEncoding.EncodeToString([]byte(raw))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -55,6 +56,23 @@ func FuzzCheckDocument(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) {
 		if e := checkDocument(doc); e != nil && e.Message == "" {
 			t.Fatal("a refusal without a message")
+		}
+	})
+}
+
+// FuzzLiteralPath: literalPath reads a client's document (one the validator
+// refused) at a place the validator named; whatever the document and the
+// place, it answers a path or "" without panicking, and the path it names
+// for a literal it finds starts with an argument's name.
+func FuzzLiteralPath(f *testing.F) {
+	f.Add(`{ tenant(tenantId: "acme") { instances(first: 1.5) { totalCount } } }`, 1, 47)
+	f.Add(`mutation { m(input: {a: [1, {b: 2}], c: {d: 3}}) { x } }`, 1, 33)
+	f.Add(`fragment F on T { f(x: [[[1]]]) { y } } { ...F }`, 1, 26)
+	f.Add(`query($v: Int = 1.5) { f(a: $v) }`, 1, 17)
+	f.Fuzz(func(t *testing.T, q string, line, col int) {
+		p := literalPath(withLiterals(context.Background()), q, line, col)
+		if strings.HasPrefix(p, ".") || strings.HasPrefix(p, "[") {
+			t.Fatalf("%q at %d:%d: %q", q, line, col, p)
 		}
 	})
 }

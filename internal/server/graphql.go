@@ -90,6 +90,12 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		}
 		if p := pathString(ge.Path); p != "" {
 			details["path"] = p
+		} else if details["reason"] == "validation" && len(ge.Locations) == 1 && graphql.HasOperationContext(ctx) {
+			// An argument literal the validator refused: it gives only
+			// the literal's place in the document.
+			if p := literalPath(ctx, graphql.GetOperationContext(ctx).RawQuery, ge.Locations[0].Line, ge.Locations[0].Column); p != "" {
+				details["path"] = p
+			}
 		}
 		out.Message = plainWords(ge.Message)
 		if strings.HasPrefix(ge.Message, "operation ") && strings.HasSuffix(ge.Message, " not found") {

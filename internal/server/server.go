@@ -316,7 +316,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(store.ForRequest(reqctx.WithRequestID(r.Context(), id))))
+		next.ServeHTTP(w, r.WithContext(withLiterals(store.ForRequest(reqctx.WithRequestID(r.Context(), id)))))
 	})
 }
 

@@ -370,7 +370,7 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
 		return true
 	}
-	ctx, stop := context.WithCancel(reqctx.WithRequestID(c.ctx, newRequestID()))
+	ctx, stop := context.WithCancel(withLiterals(reqctx.WithRequestID(c.ctx, newRequestID())))
 	op := &wsOp{id: m.ID, cancel: stop}
 	c.ops[m.ID] = op
 	c.mu.Unlock()
