@@ -89,26 +89,26 @@ loadtest: deps build postgraphile-deps
 # with -fuzztime=5s Go's fuzzing coordinator sometimes ends a clean run
 # with "context deadline exceeded" on a loaded machine (seen in CI here).
 fuzz: tpm-deps
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=15000x ./internal/registry/
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeParams -fuzztime=20000x ./internal/server/
-	$(GO) test -run='^$$' -fuzz=FuzzCheckDocument -fuzztime=12000x ./internal/server/
-	$(GO) test -run='^$$' -fuzz=FuzzLiteralPath -fuzztime=20000x ./internal/server/
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeSections -fuzztime=30000x ./internal/inventory/
-	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=30000x ./internal/pki/
-	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=30000x ./internal/pki/
-	$(GO) test -run='^$$' -fuzz=FuzzMatchesECMA -fuzztime=4000x ./internal/pattern/
-	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=100000x ./internal/clientaddr/
-	$(GO) test -run='^$$' -fuzz=FuzzParseAKPublic -fuzztime=25000x ./internal/pki/
-	$(GO) test -run='^$$' -fuzz=FuzzEKCertificate -fuzztime=20000x ./internal/pki/
-	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=80000x ./internal/audit/
-	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=20000x ./internal/pools/
-	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=25000x ./internal/events/
-	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=30000x ./internal/jsonkeys/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/relay/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30000x ./internal/rfc3339/
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=30000x ./internal/page/
-	$(GO) test -run='^$$' -fuzz=FuzzLoneSurrogate -fuzztime=20000x ./internal/jsonkeys/
-	$(GO) test -run='^$$' -fuzz=FuzzIntegral -fuzztime=10000x ./internal/jsonnum/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeInput -fuzztime=7500x ./internal/registry/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeParams -fuzztime=10000x ./internal/server/
+	$(GO) test -run='^$$' -fuzz=FuzzCheckDocument -fuzztime=6000x ./internal/server/
+	$(GO) test -run='^$$' -fuzz=FuzzLiteralPath -fuzztime=10000x ./internal/server/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeSections -fuzztime=15000x ./internal/inventory/
+	$(GO) test -run='^$$' -fuzz=FuzzParseCSR -fuzztime=15000x ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzEKHash -fuzztime=15000x ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzMatchesECMA -fuzztime=2000x ./internal/pattern/
+	$(GO) test -run='^$$' -fuzz=FuzzResolve -fuzztime=50000x ./internal/clientaddr/
+	$(GO) test -run='^$$' -fuzz=FuzzParseAKPublic -fuzztime=12500x ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzEKCertificate -fuzztime=10000x ./internal/pki/
+	$(GO) test -run='^$$' -fuzz=FuzzCursorKey -fuzztime=40000x ./internal/audit/
+	$(GO) test -run='^$$' -fuzz=FuzzPolicy -fuzztime=10000x ./internal/pools/
+	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=12500x ./internal/events/
+	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=15000x ./internal/jsonkeys/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=15000x ./internal/relay/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=15000x ./internal/rfc3339/
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=15000x ./internal/page/
+	$(GO) test -run='^$$' -fuzz=FuzzLoneSurrogate -fuzztime=10000x ./internal/jsonkeys/
+	$(GO) test -run='^$$' -fuzz=FuzzIntegral -fuzztime=5000x ./internal/jsonnum/
 
 ci: lint check-generated test fuzz
 
