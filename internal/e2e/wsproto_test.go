@@ -587,3 +587,39 @@ func readRawFrame(t *testing.T, r *bufio.Reader) (opcode byte, payload string) {
 	}
 	return h[0] & 0x0f, string(p)
 }
+
+// A socket whose client answers no ping (graphql-transport-ws requires a
+// pong) is closed once it has sent nothing for PongTimeout, freeing its
+// credential's session slot; one that answers stays open.
+func TestWebSocketWithoutPongsIsClosed(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{SessionsPerCredential: 1,
+		WS: server.WSTimings{PingInterval: 50 * time.Millisecond, PongTimeout: 300 * time.Millisecond}}})
+	acme := newTenant(t, e, "acme")
+	silent := dialWS(t, e)
+	silent.init(acme.Member.Token)
+	start := time.Now()
+	// the silent client reads (its kernel takes every ping) but sends nothing
+	code, reason := silent.closed(5 * time.Second)
+	if code != websocket.StatusPolicyViolation || !strings.Contains(reason, "answers no ping") || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("the silent socket: %d %q after %v", code, reason, time.Since(start))
+	}
+	// its credential's slot is free again; a client that answers every
+	// ping is still served after three times the timeout
+	answering := dialWS(t, e)
+	answering.init(acme.Member.Token)
+	for until := time.Now().Add(time.Second); time.Now().Before(until); {
+		m, err := answering.read(time.Until(until))
+		if errors.Is(err, errQuiet) {
+			break
+		}
+		if err != nil || m["type"] != "ping" {
+			t.Fatalf("the answering socket: %v %v", m, err)
+		}
+		answering.send(map[string]any{"type": "pong"})
+	}
+	answering.send(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": "{ viewer { kind } }"}})
+	if m := answering.next(); m["type"] != "next" {
+		t.Fatalf("the answering socket: %v", m)
+	}
+}

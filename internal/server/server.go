@@ -101,6 +101,9 @@ func (c *Config) defaults() {
 	if c.WS.WriteTimeout <= 0 {
 		c.WS.WriteTimeout = 10 * time.Second
 	}
+	if c.WS.PongTimeout <= 0 {
+		c.WS.PongTimeout = 30 * time.Second
+	}
 	if c.GraphQLConcurrency <= 0 {
 		c.GraphQLConcurrency = 4 * runtime.GOMAXPROCS(0)
 	}

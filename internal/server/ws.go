@@ -48,7 +48,7 @@ const (
 	closeServiceReboot = 1012 // the server is shutting down: reconnect elsewhere
 	closeSlowConsumer  = 1013 // try again later: the client does not read
 	closeTryAgainLater = 1013 // try again later: the database is unavailable
-	closePolicy        = 1008 // the credential holds too many sockets and streams
+	closePolicy        = 1008 // the credential holds too many sockets and streams; the client answers no ping
 
 	// wsMaxOperations bounds the operations running at once on one socket
 	// (a dashboard needs a handful); past it a subscribe gets an error
@@ -65,6 +65,12 @@ type WSTimings struct {
 	// client that takes nothing for that long is a slow consumer, and its
 	// socket or stream is closed.
 	WriteTimeout time.Duration
+	// PongTimeout is how long a WebSocket may send nothing, not even the
+	// pong graphql-transport-ws requires in answer to every ping, before
+	// it is closed (30 s; checked at each ping): a client that hangs, or
+	// whose host vanished, no longer holds its socket and its credential's
+	// session slot while its kernel still takes the pings.
+	PongTimeout time.Duration
 }
 
 func (s *Server) websocket() graphql.Transport { return wsTransport{s: s} }
@@ -132,7 +138,8 @@ type wsConn struct {
 	ops      map[string]*wsOp // the running operations by id
 	initSeen bool
 	acked    bool
-	secret   string // the bearer token, to authenticate each operation again
+	heard    atomic.Int64 // when the client's last message came (UnixNano)
+	secret   string       // the bearer token, to authenticate each operation again
 	session  *session
 	closed   bool
 }
@@ -140,6 +147,7 @@ type wsConn struct {
 func (c *wsConn) serve() {
 	defer c.cancel()
 	timings := c.s.Config.WS
+	c.heard.Store(time.Now().UnixNano())
 	// The timers may fire after serve has returned: they write only
 	// through the websocket connection, which refuses writes once closed
 	// (it owns the hijacked connection; net/http recycles nothing of it).
@@ -161,6 +169,10 @@ func (c *wsConn) serve() {
 		var mu sync.Mutex
 		mu.Lock()
 		ping = time.AfterFunc(timings.PingInterval, safe.Func(c.ctx, c.s.Log, "websocket ping", func() {
+			if silent := time.Since(time.Unix(0, c.heard.Load())); silent > timings.PongTimeout {
+				c.close(closePolicy, fmt.Sprintf("no message for %s: the client answers no ping", silent.Round(100*time.Millisecond)))
+				return
+			}
 			if c.send(wsMessage{Type: "ping"}) {
 				mu.Lock()
 				ping.Reset(timings.PingInterval)
@@ -174,6 +186,7 @@ func (c *wsConn) serve() {
 		// Never a cancellable context: coder/websocket drops the connection
 		// without a close frame when a read's context ends.
 		typ, data, err := c.c.Read(context.Background())
+		c.heard.Store(time.Now().UnixNano())
 		if err != nil {
 			code := websocket.StatusNormalClosure
 			if websocket.CloseStatus(err) == -1 && c.ctx.Err() == nil && !errors.Is(err, io.EOF) &&
