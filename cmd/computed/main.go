@@ -166,6 +166,8 @@ func (m *Main) ParseFlags(args []string) error {
 
 // Run opens (or starts) the database, migrates, and serves until ctx ends.
 func (m *Main) Run(ctx context.Context) error {
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	embedded := m.URL == ""
 	if embedded {
 		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
@@ -287,10 +289,25 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	go func() { errc <- hs.ListenAndServe() }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
+	// The embedded database ending under the server (an operator's
+	// pg_ctl stop, a crash of the postmaster) ends the server too, with an
+	// error: serving on, every request would answer 503 while /healthz said
+	// the process is fine, so nothing would restart it. Its supervisor (or
+	// the next make run) starts both again; the sockets and streams are
+	// closed so that clients reconnect.
+	var pgExited <-chan struct{}
+	if m.pg != nil {
+		pgExited = m.pg.Exited()
+	}
+	var fatal error
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	case <-pgExited:
+		fatal = fmt.Errorf("embedded database: %w; see %s", m.pg.Err(), filepath.Join(m.DataDir, "postgres.log"))
+		m.Log.Error("the embedded database stopped: stopping the server", "err", m.pg.Err())
+		stopRun() // as a signal does: what runs under ctx ends
 	}
 	m.Log.Info("shutting down: closing sockets and streams, draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -302,7 +319,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Log.Info("shutting down: stopping the instance reconciler")
-	return inst.Shutdown(sctx)
+	if err := inst.Shutdown(sctx); err != nil && fatal == nil {
+		return err
+	}
+	return fatal
 }
 
 // ConnBudget is how a replica's COMPUTE_DB_MAX_CONNS is shared out: every

@@ -268,3 +268,38 @@ func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
 		p.stop(syscall.SIGTERM)
 	}
 }
+
+// TestEmbeddedDatabaseStoppingStopsTheServer: the embedded database ended
+// under the server (here as pg_ctl stop -m fast ends it: SIGINT to the
+// postmaster) ends the server with an error, instead of serving 503s
+// forever while /healthz says the process is fine.
+func TestEmbeddedDatabaseStoppingStopsTheServer(t *testing.T) {
+	dir, err := os.MkdirTemp("", "computed-pgstop-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	addr := freeAddr(t)
+	m := &Main{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.ParseFlags([]string{"serve", "-addr", addr, "-data-dir", filepath.Join(dir, "data"), "-database-url", ""}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { err := m.Run(context.Background()); m.Close(); done <- err }()
+	wait.Eventually(t, 60*time.Second, func() error { return ready(addr) })
+	if err := m.pg.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "embedded database") || !strings.Contains(err.Error(), "postgres.log") {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the server kept running without its database")
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("the server still listens")
+	}
+}

@@ -401,6 +401,28 @@ func (s *Server) URL() string { return s.url(s.opts.Database) }
 // AdminURL connects to the maintenance database.
 func (s *Server) AdminURL() string { return s.url("postgres") }
 
+// Exited is closed when the server's process has ended, whoever ended it
+// (Stop, an operator's pg_ctl stop, a crash of the postmaster); Err then
+// says how it ended.
+func (s *Server) Exited() <-chan struct{} { return s.done }
+
+// Err is how the server's process ended (after Exited is closed).
+func (s *Server) Err() error {
+	select {
+	case <-s.done:
+		if s.waitErr == nil {
+			return errors.New("postgres exited")
+		}
+		return fmt.Errorf("postgres exited: %w", s.waitErr)
+	default:
+		return nil
+	}
+}
+
+// Signal sends sig to the server's postmaster (a test's stand-in for an
+// operator's pg_ctl).
+func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
 // Stop shuts the server down (SIGINT: fast shutdown) and waits for it.
 func (s *Server) Stop() error {
 	if s == nil || s.cmd == nil || s.cmd.Process == nil {
