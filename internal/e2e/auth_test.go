@@ -36,6 +36,10 @@ func TestAuthFailures(t *testing.T) {
 		t.Run("rest/"+c.name, func(t *testing.T) {
 			r := rawCall(t, e, http.MethodPost, "/api/compute/tenants/get", c.header, body)
 			expect(t, r, un, anyPath)
+			// RFC 6750 3: the scheme the request must use
+			if got := r.Header.Get("WWW-Authenticate"); got != `Bearer realm="compute"` {
+				t.Fatalf("WWW-Authenticate %q", got)
+			}
 		})
 		t.Run("graphql/"+c.name, func(t *testing.T) {
 			h := map[string]string{"Accept": "application/graphql-response+json"}
@@ -48,6 +52,9 @@ func TestAuthFailures(t *testing.T) {
 			}
 			if _, hasData := r.Body["data"].(map[string]any); hasData {
 				t.Fatalf("data on an unauthenticated request: %s", r.Raw)
+			}
+			if got := r.Header.Get("WWW-Authenticate"); got != `Bearer realm="compute"` {
+				t.Fatalf("WWW-Authenticate %q", got)
 			}
 			gqlExpect(t, r, un, anyPath)
 		})

@@ -279,6 +279,12 @@ func TestRateLimitsCountEverything(t *testing.T) {
 	if limited == 0 {
 		t.Fatal("a batch of 15 mutations was charged as one")
 	}
+	// The method surface's 429 says how long to wait in its body too, as
+	// the graph's does: details.retryAfterSeconds, the header's figure.
+	if r := e.Call(ops.Token, "tenants/get", map[string]any{"tenantId": "acme"}); r.Status != 429 ||
+		r.Header.Get("Retry-After") == "" || fmt.Sprint(r.Details()["retryAfterSeconds"]) != r.Header.Get("Retry-After") {
+		t.Fatalf("the method surface over the budget: %d (Retry-After %q) %s", r.Status, r.Header.Get("Retry-After"), r.Raw)
+	}
 
 	// Operations on a socket are charged too.
 	w := dialWS(t, e)

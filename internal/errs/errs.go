@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -64,7 +65,7 @@ func Table() []Info {
 	return withStatus([]Info{
 		{InvalidInput, 0, "the input fails the method's schema or a documented rule; `details.path` names the first offending field (`document.steps[2].use`)",
 			"Do not retry the same request: fix the field `details.path` names. `profiles.render` also puts the profile's problems in `details.issues`."},
-		{Unauthenticated, 0, "no bearer token, or one that is unknown or revoked; for `nodes.join`, a join token that is unknown, revoked, expired or used up",
+		{Unauthenticated, 0, "no bearer token, or one that is unknown or revoked; for `nodes.join`, a join token that is unknown, revoked, expired or used up. The answer carries `WWW-Authenticate: Bearer realm=\"compute\"` (RFC 6750)",
 			"Do not retry with the same credential: get a new token (or join token) and retry."},
 		{PermissionDenied, 0, "the decision said no: the caller holds no role on the tenant it names (whether or not that tenant exists), or a role without the permission",
 			"Do not retry: ask a tenant admin for a role that grants the permission the method page names."},
@@ -77,7 +78,7 @@ func Table() []Info {
 		{PayloadTooLarge, 0, "the body is over the method's limit (1 MiB unless the method page says otherwise)",
 			"Send less: split the request. Retrying the same body fails again."},
 		{RateLimited, 0, "the caller's credential is over its request budget (per replica)",
-			"Wait the number of seconds the `Retry-After` header gives, then retry; spread requests out."},
+			"Wait the number of seconds the `Retry-After` header gives (also `details.retryAfterSeconds` where the refusal knows it), then retry; spread requests out."},
 		{Unavailable, 0, "the database is unreachable or busy (a statement or lock timeout, no free connection), or the request ran past its deadline",
 			"Retry with exponential backoff and jitter (for example 0.2 s doubling to 30 s). Reads are safe to retry; a mutation may have been applied, so read before repeating a create."},
 		{Internal, 0, "a bug; the message says nothing of internals and `details.requestId` names the server's log line",
@@ -253,4 +254,21 @@ func RetryAfterSeconds(details map[string]any) int {
 		return s
 	}
 	return 1
+}
+
+// SetHeaders sets the headers an error answer of the status carries, on
+// both surfaces: a 429's Retry-After (RetryAfterSeconds of its details),
+// a 401's WWW-Authenticate (RFC 6750: the bearer scheme the request must
+// use). A header already set is kept.
+func SetHeaders(h http.Header, status int, details map[string]any) {
+	switch status {
+	case http.StatusTooManyRequests:
+		if h.Get("Retry-After") == "" {
+			h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds(details)))
+		}
+	case http.StatusUnauthorized:
+		if h.Get("WWW-Authenticate") == "" {
+			h.Set("WWW-Authenticate", `Bearer realm="compute"`)
+		}
+	}
 }

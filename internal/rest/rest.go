@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -92,9 +91,7 @@ func (h *Handler) notAllowed(w http.ResponseWriter, _ *http.Request, allow, msg 
 // kv names the method for the log line of an internal error.
 func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error, kv ...any) {
 	e := PublicError(r.Context(), h.Log, err, append(kv, "path", r.URL.Path)...)
-	if e.Code == errs.RateLimited && w.Header().Get("Retry-After") == "" {
-		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfterSeconds(e.Details)))
-	}
+	errs.SetHeaders(w.Header(), e.Code.HTTPStatus(), e.Details)
 	WriteJSON(w, e.Code.HTTPStatus(), map[string]any{"error": e})
 }
 

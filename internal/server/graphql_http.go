@@ -298,13 +298,11 @@ func writeRequestError(w http.ResponseWriter, ct string, status int, e *errs.Err
 // gqlgen has marshalled it already (a fleet answer is 2.4 MB), so the
 // envelope is written around it, with a Content-Length.
 func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.Response) {
-	if status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
-		var d map[string]any
-		if len(resp.Errors) > 0 {
-			d, _ = resp.Errors[0].Extensions["details"].(map[string]any)
-		}
-		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfterSeconds(d)))
+	var d map[string]any
+	if len(resp.Errors) > 0 {
+		d, _ = resp.Errors[0].Extensions["details"].(map[string]any)
 	}
+	errs.SetHeaders(w.Header(), status, d)
 	var head, tail bytes.Buffer
 	head.WriteByte('{')
 	sep := ""

@@ -598,7 +598,6 @@ func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) boo
 		return false
 	}
 	secs := int(d.Seconds()) + 1
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	s.rest.WriteError(w, r, errs.E(errs.RateLimited, "over the request budget; retry in %d s", secs))
+	s.rest.WriteError(w, r, errs.E(errs.RateLimited, "over the request budget; retry in %d s", secs).With("retryAfterSeconds", secs))
 	return true
 }

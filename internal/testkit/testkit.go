@@ -213,13 +213,17 @@ func (r Resp) Code() string {
 
 // Path is details.path of an error response.
 func (r Resp) Path() string {
+	s, _ := r.Details()["path"].(string)
+	return s
+}
+
+// Details are the details of an error response (nil on success).
+func (r Resp) Details() map[string]any {
 	if e, ok := r.Body["error"].(map[string]any); ok {
-		if d, ok := e["details"].(map[string]any); ok {
-			s, _ := d["path"].(string)
-			return s
-		}
+		d, _ := e["details"].(map[string]any)
+		return d
 	}
-	return ""
+	return nil
 }
 
 // Message is the message of an error response.
