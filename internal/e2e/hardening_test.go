@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -688,6 +690,32 @@ func TestStreamSubscriptionOutlivesTheDeadline(t *testing.T) {
 	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "late", 1)))
 	if name, data := s.next(); name != "next" || !strings.Contains(fmt.Sprint(data), "instance.created") {
 		t.Fatalf("after the deadline: %s %v", name, data)
+	}
+}
+
+// A body that stalls is bounded by the request's deadline, on both
+// surfaces: the client is answered once it passes, not never (or when the
+// listener's read timeout does).
+func TestStalledBodyEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RequestTimeout: 500 * time.Millisecond}})
+	acme := newTenant(t, e, "acme")
+	for _, path := range []string{"/api/compute/tenants/get", "/graphql", "/graphql/stream"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.Server.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: text/event-stream, application/json\r\nContent-Length: 1000\r\n\r\n{\"query\"", path, acme.Admin.Token)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled body: %v", path, err)
+		}
+		raw, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "INVALID_INPUT") {
+			t.Fatalf("%s: %d %s", path, res.StatusCode, raw)
+		}
 	}
 }
 
