@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // River logs at ERROR when the context of the call it serves ended (a
@@ -45,6 +48,40 @@ func TestRiverRecordsOfAnEndedCallAreNotErrors(t *testing.T) {
 			case level != slog.LevelDebug && line != "":
 				t.Errorf("level %v: %q must not be logged, got %q", level, msg, line)
 			}
+		}
+	}
+}
+
+// River logs at ERROR when the database is out of reach (stopped, frozen,
+// restarting); the server logs an outage at warning level wherever it meets
+// it, so river's records of one are warnings too. Other errors stay errors.
+func TestRiverRecordsOfAnOutageAreWarnings(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var outages []string
+	for _, url := range []string{"postgres://compute@127.0.0.1:1/compute?connect_timeout=2", "postgres://compute@/compute?host=/nonexistent-dir"} {
+		_, err := pgconn.Connect(ctx, url) // the errors pgx gives, not a copy of them
+		if err == nil {
+			t.Fatalf("%s: connected", url)
+		}
+		outages = append(outages, err.Error())
+	}
+	outages = append(outages, "context deadline exceeded", "FATAL: terminating connection due to administrator command (SQLSTATE 57P01)",
+		"ERROR: canceling statement due to statement timeout (SQLSTATE 57014)")
+	var out bytes.Buffer
+	log := slog.New(warnOnly{slog.NewTextHandler(&out, nil)})
+	for _, e := range outages {
+		out.Reset()
+		log.ErrorContext(ctx, "producer: Error fetching jobs", slog.String("err", e), slog.String("queue", "instances"))
+		if !strings.Contains(out.String(), "level=WARN") {
+			t.Errorf("%q: %s", e, out.String())
+		}
+	}
+	for _, e := range []string{`ERROR: relation "river_job" does not exist (SQLSTATE 42P01)`, "json: cannot unmarshal number into Go value of type string"} {
+		out.Reset()
+		log.ErrorContext(ctx, "producer: Error fetching jobs", slog.String("err", e))
+		if !strings.Contains(out.String(), "level=ERROR") {
+			t.Errorf("%q must stay an error: %s", e, out.String())
 		}
 	}
 }
