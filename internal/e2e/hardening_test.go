@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -330,6 +332,27 @@ func TestRateLimitsCountEverything(t *testing.T) {
 	}
 	if r := e.GraphQL("bct_guess-x", `{ viewer { kind } }`, nil); r.Status != 429 {
 		t.Fatalf("GraphQL with an unknown token past the budget: %d %s", r.Status, r.Raw)
+	}
+	// Opening a socket is charged to the client's address, as a call
+	// without a token is: past the budget the upgrade is a 429.
+	upgrades, refusedUpgrades := 0, 0
+	for i := 0; i < 30 && refusedUpgrades == 0; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.Server.URL, "http")+"/graphql",
+			&websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+		cancel()
+		switch {
+		case err == nil:
+			upgrades++
+			defer c.CloseNow()
+		case res != nil && res.StatusCode == http.StatusTooManyRequests && res.Header.Get("Retry-After") != "":
+			refusedUpgrades++
+		default:
+			t.Fatalf("upgrade %d: %v", i, err)
+		}
+	}
+	if refusedUpgrades == 0 || upgrades == 0 {
+		t.Fatalf("30 upgrades from one address in a moment: %d accepted, %d refused", upgrades, refusedUpgrades)
 	}
 }
 

@@ -488,6 +488,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebSocketUpgrade(r) {
+			// The upgrade is charged to the client's address, as a call
+			// without a token is (the socket's operations are charged to
+			// its credential once connection_init names one): opening
+			// sockets costs a goroutine, buffers and a descriptor each
+			// until connection_init's deadline, and was free.
+			if s.limited(w, r, "ip:"+clientIP(r)) {
+				return
+			}
 			// Hijacked connections keep the server's deadlines; lift them.
 			rc := http.NewResponseController(w)
 			_ = rc.SetReadDeadline(time.Time{})
