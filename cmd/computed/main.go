@@ -287,7 +287,11 @@ func (m *Main) Run(ctx context.Context) error {
 		}()
 		m.Log.Info("serving pprof and metrics on the operator address", "addr", m.DebugAddr)
 	}
-	go func() { errc <- hs.ListenAndServe() }()
+	ln, err := server.Listen(ctx, m.Addr)
+	if err != nil {
+		return err
+	}
+	go func() { errc <- hs.Serve(ln) }()
 	m.Log.Info("serving", "addr", m.Addr, "embedded", embedded)
 	// The embedded database ending under the server (an operator's
 	// pg_ctl stop, a crash of the postmaster) ends the server too, with an
