@@ -130,6 +130,19 @@ func TestEmbeddedRestartKeepsData(t *testing.T) {
 
 func data0(dir string) string { return filepath.Join(dir, "data") }
 
+// tempDir is a directory removed after the test, readable by the
+// database's system user (the embedded cluster runs as postgres when root).
+func tempDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	return dir
+}
+
 // buildBinary builds computed into dir.
 func buildBinary(t *testing.T, dir string) string {
 	t.Helper()
@@ -196,12 +209,7 @@ func ready(addr string) error {
 // when its parent died, is still writing its shutdown checkpoint; the new
 // start waits for it instead of failing, and no acknowledged write is lost.
 func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
-	dir, err := os.MkdirTemp("", "computed-kill-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
+	dir := tempDir(t, "computed-kill-")
 	bin := buildBinary(t, dir)
 	data := filepath.Join(dir, "data")
 	addr := freeAddr(t)
@@ -274,12 +282,7 @@ func TestRestartAfterKillUnderWriteLoad(t *testing.T) {
 // postmaster) ends the server with an error, instead of serving 503s
 // forever while /healthz says the process is fine.
 func TestEmbeddedDatabaseStoppingStopsTheServer(t *testing.T) {
-	dir, err := os.MkdirTemp("", "computed-pgstop-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
+	dir := tempDir(t, "computed-pgstop-")
 	addr := freeAddr(t)
 	m := &Main{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.ParseFlags([]string{"serve", "-addr", addr, "-data-dir", filepath.Join(dir, "data"), "-database-url", ""}); err != nil {
