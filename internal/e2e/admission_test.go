@@ -177,7 +177,8 @@ func TestFailedJoinTokensSpendTheAuthFailureBudget(t *testing.T) {
 	}
 	// The budget is spent: guesses, and bad bearer tokens, are 429 with Retry-After.
 	for _, r := range []testkit.Resp{join("bcj_guess-3", testkit.NewMachine(t)), e.Call("bct_guess", "tenants/get", map[string]any{"tenantId": "acme"})} {
-		if r.Status != http.StatusTooManyRequests || r.Code() != "RATE_LIMITED" || r.Header.Get("Retry-After") == "" {
+		if r.Status != http.StatusTooManyRequests || r.Code() != "RATE_LIMITED" || r.Header.Get("Retry-After") == "" ||
+			fmt.Sprint(r.Details()["retryAfterSeconds"]) != r.Header.Get("Retry-After") {
 			t.Fatalf("past the failed-authentication budget: %d %v %s", r.Status, r.Header, r.Raw)
 		}
 	}

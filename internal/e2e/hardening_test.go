@@ -347,6 +347,20 @@ func TestRateLimitsCountEverything(t *testing.T) {
 			defer c.CloseNow()
 		case res != nil && res.StatusCode == http.StatusTooManyRequests && res.Header.Get("Retry-After") != "":
 			refusedUpgrades++
+			// in the graph's error shape, as every other answer at /graphql
+			raw, _ := io.ReadAll(res.Body)
+			var body struct {
+				Errors []struct {
+					Extensions struct {
+						Code    string         `json:"code"`
+						Details map[string]any `json:"details"`
+					} `json:"extensions"`
+				} `json:"errors"`
+			}
+			if json.Unmarshal(raw, &body) != nil || len(body.Errors) != 1 || body.Errors[0].Extensions.Code != "RATE_LIMITED" ||
+				fmt.Sprint(body.Errors[0].Extensions.Details["retryAfterSeconds"]) != res.Header.Get("Retry-After") {
+				t.Fatalf("a refused upgrade's answer: %s", raw)
+			}
 		default:
 			t.Fatalf("upgrade %d: %v", i, err)
 		}

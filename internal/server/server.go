@@ -493,7 +493,8 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			// its credential once connection_init names one): opening
 			// sockets costs a goroutine, buffers and a descriptor each
 			// until connection_init's deadline, and was free.
-			if s.limited(w, r, "ip:"+clientIP(r)) {
+			if e := s.overBudget(r.Context(), "ip:"+clientIP(r)); e != nil {
+				writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e) // the graph's error shape
 				return
 			}
 			// Hijacked connections keep the server's deadlines; lift them.
@@ -510,9 +511,6 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 		p, err := s.bearer(r)
 		if err != nil {
 			e := rest.PublicError(r.Context(), s.Log, err, "path", r.URL.Path, "step", "authentication")
-			if e.Code == errs.RateLimited {
-				w.Header().Set("Retry-After", "1")
-			}
 			writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 			return
 		}
@@ -562,8 +560,9 @@ func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*re
 // method's input (nodes.join's join token), which the registry charges
 // through the request's context (clientAddr puts it there, auth.Charge).
 func (s *Server) authFailure(ctx context.Context, ip string) error {
-	if ok, _ := s.authFail.Allow(ctx, ip, 1); !ok {
-		return errs.E(errs.RateLimited, "too many failed authentications from this address; retry later")
+	if ok, d := s.authFail.Allow(ctx, ip, 1); !ok {
+		secs := int(d.Seconds()) + 1
+		return errs.E(errs.RateLimited, "too many failed authentications from this address; retry in %d s", secs).With("retryAfterSeconds", secs)
 	}
 	return nil
 }
@@ -602,15 +601,26 @@ func addrOf(ctx context.Context) string {
 
 // --- rate limiting --------------------------------------------------------
 
+// limited charges one request to key's budget and, past it, answers the
+// method surface's 429.
 func (s *Server) limited(w http.ResponseWriter, r *http.Request, key string) bool {
-	if s.limiter == nil {
-		return false
+	if e := s.overBudget(r.Context(), key); e != nil {
+		s.rest.WriteError(w, r, e)
+		return true
 	}
-	ok, d := s.limiter.Allow(r.Context(), key, 1)
+	return false
+}
+
+// overBudget charges one request to key's budget: nil within it, else the
+// RATE_LIMITED refusal (with how long to wait).
+func (s *Server) overBudget(ctx context.Context, key string) *errs.Error {
+	if s.limiter == nil {
+		return nil
+	}
+	ok, d := s.limiter.Allow(ctx, key, 1)
 	if ok {
-		return false
+		return nil
 	}
 	secs := int(d.Seconds()) + 1
-	s.rest.WriteError(w, r, errs.E(errs.RateLimited, "over the request budget; retry in %d s", secs).With("retryAfterSeconds", secs))
-	return true
+	return errs.E(errs.RateLimited, "over the request budget; retry in %d s", secs).With("retryAfterSeconds", secs)
 }
