@@ -750,7 +750,28 @@ func TestStalledBodyEndsAtTheDeadline(t *testing.T) {
 			t.Fatalf("%s: no answer to a stalled body: %v", path, err)
 		}
 		raw, _ := io.ReadAll(res.Body)
-		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "INVALID_INPUT") {
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "INVALID_INPUT") || !strings.Contains(string(raw), `"reason":"body-deadline"`) {
+			t.Fatalf("%s: %d %s", path, res.StatusCode, raw)
+		}
+	}
+	// A body its Content-Length says is over the limit is refused at once,
+	// before it is sent (the client waiting on Expect: 100-continue sends
+	// nothing), not held until the deadline.
+	for _, path := range []string{"/api/compute/tenants/get", "/graphql", "/graphql/stream"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.Server.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json\r\nExpect: 100-continue\r\nContent-Length: 5000000\r\n\r\n", path, acme.Admin.Token)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a declared 5 MB body: %v", path, err)
+		}
+		raw, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), "PAYLOAD_TOO_LARGE") {
 			t.Fatalf("%s: %d %s", path, res.StatusCode, raw)
 		}
 	}

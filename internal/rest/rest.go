@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 
 	"github.com/go-chi/chi/v5"
 
@@ -63,14 +64,9 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = DefaultMaxBody
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			h.WriteError(w, r, errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit))
-			return
-		}
-		h.WriteError(w, r, errs.E(errs.InvalidInput, "could not read the body"))
+	body, rerr := ReadBody(w, r, limit)
+	if rerr != nil {
+		h.WriteError(w, r, rerr)
 		return
 	}
 	out, err := h.Registry.Dispatch(r.Context(), m, body)
@@ -111,4 +107,28 @@ func WriteJSONRaw(w http.ResponseWriter, status int, v any) {
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ReadBody reads a request's body of at most limit bytes, for both
+// surfaces: PAYLOAD_TOO_LARGE at once when Content-Length says more (the
+// client is not made to send it, nor held until its deadline), or when
+// more arrives; INVALID_INPUT when the body stops before the request's
+// deadline (details.reason "body-deadline": a slow link, not a malformed
+// body) or cannot be read.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *errs.Error) {
+	if r.ContentLength > limit {
+		return nil, errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil {
+		return body, nil
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, errs.E(errs.InvalidInput, "the body did not arrive before the request's deadline").With("reason", "body-deadline")
+	}
+	return nil, errs.E(errs.InvalidInput, "could not read the body")
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -572,13 +571,8 @@ func (s *Server) authFailure(ctx context.Context, ip string) error {
 func limitGraphQLBody(next http.Handler, limit int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Method == http.MethodPost {
-			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-			if err != nil {
-				e := errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit)
-				var mbe *http.MaxBytesError
-				if !errors.As(err, &mbe) {
-					e = errs.E(errs.InvalidInput, "could not read the body")
-				}
+			b, e := rest.ReadBody(w, r, limit)
+			if e != nil {
 				writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 				return
 			}
