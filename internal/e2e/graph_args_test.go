@@ -130,7 +130,7 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 		gqlOK(t, e.GraphQL(tok, q, map[string]any{"s": "RUNNING"}))
 		qi := `query($n: Int) { tenant(tenantId: "acme") { instances(first: $n) { totalCount } } }`
-		for _, n := range []any{"1", "1.5", 1.5, 2147483648, json.Number("-2147483649")} {
+		for _, n := range []any{"1", "1.5", 1.5, 2147483648, json.Number("-2147483649"), true, []any{1}, map[string]any{}} {
 			r := e.GraphQL(tok, qi, map[string]any{"n": n})
 			if c, _ := gqlErr(r); c != "INVALID_INPUT" || r.Status != http.StatusBadRequest {
 				t.Errorf("$n = %v: %d %s", n, r.Status, r.Raw)
@@ -181,6 +181,20 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			{`fragment F on Tenant { instances(first: 2.5) { totalCount } } { tenant(tenantId: "acme") { ...F } }`, "first"},
 			{`mutation { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 1.5, vcpus: 1, memoryGiB: 1},
 				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, "size.gpus"},
+			// a field an input object lacks, or does not have
+			{`mutation { createReservation(input: {poolId: "pool_x", size: {gpus: 1, vcpus: 1, memoryGiB: 1},
+				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, "tenantId"},
+			{`mutation { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 1, vcpus: 1},
+				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, "size.memoryGiB"},
+			{`mutation { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 1, vcpus: 1, memoryGiB: 1, extra: 1},
+				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T02:00:00Z"}) { reservation { reservationId } } }`, "size.extra"},
+			// an argument a field lacks or does not take, a directive's, a
+			// variable's default
+			{`{ tenant { name } }`, "tenantId"},
+			{`{ tenant(tenantId: "acme") { instances(bogus: 1) { totalCount } } }`, "bogus"},
+			{`{ tenant(tenantId: "acme") @include(if: 5) { name } }`, "if"},
+			{`query($f: Int = 1.5) { tenant(tenantId: "acme") { instances(first: $f) { totalCount } } }`, "variable.f"},
+			{`{ tenant(tenantId: "acme") { instances(first: {a: 1}) { totalCount } } }`, "first.a"}, // gqlparser: field "a" is not defined by type "Int"
 		} {
 			r := e.GraphQL(tok, c.q, nil)
 			code, p := gqlErr(r)

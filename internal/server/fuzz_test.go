@@ -60,7 +60,7 @@ func FuzzCheckDocument(f *testing.F) {
 	})
 }
 
-// FuzzLiteralPath: literalPath reads a client's document (one the validator
+// FuzzLiteralPath: validationPath reads a client's document (one the validator
 // refused) at a place the validator named; whatever the document and the
 // place, it answers a path or "" without panicking, and the path it names
 // for a literal it finds starts with an argument's name.
@@ -70,7 +70,7 @@ func FuzzLiteralPath(f *testing.F) {
 	f.Add(`fragment F on T { f(x: [[[1]]]) { y } } { ...F }`, 1, 26)
 	f.Add(`query($v: Int = 1.5) { f(a: $v) }`, 1, 17)
 	f.Fuzz(func(t *testing.T, q string, line, col int) {
-		p := literalPath(withLiterals(context.Background()), q, line, col)
+		p := validationPath(withLiterals(context.Background()), q, "Int cannot represent non-integer value: 1.5", line, col)
 		if strings.HasPrefix(p, ".") || strings.HasPrefix(p, "[") {
 			t.Fatalf("%q at %d:%d: %q", q, line, col, p)
 		}

@@ -67,6 +67,19 @@ func (s *Server) graphqlHandler() http.Handler {
 	return allowMethods(srv)
 }
 
+// cannotUse is gqlparser's refusal of a variable's value for a built-in
+// scalar; scalarWants says what the scalar takes.
+var (
+	cannotUse   = regexp.MustCompile(`^cannot use (?:value \S+|\w+) as (Int|Float|String|Boolean|ID)$`)
+	scalarWants = map[string]string{
+		"Int":     fmt.Sprintf("must be an integer from %d to %d", math.MinInt32, math.MaxInt32),
+		"Float":   "must be a number",
+		"String":  "must be a string",
+		"Boolean": "must be true or false",
+		"ID":      "must be a string or an integer",
+	}
+)
+
 // presentError is the one translation of errors into GraphQL errors:
 // extensions.code is a contract code and extensions.details its details.
 // Request errors (parse, validation, variables, the bounds) are
@@ -91,9 +104,9 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		if p := pathString(ge.Path); p != "" {
 			details["path"] = p
 		} else if details["reason"] == "validation" && len(ge.Locations) == 1 && graphql.HasOperationContext(ctx) {
-			// An argument literal the validator refused: it gives only
-			// the literal's place in the document.
-			if p := literalPath(ctx, graphql.GetOperationContext(ctx).RawQuery, ge.Locations[0].Line, ge.Locations[0].Column); p != "" {
+			// What the validator refused, which it names only by its
+			// place in the document.
+			if p := validationPath(ctx, graphql.GetOperationContext(ctx).RawQuery, ge.Message, ge.Locations[0].Line, ge.Locations[0].Column); p != "" {
 				details["path"] = p
 			}
 		}
@@ -109,13 +122,15 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 				out.Message = "the document has more than one operation: operationName must name the one to run"
 			}
 		}
-		if p, _ := details["path"].(string); p != "" && (ge.Message == "cannot use string as Int" ||
-			strings.HasPrefix(ge.Message, "cannot use value ") && strings.HasSuffix(ge.Message, " as Int")) {
-			// gqlparser's words for a number that is not an integer
-			// ("cannot use value 0 as Int" for 1.5; inside an input object,
-			// where it reads the decoder's json.Number as a string, "cannot
-			// use string as Int"): the scalar check's.
-			out.Message = fmt.Sprintf("%s must be an integer from %d to %d", p, math.MinInt32, math.MaxInt32)
+		if p, _ := details["path"].(string); p != "" && strings.HasPrefix(p, "variable.") {
+			// gqlparser's words for a variable of a built-in scalar that
+			// is not one ("cannot use value 0 as Int" for 1.5; "cannot use
+			// bool as Int"; inside an input object, where it reads the
+			// decoder's json.Number as a string, "cannot use string as
+			// Int"), in the scalar check's words, naming the variable.
+			if m := cannotUse.FindStringSubmatch(ge.Message); m != nil {
+				out.Message = p + " " + scalarWants[m[1]]
+			}
 		}
 		// The parser's and validator's words quote the document's
 		// literals and a variable's value whole (an Int literal of

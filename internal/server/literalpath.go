@@ -2,26 +2,54 @@ package server
 
 import (
 	"context"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
 )
 
-// literalPath names the argument value of the document at line:column,
-// where the validator located an argument literal it refused ("Int cannot
-// represent non-integer value: 1.5" at first: 1.5), as details.path names
-// a refused variable or field: the argument ("first"), then the fields and
-// indexes inside it ("size.gpus"); a mutation's input argument is the
-// method's input, so its fields are named without it, as the method's
-// own refusals name them. "" when no argument value starts there (the
-// validator located something else, or the document does not parse).
-// Only a refused document is parsed again: the validator returns no
-// document with its errors.
-// The document is parsed once per request (the memo in ctx, withLiterals:
-// a refused document of a thousand bad literals is a thousand errors); a
-// context without one names no path.
+// validationPath names what the validator refused, as details.path names
+// a refused variable or field, where the validator gives only a message
+// and a line and column: an argument literal ("Int cannot represent
+// non-integer value: 1.5" at first: 1.5 → "first"), the fields and
+// indexes inside it ("size.gpus", "types[1]"), a field an input object
+// lacks or does not have ("tenantId", "size.extra"), an argument a field
+// lacks or does not take ("tenantId", "bogus"), a directive's argument
+// ("if"), a variable's default ("variable.f"). A mutation's input argument
+// is the method's input, so its fields are named without it, as the
+// method's own refusals name them. "" when nothing is named there.
+//
+// Only a refused document is parsed again (the validator returns none
+// with its errors), once per request (the memo in ctx, withLiterals: a
+// document of a thousand bad literals is a thousand errors); a context
+// without a memo names no path.
+func validationPath(ctx context.Context, query, msg string, line, column int) string {
+	if m := argumentNamed.FindStringSubmatch(msg); m != nil {
+		return m[1] + m[2]
+	}
+	p := literalPath(ctx, query, line, column)
+	if p == "" {
+		return ""
+	}
+	if m := fieldNotProvided.FindStringSubmatch(msg); m != nil {
+		p += "." + m[1]
+	}
+	return trimInput(p)
+}
+
+var (
+	// the validator's words naming an argument a field or directive lacks
+	// or does not take (located at the field, not the argument)
+	argumentNamed = regexp.MustCompile(`^(?:Unknown argument "([^"]+)" on (?:field|directive) |(?:Field|Directive) "[^"]+" argument "([^"]+)" of type "[^"]+" is required, but it was not provided\.$)`)
+	// an input object lacking a required field (located at the object)
+	fieldNotProvided = regexp.MustCompile(`^Field "[^"]*\.([^".]+)" of required type "[^"]+" was not provided\.$`)
+)
+
+// literalPath names the value, or the input object field, of the document
+// at line:column ("input.size.gpus", "variable.f"), or "".
 func literalPath(ctx context.Context, query string, line, column int) string {
 	m, _ := ctx.Value(literalsKey{}).(*literals)
 	if m == nil {
@@ -32,51 +60,78 @@ func literalPath(ctx context.Context, query string, line, column int) string {
 		return ""
 	}
 	var found string
-	var inSet func(ast.SelectionSet)
-	inSet = func(set ast.SelectionSet) {
-		for _, sel := range set {
-			if found != "" {
-				return
-			}
-			switch s := sel.(type) {
-			case *ast.Field:
-				for _, a := range s.Arguments {
-					if p, ok := inValue(a.Value, a.Name, line, column); ok {
-						if a.Name == "input" {
-							p = trimInput(p)
-						}
-						found = p
-						return
-					}
-				}
-				inSet(s.SelectionSet)
-			case *ast.InlineFragment:
-				inSet(s.SelectionSet)
+	args := func(list ast.ArgumentList) bool {
+		for _, a := range list {
+			if p, ok := inValue(a.Value, a.Name, line, column); ok {
+				found = p
+				return true
 			}
 		}
+		return false
+	}
+	directives := func(list ast.DirectiveList) bool {
+		for _, d := range list {
+			if args(d.Arguments) {
+				return true
+			}
+		}
+		return false
+	}
+	var inSet func(ast.SelectionSet) bool
+	inSet = func(set ast.SelectionSet) bool {
+		for _, sel := range set {
+			switch s := sel.(type) {
+			case *ast.Field:
+				if args(s.Arguments) || directives(s.Directives) || inSet(s.SelectionSet) {
+					return true
+				}
+			case *ast.InlineFragment:
+				if directives(s.Directives) || inSet(s.SelectionSet) {
+					return true
+				}
+			case *ast.FragmentSpread:
+				if directives(s.Directives) {
+					return true
+				}
+			}
+		}
+		return false
 	}
 	for _, op := range doc.Operations {
-		inSet(op.SelectionSet)
+		for _, v := range op.VariableDefinitions {
+			if p, ok := inValue(v.DefaultValue, "variable."+v.Variable, line, column); ok {
+				return p
+			}
+		}
+		if directives(op.Directives) || inSet(op.SelectionSet) {
+			return found
+		}
 	}
 	for _, f := range doc.Fragments {
-		inSet(f.SelectionSet)
+		if directives(f.Directives) || inSet(f.SelectionSet) {
+			return found
+		}
 	}
-	return found
+	return ""
 }
 
-// inValue finds the value at line:column in v, named path, and returns
-// its path. Depth is the document's, bounded by the parser's token limit.
+// inValue finds the value, or an input object's field, at line:column in
+// v, named path, and returns its path. Depth is the document's, bounded by
+// the parser's token limit.
 func inValue(v *ast.Value, path string, line, column int) (string, bool) {
 	if v == nil {
 		return "", false
 	}
-	if v.Position != nil && v.Position.Line == line && v.Position.Column == column {
+	if at(v.Position, line, column) {
 		return path, true
 	}
 	for i, c := range v.Children {
 		p := path + "[" + strconv.Itoa(i) + "]"
 		if v.Kind == ast.ObjectValue {
 			p = path + "." + c.Name
+			if at(c.Position, line, column) {
+				return p, true // the field's name: an unknown field
+			}
 		}
 		if got, ok := inValue(c.Value, p, line, column); ok {
 			return got, true
@@ -85,12 +140,13 @@ func inValue(v *ast.Value, path string, line, column int) (string, bool) {
 	return "", false
 }
 
+func at(pos *ast.Position, line, column int) bool {
+	return pos != nil && pos.Line == line && pos.Column == column
+}
+
 // trimInput names a path inside the input argument as the method does.
 func trimInput(p string) string {
-	if len(p) > len("input.") && p[:len("input.")] == "input." {
-		return p[len("input."):]
-	}
-	return p
+	return strings.TrimPrefix(p, "input.")
 }
 
 type literalsKey struct{}
