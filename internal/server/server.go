@@ -347,9 +347,9 @@ func (s *Server) deadline(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.Config.RequestTimeout)
 		defer cancel()
 		// Reading the body is bounded by the same deadline: a client whose
-		// body stalls is answered when it passes ("could not read the
-		// body"), not when the listener's read timeout does (30 s). An
-		// event stream lifts it when it takes the connection.
+		// body stalls is answered when it passes (rest.ReadBody's
+		// "body-deadline"), not when the listener's read timeout does
+		// (30 s). An event stream lifts it when it takes the connection.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.Config.RequestTimeout))
 		ctx = context.WithValue(ctx, beforeDeadlineKey{}, r.Context())
 		next.ServeHTTP(w, r.WithContext(ctx))
