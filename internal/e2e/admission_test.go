@@ -60,6 +60,46 @@ func TestGraphQLExecutionsWaitForASlot(t *testing.T) {
 	}
 }
 
+// One credential runs at most half of the replica's GraphQL slots at once:
+// its parallel queries, each within every bound, do not make every other
+// caller wait (a helper's probe: another client's 5 ms request took
+// 1–1.5 s behind one credential's 16 heavy queries).
+func TestOneCredentialTakesHalfTheSlots(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{GraphQLConcurrency: 2, RequestTimeout: time.Second}})
+	acme := newTenant(t, e, "acme")
+	newProject(t, e, acme.Member.Token, "acme", "web")
+	const q = `{ tenant(tenantId: "acme") { projects(first: 5) { totalCount } } }`
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server's cleanup, which waits for the held queries
+	e.OnStatement(func(sql string) {
+		if strings.Contains(sql, "FROM projects") {
+			entered <- struct{}{}
+			<-release // every projects read is held
+		}
+	})
+	var hog sync.WaitGroup
+	for range 2 { // the viewer's two queries: one runs (held), one waits for the viewer's share
+		hog.Add(1)
+		go func() { defer hog.Done(); e.GraphQL(acme.Viewer.Token, q, nil) }()
+	}
+	<-entered
+	select {
+	case <-entered:
+		t.Fatal("one credential's second query took the second slot")
+	case <-time.After(200 * time.Millisecond):
+	}
+	// the other slot is free for another credential
+	if d := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ viewer { kind } }`, nil)); dig(t, d, "viewer", "kind") == nil {
+		t.Fatalf("another credential: %v", d)
+	}
+	e.OnStatement(nil)
+	free()
+	hog.Wait()
+}
+
 // Issue 16: one caller with a stale token must not lock out everyone behind
 // the same address. 80 unknown tokens spend the address's failure budget
 // (and are refused 429 past it); a credential that authenticates from the

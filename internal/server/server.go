@@ -59,7 +59,8 @@ type Config struct {
 	Live live.Config
 	// GraphQLConcurrency bounds the queries and mutations executing at once
 	// on this replica (default 4 per CPU); the others wait their turn (up
-	// to their deadline). Subscriptions are not counted. Running more at
+	// to their deadline); one credential runs at most half of them at once
+	// (at least one). Subscriptions are not counted. Running more at
 	// once than the CPUs can serve only holds more answers in memory at the
 	// same time: the collector then works harder and every request costs
 	// more CPU.
@@ -130,6 +131,7 @@ type Server struct {
 	// execSlots admits GraphQL queries and mutations to execution
 	// (Config.GraphQLConcurrency).
 	execSlots chan struct{}
+	shares    *shares        // a credential's part of execSlots
 	conns     sync.WaitGroup // open WebSockets and event streams
 }
 
@@ -137,7 +139,8 @@ type Server struct {
 // metrics registry.
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
 	cfg.defaults()
-	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: make(chan struct{}, cfg.GraphQLConcurrency)}
+	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: make(chan struct{}, cfg.GraphQLConcurrency),
+		shares: newShares(cfg.GraphQLConcurrency)}
 	s.sessions.s = s
 	s.Live = live.New(database, log, cfg.Live)
 	// This replica's event sequencer wakes its readers the moment it has
