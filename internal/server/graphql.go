@@ -58,22 +58,14 @@ func (s *Server) graphqlHandler() http.Handler {
 				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
 					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry"))}}
 			}
-			// The credential's share first, then a slot: an operation
-			// past its credential's share holds no slot while it waits.
 			key := "ip:" + addrOf(ctx)
 			if p := reqctx.PrincipalFrom(ctx); p != nil && p.TokenID != "" {
 				key = p.TokenID
 			}
-			if !s.shares.acquire(ctx, key) {
+			if !s.execSlots.acquire(ctx, key) {
 				return busy()
 			}
-			defer s.shares.release(key)
-			select {
-			case s.execSlots <- struct{}{}:
-			case <-ctx.Done():
-				return busy()
-			}
-			defer func() { <-s.execSlots }()
+			defer s.execSlots.release(key)
 			return h(ctx)
 		}
 	})

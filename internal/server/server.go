@@ -59,8 +59,9 @@ type Config struct {
 	Live live.Config
 	// GraphQLConcurrency bounds the queries and mutations executing at once
 	// on this replica (default 4 per CPU); the others wait their turn (up
-	// to their deadline); one credential runs at most half of them at once
-	// (at least one). Subscriptions are not counted. Running more at
+	// to their deadline); past half of them (at least one), a credential
+	// takes a free one only while no other credential waits (slots).
+	// Subscriptions are not counted. Running more at
 	// once than the CPUs can serve only holds more answers in memory at the
 	// same time: the collector then works harder and every request costs
 	// more CPU.
@@ -130,8 +131,7 @@ type Server struct {
 	renders  renders // subscription payloads rendered once per event and operation
 	// execSlots admits GraphQL queries and mutations to execution
 	// (Config.GraphQLConcurrency).
-	execSlots chan struct{}
-	shares    *shares        // a credential's part of execSlots
+	execSlots *slots
 	conns     sync.WaitGroup // open WebSockets and event streams
 }
 
@@ -139,8 +139,7 @@ type Server struct {
 // metrics registry.
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
 	cfg.defaults()
-	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: make(chan struct{}, cfg.GraphQLConcurrency),
-		shares: newShares(cfg.GraphQLConcurrency)}
+	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: newSlots(cfg.GraphQLConcurrency)}
 	s.sessions.s = s
 	s.Live = live.New(database, log, cfg.Live)
 	// This replica's event sequencer wakes its readers the moment it has

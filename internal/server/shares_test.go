@@ -8,51 +8,73 @@ import (
 	"time"
 )
 
-// Many goroutines of two credentials: neither ever holds more than its
-// share at once, every acquire is served once shares are released, and
-// one whose context ends while it waits gives up.
-func TestSharesUnderConcurrency(t *testing.T) {
-	s := newShares(4) // 2 each
-	var running [2]atomic.Int32
-	var most [2]atomic.Int32
+// Many goroutines of two credentials: together they never hold more than
+// the slots, each holds at most its share while the other waits, every
+// acquire is served, and one whose context ends while it waits gives up.
+// A single credential with nobody else waiting uses every slot.
+func TestSlotsUnderConcurrency(t *testing.T) {
+	s := newSlots(4) // a share of 2
+	var running, total atomic.Int32
+	var most atomic.Int32
 	var wg sync.WaitGroup
-	for i := range 200 {
+	for i := range 400 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k := i % 2
-			key := []string{"a", "b"}[k]
+			key := []string{"a", "b"}[i%2]
 			if !s.acquire(context.Background(), key) {
 				t.Error("acquire without a deadline failed")
 				return
 			}
-			n := running[k].Add(1)
-			for {
-				m := most[k].Load()
-				if n <= m || most[k].CompareAndSwap(m, n) {
-					break
+			if n := total.Add(1); n > 4 {
+				t.Errorf("%d slots in use of 4", n)
+			}
+			if key == "a" {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
+				defer running.Add(-1)
 			}
 			time.Sleep(time.Duration(i%3) * 100 * time.Microsecond)
-			running[k].Add(-1)
+			total.Add(-1)
 			s.release(key)
 		}()
 	}
 	wg.Wait()
-	for k := range 2 {
-		if m := most[k].Load(); m != 2 {
-			t.Errorf("credential %d held %d at once, want its share of 2", k, m)
+	if s.used != 0 || len(s.held) != 0 || s.waiters != 0 || len(s.waiting) != 0 {
+		t.Fatalf("left: used %d, held %v, waiters %d %v", s.used, s.held, s.waiters, s.waiting)
+	}
+
+	// alone, a credential takes every slot
+	for range 4 {
+		if !s.acquire(context.Background(), "a") {
+			t.Fatal("a alone")
 		}
 	}
-	if len(s.held) != 0 {
-		t.Errorf("shares left held: %v", s.held)
-	}
-	// a waiter whose deadline passes gives up
-	s.acquire(context.Background(), "c")
-	s.acquire(context.Background(), "c")
+	// full: b waits, and gives up at its deadline
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if s.acquire(ctx, "c") {
-		t.Fatal("a third share of c")
+	if s.acquire(ctx, "b") {
+		t.Fatal("a fifth slot")
 	}
+	// while b waits, a slot a frees goes to b, not to a (over its share)
+	got := make(chan string, 2)
+	go func() { s.acquire(context.Background(), "b"); got <- "b" }()
+	for s.waitersOf("b") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { s.acquire(context.Background(), "a"); got <- "a" }()
+	for s.waitersOf("a") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	s.release("a")
+	if first := <-got; first != "b" {
+		t.Fatalf("the freed slot went to %s", first)
+	}
+}
+
+func (s *slots) waitersOf(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting[key]
 }
