@@ -79,8 +79,11 @@ func (s *slots) release(key string) {
 	s.mu.Unlock()
 }
 
-// wake tells the waiters to look again (under mu).
+// wake tells the waiters, if any, to look again (under mu).
 func (s *slots) wake() {
+	if s.waiters == 0 {
+		return
+	}
 	close(s.freed)
 	s.freed = make(chan struct{})
 }
