@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -342,8 +343,22 @@ func writeResponse(w http.ResponseWriter, ct string, status int, resp *graphql.R
 const maxRequestErrors = 100
 
 // capErrors keeps the first maxRequestErrors of a request's parse and
-// validation errors and says how many there were.
+// validation errors, each once, and says how many there were. (gqlparser
+// reports a literal refused in a named fragment twice, the same message at
+// the same place: once for the fragment, once where it is spread.)
 func capErrors(list gqlerror.List) gqlerror.List {
+	if len(list) > 1 {
+		seen := make(map[string]bool, len(list))
+		var once gqlerror.List
+		for _, e := range list {
+			k := fmt.Sprintf("%s\x00%v\x00%v\x00%v", e.Message, e.Locations, e.Path, e.Rule)
+			if !seen[k] {
+				seen[k] = true
+				once = append(once, e)
+			}
+		}
+		list = once
+	}
 	if len(list) <= maxRequestErrors {
 		return list
 	}
