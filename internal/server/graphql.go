@@ -58,10 +58,7 @@ func (s *Server) graphqlHandler() http.Handler {
 				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
 					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry"))}}
 			}
-			key := "ip:" + addrOf(ctx)
-			if p := reqctx.PrincipalFrom(ctx); p != nil && p.TokenID != "" {
-				key = p.TokenID
-			}
+			key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
 			if !s.execSlots.acquire(ctx, key) {
 				return busy()
 			}

@@ -37,7 +37,7 @@ func validationPath(ctx context.Context, query, msg string, line, column int) st
 	if m := fieldNotProvided.FindStringSubmatch(msg); m != nil {
 		p += "." + m[1]
 	}
-	return trimInput(p)
+	return strings.TrimPrefix(p, "input.") // the method's input: its fields as the method names them
 }
 
 var (
@@ -142,11 +142,6 @@ func inValue(v *ast.Value, path string, line, column int) (string, bool) {
 
 func at(pos *ast.Position, line, column int) bool {
 	return pos != nil && pos.Line == line && pos.Column == column
-}
-
-// trimInput names a path inside the input argument as the method does.
-func trimInput(p string) string {
-	return strings.TrimPrefix(p, "input.")
 }
 
 type literalsKey struct{}

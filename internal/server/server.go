@@ -466,7 +466,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		if h == "" {
-			if s.limited(w, r, "ip:"+clientIP(r)) {
+			if s.limited(w, r, budgetKey(r.Context(), nil)) {
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -477,7 +477,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.rest.WriteError(w, r, err)
 			return
 		}
-		if s.limited(w, r, p.TokenID) {
+		if s.limited(w, r, budgetKey(r.Context(), p)) {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
@@ -494,7 +494,7 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			// its credential once connection_init names one): opening
 			// sockets costs a goroutine, buffers and a descriptor each
 			// until connection_init's deadline, and was free.
-			if e := s.overBudget(r.Context(), "ip:"+clientIP(r)); e != nil {
+			if e := s.overBudget(r.Context(), budgetKey(r.Context(), nil)); e != nil {
 				writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e) // the graph's error shape
 				return
 			}
@@ -596,6 +596,15 @@ func addrOf(ctx context.Context) string {
 }
 
 // --- rate limiting --------------------------------------------------------
+
+// budgetKey names whose request budget (and GraphQL slots) a call spends:
+// its credential's, or without one its client address's.
+func budgetKey(ctx context.Context, p *reqctx.Principal) string {
+	if p != nil && p.TokenID != "" {
+		return p.TokenID
+	}
+	return "ip:" + addrOf(ctx)
+}
 
 // limited charges one request to key's budget and, past it, answers the
 // method surface's 429.
