@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 // Queries and mutations wait for an execution slot
@@ -67,7 +68,7 @@ func TestGraphQLExecutionsWaitForASlot(t *testing.T) {
 // credential's 16 heavy queries). Alone, a caller uses every slot.
 func TestOneCredentialDoesNotKeepTheSlots(t *testing.T) {
 	t.Parallel()
-	e := testkit.StartWith(t, testkit.Options{Config: server.Config{GraphQLConcurrency: 2, RequestTimeout: 3 * time.Second}})
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{GraphQLConcurrency: 2, RequestTimeout: 15 * time.Second}})
 	acme := newTenant(t, e, "acme")
 	newProject(t, e, acme.Member.Token, "acme", "web")
 	const q = `{ tenant(tenantId: "acme") { projects(first: 5) { totalCount } } }`
@@ -99,8 +100,13 @@ func TestOneCredentialDoesNotKeepTheSlots(t *testing.T) {
 	}
 	other := make(chan testkit.Resp, 1)
 	go func() { other <- e.GraphQL(acme.Admin.Token, `{ viewer { kind } }`, nil) }()
-	time.Sleep(200 * time.Millisecond) // the admin's query queues too
-	release <- struct{}{}              // one of the viewer's ends: its slot goes to the admin
+	wait.Eventually(t, 10*time.Second, func() error { // the viewer's six and the admin's query wait
+		if n := e.Srv.WaitingOperations(); n != 7 {
+			return fmt.Errorf("%d operations waiting", n)
+		}
+		return nil
+	})
+	release <- struct{}{} // one of the viewer's ends: its slot goes to the admin
 	if d := gqlOK(t, <-other); dig(t, d, "viewer", "kind") == nil {
 		t.Fatalf("another credential: %v", d)
 	}

@@ -87,3 +87,11 @@ func (s *slots) wake() {
 	close(s.freed)
 	s.freed = make(chan struct{})
 }
+
+// WaitingOperations is how many GraphQL queries and mutations wait for an
+// execution slot on this replica now.
+func (s *Server) WaitingOperations() int {
+	s.execSlots.mu.Lock()
+	defer s.execSlots.mu.Unlock()
+	return s.execSlots.waiters
+}
