@@ -35,7 +35,7 @@ import (
 // would hand them to whoever creates that tenant later, and let anyone
 // write records under any id). '@' is outside the tenant id pattern, so no
 // tenant can take it; only the operator reads it.
-const PlatformTenant = "@platform"
+const PlatformTenant = authz.PlatformTenant
 
 // Success is the outcome of a mutation that committed.
 const Success = "success"

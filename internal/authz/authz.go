@@ -31,6 +31,10 @@ const (
 // BuiltinTenant is reserved: it holds the read-only profiles modules ship.
 const BuiltinTenant = "builtin"
 
+// PlatformTenant names the audit records of no tenant (audit.PlatformTenant):
+// not a tenant, but the operator reads it as one.
+const PlatformTenant = "@platform"
+
 // Resource names one thing a decision is about.
 type Resource struct {
 	Type     string
@@ -194,10 +198,16 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		}
 	}
 	if r.Type == Tenant {
-		if TenantGrants(p, role, perm, r.TenantID) {
-			return nil
+		if !TenantGrants(p, role, perm, r.TenantID) {
+			return denied(perm, r)
 		}
-		return denied(perm, r)
+		if p.IsOperator() {
+			// Anyone else holds a binding to the tenant, so it exists; the
+			// operator holds none, and a list of a tenant that does not exist
+			// is NOT_FOUND, not an empty page (tenants are never deleted).
+			return tenantExists(ctx, q, r.TenantID)
+		}
+		return nil
 	}
 	return decideResource(ctx, q, p, effectiveRole(p, role, perm, r.TenantID), perm, r)
 }
@@ -263,6 +273,20 @@ func effectiveRole(p *reqctx.Principal, role string, perm Permission, tenantID s
 		return RoleViewer // everyone reads what modules ship
 	}
 	return role
+}
+
+func tenantExists(ctx context.Context, q store.Q, tenantID string) error {
+	if tenantID == PlatformTenant {
+		return nil
+	}
+	var ok bool
+	if err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM tenants WHERE tenant_id = $1)`, tenantID); err != nil {
+		return store.Wrap(err)
+	}
+	if !ok {
+		return errs.E(errs.NotFound, "tenant %s not found", tenantID).With("path", "tenantId")
+	}
+	return nil
 }
 
 func denied(perm Permission, r Resource) error {

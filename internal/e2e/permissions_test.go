@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -159,7 +161,7 @@ func permCases() []permCase {
 					}
 					expect(t, g, ok, "")
 				} else {
-					expect(t, g, nf, "")
+					expect(t, g, nf, "tenantId")
 				}
 			}},
 		{method: "tenants/get",
@@ -457,5 +459,25 @@ func TestOperatorOnMissingTenant(t *testing.T) {
 		t.Run(c.method, func(t *testing.T) {
 			expect(t, env(t, e).Call(e.Operator, c.method, c.in), nf, anyPath)
 		})
+	}
+	// Every read decided on the tenant, the lists above all, whose input
+	// needs nothing but the tenant: a list of a tenant that does not exist
+	// is NOT_FOUND at tenantId, not an empty page (it was).
+	checked := 0
+	for _, m := range e.Srv.Registry.Methods() {
+		if m.Credential != registry.Bearer || m.Resource != authz.Tenant || m.Kind != registry.Read {
+			continue
+		}
+		r := env(t, e).Call(e.Operator, m.Group+"/"+m.Name, map[string]any{"tenantId": "ghost"})
+		if r.Code() == "INVALID_INPUT" && r.Path() != "tenantId" {
+			continue // it needs more than the tenant
+		}
+		checked++
+		if r.Code() != "NOT_FOUND" || r.Path() != "tenantId" {
+			t.Errorf("%s by the operator on a tenant that does not exist: %d %s", m.Key(), r.Status, r.Raw)
+		}
+	}
+	if checked < 8 {
+		t.Fatalf("only %d reads checked", checked)
 	}
 }

@@ -163,6 +163,13 @@ func TestInstanceEventsSubscription(t *testing.T) {
 			t.Fatalf("%v: %s, want %s", c.vars, code, c.code)
 		}
 	}
+	// The operator may name any tenant; one that does not exist is
+	// NOT_FOUND, not a stream that stays silent.
+	op := dialWS(t, e)
+	op.init(e.Operator)
+	if code := opError(op.op("ghost", eventsSub, map[string]any{"t": "ghost"})); code != "NOT_FOUND" {
+		t.Fatalf("the operator on a tenant that does not exist: %s", code)
+	}
 	// Another tenant's cursor names no place in this tenant's stream (and
 	// says nothing of how many events the other tenant has).
 	if code := opError(w.op("theirs", eventsSub, map[string]any{"t": "beta", "a": got[0]["eventId"]})); code != "INVALID_INPUT" {

@@ -79,7 +79,7 @@ func TestReadsAndLists(t *testing.T) {
 	op := f.Operator()
 	fixture.Must(fixture.Call[tenants.Tenant](f, op, "tenants.get", map[string]any{"tenantId": "beta"}))
 	_, err := fixture.Call[tenants.Tenant](f, op, "tenants.get", map[string]any{"tenantId": "nosuch"})
-	fixture.Code(t, err, errs.NotFound, "")
+	fixture.Code(t, err, errs.NotFound, "tenantId")
 
 	for i := 0; i < 4; i++ {
 		f.Tenant(fmt.Sprint("t", i))
