@@ -283,6 +283,21 @@ func TestRateLimitsCountEverything(t *testing.T) {
 	if limited == 0 {
 		t.Fatal("a batch of 15 mutations was charged as one")
 	}
+	// A query spends one unit per server.CostPerRequest of its cost: with
+	// the 20 units of a fresh budget, a query of about 15,300 passes (16),
+	// the same query again cannot (4 are left), a cheap one still can. Each
+	// was one unit, so a credential could run 20 of the heaviest queries
+	// at once within its budget.
+	heavy := `{ tenant(tenantId: "acme") { pools(first: 100) { edges { node { nodes(first: 50) { edges { node { id } } } } } } } }`
+	reader := newToken(t, e, acme.Admin.Token, "acme", "reader", "viewer")
+	gqlOK(t, e.GraphQL(reader.Token, heavy, nil))
+	r = e.GraphQL(reader.Token, heavy, nil)
+	gqlExpect(t, r, "RATE_LIMITED", anyPath)
+	if !strings.Contains(string(r.Raw), `"charge":16`) {
+		t.Fatalf("a heavy query over the budget: %s", r.Raw)
+	}
+	gqlOK(t, e.GraphQL(reader.Token, `{ viewer { kind } }`, nil))
+
 	// The method surface's 429 says how long to wait in its body too, as
 	// the graph's does: details.retryAfterSeconds, the header's figure.
 	if r := e.Call(ops.Token, "tenants/get", map[string]any{"tenantId": "acme"}); r.Status != 429 ||

@@ -43,6 +43,12 @@ const (
 	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
 	// with their latest inventory, about 25000) with headroom.
 	MaxComplexity = 50000
+	// CostPerRequest is how much of an operation's cost one unit of the
+	// request budget pays for: a query or subscription spends one unit per
+	// CostPerRequest of its cost, at least one (a dashboard's page of pools
+	// one, the fleet query 25, the largest admitted 50), so that the budget
+	// bounds the work a credential asks for, not only its requests.
+	CostPerRequest = 1000
 	// MaxConnections bounds the connection fields an operation selects
 	// (each occurrence, fragments spread as often as they are): the loaders
 	// read a connection in one statement per level for all its parents,
@@ -278,6 +284,7 @@ func (c *cost) MutateOperationContext(ctx context.Context, oc *graphql.Operation
 		return nil
 	}
 	n, conns := operationCost(c.es.Schema(), oc.Operation, oc.Variables)
+	oc.Stats.SetExtension(costKey, n) // what charge spends
 	if n > MaxComplexity {
 		return refusal("complexity", "operation has complexity "+itoa(n)+", which exceeds the limit of "+itoa(MaxComplexity),
 			map[string]any{"cost": n, "limit": MaxComplexity})
@@ -388,10 +395,15 @@ func quote(s string) string { return strconv.Quote(s) }
 
 // --- the request budget -----------------------------------------------------
 
-// charge spends an operation's cost from the caller's rate budget: one per
-// query or subscription, one per root field of a mutation (300 aliased
-// mutations in one request are 300 calls). Every transport's operations
-// pass here, sockets included.
+// costKey is where cost leaves an operation's cost for charge.
+const costKey = "Cost"
+
+// charge spends an operation's cost from the caller's rate budget: one unit
+// per CostPerRequest of its cost (at least one; never more than the burst,
+// so that every admitted operation can pass with a full budget), and for a
+// mutation at least one per root field (300 aliased mutations in one
+// request are 300 calls). Every transport's operations pass here, sockets
+// included.
 type charge struct{ s *Server }
 
 var _ interface {
@@ -408,22 +420,33 @@ func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.Operati
 	if l == nil || oc.Operation == nil || p == nil {
 		return nil
 	}
-	n := 1
 	if oc.Operation.Operation == ast.Mutation {
-		n = rootFields(oc.Operation.SelectionSet)
+		if m := rootFields(oc.Operation.SelectionSet); m > l.Burst() {
+			return refusal("batch", "the operation holds "+itoa(m)+" mutations, more than the limit of "+itoa(l.Burst())+" per request",
+				map[string]any{"count": m, "limit": l.Burst()})
+		}
 	}
-	if n > l.Burst() {
-		return refusal("batch", "the operation holds "+itoa(n)+" mutations, more than the limit of "+itoa(l.Burst())+" per request",
-			map[string]any{"count": n, "limit": l.Burst()})
-	}
+	cost, _ := oc.Stats.GetExtension(costKey).(int)
+	n := charged(oc.Operation, cost, l.Burst())
 	ok, d := l.Allow(ctx, p.TokenID, n)
 	if ok {
 		return nil
 	}
 	secs := int(d.Seconds()) + 1
 	e := gqlerror.Errorf("over the request budget; retry in %d s", secs)
-	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs}}
+	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs, "charge": n}}
 	return e
+}
+
+// charged is what an operation of that cost spends of a budget whose burst
+// is burst: one unit per CostPerRequest of its cost, rounded up, at least
+// one and at least one per root field of a mutation, at most the burst.
+func charged(op *ast.OperationDefinition, cost, burst int) int {
+	n := max(1, (cost+CostPerRequest-1)/CostPerRequest)
+	if op.Operation == ast.Mutation {
+		n = max(n, rootFields(op.SelectionSet))
+	}
+	return min(n, burst)
 }
 
 // rootFields counts the fields of a selection set, fragments included.
