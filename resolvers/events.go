@@ -32,6 +32,16 @@ func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, dec
 	if err != nil {
 		return nil, err
 	}
+	if id := reqctx.LastEventID(ctx); id != "" {
+		// An event stream its client reconnected (an EventSource sends the
+		// id of the last event it received) resumes after that event,
+		// whatever the document's after says: it is later.
+		seq, err := events.ParseCursor("Last-Event-ID", f.TenantID, id)
+		if err != nil {
+			return nil, err
+		}
+		after = &seq
+	}
 	var subp atomic.Pointer[live.Subscription]
 	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
 	if s := reqctx.SessionFrom(ctx); s != nil {

@@ -238,11 +238,18 @@ type sseReader struct {
 	t   *testing.T
 	res *http.Response
 	br  *bufio.Reader
+	id  string // the last event's id line
 }
 
 func openSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *sseReader {
 	t.Helper()
-	res := doStream(t, e, token, query, vars)
+	return openSSEWith(t, e, token, query, vars, nil)
+}
+
+// openSSEWith opens a stream with more request headers (Last-Event-ID).
+func openSSEWith(t *testing.T, e *testkit.Env, token, query string, vars map[string]any, h http.Header) *sseReader {
+	t.Helper()
+	res := doStreamWith(t, e, token, query, vars, h)
 	t.Cleanup(func() { res.Body.Close() })
 	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("event stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
@@ -263,8 +270,16 @@ func postStream(t *testing.T, e *testkit.Env, token, query string) (*http.Respon
 // doStream POSTs an operation to /graphql/stream as graphql-sse does.
 func doStream(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *http.Response {
 	t.Helper()
+	return doStreamWith(t, e, token, query, vars, nil)
+}
+
+func doStreamWith(t *testing.T, e *testkit.Env, token, query string, vars map[string]any, h http.Header) *http.Response {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest("POST", e.Server.URL+"/graphql/stream", strings.NewReader(string(body)))
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
@@ -275,10 +290,12 @@ func doStream(t *testing.T, e *testkit.Env, token, query string, vars map[string
 	return res
 }
 
-// next returns the next event's name and data (comments skipped).
+// next returns the next event's name and data (comments skipped); s.id
+// is its id line's ("" without one).
 func (s *sseReader) next() (string, map[string]any) {
 	s.t.Helper()
 	var name, data string
+	s.id = ""
 	for {
 		line, err := s.br.ReadString('\n')
 		if err != nil {
@@ -300,6 +317,8 @@ func (s *sseReader) next() (string, map[string]any) {
 			name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			data = strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, "id: "):
+			s.id = strings.TrimPrefix(line, "id: ")
 		}
 	}
 }
@@ -315,7 +334,7 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 	s := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"})
 	waitSubscribers(t, e, 1)
 	id := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "web", 1))).Str("instanceId")
-	var types []string
+	var types, eventIDs []string
 	for len(types) < 3 {
 		name, m := s.next()
 		if name != "next" {
@@ -325,10 +344,31 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 		if ev["instanceId"] != id {
 			t.Fatalf("event of another instance: %v", ev)
 		}
+		// Each event says its id on an id line, which an EventSource
+		// sends back as Last-Event-ID when it reconnects.
+		if s.id == "" || s.id != ev["eventId"] {
+			t.Fatalf("event %v has id line %q", ev["eventId"], s.id)
+		}
 		types = append(types, str(ev["type"]))
+		eventIDs = append(eventIDs, s.id)
 	}
 	if strings.Join(types, ",") != "INSTANCE_CREATED,INSTANCE_PROVISIONING,INSTANCE_RUNNING" {
 		t.Fatalf("types %v", types)
+	}
+	// A client reconnecting with Last-Event-ID resumes after that event,
+	// without gap or duplicate, whatever its document's after says.
+	again := openSSEWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme", "a": eventIDs[2]},
+		http.Header{"Last-Event-ID": {eventIDs[0]}})
+	for _, want := range eventIDs[1:] {
+		if name, m := again.next(); name != "next" || again.id != want {
+			t.Fatalf("resumed after %s: %s %q %v, want %s", eventIDs[0], name, again.id, m, want)
+		}
+	}
+	for _, bad := range []string{"evt_nope", "x\u00ff"} {
+		r := openSSEWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"}, http.Header{"Last-Event-ID": {bad}})
+		if name, m := r.next(); name != "next" || !strings.Contains(fmt.Sprint(m), "INVALID_INPUT") || !strings.Contains(fmt.Sprint(m), "path:Last-Event-ID") {
+			t.Fatalf("Last-Event-ID %q: %s %v", bad, name, m)
+		}
 	}
 	// A refusal streams as next with errors, then complete.
 	bad := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "other"})

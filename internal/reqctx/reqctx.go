@@ -215,3 +215,17 @@ func DriverFrom(ctx context.Context) Driver {
 	d, _ := ctx.Value(driverKey{}).(Driver)
 	return d
 }
+
+type lastEventKey struct{}
+
+// WithLastEventID returns ctx carrying the id of the last event a
+// reconnecting event stream's client received (its Last-Event-ID header).
+func WithLastEventID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, lastEventKey{}, id)
+}
+
+// LastEventID is the id WithLastEventID put in ctx, "" when none.
+func LastEventID(ctx context.Context) string {
+	id, _ := ctx.Value(lastEventKey{}).(string)
+	return id
+}

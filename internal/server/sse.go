@@ -21,6 +21,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/safe"
 )
@@ -109,6 +110,12 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		}
 	}()
 	params.Headers = r.Header
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		// A client reconnecting (EventSource does on its own) resumes
+		// after the last event it received, whatever the document's
+		// after says: the event subscriptions read it (resolvers.resume).
+		ctx = reqctx.WithLastEventID(ctx, id)
+	}
 	ctx = reqctx.WithSession(ctx, sess)
 	ctx, endErr := reqctx.WithEnd(ctx)
 	oc, list := exec.CreateOperationContext(ctx, params)
@@ -294,7 +301,7 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 			finish(true)
 			return false
 		}
-		if !st.event("next", b) {
+		if !st.eventWithID("next", eventID(item), b) {
 			finish(false) // the client left or does not read
 			return false
 		}
@@ -343,7 +350,7 @@ func (t sseTransport) driven(ctx context.Context, st *sseStream, drv *sseDriver,
 			if ended {
 				return true
 			}
-			if !st.event("next", b) {
+			if !st.eventWithID("next", eventID(item), b) {
 				return false
 			}
 		}
@@ -630,16 +637,34 @@ func (s *sseStream) readerDone() {
 
 var (
 	sseData = []byte("\ndata: ")
+	sseID   = []byte("\nid: ")
 	sseEnd  = []byte("\n\n")
 	sseNext = []byte("event: next")
 )
 
-func (s *sseStream) event(name string, data []byte) bool {
+func (s *sseStream) event(name string, data []byte) bool { return s.eventWithID(name, "", data) }
+
+// eventWithID writes an event with an id line when id is not empty: an
+// EventSource remembers the last one and sends it as Last-Event-ID when it
+// reconnects, and the stream resumes after it.
+func (s *sseStream) eventWithID(name, id string, data []byte) bool {
 	ev := sseNext
 	if name != "next" {
 		ev = []byte("event: " + name)
 	}
+	if id != "" {
+		return s.write(ev, sseID, []byte(id), sseData, data, sseEnd)
+	}
 	return s.write(ev, sseData, data, sseEnd) // JSON has no raw newlines
+}
+
+// eventID is the id of a subscription's item when it is an event of a
+// tenant's stream ("" for anything else).
+func eventID(item any) string {
+	if ev, ok := item.(*events.Event); ok && ev != nil && !strings.ContainsAny(ev.EventID, "\r\n") {
+		return ev.EventID
+	}
+	return ""
 }
 
 func (s *sseStream) next(resp *graphql.Response) bool {
