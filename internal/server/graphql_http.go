@@ -95,14 +95,10 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		writeResponse(w, ct, requestErrorStatus(ct, resp.Errors), resp)
 		return
 	}
+	if refusedGetMutation(w, r, ct, oc) {
+		return
+	}
 	switch oc.Operation.Operation {
-	case ast.Mutation:
-		if r.Method == http.MethodGet {
-			w.Header().Set("Allow", http.MethodPost)
-			writeRequestError(w, ct, http.StatusMethodNotAllowed,
-				errs.E(errs.MethodNotAllowed, "mutations take POST; GET is for queries"))
-			return
-		}
 	case ast.Subscription:
 		writeRequestError(w, ct, http.StatusBadRequest, errs.E(errs.InvalidInput,
 			"subscriptions run over WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events at /graphql/stream"))
@@ -110,6 +106,19 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	}
 	responses, rctx := exec.DispatchOperation(ctx, oc)
 	writeResponse(w, ct, http.StatusOK, responses(rctx))
+}
+
+// refusedGetMutation answers 405 to a mutation sent with GET, on every
+// transport that takes GET (/graphql, /graphql/stream): GET is safe, and a
+// link, a prefetch or a crawler must not change anything (GraphQL over
+// HTTP). The mutation has not run.
+func refusedGetMutation(w http.ResponseWriter, r *http.Request, ct string, oc *graphql.OperationContext) bool {
+	if r.Method != http.MethodGet || oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Mutation {
+		return false
+	}
+	w.Header().Set("Allow", http.MethodPost)
+	writeRequestError(w, ct, http.StatusMethodNotAllowed, errs.E(errs.MethodNotAllowed, "mutations take POST; GET is for queries"))
+	return true
 }
 
 // DecodeParams decodes a POST body: one JSON object with query (a string),
