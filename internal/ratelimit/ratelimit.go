@@ -105,6 +105,9 @@ type bucket struct {
 	used     int           // spent since the last lease
 	leasedAt time.Time
 	lastUse  time.Time
+	// What the shared bucket held after the last lease, and when: the
+	// least wait for a call that needs more than until was reckoned for.
+	sharedLeft float64
 	// While the database does not answer: this replica's own bucket.
 	local      *rate.Limiter
 	localUntil time.Time
@@ -166,7 +169,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			return true, 0
 		}
 		if now.Before(b.until) {
+			// until was reckoned for the call that found the bucket dry; a
+			// call needing more waits until the bucket will have refilled
+			// that much (a wait too short is refused again).
 			d := b.until.Sub(now)
+			if n > 1 {
+				short := float64(n) - b.tokens - b.sharedLeft
+				d = max(d, time.Duration(short/l.cfg.Rate*float64(time.Second))-now.Sub(b.leasedAt))
+			}
 			l.mu.Unlock()
 			return false, d
 		}
@@ -242,7 +252,7 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 	}
 	l.leases.Add(1)
 	b.tokens += float64(granted)
-	b.batch, b.used, b.leasedAt = want, 0, now
+	b.batch, b.used, b.leasedAt, b.sharedLeft = want, 0, now, left
 	if granted < want {
 		// The bucket is dry: nobody here asks it again (a prefetch
 		// neither) until it will have refilled what the caller needs, and

@@ -121,3 +121,28 @@ func TestUnreachableFallsBackPerReplica(t *testing.T) {
 		return fmt.Errorf("the shared bucket was not used again")
 	})
 }
+
+// A call that needs more than one token is told to wait until the bucket
+// will have refilled that much: it was told the wait of the one-token call
+// that had found the bucket dry (1 s where 2 were needed), and a client that
+// waited as told was refused again (a helper's probe: a GraphQL query
+// charged 10 at 5 a second).
+func TestRetryAfterCoversTheCharge(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.New(testkit.DB(t), ratelimit.Config{Scope: "requests", Rate: 5, Burst: 10}, nil)
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		if ok, _ := l.Allow(ctx, "k", 1); !ok {
+			break
+		}
+		if i > 100 {
+			t.Fatal("the bucket never ran dry")
+		}
+	}
+	if ok, d := l.Allow(ctx, "k", 10); ok || d < 1500*time.Millisecond {
+		t.Fatalf("10 tokens of a dry bucket refilling 5 a second: allowed %v, wait %v", ok, d)
+	}
+	if ok, d := l.Allow(ctx, "k", 1); ok || d > time.Second {
+		t.Fatalf("1 token of the same bucket: allowed %v, wait %v", ok, d)
+	}
+}
