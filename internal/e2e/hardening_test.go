@@ -291,6 +291,15 @@ func TestRateLimitsCountEverything(t *testing.T) {
 	if limited == 0 {
 		t.Fatal("a batch of 15 mutations was charged as one")
 	}
+	// Over the budget, a document that would be refused (unparsable,
+	// invalid, too costly) is refused for the budget before it is read: such
+	// documents were free, and a credential over its budget had the server
+	// parse and validate 700 of them a second.
+	for _, doc := range []string{`{ viewer { `, `{ nope }`, `{ tenant(tenantId: "acme") { pools(first: 200) { edges { node { nodes(first: 200) { edges { node { id } } } } } } } }`} {
+		if r := e.GraphQL(ops.Token, doc, nil); r.Status != 429 {
+			t.Fatalf("%q over the budget: %d %s", doc, r.Status, r.Raw)
+		}
+	}
 	// A query spends one unit per server.CostPerRequest of its cost: with
 	// the 20 units of a fresh budget, a query of about 15,300 passes (16),
 	// the same query again cannot (4 are left), a cheap one still can. Each

@@ -35,7 +35,7 @@ func (s *Server) graphqlHandler() http.Handler {
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
 	srv.SetValidationRulesFn(validationRules)
-	for _, x := range []graphql.HandlerExtension{newBounds(), extension.Introspection{}, &scalarVars{}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
+	for _, x := range []graphql.HandlerExtension{&admit{s: s}, newBounds(), extension.Introspection{}, &scalarVars{}, &cost{}, &charge{s: s}, &opMetrics{hist: s.gqlHist}} {
 		// A field interceptor among them, or added later, turns the
 		// executor's direct leaves off for every operation it sees
 		// (graph.directLeaves decides per operation).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/reqctx"
 )
 
@@ -398,12 +399,30 @@ func quote(s string) string { return strconv.Quote(s) }
 // costKey is where cost leaves an operation's cost for charge.
 const costKey = "Cost"
 
-// charge spends an operation's cost from the caller's rate budget: one unit
-// per CostPerRequest of its cost (at least one; never more than the burst,
-// so that every admitted operation can pass with a full budget), and for a
+// The request budget is spent in two steps. admit spends one unit for every
+// document before it is parsed, so that documents refused by the bounds,
+// the parser, validation or the cost are not free (a credential over its
+// budget sent 700 invalid documents a second, each parsed and validated);
+// charge then spends the rest of the operation's cost: one unit per
+// CostPerRequest of it (at least one in all; never more than the burst, so
+// that every admitted operation can pass with a full budget), and for a
 // mutation at least one per root field (300 aliased mutations in one
-// request are 300 calls). Every transport's operations pass here, sockets
+// request are 300 calls). Every transport's operations pass both, sockets
 // included.
+type admit struct{ s *Server }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationParameterMutator
+} = (*admit)(nil)
+
+func (*admit) ExtensionName() string                   { return "Admit" }
+func (*admit) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (a *admit) MutateOperationParameters(ctx context.Context, _ *graphql.RawParams) *gqlerror.Error {
+	return spend(ctx, a.s.limiter, 1, 1)
+}
+
 type charge struct{ s *Server }
 
 var _ interface {
@@ -416,8 +435,7 @@ func (*charge) Validate(graphql.ExecutableSchema) error { return nil }
 
 func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	l := c.s.limiter
-	p := reqctx.PrincipalFrom(ctx)
-	if l == nil || oc.Operation == nil || p == nil {
+	if l == nil || oc.Operation == nil {
 		return nil
 	}
 	if oc.Operation.Operation == ast.Mutation {
@@ -428,13 +446,24 @@ func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.Operati
 	}
 	cost, _ := oc.Stats.GetExtension(costKey).(int)
 	n := charged(oc.Operation, cost, l.Burst())
+	return spend(ctx, l, n-1, n) // admit spent the first unit
+}
+
+// spend takes n units of the caller's budget (nothing for n = 0 or without
+// a limit or a principal); over it, the RATE_LIMITED refusal naming the
+// operation's whole charge.
+func spend(ctx context.Context, l *ratelimit.Limiter, n, charge int) *gqlerror.Error {
+	p := reqctx.PrincipalFrom(ctx)
+	if l == nil || p == nil || n <= 0 {
+		return nil
+	}
 	ok, d := l.Allow(ctx, p.TokenID, n)
 	if ok {
 		return nil
 	}
 	secs := int(d.Seconds()) + 1
 	e := gqlerror.Errorf("over the request budget; retry in %d s", secs)
-	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs, "charge": n}}
+	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs, "charge": charge}}
 	return e
 }
 
