@@ -78,15 +78,34 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		}
 	}
 
-	// The rule itself: a connection costs 1 + first × its children, nested
-	// connections multiply, and a missing first counts the default.
-	doc, errs := gqlparser.LoadQueryWithRules(schema, `{ viewer { tenants(first: 3) { edges { node { tenantId projects { totalCount } } } } } }`, nil)
-	if errs != nil {
-		t.Fatal(errs)
-	}
-	// viewer 1 + tenants (1 + 3 × (edges 1 + node 1 + tenantId 1 + projects (1 + 50 × totalCount 1)))
-	if got, want := OperationCost(schema, doc.Operations[0], nil), 1+1+3*(1+1+1+1+page.DefaultLimit*1); got != want {
-		t.Fatalf("cost %d, want %d", got, want)
+	// The rule itself: a connection costs 1 + first × what it reads per
+	// item (edges, nodes) + what it reads once (totalCount, pageInfo),
+	// nested connections multiply, a missing first counts the default, and
+	// fragments count where they are spread. __schema has a fixed price.
+	for _, c := range []struct {
+		q    string
+		want int
+	}{
+		// viewer 1 + tenants (1 + 3 × (edges 1 + node 1 + tenantId 1 + projects (1 + 50 × (edges 1 + node 1 + name 1))))
+		{`{ viewer { tenants(first: 3) { edges { node { tenantId projects { edges { node { name } } } } } } } }`,
+			1 + 1 + 3*(1+1+1+1+page.DefaultLimit*3)},
+		// projects' totalCount and pageInfo are read once, not per item
+		// (it cost 1 + 50 × 1, 51, and pageInfo 1 + 200 × 2)
+		{`{ viewer { tenants(first: 3) { edges { node { projects { totalCount } } } } } }`, 1 + 1 + 3*(1+1+1+1)},
+		{`{ viewer { tenants(first: 200) { pageInfo { hasNextPage } } } }`, 1 + 1 + 2},
+		// through fragments on the connection, spread twice
+		{`{ viewer { tenants(first: 4) { ...T ...T } } } fragment T on TenantConnection { totalCount edges { node { tenantId } } }`,
+			1 + 1 + 2*(1) + 4*2*(1+1+1)},
+		{`{ __schema { types { name fields { name } } } }`, SchemaCost},
+		{`{ __type(name: "Pool") { name fields { name } } }`, 1 + 1 + 1 + 1},
+	} {
+		doc, errs := gqlparser.LoadQueryWithRules(schema, c.q, nil)
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		if got := OperationCost(schema, doc.Operations[0], nil); got != c.want {
+			t.Errorf("%s: cost %d, want %d", c.q, got, c.want)
+		}
 	}
 }
 

@@ -50,6 +50,10 @@ const (
 	// one, the fleet query 25, the largest admitted 50), so that the budget
 	// bounds the work a credential asks for, not only its requests.
 	CostPerRequest = 1000
+	// SchemaCost is the price of a __schema field (the standard
+	// introspection query's answer is about 180 KB and 20 ms of CPU here,
+	// a fifth of the fleet query's work): 5 units of the budget.
+	SchemaCost = 5000
 	// MaxConnections bounds the connection fields an operation selects
 	// (each occurrence, fragments spread as often as they are): the loaders
 	// read a connection in one statement per level for all its parents,
@@ -306,7 +310,7 @@ func OperationCost(schema *ast.Schema, op *ast.OperationDefinition, vars map[str
 // operationCost is the cost of a validated operation and the number of
 // connection fields it selects.
 func operationCost(schema *ast.Schema, op *ast.OperationDefinition, vars map[string]any) (cost, conns int) {
-	cw := &costWalker{schema: schema, vars: vars, memo: map[string][2]int{}}
+	cw := &costWalker{schema: schema, vars: vars, memo: map[string][2]int{}, split: map[string][3]int{}}
 	return cw.set(op.SelectionSet)
 }
 
@@ -319,24 +323,31 @@ type costWalker struct {
 	schema *ast.Schema
 	vars   map[string]any
 	memo   map[string][2]int // a fragment's cost and connections
+	split  map[string][3]int // a fragment's parts of a connection (connection)
 }
 
 func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 	for _, s := range sel {
 		switch s := s.(type) {
 		case *ast.Field:
-			if s.Name == "__schema" || s.Name == "__type" {
-				total = addSat(total, 1) // bounded by its own rule
+			if s.Name == "__schema" {
+				// The whole schema (about 180 KB for the standard
+				// introspection query): a fixed price, its nesting bounded
+				// by its own rule.
+				total = addSat(total, SchemaCost)
+				continue
+			}
+			if IsConnection(s.Definition) {
+				// Only what is read per item (edges, nodes) is paid per
+				// item; totalCount and pageInfo once.
+				each, once, cc := cw.connection(s.SelectionSet)
+				conns = addSat(addSat(conns, cc), 1)
+				total = addSat(total, addSat(addSat(1, once), mulSat(pageSize(s.ArgumentMap(cw.vars)), each)))
 				continue
 			}
 			child, cc := cw.set(s.SelectionSet)
 			conns = addSat(conns, cc)
-			c := addSat(1, child)
-			if IsConnection(s.Definition) {
-				c = addSat(1, mulSat(pageSize(s.ArgumentMap(cw.vars)), child))
-				conns = addSat(conns, 1)
-			}
-			total = addSat(total, c)
+			total = addSat(total, addSat(1, child))
 		case *ast.InlineFragment:
 			c, cc := cw.set(s.SelectionSet)
 			total, conns = addSat(total, c), addSat(conns, cc)
@@ -352,6 +363,38 @@ func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 		}
 	}
 	return total, conns
+}
+
+// connection splits a connection's selection into what is read per item
+// (its edges and nodes fields) and what once (totalCount, pageInfo), through
+// its fragments (the bounds cap the fields with fragments expanded).
+func (cw *costWalker) connection(sel ast.SelectionSet) (each, once, conns int) {
+	for _, s := range sel {
+		var e, o, cc int
+		switch s := s.(type) {
+		case *ast.Field:
+			c, fc := cw.set(ast.SelectionSet{s})
+			cc = fc
+			if s.Name == "edges" || s.Name == "nodes" {
+				e = c
+			} else {
+				o = c
+			}
+		case *ast.InlineFragment:
+			e, o, cc = cw.connection(s.SelectionSet)
+		case *ast.FragmentSpread:
+			m, ok := cw.split[s.Name]
+			if !ok && s.Definition != nil {
+				cw.split[s.Name] = [3]int{} // validation refused cycles already
+				e, o, cc := cw.connection(s.Definition.SelectionSet)
+				m = [3]int{e, o, cc}
+				cw.split[s.Name] = m
+			}
+			e, o, cc = m[0], m[1], m[2]
+		}
+		each, once, conns = addSat(each, e), addSat(once, o), addSat(conns, cc)
+	}
+	return each, once, conns
 }
 
 // pageSize is a connection's requested page size, as its resolver will see
