@@ -20,6 +20,19 @@ type (
 	Principal = *reqctx.Principal
 )
 
+// LastEventID is the header an event stream's client reconnects with.
+const LastEventID = "Last-Event-ID"
+
+// resumeAfter is the document's after, or nil when the stream resumes
+// after its Last-Event-ID instead (subscribe reads it): an after the header
+// replaces is not read at all.
+func resumeAfter(ctx context.Context, after *string) *string {
+	if reqctx.LastEventID(ctx) != "" {
+		return nil
+	}
+	return after
+}
+
 // decideFunc decides a subscription for a principal and returns the filter
 // of the events it delivers.
 type decideFunc func(ctx context.Context, db Querier, p Principal) (events.Filter, error)
@@ -32,18 +45,18 @@ func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, dec
 	if err != nil {
 		return nil, err
 	}
+	var subp atomic.Pointer[live.Subscription]
+	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
 	if id := reqctx.LastEventID(ctx); id != "" {
 		// An event stream its client reconnected (an EventSource sends the
-		// id of the last event it received) resumes after that event,
-		// whatever the document's after says: it is later.
-		seq, err := events.ParseCursor("Last-Event-ID", f.TenantID, id)
+		// id of the last event it received) resumes after that event in
+		// place of the document's after (resumeAfter).
+		seq, err := events.ParseCursor(LastEventID, f.TenantID, id)
 		if err != nil {
 			return nil, err
 		}
-		after = &seq
+		after, opts.CursorPath = &seq, LastEventID
 	}
-	var subp atomic.Pointer[live.Subscription]
-	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}
 	if s := reqctx.SessionFrom(ctx); s != nil {
 		opts.OnChange = s.OnChange
 		opts.Recheck = func(ctx context.Context) error {

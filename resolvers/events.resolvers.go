@@ -53,7 +53,7 @@ func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event)
 
 // InstanceEvents is the resolver for the instanceEvents field.
 func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error) {
-	w, err := instances.ParseWatch(tenantID, instanceID, poolID, after)
+	w, err := instances.ParseWatch(tenantID, instanceID, poolID, resumeAfter(ctx, after))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 
 // TenantEvents is the resolver for the tenantEvents field.
 func (r *subscriptionResolver) TenantEvents(ctx context.Context, tenantID string, types []string, after *string) (<-chan *events.Event, error) {
-	w, err := feed.ParseWatch(tenantID, types, after)
+	w, err := feed.ParseWatch(tenantID, types, resumeAfter(ctx, after))
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
@@ -357,18 +358,27 @@ func TestInstanceEventsOverSSE(t *testing.T) {
 	}
 	// A client reconnecting with Last-Event-ID resumes after that event,
 	// without gap or duplicate, whatever its document's after says.
-	again := openSSEWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme", "a": eventIDs[2]},
+	again := openSSEWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme", "a": "not-even-an-id"},
 		http.Header{"Last-Event-ID": {eventIDs[0]}})
 	for _, want := range eventIDs[1:] {
 		if name, m := again.next(); name != "next" || again.id != want {
 			t.Fatalf("resumed after %s: %s %q %v, want %s", eventIDs[0], name, again.id, m, want)
 		}
 	}
-	for _, bad := range []string{"evt_nope", "x\u00ff"} {
+	// A refused header is named as such (the hub's check said "after"), an
+	// id past the stream's end included.
+	for _, bad := range []string{"evt_nope", "x\u00ff", events.EncodeID("acme", 1_000_000)} {
 		r := openSSEWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"}, http.Header{"Last-Event-ID": {bad}})
 		if name, m := r.next(); name != "next" || !strings.Contains(fmt.Sprint(m), "INVALID_INPUT") || !strings.Contains(fmt.Sprint(m), "path:Last-Event-ID") {
 			t.Fatalf("Last-Event-ID %q: %s %v", bad, name, m)
 		}
+	}
+	// One resume point: two headers are refused before any stream opens.
+	two := doStreamWith(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "acme"}, http.Header{"Last-Event-ID": {eventIDs[0], eventIDs[1]}})
+	raw, _ := io.ReadAll(two.Body)
+	two.Body.Close()
+	if two.StatusCode != 400 || !strings.Contains(string(raw), `"path":"Last-Event-ID"`) {
+		t.Fatalf("two Last-Event-ID headers: %d %s", two.StatusCode, raw)
 	}
 	// A refusal streams as next with errors, then complete.
 	bad := openSSE(t, e, acme.Viewer.Token, eventsSub, map[string]any{"t": "other"})

@@ -342,6 +342,9 @@ type Options struct {
 	// it, and once after C is closed, with nil (reqctx.Driver): a consumer
 	// driven by it reads C only when it holds something.
 	OnReady func(ev *events.Event)
+	// CursorPath names where after came from in errors ("after" when
+	// empty; "Last-Event-ID" for an event stream its client reconnected).
+	CursorPath string
 }
 
 // ready tells the consumer C holds one more item: ev, or the end (nil).
@@ -358,7 +361,13 @@ func (s *Subscription) ready(ev *events.Event) {
 // "expired-cursor"), then goes live.
 func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *uint64, opts ...Options) (*Subscription, error) {
 	if after != nil {
-		if err := events.CheckCursor(ctx, h.db, "after", f.TenantID, *after); err != nil {
+		path := "after"
+		for _, o := range opts {
+			if o.CursorPath != "" {
+				path = o.CursorPath
+			}
+		}
+		if err := events.CheckCursor(ctx, h.db, path, f.TenantID, *after); err != nil {
 			return nil, err
 		}
 	}
