@@ -480,4 +480,6 @@ func TestOperatorOnMissingTenant(t *testing.T) {
 	if checked < 8 {
 		t.Fatalf("only %d reads checked", checked)
 	}
+	// The graph's root says so at the same place.
+	gqlExpect(t, e.GraphQL(e.Operator, `{ tenant(tenantId: "ghost") { name } }`, nil), "NOT_FOUND", "tenantId")
 }

@@ -254,7 +254,7 @@ func (l *Loaders) NamedTenant(ctx context.Context, tenantID string) (*tenants.Te
 	}
 	t, err := l.Tenant.Load(ctx, tenantID)()
 	if err == nil && t == nil {
-		return nil, errs.E(errs.NotFound, "tenant %s not found", tenantID)
+		return nil, errs.E(errs.NotFound, "tenant %s not found", tenantID).With("path", "tenantId")
 	}
 	if err == nil {
 		// A root field's tenant is a level of its own: its connections
