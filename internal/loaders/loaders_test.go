@@ -167,7 +167,7 @@ func TestTenantConnectionsAreDecidedOnTheTenant(t *testing.T) {
 	}
 	octx, ol, _ := e.request(e.Operator())
 	_, err := ol.NamedTenant(octx, "nosuch")
-	fixture.Code(t, err, errs.NotFound, "")
+	fixture.Code(t, err, errs.NotFound, "tenantId")
 	// Pages of acme's pools for its viewer: every pool once across pages.
 	vctx, vl, _ := e.request(e.acme.Viewer)
 	seen := map[string]bool{}
