@@ -241,6 +241,17 @@ func TestExpensiveDocumentsAreRefused(t *testing.T) {
 			t.Fatalf("%s: want reason %s: %.300s", name, c.reason, r.Raw)
 		}
 	}
+	// A subscription's selection runs for every event: its bound is
+	// lower (the same document as a query passes).
+	var heavy strings.Builder
+	for _, a := range []string{"a", "b", "c", "d"} {
+		fmt.Fprintf(&heavy, " %s: nodes(first: 200) { edges { node { id } } }", a)
+	}
+	sub := `subscription { tenantEvents(tenantId: "acme") { node { pool {` + heavy.String() + ` } } } }`
+	if _, raw := postStream(t, e, acme.Admin.Token, sub); !strings.Contains(string(raw), `"reason":"complexity"`) ||
+		!strings.Contains(string(raw), "for subscriptions") {
+		t.Fatalf("a costly subscription: %.300s", raw)
+	}
 	// The bounds leave ordinary documents alone: 60 distinct aliases pass.
 	gqlOK(t, e.GraphQL(acme.Admin.Token, aliases(60), nil))
 }

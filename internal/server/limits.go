@@ -44,6 +44,10 @@ const (
 	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
 	// with their latest inventory, about 25000) with headroom.
 	MaxComplexity = 50000
+	// MaxSubscriptionComplexity bounds a subscription: it is charged once,
+	// when it starts, and its selection runs again for every event it
+	// delivers (a dashboard's selects the event and its resource, tens).
+	MaxSubscriptionComplexity = 2000
 	// CostPerRequest is how much of an operation's cost one unit of the
 	// request budget pays for: a query or subscription spends one unit per
 	// CostPerRequest of its cost, at least one (a dashboard's page of pools
@@ -293,6 +297,10 @@ func (c *cost) MutateOperationContext(ctx context.Context, oc *graphql.Operation
 	if n > MaxComplexity {
 		return refusal("complexity", "operation has complexity "+itoa(n)+", which exceeds the limit of "+itoa(MaxComplexity),
 			map[string]any{"cost": n, "limit": MaxComplexity})
+	}
+	if oc.Operation.Operation == ast.Subscription && n > MaxSubscriptionComplexity {
+		return refusal("complexity", "a subscription's selection runs for every event; this one has complexity "+itoa(n)+
+			", which exceeds the limit of "+itoa(MaxSubscriptionComplexity)+" for subscriptions", map[string]any{"cost": n, "limit": MaxSubscriptionComplexity})
 	}
 	if conns > MaxConnections {
 		return refusal("connections", "operation selects "+itoa(conns)+" connections, more than the limit of "+itoa(MaxConnections),
