@@ -97,6 +97,9 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		{`{ viewer { tenants(first: 4) { ...T ...T } } } fragment T on TenantConnection { totalCount edges { node { tenantId } } }`,
 			1 + 1 + 2*(1) + 4*2*(1+1+1)},
 		{`{ __schema { types { name fields { name } } } }`, SchemaCost},
+		// what will not run is not paid for
+		{`{ viewer { a: tenants(first: 200) @skip(if: true) { edges { node { tenantId } } } b: tenants(first: 200) @include(if: false) { totalCount }
+			... @include(if: false) { c: tenants(first: 200) { edges { node { tenantId } } } } kind @include(if: true) } }`, 1 + 1},
 		{`{ __type(name: "Pool") { name fields { name } } }`, 1 + 1 + 1 + 1},
 	} {
 		doc, errs := gqlparser.LoadQueryWithRules(schema, c.q, nil)
@@ -105,6 +108,15 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		}
 		if got := OperationCost(schema, doc.Operations[0], nil); got != c.want {
 			t.Errorf("%s: cost %d, want %d", c.q, got, c.want)
+		}
+	}
+	doc, errs := gqlparser.LoadQueryWithRules(schema, `query($x: Boolean!) { viewer { tenants(first: 200) @include(if: $x) { totalCount } } }`, nil)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	for x, want := range map[bool]int{false: 1, true: 1 + 1 + 1} {
+		if got := OperationCost(schema, doc.Operations[0], map[string]any{"x": x}); got != want {
+			t.Errorf("@include(if: $x) with x %v: cost %d, want %d", x, got, want)
 		}
 	}
 }

@@ -336,6 +336,9 @@ type costWalker struct {
 
 func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 	for _, s := range sel {
+		if cw.skipped(s) {
+			continue
+		}
 		switch s := s.(type) {
 		case *ast.Field:
 			if s.Name == "__schema" {
@@ -378,6 +381,9 @@ func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 // its fragments (the bounds cap the fields with fragments expanded).
 func (cw *costWalker) connection(sel ast.SelectionSet) (each, once, conns int) {
 	for _, s := range sel {
+		if cw.skipped(s) {
+			continue
+		}
 		var e, o, cc int
 		switch s := s.(type) {
 		case *ast.Field:
@@ -403,6 +409,29 @@ func (cw *costWalker) connection(sel ast.SelectionSet) (each, once, conns int) {
 		each, once, conns = addSat(each, e), addSat(once, o), addSat(conns, cc)
 	}
 	return each, once, conns
+}
+
+// skipped says a selection will not run: @skip(if: true) or
+// @include(if: false), literally or through a variable.
+func (cw *costWalker) skipped(s ast.Selection) bool {
+	var ds ast.DirectiveList
+	switch s := s.(type) {
+	case *ast.Field:
+		ds = s.Directives
+	case *ast.InlineFragment:
+		ds = s.Directives
+	case *ast.FragmentSpread:
+		ds = s.Directives
+	}
+	for _, d := range ds {
+		if d.Name != "skip" && d.Name != "include" {
+			continue
+		}
+		if v, ok := d.ArgumentMap(cw.vars)["if"].(bool); ok && v == (d.Name == "skip") {
+			return true
+		}
+	}
+	return false
 }
 
 // pageSize is a connection's requested page size, as its resolver will see
