@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -254,6 +255,46 @@ func TestExpensiveDocumentsAreRefused(t *testing.T) {
 	}
 	// The bounds leave ordinary documents alone: 60 distinct aliases pass.
 	gqlOK(t, e.GraphQL(acme.Admin.Token, aliases(60), nil))
+}
+
+// A client that waits the Retry-After of a refused operation is then
+// served: the wait covers the operation's whole charge, the unit its retry
+// pays before its document is read included (it was one unit short, and a
+// query charged 10 at 5 a second was refused twice; a helper's probe).
+func TestWaitingRetryAfterIsEnough(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RatePerSecond: 5, RateBurst: 10}})
+	acme := newTenant(t, e, "acme")
+	heavy := `{ tenant(tenantId: "acme") { pools(first: 100) { edges { node { nodes(first: 50) { edges { node { id } } } } } } } }`
+	for i := 0; e.GraphQL(acme.Viewer.Token, `{ viewer { kind } }`, nil).Status != 429; i++ {
+		if i > 100 {
+			t.Fatal("the budget never ran out")
+		}
+	}
+	time.Sleep(time.Second) // 5 units back: enough to read the document, not to run it
+	r := e.GraphQL(acme.Viewer.Token, heavy, nil)
+	gqlExpect(t, r, "RATE_LIMITED", anyPath)
+	if !strings.Contains(string(r.Raw), `"charge":10`) {
+		t.Fatalf("the heavy query's refusal: %s", r.Raw)
+	}
+	secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil {
+		t.Fatalf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(secs) * time.Second)
+	gqlOK(t, e.GraphQL(acme.Viewer.Token, heavy, nil))
+	// Over the budget, a body is refused before it is read, however it
+	// would have been refused after (it was decoded first, for free).
+	for e.GraphQL(acme.Viewer.Token, `{ viewer { kind } }`, nil).Status != 429 {
+	}
+	for _, body := range []string{`{"query": "{ viewer { kind } }", "query": "{ viewer { kind } }"}`, `not json`, `{}`} {
+		req, _ := http.NewRequest("POST", e.Server.URL+"/graphql", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+acme.Viewer.Token)
+		req.Header.Set("Content-Type", "application/json")
+		if r := env(t, e).Do(req); r.Status != 429 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("%q over the budget: %d %s", body, r.Status, r.Raw)
+		}
+	}
 }
 
 // Budgets: failed authentications per address, operations on a socket,

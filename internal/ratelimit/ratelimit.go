@@ -125,6 +125,11 @@ func New(db *store.DB, cfg Config, log *slog.Logger) *Limiter {
 // Burst is the bucket's size: the most one call can ask for.
 func (l *Limiter) Burst() int { return l.cfg.Burst }
 
+// Wait is how long the bucket takes to refill n tokens.
+func (l *Limiter) Wait(n int) time.Duration {
+	return time.Duration(float64(n) / l.cfg.Rate * float64(time.Second))
+}
+
 // Leases is the number of leases this replica has taken (a statement each).
 func (l *Limiter) Leases() int64 { return l.leases.Load() }
 

@@ -229,3 +229,17 @@ func LastEventID(ctx context.Context) string {
 	id, _ := ctx.Value(lastEventKey{}).(string)
 	return id
 }
+
+type admittedKey struct{}
+
+// WithAdmitted returns ctx saying its request has paid the first unit of
+// its budget already (GraphQL over HTTP pays before its body is read).
+func WithAdmitted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, admittedKey{}, true)
+}
+
+// Admitted says WithAdmitted marked ctx.
+func Admitted(ctx context.Context) bool {
+	ok, _ := ctx.Value(admittedKey{}).(bool)
+	return ok
+}

@@ -500,7 +500,10 @@ func (*admit) ExtensionName() string                   { return "Admit" }
 func (*admit) Validate(graphql.ExecutableSchema) error { return nil }
 
 func (a *admit) MutateOperationParameters(ctx context.Context, _ *graphql.RawParams) *gqlerror.Error {
-	return spend(ctx, a.s.limiter, 1, 1)
+	if reqctx.Admitted(ctx) {
+		return nil // an HTTP request paid before its body was read
+	}
+	return spend(ctx, a.s.limiter, 1, 0)
 }
 
 type charge struct{ s *Server }
@@ -526,12 +529,14 @@ func (c *charge) MutateOperationContext(ctx context.Context, oc *graphql.Operati
 	}
 	cost, _ := oc.Stats.GetExtension(costKey).(int)
 	n := charged(oc.Operation, cost, l.Burst())
-	return spend(ctx, l, n-1, n) // admit spent the first unit
+	return spend(ctx, l, n-1, n) // the first unit is paid (admit)
 }
 
 // spend takes n units of the caller's budget (nothing for n = 0 or without
-// a limit or a principal); over it, the RATE_LIMITED refusal naming the
-// operation's whole charge.
+// a limit or a principal); over it, the RATE_LIMITED refusal. charge is the
+// operation's whole charge when known (0 before its document is read): the
+// wait it states is the one after which the whole charge passes, its first
+// unit included (a retry pays it again), and details.charge says it.
 func spend(ctx context.Context, l *ratelimit.Limiter, n, charge int) *gqlerror.Error {
 	p := reqctx.PrincipalFrom(ctx)
 	if l == nil || p == nil || n <= 0 {
@@ -541,9 +546,15 @@ func spend(ctx context.Context, l *ratelimit.Limiter, n, charge int) *gqlerror.E
 	if ok {
 		return nil
 	}
+	details := map[string]any{}
+	if charge > n {
+		d += l.Wait(charge - n)
+		details["charge"] = charge
+	}
 	secs := int(d.Seconds()) + 1
+	details["retryAfterSeconds"] = secs
 	e := gqlerror.Errorf("over the request budget; retry in %d s", secs)
-	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": map[string]any{"retryAfterSeconds": secs, "charge": charge}}
+	e.Extensions = map[string]any{"code": string(errs.RateLimited), "details": details}
 	return e
 }
 

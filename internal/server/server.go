@@ -515,9 +515,15 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 			return
 		}
-		// Operations are charged to the budget one by one (charge), so
-		// that sockets and batched mutations count.
-		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
+		// The request pays its first unit before its body is read: a body
+		// refused as it is decoded (1 MiB of JSON with a key twice) was
+		// free. The operation's cost pays the rest (admit, charge), on
+		// sockets for every operation.
+		if e := s.overBudget(r.Context(), budgetKey(r.Context(), p)); e != nil {
+			writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(reqctx.WithAdmitted(reqctx.WithPrincipal(r.Context(), p))))
 	})
 }
 
