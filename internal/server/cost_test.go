@@ -79,7 +79,8 @@ func TestEveryConnectionHasACost(t *testing.T) {
 	}
 
 	// The rule itself: a connection costs 1 + first × what it reads per
-	// item (edges, nodes) + what it reads once (totalCount, pageInfo),
+	// item (edges, nodes; at least 1) + what it reads once (totalCount,
+	// pageInfo),
 	// nested connections multiply, a missing first counts the default, and
 	// fragments count where they are spread. __schema has a fixed price.
 	for _, c := range []struct {
@@ -89,10 +90,11 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		// viewer 1 + tenants (1 + 3 × (edges 1 + node 1 + tenantId 1 + projects (1 + 50 × (edges 1 + node 1 + name 1))))
 		{`{ viewer { tenants(first: 3) { edges { node { tenantId projects { edges { node { name } } } } } } } }`,
 			1 + 1 + 3*(1+1+1+1+page.DefaultLimit*3)},
-		// projects' totalCount and pageInfo are read once, not per item
-		// (it cost 1 + 50 × 1, 51, and pageInfo 1 + 200 × 2)
-		{`{ viewer { tenants(first: 3) { edges { node { projects { totalCount } } } } } }`, 1 + 1 + 3*(1+1+1+1)},
-		{`{ viewer { tenants(first: 200) { pageInfo { hasNextPage } } } }`, 1 + 1 + 2},
+		// totalCount and pageInfo are read once, not per item (pageInfo cost
+		// 1 + 200 × 2); an item costs 1 when nothing of it is selected (the
+		// page is loaded whatever is selected)
+		{`{ viewer { tenants(first: 3) { edges { node { projects { totalCount } } } } } }`, 1 + 1 + 3*(1+1+(1+1+page.DefaultLimit))},
+		{`{ viewer { tenants(first: 200) { pageInfo { hasNextPage } } } }`, 1 + 1 + 2 + 200},
 		// through fragments on the connection, spread twice
 		{`{ viewer { tenants(first: 4) { ...T ...T } } } fragment T on TenantConnection { totalCount edges { node { tenantId } } }`,
 			1 + 1 + 2*(1) + 4*2*(1+1+1)},
@@ -114,7 +116,7 @@ func TestEveryConnectionHasACost(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	for x, want := range map[bool]int{false: 1, true: 1 + 1 + 1} {
+	for x, want := range map[bool]int{false: 1, true: 1 + 1 + 1 + 200} {
 		if got := OperationCost(schema, doc.Operations[0], map[string]any{"x": x}); got != want {
 			t.Errorf("@include(if: $x) with x %v: cost %d, want %d", x, got, want)
 		}

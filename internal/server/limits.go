@@ -349,11 +349,12 @@ func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 				continue
 			}
 			if IsConnection(s.Definition) {
-				// Only what is read per item (edges, nodes) is paid per
-				// item; totalCount and pageInfo once.
+				// What is read per item (edges, nodes) is paid per item, at
+				// least 1 (the page is loaded whatever is selected);
+				// totalCount and pageInfo once.
 				each, once, cc := cw.connection(s.SelectionSet)
 				conns = addSat(addSat(conns, cc), 1)
-				total = addSat(total, addSat(addSat(1, once), mulSat(pageSize(s.ArgumentMap(cw.vars)), each)))
+				total = addSat(total, addSat(addSat(1, once), mulSat(pageSize(s.ArgumentMap(cw.vars)), max(each, 1))))
 				continue
 			}
 			child, cc := cw.set(s.SelectionSet)
