@@ -221,17 +221,19 @@ func TestExpensiveDocumentsAreRefused(t *testing.T) {
 		return b.String()
 	}
 	for name, c := range map[string]struct{ doc, reason string }{
-		"4000 repeated fields":         {repeated(4000), "fields"},
-		"3000 repeated subselections":  {"{" + strings.Repeat(" viewer { kind }", 3000) + " }", "fields"},
-		"20000 repeated fields":        {repeated(20000), "tokens"},
-		"22 levels of doubling frags":  {doubling(22), "fields"},
-		"60 levels of doubling frags":  {doubling(60), "fields"},
-		"2400 aliases":                 {aliases(2400), "fields"},
-		"60000 tokens":                 {"{" + strings.Repeat(" __typename", 60000) + " }", "tokens"},
-		"complexity over the limit":    {`{ viewer { tenants(first: 200) { edges { node { pools(first: 200) { edges { node { name } } } } } } } }`, "complexity"},
-		"deep":                         {"{ viewer {" + strings.Repeat(" tenants { edges { node {", 5) + " tenantId" + strings.Repeat(" } } }", 5) + " } }", "depth"},
-		"recursive fragment":           {"query { ...A } fragment A on Query { ...A }", ""},
-		"introspection nested too far": {"{ __schema { types { fields { type {" + strings.Repeat(" ofType {", 30) + " name" + strings.Repeat(" }", 30) + " } } } } }", "depth"},
+		"4000 repeated fields":               {repeated(4000), "fields"},
+		"3000 repeated subselections":        {"{" + strings.Repeat(" viewer { kind }", 3000) + " }", "fields"},
+		"20000 repeated fields":              {repeated(20000), "tokens"},
+		"22 levels of doubling frags":        {doubling(22), "fields"},
+		"60 levels of doubling frags":        {doubling(60), "fields"},
+		"2400 aliases":                       {aliases(2400), "fields"},
+		"60000 tokens":                       {"{" + strings.Repeat(" __typename", 60000) + " }", "tokens"},
+		"complexity over the limit":          {`{ viewer { tenants(first: 200) { edges { node { pools(first: 200) { edges { node { name } } } } } } } }`, "complexity"},
+		"deep":                               {"{ viewer {" + strings.Repeat(" tenants { edges { node {", 5) + " tenantId" + strings.Repeat(" } } }", 5) + " } }", "depth"},
+		"recursive fragment":                 {"query { ...A } fragment A on Query { ...A }", ""},
+		"introspection aliased":              {"{ __schema { a: types { name } b: types { name } } }", "introspection"},
+		"introspection aliased in fragments": {"{ __schema { types { ...A ...B } } } fragment A on __Type { a: fields { name } } fragment B on __Type { b: fields { name } }", "introspection"},
+		"introspection nested too far":       {"{ __schema { types { fields { type {" + strings.Repeat(" ofType {", 30) + " name" + strings.Repeat(" }", 30) + " } } } } }", "depth"},
 	} {
 		r := e.GraphQL(acme.Admin.Token, c.doc, nil)
 		if r.Status != 400 || r.Body["data"] != nil {

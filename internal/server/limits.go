@@ -186,6 +186,13 @@ func addSat(a, b int) int {
 // set walks a selection set; intro says it is under an introspection root.
 func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 	var out shape
+	if intro {
+		if n := w.introRepeat(sel, map[string]string{}, map[string]bool{}); n != "" {
+			w.err = refusal("introspection", "the introspection answers "+quote(n)+" under two names in one selection set: each name repeats that part of the schema",
+				map[string]any{"field": n})
+			return out
+		}
+	}
 	names := map[string]int{}
 	var walk func(sel ast.SelectionSet)
 	merge := func(s shape) {
@@ -240,6 +247,42 @@ func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 	}
 	walk(sel)
 	return out
+}
+
+// introRepeat finds, in a selection set under introspection (fragments
+// expanded), a field answered under two response names: 990 aliases of
+// types under one __schema answered 12 MB for the price of one schema.
+// Introspection has no need of aliases of one field (the standard query
+// has none); __typename is cheap and exempt.
+func (w *docWalker) introRepeat(sel ast.SelectionSet, seen map[string]string, expanded map[string]bool) string {
+	for _, s := range sel {
+		switch s := s.(type) {
+		case *ast.Field:
+			if s.Name == "__typename" {
+				continue
+			}
+			resp := s.Alias
+			if resp == "" {
+				resp = s.Name
+			}
+			if prev, ok := seen[s.Name]; ok && prev != resp {
+				return s.Name
+			}
+			seen[s.Name] = resp
+		case *ast.InlineFragment:
+			if n := w.introRepeat(s.SelectionSet, seen, expanded); n != "" {
+				return n
+			}
+		case *ast.FragmentSpread:
+			if def := w.frags[s.Name]; def != nil && !expanded[s.Name] {
+				expanded[s.Name] = true // its fields are in seen already
+				if n := w.introRepeat(def.SelectionSet, seen, expanded); n != "" {
+					return n
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // fragment returns a fragment's shape, walking it once. Fragments spread
