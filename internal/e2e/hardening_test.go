@@ -194,6 +194,16 @@ func TestGraphQLScalarRefusals(t *testing.T) {
 		t.Fatalf("NUL in an input field: path %q: %s", p, r.Raw)
 	}
 	assertNoInternals(t, "NUL literal", r.Raw)
+	// A null for a defaulted Boolean in @skip or @include (which take
+	// Boolean!): gqlgen panicked on it, an INTERNAL error (a helper's probe).
+	for _, q := range []string{
+		`query($v: Boolean = true) { tenant(tenantId: "acme") { tenantId @skip(if: $v) } }`,
+		`query($v: Boolean = true) { tenant(tenantId: "acme") { ... @include(if: $v) { tenantId } } }`,
+		`query($v: Boolean = true) { tenant(tenantId: "acme") { ...F } } fragment F on Tenant { tenantId @include(if: $v) }`,
+	} {
+		r := e.GraphQL(acme.Admin.Token, q, map[string]any{"v": nil})
+		gqlExpect(t, r, "INVALID_INPUT", "variable.v")
+	}
 }
 
 // Documents that cost seconds to validate are refused before validation.

@@ -63,7 +63,54 @@ func (c *scalarVars) MutateOperationContext(_ context.Context, oc *graphql.Opera
 			return ge
 		}
 	}
+	if name := nullCondition(oc.Operation.SelectionSet, oc.Variables, map[string]bool{}); name != "" {
+		// gqlgen panics on it (an internal error where the caller erred).
+		e := errs.Invalid("variable."+name, "variable.%s is null where @skip or @include takes true or false", name)
+		ge := gqlerror.Errorf("%s", e.Message)
+		ge.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
+		return ge
+	}
 	return nil
+}
+
+// nullCondition finds a variable given as null (a nullable one, with a
+// default) in the if of a @skip or @include, which takes Boolean!.
+func nullCondition(sel ast.SelectionSet, vars map[string]any, seen map[string]bool) string {
+	check := func(ds ast.DirectiveList) string {
+		for _, d := range ds {
+			if d.Name != "skip" && d.Name != "include" {
+				continue
+			}
+			if a := d.Arguments.ForName("if"); a != nil && a.Value != nil && a.Value.Kind == ast.Variable {
+				if v, ok := vars[a.Value.Raw]; ok && v == nil {
+					return a.Value.Raw
+				}
+			}
+		}
+		return ""
+	}
+	for _, s := range sel {
+		var name string
+		switch s := s.(type) {
+		case *ast.Field:
+			if name = check(s.Directives); name == "" {
+				name = nullCondition(s.SelectionSet, vars, seen)
+			}
+		case *ast.InlineFragment:
+			if name = check(s.Directives); name == "" {
+				name = nullCondition(s.SelectionSet, vars, seen)
+			}
+		case *ast.FragmentSpread:
+			if name = check(s.Directives); name == "" && s.Definition != nil && !seen[s.Name] {
+				seen[s.Name] = true
+				name = nullCondition(s.Definition.SelectionSet, vars, seen)
+			}
+		}
+		if name != "" {
+			return name
+		}
+	}
+	return ""
 }
 
 // check walks v as a value of t; path names it from the variable down.

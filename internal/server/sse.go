@@ -134,7 +134,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		writeResponse(w, mediaJSON, status, exec.DispatchError(graphql.WithOperationContext(ctx, oc), list))
 		return
 	}
-	if list == nil && refusedGetMutation(w, r, mediaJSON, oc) {
+	if list == nil && refusedGetMutation(w, r, responseType(r), oc) {
 		return // before any stream opens, as for a refusal of the request
 	}
 	// A subscription over HTTP/1.1 leaves the handler once it has started
