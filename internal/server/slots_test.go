@@ -78,3 +78,43 @@ func (s *slots) waitersOf(key string) int {
 	defer s.mu.Unlock()
 	return s.waiting[key]
 }
+
+// Waiters are served in their order of arrival, and a newcomer does not take
+// a slot ahead of them: with every waiter woken to race for a freed slot,
+// one credential's 32 parallel fleet queries had a p50 of 0.9 s and a p99
+// of 11 s in make loadtest (some lost every race).
+func TestSlotsServeWaitersInOrder(t *testing.T) {
+	s := newSlots(1)
+	if !s.acquire(context.Background(), "a") {
+		t.Fatal("the first slot")
+	}
+	order := make(chan int, 20)
+	for i := range 20 {
+		go func() {
+			if s.acquire(context.Background(), "a") {
+				order <- i
+			}
+		}()
+		for s.waitersOf("a") != i+1 { // queued before the next one starts
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for want := range 20 {
+		s.release("a")
+		// a newcomer arriving as the slot is freed waits its turn
+		late := make(chan bool, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		go func() { late <- s.acquire(ctx, "a") }()
+		if got := <-order; got != want {
+			t.Fatalf("slot %d went to waiter %d", want, got)
+		}
+		if <-late {
+			t.Fatal("a newcomer took a slot ahead of the waiters")
+		}
+		cancel()
+	}
+	s.release("a")
+	if s.used != 0 || s.waiters != 0 || len(s.queue) != 0 {
+		t.Fatalf("left: used %d, waiters %d, queue %d", s.used, s.waiters, len(s.queue))
+	}
+}
