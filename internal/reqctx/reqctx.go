@@ -102,9 +102,25 @@ func PrincipalFrom(ctx context.Context) *Principal {
 	return p
 }
 
-// WithRequestID returns ctx carrying the request id.
+// WithRequestID returns ctx carrying the request id, and the request's
+// record of what it has logged once (LogOnce).
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	return context.WithValue(context.WithValue(ctx, requestIDKey{}, id), onceKey{}, &sync.Map{})
+}
+
+type onceKey struct{}
+
+// LogOnce says whether the request has not logged what key names yet, and
+// records that it now has: a failure every field of a request meets (its
+// deadline) is logged once, not once per field. Outside a request, always
+// true.
+func LogOnce(ctx context.Context, key string) bool {
+	m, _ := ctx.Value(onceKey{}).(*sync.Map)
+	if m == nil {
+		return true
+	}
+	_, logged := m.LoadOrStore(key, true)
+	return !logged
 }
 
 // RequestID returns the request id, empty outside a request.

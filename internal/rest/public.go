@@ -21,6 +21,14 @@ func PublicError(ctx context.Context, log *slog.Logger, err error, kv ...any) *e
 		switch {
 		case e.Code == errs.Unavailable && e.Details["reason"] == "cancelled":
 			log.InfoContext(ctx, "client went away", append([]any{"requestId", id}, kv...)...)
+		case e.Code == errs.Unavailable && (e.Details["reason"] == "deadline" || e.Details["reason"] == "busy"):
+			// Every field still loading when a request's deadline passes
+			// fails with it (120 lines for one request): logged once. A
+			// database that does not answer shows here too, as requests
+			// past their deadline.
+			if reqctx.LogOnce(ctx, "deadline") {
+				log.WarnContext(ctx, "request past its deadline", append([]any{"requestId", id, "reason", e.Details["reason"], "err", err}, kv...)...)
+			}
 		case e.Code == errs.Unavailable:
 			log.WarnContext(ctx, "database unavailable", append([]any{"requestId", id, "err", err}, kv...)...)
 		}

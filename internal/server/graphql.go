@@ -56,7 +56,7 @@ func (s *Server) graphqlHandler() http.Handler {
 		return func(ctx context.Context) *graphql.Response {
 			busy := func() *graphql.Response {
 				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
-					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry"))}}
+					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}
 			}
 			key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
 			if !s.execSlots.acquire(ctx, key) {

@@ -463,6 +463,12 @@ func ClassifyIn(ctx context.Context, err error) *errs.Error {
 	if Cancelled(ctx, err) {
 		return errCancelled()
 	}
+	if _, domain := errs.As(err); !domain && err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The request's own deadline passed: whatever the database did, the
+		// request took too long (it may have waited for a slot), and the
+		// database need not be down.
+		return errs.E(errs.Unavailable, "the request ran past its deadline; retry").With("reason", "deadline")
+	}
 	return Classify(err)
 }
 
