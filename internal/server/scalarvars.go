@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -56,6 +57,12 @@ func (c *scalarVars) MutateOperationContext(_ context.Context, oc *graphql.Opera
 		if !ok {
 			continue
 		}
+		// A single value for a list is a list of one (the spec's input
+		// coercion): gqlparser makes it a typed slice ([]string), which
+		// gqlgen's list unmarshalling takes for one element, so "instance."
+		// for [String!] was "must be a string".
+		v = untyped(v)
+		oc.Variables[d.Variable] = v
 		if path, err := c.check(d.Type, v, "variable."+d.Variable, 0); err != nil {
 			e := errs.Invalid(path, "%s %s", path, messageOf(err))
 			ge := gqlerror.Errorf("%s", e.Message)
@@ -71,6 +78,34 @@ func (c *scalarVars) MutateOperationContext(_ context.Context, oc *graphql.Opera
 		return ge
 	}
 	return nil
+}
+
+// untyped is a variable's value with every typed slice, at any depth of
+// its lists and input objects, made a []any.
+func untyped(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case map[string]any:
+		for k, e := range x {
+			x[k] = untyped(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = untyped(e)
+		}
+		return x
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice || rv.Type().Elem().Kind() == reflect.Uint8 { // bytes (json.RawMessage) are a value
+		return v
+	}
+	out := make([]any, rv.Len())
+	for i := range out {
+		out[i] = untyped(rv.Index(i).Interface())
+	}
+	return out
 }
 
 // nullCondition finds a variable given as null (a nullable one, with a
