@@ -57,6 +57,13 @@ func TestStandardIntrospectionQuery(t *testing.T) {
 	if r := e.GraphQL("", introspectionQuery, nil); r.Status != 401 {
 		t.Fatalf("introspection without a token: %d", r.Status)
 	}
+	// Apollo Kotlin's first introspection query (its feature detection):
+	// five __type fields, refused while the bound was 4.
+	pre := `{ schema: __type(name: "__Schema") { ...T } type: __type(name: "__Type") { ...T } directive: __type(name: "__Directive") { ...T }
+		field: __type(name: "__Field") { ...T } inputValue: __type(name: "__InputValue") { ...T } } fragment T on __Type { fields { name args { name } } }`
+	if r := e.GraphQL(admin, pre, nil); r.Status != 200 || r.Body["errors"] != nil {
+		t.Fatalf("Apollo Kotlin's pre-introspection query: %d %.300s", r.Status, r.Raw)
+	}
 	// Introspection still has bounds: many copies of __schema are refused.
 	many := "{"
 	for i := 0; i < 9; i++ {

@@ -39,8 +39,9 @@ const (
 	// about 15 levels deep, on a finite schema.
 	MaxIntrospectionDepth = 24
 	// MaxIntrospectionRoots bounds __schema and __type fields per operation,
-	// whose answers are large.
-	MaxIntrospectionRoots = 4
+	// whose answers are large (a __schema is also priced SchemaCost). Apollo
+	// Kotlin's first introspection query asks for five __type fields.
+	MaxIntrospectionRoots = 8
 	// MaxComplexity admits the fleet dashboard query (50 pools of 40 nodes
 	// with their latest inventory, about 25000) with headroom.
 	MaxComplexity = 50000
