@@ -106,6 +106,12 @@ func TestOneCredentialDoesNotKeepTheSlots(t *testing.T) {
 		}
 		return nil
 	})
+	// An operator sees the queue on /metrics.
+	req, _ := http.NewRequest("GET", e.Server.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+e.Operator)
+	if m := env(t, e).Do(req); !strings.Contains(string(m.Raw), "\ncompute_graphql_waiting 7\n") || !strings.Contains(string(m.Raw), "\ncompute_graphql_executing 2\n") {
+		t.Fatalf("/metrics does not show 2 executing and 7 waiting:\n%s", m.Raw)
+	}
 	release <- struct{}{} // one of the viewer's ends: its slot goes to the admin
 	if d := gqlOK(t, <-other); dig(t, d, "viewer", "kind") == nil {
 		t.Fatalf("another credential: %v", d)

@@ -187,7 +187,11 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_subscriptions", Help: "Open instance event subscriptions."},
 			func() float64 { return float64(s.Live.Subscribers()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
-			func() float64 { return float64(s.sessions.count()) }))
+			func() float64 { return float64(s.sessions.count()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_graphql_executing", Help: "GraphQL queries and mutations executing (at most COMPUTE_GRAPHQL_CONCURRENCY)."},
+			func() float64 { return float64(s.execSlots.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_graphql_waiting", Help: "GraphQL queries and mutations waiting for an execution slot."},
+			func() float64 { return float64(s.WaitingOperations()) }))
 	// The limits are shared by the replicas (internal/ratelimit): a
 	// credential's requests lease batches sized to what this replica
 	// spends, prefetched; failed authentications lease one token at a time

@@ -127,6 +127,13 @@ func (s *slots) dispatch() {
 	}
 }
 
+// inUse is how many slots are taken.
+func (s *slots) inUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used
+}
+
 // WaitingOperations is how many GraphQL queries and mutations wait for an
 // execution slot on this replica now.
 func (s *Server) WaitingOperations() int {
