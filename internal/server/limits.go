@@ -459,16 +459,7 @@ func (cw *costWalker) connection(sel ast.SelectionSet) (each, once, conns int) {
 // skipped says a selection will not run: @skip(if: true) or
 // @include(if: false), literally or through a variable.
 func (cw *costWalker) skipped(s ast.Selection) bool {
-	var ds ast.DirectiveList
-	switch s := s.(type) {
-	case *ast.Field:
-		ds = s.Directives
-	case *ast.InlineFragment:
-		ds = s.Directives
-	case *ast.FragmentSpread:
-		ds = s.Directives
-	}
-	for _, d := range ds {
+	for _, d := range directivesOf(s) {
 		if d.Name != "skip" && d.Name != "include" {
 			continue
 		}
@@ -477,6 +468,19 @@ func (cw *costWalker) skipped(s ast.Selection) bool {
 		}
 	}
 	return false
+}
+
+// directivesOf is a selection's directives.
+func directivesOf(s ast.Selection) ast.DirectiveList {
+	switch s := s.(type) {
+	case *ast.Field:
+		return s.Directives
+	case *ast.InlineFragment:
+		return s.Directives
+	case *ast.FragmentSpread:
+		return s.Directives
+	}
+	return nil
 }
 
 // pageSize is a connection's requested page size, as its resolver will see

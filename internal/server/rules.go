@@ -46,16 +46,7 @@ var singleRootField = core.Rule{
 			var walk func(set ast.SelectionSet)
 			walk = func(set ast.SelectionSet) {
 				for _, sel := range set {
-					var dirs ast.DirectiveList
-					switch s := sel.(type) {
-					case *ast.Field:
-						dirs = s.Directives
-					case *ast.InlineFragment:
-						dirs = s.Directives
-					case *ast.FragmentSpread:
-						dirs = s.Directives
-					}
-					for _, d := range dirs {
+					for _, d := range directivesOf(sel) {
 						if d.Name == "skip" || d.Name == "include" {
 							addError(core.Message(`%s must not use @%s in its top level selection: a subscription has exactly one root field.`, name, d.Name),
 								core.At(d.Position))

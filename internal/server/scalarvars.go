@@ -125,20 +125,18 @@ func nullCondition(sel ast.SelectionSet, vars map[string]any, seen map[string]bo
 		return ""
 	}
 	for _, s := range sel {
-		var name string
-		switch s := s.(type) {
-		case *ast.Field:
-			if name = check(s.Directives); name == "" {
+		name := check(directivesOf(s))
+		if name == "" {
+			switch s := s.(type) {
+			case *ast.Field:
 				name = nullCondition(s.SelectionSet, vars, seen)
-			}
-		case *ast.InlineFragment:
-			if name = check(s.Directives); name == "" {
+			case *ast.InlineFragment:
 				name = nullCondition(s.SelectionSet, vars, seen)
-			}
-		case *ast.FragmentSpread:
-			if name = check(s.Directives); name == "" && s.Definition != nil && !seen[s.Name] {
-				seen[s.Name] = true
-				name = nullCondition(s.Definition.SelectionSet, vars, seen)
+			case *ast.FragmentSpread:
+				if s.Definition != nil && !seen[s.Name] {
+					seen[s.Name] = true
+					name = nullCondition(s.Definition.SelectionSet, vars, seen)
+				}
 			}
 		}
 		if name != "" {
