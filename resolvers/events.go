@@ -20,9 +20,6 @@ type (
 	Principal = *reqctx.Principal
 )
 
-// LastEventID is the header an event stream's client reconnects with.
-const LastEventID = "Last-Event-ID"
-
 // resumeAfter is the document's after, or nil when the stream resumes
 // after its Last-Event-ID instead (subscribe reads it): an after the header
 // replaces is not read at all.
@@ -51,11 +48,11 @@ func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, dec
 		// An event stream its client reconnected (an EventSource sends the
 		// id of the last event it received) resumes after that event in
 		// place of the document's after (resumeAfter).
-		seq, err := events.ParseCursor(LastEventID, f.TenantID, id)
+		seq, err := events.ParseCursor(reqctx.LastEventIDHeader, f.TenantID, id)
 		if err != nil {
 			return nil, err
 		}
-		after, opts.CursorPath = &seq, LastEventID
+		after, opts.CursorPath = &seq, reqctx.LastEventIDHeader
 	}
 	if s := reqctx.SessionFrom(ctx); s != nil {
 		opts.OnChange = s.OnChange

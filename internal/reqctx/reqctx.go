@@ -232,6 +232,10 @@ func DriverFrom(ctx context.Context) Driver {
 	return d
 }
 
+// LastEventIDHeader is the header an event stream's client reconnects with,
+// naming the last event it received.
+const LastEventIDHeader = "Last-Event-ID"
+
 type lastEventKey struct{}
 
 // WithLastEventID returns ctx carrying the id of the last event a

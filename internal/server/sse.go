@@ -110,16 +110,17 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		}
 	}()
 	params.Headers = r.Header
-	if len(r.Header.Values("Last-Event-ID")) > 1 {
+	if len(r.Header.Values(reqctx.LastEventIDHeader)) > 1 {
 		// One resume point: a proxy that reads the first and a server that
 		// reads the last would disagree (as for a key twice in a body).
-		writeRequestError(w, mediaJSON, http.StatusBadRequest, errs.Invalid("Last-Event-ID", "send one Last-Event-ID header"))
+		writeRequestError(w, mediaJSON, http.StatusBadRequest, errs.Invalid(reqctx.LastEventIDHeader, "send one %s header", reqctx.LastEventIDHeader))
 		return
 	}
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
+	if id := r.Header.Get(reqctx.LastEventIDHeader); id != "" {
 		// A client reconnecting (EventSource does on its own) resumes
 		// after the last event it received, whatever the document's
-		// after says: the event subscriptions read it (resolvers.resume).
+		// after says: the event subscriptions read it (resolvers'
+		// subscribe and resumeAfter).
 		ctx = reqctx.WithLastEventID(ctx, id)
 	}
 	ctx = reqctx.WithSession(ctx, sess)
