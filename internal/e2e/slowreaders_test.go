@@ -139,7 +139,7 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		e.DB.Committed(ctx, []string{"acme"}) // a transaction of its own, not DB.Tx: tell the sequencer
+		e.DB.Committed(ctx, []string{"acme"}, -1) // a transaction of its own, not DB.Tx: tell the sequencer
 	}
 	publish(n)
 	var first []events.Event

@@ -328,7 +328,7 @@ func (f *subFleet) publish(b *testing.B, e *testkit.Env, per, writers int) {
 			}
 			// Its own transaction, not DB.Tx: tell the sequencer, as
 			// DB.Tx does after a commit.
-			e.DB.Committed(ctx, []string{"bench"})
+			e.DB.Committed(ctx, []string{"bench"}, -1)
 		}()
 	}
 	wg.Wait()

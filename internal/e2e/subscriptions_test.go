@@ -179,7 +179,7 @@ func TestInstanceEventsSubscription(t *testing.T) {
 	// A cursor older than the retention, and one of the outbox before the
 	// per-tenant streams.
 	must(t, e.Call(acme.Member.Token, "instances/delete", map[string]any{"tenantId": "acme", "instanceId": id2}))
-	if _, err := e.DB.ExecContext(context.Background(), `UPDATE event_streams SET pruned_seq = last_seq WHERE tenant_id = 'acme'`); err != nil {
+	if _, err := e.DB.ExecContext(context.Background(), `UPDATE event_streams s SET pruned_seq = `+events.LastSeq+` WHERE s.tenant_id = 'acme'`); err != nil {
 		t.Fatal(err)
 	}
 	mine := dialWS(t, e)

@@ -469,6 +469,7 @@ func BenchmarkEventWriters(b *testing.B) {
 	// writes the tenant's events and half on another), or one per tenant
 	// on every replica (every: two replicas then have twice the
 	// subscribers and read every event twice).
+	holding := false // phase: a snapshot of this database held through it
 	phase := func(name string, replicas int, tenants []string, subs placement, jobs ...bool) float64 {
 		if !wanted(name) {
 			return 0
@@ -516,6 +517,23 @@ func BenchmarkEventWriters(b *testing.B) {
 		for !reps[len(reps)-1].hub.Listening() {
 			time.Sleep(10 * time.Millisecond) // the listeners are up
 		}
+		if holding {
+			// Another session of this database holds a snapshot (and an
+			// xid) for the whole phase, as a pg_dump or a long report
+			// does: no row the passes move can be removed meanwhile.
+			hold, err := sql.Open("pgx", url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			htx, err := hold.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := htx.Exec(`SELECT pg_current_xact_id()`); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { htx.Rollback(); hold.Close() }()
+		}
 		stop := make(chan struct{})
 		notify, locks, seqNotify, done := waits(url, stop)
 		c0 := cpuNow()
@@ -554,11 +572,11 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		tail := time.Since(t0) - d
 		used := cpuNow().since(c0)
-		var passes, numbered, reads, forwards int64
+		var passes, numbered, reads, forwards, wholes int64
 		for _, r := range reps {
 			seq := events.Start(r.db, nil) // the running one
 			p, nn, _ := seq.Stats()
-			passes, numbered, reads, forwards = passes+p, numbered+nn, reads+r.hub.Reads(), forwards+seq.Forwards()
+			passes, numbered, reads, forwards, wholes = passes+p, numbered+nn, reads+r.hub.Reads(), forwards+seq.Forwards(), wholes+seq.Wholes()
 		}
 		stopHubs()
 		for _, r := range reps {
@@ -569,8 +587,8 @@ func BenchmarkEventWriters(b *testing.B) {
 		if os.Getenv("BENCH_STATEMENTS") != "" {
 			statements(b, url)
 		}
-		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes numbered %d events; %d batches forwarded to the leader; %d hub reads",
-			"", tail.Round(time.Millisecond), passes, numbered, forwards, reads)
+		b.Logf("%-36s last delivery %v after the writers stopped; %d sequencer passes (%d reading an inbox whole) numbered %d events; %d batches forwarded to the leader; %d hub reads",
+			"", tail.Round(time.Millisecond), passes, wholes, numbered, forwards, reads)
 		return rate
 	}
 	var sixteen []string
@@ -622,6 +640,13 @@ func BenchmarkEventWriters(b *testing.B) {
 	// queue's inserts at most once per FetchCooldown per client, so few
 	// writers take the notify lock.
 	phase("new, written and numbered, with a River job", 1, sixteen, none, true)
+	// With a snapshot of this database held through the phase (the rows
+	// passes move stay until it ends: migration 00016), delivered to a
+	// subscriber of each tenant; beside it the same phase without.
+	phase("new, 1 replica, 16 tenants, delivered", 1, sixteen, spread)
+	holding = true
+	phase("new, 1 replica, 16 tenants, delivered, a snapshot held", 1, sixteen, spread)
+	holding = false
 	// One replica and two, in pairs, the second pair in the other order:
 	// later phases run on a bigger database, so a pair's ratio compares
 	// neighbours. The subscribers are spread over the replicas, as a load

@@ -11,7 +11,7 @@
 // the readers: this replica's at once, the others' with one batched NOTIFY
 // sent from the sequencer's own transaction. Sequencers of one tenant take
 // turns on that row and each numbers only committed rows, so a tenant's
-// readers always see the numbers 1..last_seq without a hole: a reader
+// readers always see the numbers 1..last without a hole: a reader
 // never later finds an event that sorts before one it has seen, whatever
 // else runs in the cluster, and an event is readable as soon as its
 // sequencer commits (milliseconds after its own commit).
@@ -485,11 +485,16 @@ func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]
 	return out, nil
 }
 
+// LastSeq is the last number of the stream of event_streams s: its last
+// event's, or pruned_seq once retention took every event (a pass locks
+// the stream's row and does not update it: migration 00016).
+const LastSeq = `greatest(s.pruned_seq, coalesce((SELECT max(e.seq) FROM events e WHERE e.tenant_id = s.tenant_id), 0))`
+
 // Last returns the tenant's last sequence number (0 before its first
 // event).
 func Last(ctx context.Context, q store.Q, tenantID string) (uint64, error) {
 	var n []int64
-	if err := q.SelectContext(ctx, &n, `SELECT last_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
+	if err := q.SelectContext(ctx, &n, `SELECT `+LastSeq+` FROM event_streams s WHERE s.tenant_id = $1`, tenantID); err != nil {
 		return 0, store.Wrap(err)
 	}
 	if len(n) == 0 {
@@ -512,7 +517,7 @@ func CheckCursor(ctx context.Context, q store.Q, path, tenantID string, after ui
 		Last   int64 `db:"last_seq"`
 		Pruned int64 `db:"pruned_seq"`
 	}
-	if err := q.SelectContext(ctx, &s, `SELECT last_seq, pruned_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
+	if err := q.SelectContext(ctx, &s, `SELECT `+LastSeq+` AS last_seq, s.pruned_seq FROM event_streams s WHERE s.tenant_id = $1`, tenantID); err != nil {
 		return store.Wrap(err)
 	}
 	var last, pruned uint64

@@ -146,7 +146,9 @@ func (s *Sequencer) heard(payload string) {
 		s.mu.Lock()
 		s.acks[from] = max(s.acks[from], n)
 		for _, t := range strings.Split(list, ",") {
-			s.dirty[t] = struct{}{}
+			if _, ok := s.dirty[t]; !ok {
+				s.dirty[t] = false // a forward names no tenant to read whole
+			}
 		}
 		s.mu.Unlock()
 		s.poke()

@@ -44,8 +44,11 @@ type DB struct {
 	// Committed, when set, is told the tenants whose events a transaction
 	// of this handle wrote (NoteEvents), right after it commits, on the
 	// committing goroutine: package events numbers them there (the
-	// sequencer), outside the writer's transaction.
-	Committed func(ctx context.Context, tenants []string)
+	// sequencer), outside the writer's transaction. took is how long the
+	// commit took, from the moment its pipeline (with the statements sent
+	// at commit, ExecAtCommit) began to be sent until PostgreSQL answered
+	// it; negative when not known (a statement on the handle itself).
+	Committed func(ctx context.Context, tenants []string, took time.Duration)
 }
 
 // AppName is the application_name of a connection of this replica in the
@@ -257,11 +260,12 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return notes.retry(err)
 	}
+	began := time.Now()
 	if err := tx.Commit(); err != nil {
 		return notes.retry(Wrap(err))
 	}
 	if len(notes.tenants) > 0 && db.Committed != nil {
-		db.Committed(ctx, notes.tenants)
+		db.Committed(ctx, notes.tenants, time.Since(began))
 	}
 	return nil
 }
@@ -348,7 +352,7 @@ func NoteEvents(ctx context.Context, q Q, tenantID string) {
 		n.mu.Unlock()
 	case *DB:
 		if x.Committed != nil {
-			x.Committed(ctx, []string{tenantID})
+			x.Committed(ctx, []string{tenantID}, -1)
 		}
 	}
 }

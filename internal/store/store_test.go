@@ -233,3 +233,36 @@ func TestCountByAndEachRow(t *testing.T) {
 		t.Fatalf("row error: %v", err)
 	}
 }
+
+// TestCommittedIsToldHowLongTheCommitTook: the duration Committed is told
+// covers what ran with the COMMIT (ExecAtCommit's statements), from before
+// the first was sent: package events reads a tenant's whole inbox after a
+// commit at least that long.
+func TestCommittedIsToldHowLongTheCommitTook(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	var took []time.Duration
+	db.Committed = func(_ context.Context, _ []string, d time.Duration) { took = append(took, d) }
+	ctx := context.Background()
+	for _, sleep := range []float64{0, 0.3} {
+		if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+			if _, err := tx.Exec(`SELECT 1`); err != nil {
+				return err
+			}
+			time.Sleep(time.Second) // before the commit: not counted
+			store.NoteEvents(ctx, tx, "t1")
+			return store.ExecAtCommit(ctx, tx, `SELECT pg_sleep($1)`, sleep)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(took) != 2 || took[0] >= time.Second || took[1] < 300*time.Millisecond {
+		t.Fatalf("told %v: want under 1s, then at least 300ms", took)
+	}
+	// A statement on the handle itself: not known.
+	took = nil
+	store.NoteEvents(ctx, db, "t1")
+	if len(took) != 1 || took[0] >= 0 {
+		t.Fatalf("told %v for a statement of its own: want a negative duration", took)
+	}
+}

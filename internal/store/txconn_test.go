@@ -419,7 +419,7 @@ func TestCommitConfirmedThenSessionLost(t *testing.T) {
 	ctx := context.Background()
 	commit := "COMMIT"
 	var told []string
-	db.Committed = func(_ context.Context, tenants []string) { told = append(told, tenants...) }
+	db.Committed = func(_ context.Context, tenants []string, _ time.Duration) { told = append(told, tenants...) }
 	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.Exec(`INSERT INTO kv VALUES ('a', 1, NULL)`); err != nil {
 			return err

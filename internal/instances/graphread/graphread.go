@@ -264,7 +264,7 @@ func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs [
 			Last     int64  `db:"last_seq"`
 			Pruned   int64  `db:"pruned_seq"`
 		}
-		if err := q.SelectContext(ctx, &streams, `SELECT s.tenant_id, s.last_seq, s.pruned_seq FROM event_streams s
+		if err := q.SelectContext(ctx, &streams, `SELECT s.tenant_id, `+events.LastSeq+` AS last_seq, s.pruned_seq FROM event_streams s
 			WHERE s.tenant_id IN (SELECT i.tenant_id FROM instances i WHERE i.instance_id = ANY($1))`, instanceIDs); err != nil {
 			return page.Rows[events.Event]{}, store.Wrap(err)
 		}
