@@ -363,9 +363,9 @@ func (s *Sequencer) run(ctx context.Context) {
 // commitMargin, not from the inbox's start (migration 00016): a row that
 // the pass which numbered that event did not see was committed after that
 // pass's statement began, so after that event's insert, and was inserted
-// at most its commit's duration before (its insert runs with the COMMIT). The tenants in whole are read
-// whole: a commit that took commitMargin or longer, or whose duration is
-// not known, and the sweep's. Rows a pass moves stay in the inbox's table
+// at most its commit's duration before (its insert runs with the COMMIT).
+// The tenants in whole are read whole: after a commit that took
+// commitMargin or longer, or whose duration is not known, and the sweep's. Rows a pass moves stay in the inbox's table
 // and index as dead rows until no snapshot of the database can see them
 // and a vacuum removes them; read from its start, a tenant's inbox was
 // every row moved since the oldest snapshot of the database began (with
