@@ -38,7 +38,9 @@ type decideFunc func(ctx context.Context, db Querier, p Principal) (events.Filte
 // decides it again whenever the caller's role bindings change: a refusal
 // ends it with that error, a narrower or wider reach changes its filter.
 func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, decide decideFunc) (<-chan *events.Event, error) {
-	f, err := decide(ctx, r.DB, reqctx.PrincipalFrom(ctx))
+	setup, done := reqctx.Setup(ctx) // the start's deadline, not the subscription's
+	f, err := decide(setup, r.DB, reqctx.PrincipalFrom(ctx))
+	done()
 	if err != nil {
 		return nil, err
 	}

@@ -501,7 +501,27 @@ func TestFrozenDatabase(t *testing.T) {
 	var logs syncBuffer
 	e := testkit.StartWith(t, testkit.Options{Proxy: true, Logs: &logs, Config: server.Config{RequestTimeout: time.Second}})
 	acme := newTenant(t, e, "acme")
+	open := dialWS(t, e) // a socket acknowledged before the freeze
+	open.init(acme.Admin.Token)
 	e.Proxy.Freeze()
+	// Its operations sent during the freeze end at their deadline too (an
+	// operation authenticates again, on the database): a query and a
+	// subscription's start. They waited for the thaw.
+	sent := time.Now()
+	open.send(map[string]any{"id": "q", "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+	open.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { eventId } }`}})
+	for ended := map[any]bool{}; len(ended) < 2; {
+		m, err := open.read(8 * time.Second)
+		if err != nil {
+			t.Fatalf("operations on an open socket during the freeze: %v after %v (ended: %v)", err, time.Since(sent), ended)
+		}
+		if m["type"] == "error" || m["type"] == "complete" {
+			if m["type"] == "error" && !strings.Contains(fmt.Sprint(m["payload"]), "UNAVAILABLE") {
+				t.Fatalf("an operation on an open socket during the freeze: %v", m)
+			}
+			ended[m["id"]] = true
+		}
+	}
 	done := make(chan testkit.Resp, 2)
 	go func() {
 		done <- e.Call(acme.Admin.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "frozen"})

@@ -32,6 +32,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/safe"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -359,7 +360,12 @@ func (s *Subscription) ready(ev *events.Event) {
 // it first replays every later event of the filter from the outbox (an
 // after older than the retention is INVALID_STATE, details.reason
 // "expired-cursor"), then goes live.
+//
+// Its start's reads (the cursor's check, a new stream's position) are
+// bounded by ctx's setup deadline (reqctx.Setup), the subscription by ctx.
 func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *uint64, opts ...Options) (*Subscription, error) {
+	setup, done := reqctx.Setup(ctx)
+	defer done()
 	if after != nil {
 		path := "after"
 		for _, o := range opts {
@@ -367,7 +373,7 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *uint64, opt
 				path = o.CursorPath
 			}
 		}
-		if err := events.CheckCursor(ctx, h.db, path, f.TenantID, *after); err != nil {
+		if err := events.CheckCursor(setup, h.db, path, f.TenantID, *after); err != nil {
 			return nil, err
 		}
 	}
@@ -378,7 +384,7 @@ func (h *Hub) Subscribe(ctx context.Context, f events.Filter, after *uint64, opt
 		sub.opts = o
 	}
 	sub.C = sub.c
-	st, from, next, err := h.join(ctx, sub)
+	st, from, next, err := h.join(setup, sub)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -263,3 +263,23 @@ func Admitted(ctx context.Context) bool {
 	ok, _ := ctx.Value(admittedKey{}).(bool)
 	return ok
 }
+
+type setupKey struct{}
+
+// WithSetupDeadline returns ctx saying that a subscription's start (its
+// decision, its cursor's check, its stream's first reads) must be done by
+// t, the operation's deadline, which the subscription itself outlives: a
+// start waiting on a frozen database is answered when the deadline passes,
+// as a query would be, not when the database comes back.
+func WithSetupDeadline(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, setupKey{}, t)
+}
+
+// Setup returns ctx bounded by the deadline WithSetupDeadline put in it
+// (ctx itself, with a no-op cancel, when none): for the start's calls only.
+func Setup(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t, ok := ctx.Value(setupKey{}).(time.Time); ok {
+		return context.WithDeadline(ctx, t)
+	}
+	return ctx, func() {}
+}

@@ -166,6 +166,11 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		st.complete()
 		return
 	}
+	if bounded && oc.Operation.Operation == ast.Subscription {
+		// The request's deadline bounds the subscription's start, not the
+		// subscription.
+		ctx = reqctx.WithSetupDeadline(ctx, deadline)
+	}
 	end := func() { t.ending(ctx, st, sess, exec, oc, endErr) }
 	if detach && st.hijack() {
 		owned = true

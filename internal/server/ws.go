@@ -474,15 +474,23 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 		b, _ := json.Marshal(gqlerror.List{{Message: e.Message, Extensions: map[string]any{"code": string(e.Code), "details": e.Details}}})
 		op.send(c, wsMessage{Type: "error", Payload: b}, false)
 	}
-	p, err := auth.Authenticate(ctx, c.s.DB, c.secret)
+	// The operation's deadline: a query's or a mutation's whole run, its
+	// authentication included, and a subscription's start (it outlives
+	// it). Authenticated on the socket's context alone, an operation sent
+	// while the database was frozen waited for it to come back.
+	deadline := time.Now().Add(c.s.Config.RequestTimeout)
+	actx, authDone := context.WithDeadline(ctx, deadline)
+	p, err := auth.Authenticate(actx, c.s.DB, c.secret)
 	if err != nil {
+		defer authDone() // after the error is classified on actx (its deadline)
 		if errs.CodeOf(err) == errs.Unauthenticated {
 			c.close(closeForbidden, "Forbidden: the bearer token was revoked")
 			return
 		}
-		fail(rest.PublicError(ctx, c.s.Log, err, "transport", "websocket", "step", "authentication"))
+		fail(rest.PublicError(actx, c.s.Log, err, "transport", "websocket", "step", "authentication"))
 		return
 	}
+	authDone()
 	ctx = reqctx.WithPrincipal(ctx, p)
 	ctx = reqctx.WithSession(ctx, c)
 	ctx, endErr := reqctx.WithEnd(ctx)
@@ -498,8 +506,10 @@ func (c *wsConn) run(ctx context.Context, op *wsOp, params *graphql.RawParams) {
 	}
 	if oc.Operation.Operation != ast.Subscription {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.s.Config.RequestTimeout)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
+	} else {
+		ctx = reqctx.WithSetupDeadline(ctx, deadline)
 	}
 	responses, rctx := c.exec.DispatchOperation(ctx, oc)
 	// end is the stream's end: a subscription that ended with an error (a
