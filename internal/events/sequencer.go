@@ -85,7 +85,14 @@ func Start(db *store.DB, log *slog.Logger) *Sequencer {
 	s := &Sequencer{db: db, log: log, id: newID(), dirty: map[string]bool{}, next: make(chan struct{}), wakeC: make(chan struct{}, 1),
 		Sweep: time.Second, Stranded: 2 * time.Second, done: make(chan struct{}),
 		acks: map[string]int64{}, ackSig: make(chan struct{}, 1)}
-	s.lease = cluster.New(db, LeaseName, s.id, log)
+	// The lease's holder names the replica (cluster_leases says which one
+	// numbers the events) and the sequencer (a replica restarted under the
+	// same name holds a new lease).
+	holder := s.id
+	if db.Replica != "" {
+		holder = db.Replica + "/" + s.id
+	}
+	s.lease = cluster.New(db, LeaseName, holder, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	running[db] = s
