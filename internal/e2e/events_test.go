@@ -237,6 +237,17 @@ func TestTenantEventsEveryKind(t *testing.T) {
 	if p, _ := payload["errors"].([]any); len(p) == 0 || p[0].(map[string]any)["message"] != words {
 		t.Fatalf("tenantEvents refused in other words than events.list (%v): %v", words, msgs)
 	}
+	// A bad types entry too (the list's schema check said "does not
+	// match", the subscription "must be an event type or a prefix").
+	for _, types := range [][]string{{"%"}, {"node.", "instance"}, {"node.bogus"}} {
+		r := e.Call(beta.Admin.Token, "events/list", map[string]any{"tenantId": "beta", "types": types})
+		words := r.Body["error"].(map[string]any)["message"]
+		msgs := w.op("types-words", tenantEventsSub, map[string]any{"t": "beta", "types": types})
+		payload, _ := msgs[0]["payload"].(map[string]any)
+		if p, _ := payload["errors"].([]any); len(p) == 0 || p[0].(map[string]any)["message"] != words {
+			t.Fatalf("types %v: tenantEvents refused in other words than events.list (%v): %v", types, words, msgs)
+		}
+	}
 	expect(t, e.Call(cred, "events/list", map[string]any{"tenantId": "acme"}), "UNAUTHENTICATED", "")
 	for _, c := range []struct {
 		in   map[string]any

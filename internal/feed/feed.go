@@ -86,7 +86,8 @@ func ParseTypes(path string, types []string) ([]string, error) {
 	for i, t := range types {
 		at := fmt.Sprintf("%s[%d]", path, i)
 		if !typeRe.MatchString(t) {
-			return nil, errs.Invalid(at, "%s must be an event type or a prefix ending in \".\" (%s)", at, TypePattern)
+			// The method surface's schema says the same first (registry).
+			return nil, errs.Invalid(at, "%s does not match %s", at, TypePattern)
 		}
 		if !strings.HasSuffix(t, ".") {
 			if _, ok := events.Kinds[t]; !ok {
