@@ -252,7 +252,7 @@ const maxTenantsPerPass = 256
 func (s *Sequencer) run(ctx context.Context) {
 	sweep := time.NewTicker(s.Sweep)
 	defer sweep.Stop()
-	var sweepAfter time.Time
+	var sweeps paced
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,12 +263,7 @@ func (s *Sequencer) run(ctx context.Context) {
 			return
 		case <-s.wakeC:
 		case <-sweep.C:
-			if time.Now().Before(sweepAfter) {
-				continue
-			}
-			began := time.Now()
-			safe.Do(ctx, s.log, "event sweep", func() { s.sweep(ctx) })
-			sweepAfter = began.Add(costlyEvery * time.Since(began))
+			sweeps.run(func() { safe.Do(ctx, s.log, "event sweep", func() { s.sweep(ctx) }) })
 			continue
 		}
 		s.mu.Lock()
@@ -510,20 +505,28 @@ const vacuumAfter = 500
 func (s *Sequencer) vacuums(ctx context.Context) {
 	t := time.NewTicker(s.Sweep)
 	defer t.Stop()
-	var after time.Time
+	var vacuums paced
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if time.Now().Before(after) {
-				continue
-			}
-			began := time.Now()
-			safe.Do(ctx, s.log, "event inbox vacuum", func() { s.vacuum(ctx) })
-			after = began.Add(costlyEvery * time.Since(began))
+			vacuums.run(func() { safe.Do(ctx, s.log, "event inbox vacuum", func() { s.vacuum(ctx) }) })
 		}
 	}
+}
+
+// paced runs a costly step no sooner than costlyEvery times its last
+// duration after its last start (one goroutine's).
+type paced struct{ after time.Time }
+
+func (p *paced) run(step func()) {
+	if time.Now().Before(p.after) {
+		return
+	}
+	began := time.Now()
+	step()
+	p.after = began.Add(costlyEvery * time.Since(began))
 }
 
 // costlyEvery: the sweep and the vacuum, which read the whole inbox, run
