@@ -197,7 +197,7 @@ func statements(b *testing.B, url string) {
 		Index int64  `db:"isize"`
 	}
 	if err := d.Get(&st, `SELECT n_dead_tup, n_live_tup, coalesce(last_autovacuum::text, '') || '/' || coalesce(last_vacuum::text, '') || ' ' || autovacuum_count || '/' || vacuum_count AS vac,
-		pg_relation_size('event_inbox') AS size, pg_relation_size('event_inbox_pkey') AS isize FROM pg_stat_user_tables WHERE relname = 'event_inbox'`); err == nil {
+		pg_relation_size('event_inbox') AS size, pg_relation_size('event_inbox_tenant_inserted_idx') AS isize FROM pg_stat_user_tables WHERE relname = 'event_inbox'`); err == nil {
 		b.Logf("   event_inbox: %d dead, %d live, vacuumed %s, heap %d KiB, index %d KiB", st.Dead, st.Live, st.Vac, st.Size/1024, st.Index/1024)
 	} else {
 		b.Log(err)
