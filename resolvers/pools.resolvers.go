@@ -2,7 +2,6 @@ package resolvers
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
@@ -48,13 +47,10 @@ func (r *poolResolver) ID(ctx context.Context, obj *pools.Pool) (string, error) 
 
 // Policy is the resolver for the policy field.
 func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error) {
-	var v any = map[string]any{}
-	if len(obj.Policy) > 0 {
-		if err := json.Unmarshal(obj.Policy, &v); err != nil {
-			return nil, err
-		}
+	if len(obj.Policy) == 0 {
+		return map[string]any{}, nil
 	}
-	return v, nil
+	return rawJSON(obj.Policy)
 }
 
 // Offers is the resolver for the offers field: the owner's members see

@@ -2,7 +2,6 @@ package resolvers
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
 	"github.com/bettercompute/computed/graph"
@@ -56,9 +55,7 @@ func (r *profileResolver) ID(ctx context.Context, obj *profiles.Profile) (string
 
 // Document is the resolver for the document field.
 func (r *profileResolver) Document(ctx context.Context, obj *profiles.Profile) (any, error) {
-	var v any
-	err := json.Unmarshal(obj.Document, &v)
-	return v, err
+	return rawJSON(obj.Document)
 }
 
 // Validation is the resolver for the validation field: the loaded document

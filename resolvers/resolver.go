@@ -8,6 +8,7 @@ package resolvers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -182,16 +183,18 @@ func loadConn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[l
 	return edges, info, total, nil
 }
 
-// rawJSON decodes stored JSON for a JSON scalar field.
+// rawJSON is stored JSON for a JSON scalar field, written out as stored:
+// decoded into Go values, a number past float64's range (1e400) failed the
+// field with INTERNAL, and an integer past 2^53 was rounded, where the
+// method surface answers both as they are.
 func rawJSON(b []byte) (any, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, err
+	if !json.Valid(b) {
+		return nil, errors.New("resolvers: stored JSON is not valid")
 	}
-	return v, nil
+	return json.RawMessage(b), nil
 }
 
 // plain turns a Go value into its JSON form for a JSON scalar field.

@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -71,4 +75,88 @@ func TestPoolsGraphQL(t *testing.T) {
 		t.Fatalf("statements grew with pools: %d for 6, %d for 26", few, best)
 	}
 	t.Logf("%d statements for 6 pools, %d for 26", few, best)
+}
+
+// The graph's JSON fields answer stored JSON as the method surface does: a
+// number past float64's range failed the field with INTERNAL (and a
+// createPool that had committed answered INTERNAL), and an integer past
+// 2^53 came back rounded (a helper's probe).
+func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, member, _ := e.Tenant("acme")
+	const policy = `{"x": 1e400, "y": 18446744073709551617, "z": 0.1, "w": -1e-400}`
+	r := e.GraphQL(admin, `mutation($in: CreatePoolInput!) { createPool(input: $in) { pool { poolId policy } } }`,
+		map[string]any{"in": json.RawMessage(`{"tenantId": "acme", "name": "big", "site": "fra1", "gpuModel": "H100", "sharingMode": "EXCLUSIVE", "kind": "BARE_METAL", "policy": ` + policy + `}`)})
+	if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) {
+		t.Fatalf("createPool: %s", r.Raw)
+	}
+	var created struct {
+		Data struct {
+			CreatePool struct{ Pool struct{ PoolID string } }
+		}
+	}
+	if err := json.Unmarshal(r.Raw, &created); err != nil {
+		t.Fatal(err)
+	}
+	pool := created.Data.CreatePool.Pool.PoolID
+	// number reads the JSON at path in raw, its numbers as written.
+	number := func(raw []byte, path ...string) any {
+		t.Helper()
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%v: %s", err, raw)
+		}
+		for _, p := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("no %s in %s", p, raw)
+			}
+			v = m[p]
+		}
+		return v
+	}
+	rest := e.Call(admin, "pools/get", map[string]any{"tenantId": "acme", "poolId": pool})
+	if rest.Status != 200 {
+		t.Fatalf("pools.get: %s", rest.Raw)
+	}
+	want := number(rest.Raw, "policy")
+	if want.(map[string]any)["y"] != json.Number("18446744073709551617") {
+		t.Fatalf("the method surface's policy: %s", rest.Raw)
+	}
+	for _, q := range []string{
+		`query($id: ID!) { node(id: $id) { ... on Pool { policy } } }`,
+		`query { tenant(tenantId: "acme") { pools(first: 10) { edges { node { policy } } } } }`,
+	} {
+		var vars map[string]any
+		path := []string{"data", "tenant", "pools", "edges"}
+		if strings.Contains(q, "$id") {
+			vars = map[string]any{"id": relay.ID("Pool", pool)}
+			path = []string{"data", "node", "policy"}
+		}
+		r := e.GraphQL(admin, q, vars)
+		if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) {
+			t.Fatalf("%s: %s", q, r.Raw)
+		}
+		got := number(r.Raw, path...)
+		if edges, ok := got.([]any); ok {
+			got = edges[0].(map[string]any)["node"].(map[string]any)["policy"]
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: policy %v, the method surface's %v", q, got, want)
+		}
+	}
+	// A profile's document, and a workflow's copy of it.
+	e.Must(e.Call(member, "profiles/create", `{"tenantId": "acme", "document": {"id": "big-numbers", "version": 1,
+		"steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": 1e400}}]}}`))
+	rest = e.Must(e.Call(member, "profiles/get", map[string]any{"tenantId": "acme", "profileId": "big-numbers"}))
+	r = e.GraphQL(member, `query { tenant(tenantId: "acme") { profile(profileId: "big-numbers") { document } } }`, nil)
+	if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) {
+		t.Fatalf("profile: %s", r.Raw)
+	}
+	if got, want := number(r.Raw, "data", "tenant", "profile", "document"), number(rest.Raw, "document"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("document %v, the method surface's %v", got, want)
+	}
 }
