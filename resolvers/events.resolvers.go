@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/workflows"
 )
 
@@ -64,6 +65,12 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 
 // TenantEvents is the resolver for the tenantEvents field.
 func (r *subscriptionResolver) TenantEvents(ctx context.Context, tenantID string, types []string, after *string) (<-chan *events.Event, error) {
+	// The arguments events.list shares are checked by its rules first, so
+	// the subscription refuses what the method refuses in the same words
+	// (its cursor is after here, checked by ParseWatch).
+	if err := registry.Validate(r.Registry, "events.list", &feed.ListInput{TenantID: tenantID, Types: types, Limit: 1}); err != nil {
+		return nil, err
+	}
 	w, err := feed.ParseWatch(tenantID, types, resumeAfter(ctx, after))
 	if err != nil {
 		return nil, err

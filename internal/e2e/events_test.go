@@ -239,7 +239,13 @@ func TestTenantEventsEveryKind(t *testing.T) {
 	}
 	// A bad types entry too (the list's schema check said "does not
 	// match", the subscription "must be an event type or a prefix").
-	for _, types := range [][]string{{"%"}, {"node.", "instance"}, {"node.bogus"}} {
+	// And too many entries, or one too long (the list's schema bounds them;
+	// the subscription said "holds at most" and "does not match").
+	many := make([]string, 100)
+	for i := range many {
+		many[i] = "node."
+	}
+	for _, types := range [][]string{{"%"}, {"node.", "instance"}, {"node.bogus"}, many, {"node." + strings.Repeat("a", 10240)}} {
 		r := e.Call(beta.Admin.Token, "events/list", map[string]any{"tenantId": "beta", "types": types})
 		words := r.Body["error"].(map[string]any)["message"]
 		msgs := w.op("types-words", tenantEventsSub, map[string]any{"t": "beta", "types": types})
