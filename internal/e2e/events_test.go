@@ -191,6 +191,17 @@ func TestTenantEventsEveryKind(t *testing.T) {
 	if got[len(got)-1]["node"].(map[string]any)["state"] != "REMOVED" || got[len(got)-2]["instance"].(map[string]any)["instanceId"] != inst {
 		t.Fatalf("links are the resources as they are now: %v", got[len(got)-2:])
 	}
+	// Every event names its resource's pool: a workflow's is its node's
+	// (it had none), a reservation's and an instance's the VPS pool.
+	for i, ev := range listed {
+		p := pool
+		if strings.HasPrefix(want[i], "reservation.") || strings.HasPrefix(want[i], "instance.") {
+			p = vps
+		}
+		if ev["poolId"] != p {
+			t.Fatalf("%s event's poolId %v, want %s", want[i], ev["poolId"], p)
+		}
+	}
 	// The inventory event carries the diff: the GPU that went missing.
 	inv := listEvents(t, e, acme.Viewer.Token, "acme", []string{"inventory.changed"})
 	if len(inv) != 2 || !strings.Contains(fmt.Sprint(inv[1]["data"]), "gpu.missing") || inv[1]["resourceId"] != nodeID {

@@ -223,9 +223,15 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) 
 	return w, writeEvent(ctx, q, events.WorkflowCreated, w)
 }
 
-// writeEvent writes a workflow's event in the change's transaction.
+// writeEvent writes a workflow's event in the change's transaction. Its
+// poolId is its node's pool (a node stays in the pool it joined), as a
+// node's own events carry it.
 func writeEvent(ctx context.Context, q store.Q, typ string, w *Workflow) error {
-	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, Data: w})
+	var pool string
+	if err := q.GetContext(ctx, &pool, `SELECT pool_id FROM nodes WHERE node_id = $1 AND tenant_id = $2`, w.NodeID, w.TenantID); err != nil {
+		return store.Wrap(err)
+	}
+	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, PoolID: pool, Data: w})
 }
 
 // saveWith saves a locked workflow and writes its events in order.
