@@ -166,6 +166,11 @@ func Grant(ctx context.Context, q store.Q, in *GrantInput) (*Binding, error) {
 	if err := VisiblePrincipal(ctx, q, in.TenantID, in.PrincipalID); err != nil {
 		return nil, err
 	}
+	if in.Role != "admin" {
+		if err := keepAnAdmin(ctx, q, in.TenantID, in.PrincipalID, "demoted"); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := q.ExecContext(ctx, `INSERT INTO role_bindings (tenant_id, principal_id, role) VALUES ($1, $2, $3)
 		ON CONFLICT (tenant_id, principal_id) DO UPDATE SET role = EXCLUDED.role`, in.TenantID, in.PrincipalID, in.Role); err != nil {
 		return nil, store.Wrap(err)
@@ -175,8 +180,34 @@ func Grant(ctx context.Context, q store.Q, in *GrantInput) (*Binding, error) {
 	return &b, store.Wrap(err)
 }
 
+// keepAnAdmin refuses a change that takes the admin role from the tenant's
+// last admin: a tenant without one could no longer manage its members,
+// tokens, pools or nodes, and only the operator could give one back. The
+// tenant's row is locked first (FOR NO KEY UPDATE: inserts referencing the
+// tenant go on), so its membership changes take turns and the check, a
+// statement of its own, reads the bindings as the change before it left
+// them: two admins demoting each other at once leave one.
+func keepAnAdmin(ctx context.Context, q store.Q, tenantID, principalID, how string) error {
+	if _, err := q.ExecContext(ctx, `SELECT 1 FROM tenants WHERE tenant_id = $1 FOR NO KEY UPDATE`, tenantID); err != nil {
+		return store.Wrap(err)
+	}
+	var last bool
+	if err := q.GetContext(ctx, &last, `SELECT coalesce(bool_and(principal_id = $2), false) FROM role_bindings
+		WHERE tenant_id = $1 AND role = 'admin'`, tenantID, principalID); err != nil {
+		return store.Wrap(err)
+	}
+	if last {
+		return errs.E(errs.InvalidState, "principal %s is the last admin of tenant %s and cannot be %s: grant admin to another principal first", principalID, tenantID, how).
+			With("path", "principalId").With("reason", "last-admin")
+	}
+	return nil
+}
+
 // RevokeMember removes a principal's role on the tenant.
 func RevokeMember(ctx context.Context, q store.Q, in *MemberRefInput) (*Revoked, error) {
+	if err := keepAnAdmin(ctx, q, in.TenantID, in.PrincipalID, "revoked"); err != nil {
+		return nil, err
+	}
 	res, err := q.ExecContext(ctx, `DELETE FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, in.TenantID, in.PrincipalID)
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -240,11 +271,13 @@ func Methods() []registry.Method {
 			[]registry.Field{registry.TenantID(), registry.ID("tokenId", ids.Token)}), nil, RevokeToken),
 		registry.Def(m("members", "grant", registry.Mutation, authz.IAMManage,
 			"Gives a principal a role on the tenant, replacing the role it held.",
-			[]string{"`NOT_FOUND` when no such user or service principal exists."},
+			[]string{"`NOT_FOUND` when no such user or service principal exists.",
+				"`INVALID_STATE` with `details.reason: \"last-admin\"` when it would take the admin role from the tenant's last admin: grant admin to another principal first."},
 			[]registry.Field{registry.TenantID(), principalID(), role()}), nil, Grant),
 		registry.Def(m("members", "revoke", registry.Mutation, authz.IAMManage,
 			"Removes a principal's role on the tenant and returns the number removed.",
-			[]string{"`NOT_FOUND` when the principal holds no role on the tenant."},
+			[]string{"`NOT_FOUND` when the principal holds no role on the tenant.",
+				"`INVALID_STATE` with `details.reason: \"last-admin\"` when the principal is the tenant's last admin."},
 			[]registry.Field{registry.TenantID(), principalID()}), nil, RevokeMember),
 		registry.Def(m("members", "list", registry.Read, authz.IAMRead,
 			"Returns a page of the tenant's role bindings, ordered by principal id.",

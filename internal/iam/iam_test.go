@@ -8,6 +8,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
 )
@@ -165,5 +166,96 @@ func TestConcurrentTokens(t *testing.T) {
 	}
 	if len(principals) != len(secrets) {
 		t.Fatalf("%d principals for %d tokens", len(principals), len(secrets))
+	}
+}
+
+// The tenant's last admin cannot be demoted or revoked (a tenant without
+// one cannot manage itself; only the operator could give one back): that
+// is INVALID_STATE at principalId, reason last-admin, on both methods.
+func TestLastAdmin(t *testing.T) {
+	e := newEnv(t)
+	op := e.Operator()
+	lastAdmin := func(err error) {
+		t.Helper()
+		if x := fixture.Code(t, err, errs.InvalidState, "principalId"); x.Details["reason"] != "last-admin" {
+			t.Fatalf("details %v", x.Details)
+		}
+	}
+	for _, actor := range []*reqctx.Principal{e.acme.Admin, op} {
+		_, err := fixture.Call[iam.Binding](e.F, actor, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID, "role": "member"})
+		lastAdmin(err)
+		_, err = fixture.Call[iam.Revoked](e.F, actor, "members.revoke", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID})
+		lastAdmin(err)
+	}
+	// Granting admin again changes nothing and is allowed.
+	fixture.Must(fixture.Call[iam.Binding](e.F, e.acme.Admin, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID, "role": "admin"}))
+	// With a second admin the first may go; the second is then the last.
+	fixture.Must(fixture.Call[iam.Binding](e.F, op, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.acme.Viewer.ID, "role": "admin"}))
+	fixture.Must(fixture.Call[iam.Binding](e.F, op, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID, "role": "viewer"}))
+	_, err := fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": e.acme.Viewer.ID})
+	lastAdmin(err)
+	// Other principals' changes are not held up by it; beta is untouched.
+	fixture.Must(fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": e.acme.Member.ID}))
+	_, err = fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": e.acme.Member.ID})
+	fixture.Code(t, err, errs.NotFound, "")
+}
+
+// Admins demoted and revoked at once, each by its own transaction: one
+// stays, whatever the interleaving (the tenant's row orders the changes).
+func TestConcurrentDemotionsKeepAnAdmin(t *testing.T) {
+	e := newEnv(t)
+	op := e.Operator()
+	for round := 0; round < 4; round++ {
+		admins := []*reqctx.Principal{}
+		for i := 0; i < 8; i++ {
+			admins = append(admins, e.Principal("acme", "admin"))
+		}
+		var wg sync.WaitGroup
+		res := make([]error, len(admins))
+		for i, a := range admins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i%2 == 0 {
+					_, res[i] = fixture.Call[iam.Binding](e.F, op, "members.grant", map[string]any{"tenantId": "acme", "principalId": a.ID, "role": "member"})
+				} else {
+					_, res[i] = fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": a.ID})
+				}
+			}()
+		}
+		// The fixture's admin goes too, in the same race.
+		var first error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, first = fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID})
+		}()
+		wg.Wait()
+		res = append(res, first)
+		refused := 0
+		for _, err := range res {
+			if err != nil {
+				if errs.CodeOf(err) != errs.InvalidState {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				refused++
+			}
+		}
+		var left int
+		if err := e.DB.Get(&left, `SELECT count(*) FROM role_bindings WHERE tenant_id = 'acme' AND role = 'admin'`); err != nil {
+			t.Fatal(err)
+		}
+		if refused != 1 || left != 1 {
+			t.Fatalf("round %d: %d of %d changes refused, %d admins left", round, refused, len(res), left)
+		}
+		// The next round starts from one admin of the fixture's again.
+		var keep string
+		if err := e.DB.Get(&keep, `SELECT principal_id FROM role_bindings WHERE tenant_id = 'acme' AND role = 'admin'`); err != nil {
+			t.Fatal(err)
+		}
+		fixture.Must(fixture.Call[iam.Binding](e.F, op, "members.grant", map[string]any{"tenantId": "acme", "principalId": e.acme.Admin.ID, "role": "admin"}))
+		if keep != e.acme.Admin.ID {
+			fixture.Must(fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": keep}))
+		}
 	}
 }
