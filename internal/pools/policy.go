@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/schemaerr"
 )
 
 // policySchema is what a pool's policy may say: the keys the server reads
@@ -88,10 +89,6 @@ var compiledPolicy = func() *jsonschema.Schema {
 	return c.MustCompile(url)
 }()
 
-// typeWords names a JSON Schema type in a refusal.
-var typeWords = map[string]string{"integer": "an integer", "number": "a number", "string": "a string",
-	"object": "an object", "array": "an array", "boolean": "true or false", "null": "null"}
-
 // checkPolicy validates a decoded policy against policySchema: nil, or
 // INVALID_INPUT naming the first offending field under path.
 func checkPolicy(path string, raw json.RawMessage) error {
@@ -117,22 +114,7 @@ func checkPolicy(path string, raw json.RawMessage) error {
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
-			l := leaf{loc: e.InstanceLocation, msg: e.Error()}
-			if i := strings.LastIndex(l.msg, "': "); i >= 0 {
-				l.msg = l.msg[i+3:] // "... at '/x': msg" -> msg
-			}
-			if k, ok := e.ErrorKind.(*kind.Type); ok && len(k.Want) > 0 {
-				// The schema library's "got number, want integer": the
-				// product's words.
-				want := make([]string, len(k.Want))
-				for i, w := range k.Want {
-					want[i] = typeWords[w]
-					if want[i] == "" {
-						want[i] = w
-					}
-				}
-				l.msg = "must be " + strings.Join(want, " or ")
-			}
+			l := leaf{loc: e.InstanceLocation, msg: schemaerr.Leaf(e)}
 			if k, ok := e.ErrorKind.(*kind.AdditionalProperties); ok && len(k.Properties) > 0 {
 				props := append([]string{}, k.Properties...)
 				sort.Strings(props)

@@ -50,9 +50,18 @@ func TestPolicyChecksKnownKeys(t *testing.T) {
 // A value of the wrong type is refused in the product's words, not the
 // schema library's ("got number, want integer").
 func TestPolicyTypeWords(t *testing.T) {
-	_, err := policyJSON("policy", json.RawMessage(`{"timeSlices": 1.5}`))
-	if e, _ := err.(*errs.Error); e == nil || e.Message != "policy.timeSlices: must be an integer" {
-		t.Fatalf("%v", err)
+	for policy, want := range map[string]string{
+		`{"timeSlices": 1.5}`: "policy.timeSlices: must be an integer",
+		// Bounds too ("maximum: got 4.611686018427388×10¹⁸, want
+		// 8.64×10⁰⁷", a helper's probe).
+		`{"sim": {"latencyMs": 4611686018427387904}}`: "policy.sim.latencyMs: must be at most 86400000",
+		`{"sim": {"failureRate": 1.5}}`:               "policy.sim.failureRate: must be at most 1",
+		`{"capacity": {"gpus": -1}}`:                  "policy.capacity.gpus: must be at least 0",
+	} {
+		_, err := policyJSON("policy", json.RawMessage(policy))
+		if e, _ := err.(*errs.Error); e == nil || e.Message != want {
+			t.Errorf("%s: %v, want %q", policy, err, want)
+		}
 	}
 }
 

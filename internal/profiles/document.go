@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/schemaerr"
 )
 
 // Bounds of a profile document.
@@ -241,7 +242,7 @@ func firstProblem(base string, doc any, err error) (string, string) {
 			loc = append(loc, props[0])
 			msg = "unknown field"
 		default:
-			msg = leafMessage(e)
+			msg = schemaerr.Leaf(e)
 		}
 		leaves = append(leaves, problem{loc: loc, msg: msg})
 	}
@@ -251,15 +252,6 @@ func firstProblem(base string, doc any, err error) (string, string) {
 	}
 	sort.SliceStable(leaves, func(i, j int) bool { return locLess(leaves[i].loc, leaves[j].loc) })
 	return render(base, doc, leaves[0].loc), leaves[0].msg
-}
-
-func leafMessage(e *jsonschema.ValidationError) string {
-	s := e.Error()
-	// "jsonschema validation failed with ...\n- at '/x': msg" -> msg
-	if i := strings.LastIndex(s, "': "); i >= 0 {
-		return s[i+3:]
-	}
-	return s
 }
 
 func locLess(a, b []string) bool {

@@ -1,0 +1,77 @@
+// Package schemaerr words a JSON Schema validation error's leaf as the
+// method surface words the same refusal (internal/registry): "must be at
+// most 86400000", "must be an integer", not the schema library's
+// "maximum: got 4.6×10¹⁸, want 8.64×10⁰⁷". Pool policies and provisioning
+// profiles (their documents and their steps' with) are checked by schemas.
+package schemaerr
+
+import (
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+)
+
+// typeWords names a JSON Schema type in a refusal.
+var typeWords = map[string]string{"integer": "an integer", "number": "a number", "string": "a string",
+	"object": "an object", "array": "an array", "boolean": "true or false", "null": "null"}
+
+// Leaf is the refusal of e, a leaf of a validation error (one without
+// causes), without its location.
+func Leaf(e *jsonschema.ValidationError) string {
+	switch k := e.ErrorKind.(type) {
+	case *kind.Type:
+		if len(k.Want) > 0 {
+			want := make([]string, len(k.Want))
+			for i, w := range k.Want {
+				want[i] = typeWords[w]
+				if want[i] == "" {
+					want[i] = w
+				}
+			}
+			return "must be " + strings.Join(want, " or ")
+		}
+	case *kind.Minimum:
+		return "must be at least " + Number(k.Want)
+	case *kind.Maximum:
+		return "must be at most " + Number(k.Want)
+	case *kind.ExclusiveMinimum:
+		return "must be greater than " + Number(k.Want)
+	case *kind.ExclusiveMaximum:
+		return "must be less than " + Number(k.Want)
+	case *kind.MultipleOf:
+		return "must be a multiple of " + Number(k.Want)
+	case *kind.MinLength:
+		return "needs at least " + strconv.Itoa(k.Want) + " characters"
+	case *kind.MaxLength:
+		return "is longer than " + strconv.Itoa(k.Want) + " characters"
+	case *kind.MinItems:
+		return "needs at least " + strconv.Itoa(k.Want) + " items"
+	case *kind.MaxItems:
+		return "has more than " + strconv.Itoa(k.Want) + " items"
+	case *kind.MinProperties:
+		return "needs at least " + strconv.Itoa(k.Want) + " fields"
+	case *kind.MaxProperties:
+		return "has more than " + strconv.Itoa(k.Want) + " fields"
+	}
+	s := e.Error()
+	// "jsonschema validation failed with ...\n- at '/x': msg" -> msg
+	if i := strings.LastIndex(s, "': "); i >= 0 {
+		return s[i+3:]
+	}
+	return s
+}
+
+// Number writes a schema's bound as written in a schema: 86400000, 0.5.
+func Number(r *big.Rat) string {
+	if r == nil {
+		return "?"
+	}
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
