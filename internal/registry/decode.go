@@ -80,10 +80,15 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 	if !json.Valid(raw) {
 		// encoding/json refuses nesting past 10000 levels as a syntax error;
 		// this decoder stops at maxDepth with the path where it went over.
+		// Where it stops first for another reason (an unknown field, a top
+		// level that is not an object), the depth is still the answer: the
+		// body is refused for it whatever else it holds, and a syntax error
+		// at offset 10001 would name a fault it does not have.
 		if tooDeep(raw) {
 			if err := deepError(raw, top); err != nil {
 				return nil, err
 			}
+			return nil, errs.Invalid("", "the body nests deeper than %d levels", maxDepth)
 		}
 		return nil, syntaxError(raw)
 	}

@@ -86,6 +86,21 @@ func TestDecodeKeepsValuesAndBytes(t *testing.T) {
 	if !ok || e.Message != "the body nests deeper than 32 levels" || e.Details["path"] != "a"+strings.Repeat("[0]", 32) {
 		t.Errorf("too deep: %v %v", err, e.Details)
 	}
+	// Past encoding/json's own 10000 levels, where this decoder meets
+	// another fault first (a field of no method, a top level that is not
+	// an object), the depth is the answer still: it was "syntax error at
+	// offset 10026" (a helper's probe).
+	for _, n := range []int{10000, 100000} {
+		for _, raw := range []string{
+			`{"tenantId": "acme", "x": ` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`,
+			strings.Repeat("[", 10*n) + strings.Repeat("]", 10*n),
+		} {
+			_, err := decode([]byte(raw), []Field{{Name: "tenantId", Type: String}})
+			if e, ok := errs.As(err); !ok || e.Message != "the body nests deeper than 32 levels" {
+				t.Errorf("%d levels, %.30s: %v", n, raw, err)
+			}
+		}
+	}
 	// NUL characters anywhere, keys included, name their path.
 	for raw, path := range map[string]string{
 		`{"a":{"b":[1,"x\u0000"]}}`: "a.b[1]",
