@@ -677,6 +677,24 @@ func TestMethodSurfaceBodies(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", c.method, c.path, r.Status, r.Raw)
 		}
 	}
+	// Outside the method surface too (chi's were an empty 405 and a
+	// plain-text 404), and HEAD is GET without the body (it was 405).
+	for _, c := range []struct {
+		method, path, code string
+	}{
+		{"POST", "/openapi.json", "METHOD_NOT_ALLOWED"}, {"DELETE", "/healthz", "METHOD_NOT_ALLOWED"},
+		{"GET", "/nothing-here", "NOT_FOUND"}, {"POST", "/graphiql/x/y", "METHOD_NOT_ALLOWED"},
+	} {
+		r := rawCall(t, e, c.method, c.path, nil, []byte(`{}`))
+		if r.Code() != c.code || r.Header.Get("Content-Type") != "application/json" || c.code == "METHOD_NOT_ALLOWED" && r.Header.Get("Allow") != "GET, HEAD" {
+			t.Fatalf("%s %s: %d %v %s", c.method, c.path, r.Status, r.Header, r.Raw)
+		}
+	}
+	for _, path := range []string{"/openapi.json", "/healthz", "/readyz", "/"} {
+		if r := rawCall(t, e, "HEAD", path, nil, nil); r.Status != 200 || len(r.Raw) != 0 {
+			t.Fatalf("HEAD %s: %d %s", path, r.Status, r.Raw)
+		}
+	}
 }
 
 // Another tenant's principals are NOT_FOUND, and nothing of them leaks.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -245,7 +246,19 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline)
+	// HEAD is GET without the body on every GET route (chi answered it
+	// 405); a path or method no route takes answers in the contract's
+	// error shape (chi's were an empty 405 and a plain-text 404).
+	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline, middleware.GetHead)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.rest.WriteError(w, r, errs.E(errs.NotFound, "nothing is served at %s", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		// The routes chi matches by method are all GET routes (the others
+		// take every method and answer 405 themselves).
+		w.Header().Set("Allow", "GET, HEAD")
+		s.rest.WriteError(w, r, errs.E(errs.MethodNotAllowed, "use GET for %s", r.URL.Path))
+	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
