@@ -155,6 +155,21 @@ func TestIntegerFieldsHaveColumnBounds(t *testing.T) {
 			t.Errorf("%s: %v", raw, err)
 		}
 	}
+	// Integers past what a float64 holds exactly are refused for their
+	// range as 2^53 is, not as "not an integer" (2^63 was; a helper's
+	// probe); a fraction is not an integer.
+	for raw, msg := range map[string]string{
+		`{"n":9007199254740993}`:    "n must be in -2147483648-2147483647",
+		`{"n":9223372036854775808}`: "n must be in -2147483648-2147483647",
+		`{"n":-1e400}`:              "n must be in -2147483648-2147483647",
+		`{"n":1e1000000000}`:        "n must be in -2147483648-2147483647",
+		`{"n":2.5}`:                 "n must be an integer",
+	} {
+		_, err := decode([]byte(raw), f)
+		if e, ok := errs.As(err); !ok || e.Message != msg {
+			t.Errorf("%s: %v, want %q", raw, err, msg)
+		}
+	}
 }
 
 // Inputs are assigned from the decoded value: open fields as sent.
