@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -355,7 +356,7 @@ func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *
 		return res, err, true
 	}
 	if open {
-		if err := prev.forAnother(in.Attestor, proven); err != nil {
+		if err := prev.forAnother(in.Attestor, proven, hw); err != nil {
 			return nil, err, true
 		}
 	}
@@ -376,13 +377,20 @@ func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *
 }
 
 // forAnother refuses a join that is not the one an open request (and its
-// approval) was made for: a request is for the attestor that deferred it
-// and, for tpm, for the TPM whose endorsement key it names, which this
-// join proved holding by answering its challenge (proven). The same CSR
-// sent through another attestor, with no TPM or another one, gets nothing
-// of it: PERMISSION_DENIED naming the request. joinAgain calls it with
-// the request's row locked, in the transaction that consumes an approval.
-func (r *JoinRequest) forAnother(attestor string, proven *provenEK) error {
+// approval) was made for: a request is for the attestor that deferred it,
+// for the hardware ids it shows the pool's owner (the machine's UUID,
+// serial and MACs, in any order) and, for tpm, for the TPM whose
+// endorsement key it names, which this join proved holding by answering
+// its challenge (proven). The same CSR sent through another attestor, with
+// other hardware, with no TPM or another one, gets nothing of it:
+// PERMISSION_DENIED naming the request (an approval admitted whatever
+// hardware the retry then reported). joinAgain calls it with the request's
+// row locked, in the transaction that consumes an approval.
+func (r *JoinRequest) forAnother(attestor string, proven *provenEK, hw Hardware) error {
+	var asked Hardware
+	if err := json.Unmarshal([]byte(r.HardwareText), &asked); err != nil {
+		return fmt.Errorf("nodes: join request %s: stored hardware: %w", r.JoinRequestID, err)
+	}
 	switch {
 	case attestor != r.Attestor:
 		return errs.E(errs.PermissionDenied, "join request %s for this CSR was made through the %s attestor, not %s", r.JoinRequestID, r.Attestor, attestor).
@@ -390,8 +398,23 @@ func (r *JoinRequest) forAnother(attestor string, proven *provenEK) error {
 	case r.Attestor == AttestorTPM && (proven == nil || r.EKHash == nil || *r.EKHash != proven.ekHash):
 		return errs.E(errs.PermissionDenied, "join request %s for this CSR was made from a TPM with another endorsement key", r.JoinRequestID).
 			With("joinRequestId", r.JoinRequestID)
+	case !sameHardware(asked, hw):
+		return errs.E(errs.PermissionDenied, "join request %s for this CSR was made for other hardware (systemUuid, serial or macs); join with a new key to be attested afresh", r.JoinRequestID).
+			With("joinRequestId", r.JoinRequestID)
 	}
 	return nil
+}
+
+// sameHardware compares two machines' normalized hardware ids, the MACs
+// in any order.
+func sameHardware(a, b Hardware) bool {
+	if a.SystemUUID != b.SystemUUID || a.Serial != b.Serial || len(a.MACs) != len(b.MACs) {
+		return false
+	}
+	x, y := slices.Clone(a.MACs), slices.Clone(b.MACs)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
 }
 
 // deferJoin stores a join that waits for approval as a pending join

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -230,7 +231,27 @@ func TestApprovalQueue(t *testing.T) {
 	}
 	_, err = fixture.Call[nodes.JoinRequest](e.F, e.acme.Admin, "joinRequests.approve", ref)
 	fixture.Code(t, err, errs.InvalidState, "")
-	admitted := fixture.Must(e.join(m, tok))
+	// The approval is for the hardware the owner saw: the same CSR with
+	// another UUID, serial or MAC gets nothing of it (it was admitted with
+	// whatever hardware it reported; a helper's probe). The request stays
+	// approved for the machine it was made for.
+	for _, other := range []func(*testkit.Machine){
+		func(x *testkit.Machine) { x.SystemUUID = "6f1b2c3d-0000-4000-8000-000000000001" },
+		func(x *testkit.Machine) { x.Serial = "TOTALLY-DIFFERENT" },
+		func(x *testkit.Machine) { x.MAC = "0a:0b:0c:0d:0e:0f" },
+	} {
+		x := m
+		other(&x)
+		_, err = e.join(x, tok)
+		if fixture.Code(t, err, errs.PermissionDenied, "").Details["joinRequestId"] != r.JoinRequestID {
+			t.Fatalf("other hardware: %v", err)
+		}
+	}
+	// Spelled otherwise, the same ids are the same machine.
+	same := m
+	same.MAC = strings.ToUpper(m.MAC)
+	same.SystemUUID = strings.ToUpper(strings.ReplaceAll(m.SystemUUID, "-", ""))
+	admitted := fixture.Must(e.join(same, tok))
 	if admitted.Status != "admitted" || admitted.JoinRequestID != r.JoinRequestID {
 		t.Fatalf("after the approval: %+v", admitted)
 	}
