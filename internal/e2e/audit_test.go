@@ -654,3 +654,84 @@ func gqlData(t testing.TB, e *testkit.Env, token, query string, vars map[string]
 }
 
 func gqlCode(r testkit.Resp) string { c, _ := gqlErr(r); return c }
+
+// A record's detail names what the call acted on besides its tenant and
+// resource: the ids a create generated (the join token, the token and its
+// principal, the workflow, the reservation, the machine, the profile),
+// the key an allow-list change is about, and the join request a refused
+// join names in its error (they were missing; a helper's probe).
+func TestAuditDetailNamesWhatTheCallActedOn(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	detail := func(r testkit.Resp) map[string]any {
+		t.Helper()
+		a := recordOf(t, e, "acme", r.Header.Get("X-Request-Id"))
+		var d map[string]any
+		if err := json.Unmarshal(a.Detail, &d); err != nil {
+			t.Fatalf("%s: detail %s: %v", a.Method, a.Detail, err)
+		}
+		return d
+	}
+	pool := e.Pool(acme.Admin.Token, "acme", "gpu")
+	r := must(t, e.Call(acme.Admin.Token, "joinTokens/create", map[string]any{"tenantId": "acme", "poolId": pool, "maxUses": 5}))
+	if d := detail(r); d["joinTokenId"] != r.Body["joinToken"].(map[string]any)["joinTokenId"] {
+		t.Fatalf("joinTokens.create detail %v", d)
+	}
+	secret := r.Str("secret")
+	r = must(t, e.Call(acme.Admin.Token, "tokens/create", map[string]any{"tenantId": "acme", "name": "ci", "role": "viewer"}))
+	tok := r.Body["token"].(map[string]any)
+	if d := detail(r); d["tokenId"] != tok["tokenId"] || d["principalId"] != tok["principalId"] {
+		t.Fatalf("tokens.create detail %v", d)
+	}
+	hash := strings.Repeat("ab", 32)
+	r = must(t, e.Call(acme.Admin.Token, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}))
+	if d := detail(r); d["ekHash"] != hash || d["kind"] == nil {
+		t.Fatalf("tpmKeys.allow detail %v", d)
+	}
+	r = e.Call(acme.Admin.Token, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash})
+	expect(t, r, "CONFLICT", "ekHash")
+	if d := detail(r); d["ekHash"] != hash {
+		t.Fatalf("a refused tpmKeys.allow's detail %v", d)
+	}
+	r = must(t, e.Call(acme.Admin.Token, "tpmKeys/disallow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}))
+	if d := detail(r); d["ekHash"] != hash {
+		t.Fatalf("tpmKeys.disallow detail %v", d)
+	}
+	r = must(t, e.Call(acme.Admin.Token, "machines/register", map[string]any{"tenantId": "acme", "poolId": pool, "serial": "SN-1"}))
+	if d := detail(r); d["machineId"] != r.Str("machineId") {
+		t.Fatalf("machines.register detail %v", d)
+	}
+	// A deferred join names its request; its denied retry too.
+	m := testkit.NewMachine(t)
+	m.SystemUUID, m.Serial = "03000200-0400-0500-0006-000700080009", "To Be Filled By O.E.M."
+	r = must(t, e.Call("", "nodes/join", m.JoinBody(secret)))
+	jr := r.Str("joinRequestId")
+	if d := detail(r); d["joinRequestId"] != jr {
+		t.Fatalf("a deferred join's detail %v", d)
+	}
+	must(t, e.Call(acme.Admin.Token, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": jr}))
+	r = e.Call("", "nodes/join", m.JoinBody(secret))
+	expect(t, r, "PERMISSION_DENIED", "")
+	if d := detail(r); d["joinRequestId"] != jr {
+		t.Fatalf("a denied retry's detail %v", d)
+	}
+	// The workflow a create started, the reservation, the profile.
+	nodeID, _ := e.Node(acme.Admin.Token, "acme", pool)
+	must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
+	r = must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "gpu-node"}))
+	if d := detail(r); d["workflowId"] != r.Str("workflowId") || d["nodeId"] != nodeID {
+		t.Fatalf("workflows.create detail %v", d)
+	}
+	r = must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("other", 3), ""))
+	if d := detail(r); d["profileId"] != "other" || d["profileVersion"] != float64(3) {
+		t.Fatalf("profiles.create detail %v", d)
+	}
+	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	start := time.Now().UTC().Add(time.Hour)
+	r = must(t, e.Call(acme.Member.Token, "reservations/create", map[string]any{"tenantId": "acme", "poolId": vps,
+		"size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1}, "startsAt": start.Format(time.RFC3339), "endsAt": start.Add(time.Hour).Format(time.RFC3339)}))
+	if d := detail(r); d["reservationId"] != r.Str("reservationId") {
+		t.Fatalf("reservations.create detail %v", d)
+	}
+}

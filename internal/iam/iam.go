@@ -261,7 +261,7 @@ func Methods() []registry.Method {
 		registry.Def(m("tokens", "create", registry.Mutation, authz.IAMManage,
 			"Creates a service principal holding `role` on the tenant and returns a bearer token for it.",
 			[]string{"The secret is in this response only; the server keeps its SHA-256 hash."},
-			[]registry.Field{registry.TenantID(), registry.Name(true), role()}), nil, CreateToken),
+			[]registry.Field{registry.TenantID(), registry.Name(true), role()}), nil, CreateToken).WithAuditOutput("token.tokenId", "token.principalId"),
 		registry.Def(m("tokens", "list", registry.Read, authz.IAMRead,
 			"Returns a page of the tenant's service tokens, revoked ones included, ordered by id.",
 			[]string{"`limit` defaults to 50 and is at most 200."}, list()), nil, ListTokens),

@@ -186,7 +186,7 @@ func Methods(s *Service) []registry.Method {
 				"In a pool with a capacity (hosted pools; provider pools whose policy sets `capacity`), what every tenant holds must fit at every moment of the window: `INVALID_STATE` with `details.reason` `capacity` otherwise.",
 				"While active, no other tenant's instance is placed into the reserved room."},
 			registry.TenantID(), poolID, resSize,
-			timeField("startsAt", "RFC 3339"), timeField("endsAt", "RFC 3339, after startsAt")), nil, CreateReservation),
+			timeField("startsAt", "RFC 3339"), timeField("endsAt", "RFC 3339, after startsAt")), nil, CreateReservation).WithAuditOutput("reservationId"),
 		registry.Def(m("reservations", "get", registry.Read, authz.InstancesRead, authz.Tenant,
 			"Returns one of the tenant's reservations, with its state (`scheduled`, `active`, `expired`, `canceled`).",
 			[]string{"`NOT_FOUND` when the tenant has no such reservation."}, resRef()...), nil, GetReservation),

@@ -579,7 +579,7 @@ func Methods() []registry.Method {
 				"`CONFLICT` when that id and version already exist; create the next version instead.",
 				"A deleted version still exists: its id and version are `CONFLICT` too, and it stays hidden.",
 				publicShipped, publicOwned},
-			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create),
+			registry.TenantID(), registry.Field{Name: "document", Type: registry.Object, Required: true, Open: true, Schema: DocumentSchema}, createVis), nil, Create).WithAuditOutput("profileId", "profileVersion"),
 		registry.Def(m("get", registry.Read, authz.ProfilesRead, authz.Profile,
 			"Returns one profile version, the latest when `profileVersion` is omitted.",
 			[]string{"The lookup prefers the tenant's own profile, then a public stored one, then one a module ships. `NOT_FOUND` when none matches."},

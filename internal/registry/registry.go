@@ -97,6 +97,11 @@ type Method struct {
 	// AuditFields are input fields kept in the audit record's detail (a
 	// denial's reason).
 	AuditFields []string
+	// AuditOutput are fields of a successful call's output kept in the
+	// detail, as paths of its JSON form ("joinToken.joinTokenId"), under
+	// their last name: what a create generated (the workflow, the token)
+	// when the record's resource is its parent.
+	AuditOutput []string
 	// Quiet says when a successful mutation writes no audit record (an
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
@@ -467,7 +472,7 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 // credential belongs to (a node credential's node, a join token's pool);
 // audit.Write records a tenant that does not exist under the platform.
 func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Resource, out any, err error) audit.Entry {
-	e := audit.Entry{Method: m.Key(), Outcome: outcome(ctx, err), Detail: auditDetail(m, in)}
+	e := audit.Entry{Method: m.Key(), Outcome: outcome(ctx, err), Detail: auditDetail(m, in, out, err)}
 	if m.holder != nil && in != nil {
 		// The credential's own resource (a join token's pool) when the call
 		// made nothing more specific (the node a join admitted).
@@ -494,9 +499,25 @@ func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Res
 // auditDetail is the JSON object of the method's AuditFields and of the
 // ids its input names besides the tenant and the resource (the join
 // request an approval is about, the principal a grant binds), from the
-// typed input.
-func auditDetail(m *Method, in any) []byte {
+// typed input; then, of a success, the method's AuditOutput (the ids a
+// create generated), and of a failure, the ids its error's details name
+// (the join request a refused join is about).
+func auditDetail(m *Method, in any, out any, err error) []byte {
 	var b []byte
+	seen := map[string]bool{}
+	put := func(name string, val []byte) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		k, _ := json.Marshal(name)
+		if b == nil {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, k...), ':'), val...)
+	}
 	add := func(f *Field) {
 		x := inputField(in, f.Name)
 		if absent(f, x) {
@@ -506,13 +527,7 @@ func auditDetail(m *Method, in any) []byte {
 		if err != nil {
 			return
 		}
-		k, _ := json.Marshal(f.Name)
-		if b == nil {
-			b = append(b, '{')
-		} else {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, k...), ':'), val...)
+		put(f.Name, val)
 	}
 	for i := range m.Input {
 		f := &m.Input[i]
@@ -526,10 +541,66 @@ func auditDetail(m *Method, in any) []byte {
 			add(f)
 		}
 	}
+	if err == nil && out != nil && len(m.AuditOutput) > 0 {
+		if raw, jerr := json.Marshal(out); jerr == nil {
+			for _, path := range m.AuditOutput {
+				v := jsonAt(raw, path)
+				if v != nil && string(v) != "null" {
+					put(path[strings.LastIndexByte(path, '.')+1:], v)
+				}
+			}
+		}
+	}
+	if e, ok := errs.As(err); ok {
+		keys := make([]string, 0, len(e.Details))
+		for k := range e.Details {
+			if strings.HasSuffix(k, "Id") && k != "requestId" {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if val, jerr := json.Marshal(e.Details[k]); jerr == nil {
+				put(k, val)
+			}
+		}
+	}
 	if b != nil {
 		b = append(b, '}')
 	}
 	return b
+}
+
+// WithAuditFields returns m keeping these input fields in its audit
+// records' detail.
+func (m Method) WithAuditFields(names ...string) Method {
+	m.AuditFields = append(slices.Clone(m.AuditFields), names...)
+	return m
+}
+
+// WithAuditOutput returns m keeping these paths of its output in its audit
+// records' detail (AuditOutput).
+func (m Method) WithAuditOutput(paths ...string) Method {
+	m.AuditOutput = append(slices.Clone(m.AuditOutput), paths...)
+	return m
+}
+
+// jsonAt returns the JSON value at a dotted path of object keys in raw
+// (nil when there is none).
+func jsonAt(raw []byte, path string) json.RawMessage {
+	cur := json.RawMessage(raw)
+	for _, key := range strings.Split(path, ".") {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(cur, &obj) != nil {
+			return nil
+		}
+		next, ok := obj[key]
+		if !ok {
+			return nil
+		}
+		cur = next
+	}
+	return cur
 }
 
 // outputID is a resource id field of an output type.

@@ -25,7 +25,7 @@ var (
 		"who acted: a principal of the principals table (operator, user, service, node), the system's own workers (system: the vps.instances reconciler, the audit retention), a join token presented to nodes.join (join-token), or unknown (records written before principals were kept)",
 		audit.KindOperator, audit.KindUser, audit.KindService, audit.KindNode, audit.KindSystem, audit.KindJoinToken, audit.KindUnknown)
 	_ = registry.DefineSchema("AuditDetail", `{"type": ["object", "null"], "additionalProperties": true,
-		"description": "what the method keeps with its record: the ids its input names besides the tenant and the resource (the join request an approval is about, the principal a grant binds), a denial's reason; for audit.prune, deleted and before; null when nothing"}`)
+		"description": "what the method keeps with its record: the ids its input names besides the tenant and the resource (the join request an approval is about, the principal a grant binds), the ids a create generated (a join token, a service token and its principal, a workflow, a reservation, an expected machine, a profile version, a deferred join's request or challenge), the endorsement key an allow-list change is about, the ids a refusal names (the join request of a denied join's retry), a denial's reason; for audit.prune, deleted and before; null when nothing"}`)
 )
 
 // ListInput is audit.list's input.
