@@ -1476,7 +1476,7 @@ type RemoveProjectMemberPayload {
 `, BuiltIn: false},
 	{Name: "../schema/schema.graphqls", Input: `"An RFC 3339 time (` + "`" + `2026-12-05T17:00:00Z` + "`" + `), in the years 0001 to 9999. Answers are in UTC; an argument may carry fractional seconds and an offset. A date alone, an empty string or a number is INVALID_INPUT."
 scalar Time
-"Any JSON value. Stored values are answered as stored: numbers keep every digit (an integer past 2^53 is not rounded, 1e400 is not refused), as on the method surface."
+"Any JSON value. Its numbers have at most 64 digits written out in full (1e63 passes, 1e64 and 1e400 are INVALID_INPUT), as on the method surface; stored values are answered as stored, every digit kept (an integer past 2^53 is not rounded)."
 scalar JSON
 
 "Relay's object identification: every object has an opaque global id."

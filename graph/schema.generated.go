@@ -3203,7 +3203,7 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 // region    ***************************** type.gotpl *****************************
 
 func (ec *executionContext) unmarshalNJSON2interface(ctx context.Context, v any) (any, error) {
-	res, err := graphql.UnmarshalAny(v)
+	res, err := gqlscalar.UnmarshalJSONValue(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -3213,7 +3213,7 @@ func (ec *executionContext) marshalNJSON2interface(ctx context.Context, sel ast.
 		return graphql.Null
 	}
 	_ = sel
-	res := graphql.MarshalAny(v)
+	res := gqlscalar.MarshalJSONValue(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "JSON!")
 	}
@@ -3246,7 +3246,7 @@ func (ec *executionContext) unmarshalOJSON2interface(ctx context.Context, v any)
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalAny(v)
+	res, err := gqlscalar.UnmarshalJSONValue(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -3256,7 +3256,7 @@ func (ec *executionContext) marshalOJSON2interface(ctx context.Context, sel ast.
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalAny(v)
+	res := gqlscalar.MarshalJSONValue(v)
 	return res
 }
 

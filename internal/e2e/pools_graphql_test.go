@@ -80,15 +80,17 @@ func TestPoolsGraphQL(t *testing.T) {
 // The graph's JSON fields answer stored JSON as the method surface does: a
 // number past float64's range failed the field with INTERNAL (and a
 // createPool that had committed answered INTERNAL), and an integer past
-// 2^53 came back rounded (a helper's probe).
+// 2^53 came back rounded (a helper's probe). Free-form numbers are bounded
+// on both surfaces (jsonnum.MaxDigits: written out in full, 1e131071 was
+// 131,072 digits on every read).
 func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
 	admin, member, _ := e.Tenant("acme")
-	const policy = `{"x": 1e400, "y": 18446744073709551617, "z": 0.1, "w": -1e-400}`
+	const policy = `{"x": 1e63, "y": 18446744073709551617, "z": 0.1, "w": -1e-62}`
 	r := e.GraphQL(admin, `mutation($in: CreatePoolInput!) { createPool(input: $in) { pool { poolId policy } } }`,
 		map[string]any{"in": json.RawMessage(`{"tenantId": "acme", "name": "big", "site": "fra1", "gpuModel": "H100", "sharingMode": "EXCLUSIVE", "kind": "BARE_METAL", "policy": ` + policy + `}`)})
-	if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) {
+	if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) || strings.Contains(string(r.Raw), "\n") || bytes.Contains(r.Raw, []byte("}\n")) {
 		t.Fatalf("createPool: %s", r.Raw)
 	}
 	var created struct {
@@ -150,7 +152,7 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 	}
 	// A profile's document, and a workflow's copy of it.
 	e.Must(e.Call(member, "profiles/create", `{"tenantId": "acme", "document": {"id": "big-numbers", "version": 1,
-		"steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": 1e400}}]}}`))
+		"steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": 18446744073709551617}}]}}`))
 	rest = e.Must(e.Call(member, "profiles/get", map[string]any{"tenantId": "acme", "profileId": "big-numbers"}))
 	r = e.GraphQL(member, `query { tenant(tenantId: "acme") { profile(profileId: "big-numbers") { document } } }`, nil)
 	if r.Status != 200 || strings.Contains(string(r.Raw), `"errors"`) {
@@ -158,5 +160,36 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 	}
 	if got, want := number(r.Raw, "data", "tenant", "profile", "document"), number(rest.Raw, "document"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("document %v, the method surface's %v", got, want)
+	}
+
+	// Past the bound: INVALID_INPUT naming the number, on both surfaces,
+	// as a variable and written in the document; nothing is stored.
+	for _, n := range []string{"1e64", "1e131071", "-1e-64", "0e-99999", "1" + strings.Repeat("0", 64)} {
+		r := e.Call(admin, "pools/update", `{"tenantId": "acme", "poolId": "`+pool+`", "policy": {"ok": 1, "deep": [{"n": `+n+`}]}}`)
+		if r.Status != 400 || r.Code() != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"policy.deep[0].n"`) {
+			t.Fatalf("pools.update with %s: %d %s", n, r.Status, r.Raw)
+		}
+		if n == "0e-99999" {
+			continue // the graph reads an integral number as the integer (0), as it reads 8.0 as 8
+		}
+		r = e.GraphQL(admin, `mutation($p: JSON) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: $p}) { pool { rowVersion } } }`,
+			map[string]any{"p": json.RawMessage(`{"ok": 1, "deep": [{"n": ` + n + `}]}`)})
+		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), "deep[0].n has more than 64 digits") {
+			t.Fatalf("updatePool with %s: %s", n, r.Raw)
+		}
+		r = e.Call(member, "profiles/create", `{"tenantId": "acme", "document": {"id": "huge", "version": 1,
+			"steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": `+n+`}}]}}`)
+		if r.Status != 400 || !strings.Contains(string(r.Raw), "digits written out in full") {
+			t.Fatalf("profiles.create with %s: %d %s", n, r.Status, r.Raw)
+		}
+	}
+	// Written in the document, a float past it (gqlparser reads 1e300).
+	r = e.GraphQL(admin, `mutation { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: {n: 1e300}}) { pool { rowVersion } } }`, nil)
+	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" {
+		t.Fatalf("updatePool with a literal 1e300: %s", r.Raw)
+	}
+	rest = e.Must(e.Call(admin, "pools/get", map[string]any{"tenantId": "acme", "poolId": pool}))
+	if got := number(rest.Raw, "policy"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("a refused update changed the policy: %v", got)
 	}
 }

@@ -3,11 +3,14 @@
 package gqlscalar
 
 import (
+	"encoding/json"
+	"io"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonnum"
 	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/rfc3339"
 )
@@ -27,6 +30,33 @@ func UnmarshalString(v any) (string, error) {
 		return "", errs.E(errs.InvalidInput, "must not contain NUL characters")
 	}
 	return s, nil
+}
+
+// MarshalJSONValue writes a JSON value as gqlgen's Any does, without the
+// line break its encoder put after each value.
+func MarshalJSONValue(v any) graphql.Marshaler {
+	return graphql.WriterFunc(func(w io.Writer) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err) // as graphql.MarshalAny: the field's error, INTERNAL
+		}
+		_, _ = w.Write(b)
+	})
+}
+
+// UnmarshalJSONValue takes any JSON value whose numbers the method surface
+// takes in free-form content (jsonnum.Bounded: at most 64 digits written
+// out in full), and refuses the rest INVALID_INPUT in its words. It was
+// gqlgen's Any: 1e131071 was stored, and written out in 131,072 digits on
+// every read.
+func UnmarshalJSONValue(v any) (any, error) {
+	if at, bad := jsonnum.Unbounded("", v); bad {
+		if at == "" {
+			return nil, errs.E(errs.InvalidInput, "has more than %d digits written out in full", jsonnum.MaxDigits)
+		}
+		return nil, errs.E(errs.InvalidInput, "%s has more than %d digits written out in full", at, jsonnum.MaxDigits)
+	}
+	return v, nil
 }
 
 // MarshalTime writes a Time (RFC 3339 with fractional seconds, as gqlgen's).

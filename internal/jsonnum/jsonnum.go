@@ -4,9 +4,72 @@ package jsonnum
 import (
 	"encoding/json"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 )
+
+// MaxDigits bounds the numbers of free-form JSON the server stores (a
+// pool's policy, a profile document, anything an open object holds): a
+// number has at most this many digits written out in full, its mantissa's
+// digits and its exponent's shift together. PostgreSQL keeps a JSON number
+// exactly and writes it out in full, so 1e131071 (8 bytes in) came back as
+// 131,072 digits on every read of it, and on every read of every tenant a
+// public profile holding it reached.
+const MaxDigits = 64
+
+// Bounded reports whether a JSON number, as written, has at most MaxDigits
+// digits written out in full (1e63 and 1e-62 have; 1e64, 1e400 and
+// 0e-99999 have not).
+func Bounded(n string) bool {
+	s := strings.TrimPrefix(n, "-")
+	shift := 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		exp := strings.TrimLeft(strings.TrimLeft(s[i+1:], "+-"), "0")
+		if len(exp) > 4 {
+			return false
+		}
+		if exp != "" {
+			shift, _ = strconv.Atoi(exp)
+		}
+		s = s[:i]
+	}
+	return len(s)-strings.Count(s, ".")+shift <= MaxDigits
+}
+
+// Unbounded finds the first number of a value decoded with json.Number (or
+// float64, as gqlparser reads a literal) that Bounded refuses, in key
+// order, and returns its path under at.
+func Unbounded(at string, v any) (path string, found bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			p := k
+			if at != "" {
+				p = at + "." + k
+			}
+			if bad, ok := Unbounded(p, x[k]); ok {
+				return bad, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if bad, ok := Unbounded(at+"["+strconv.Itoa(i)+"]", e); ok {
+				return bad, true
+			}
+		}
+	case json.Number:
+		return at, !Bounded(string(x))
+	case float64:
+		return at, !Bounded(strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	return "", false
+}
 
 // Integral rewrites, in place, the integral numbers of a value decoded
 // with json.Number (1e3, 8.0, 1.0e2) as integers ("1000", "8", "100"),

@@ -3,6 +3,9 @@ package jsonnum
 import (
 	"bytes"
 	"encoding/json"
+	"math/big"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -37,6 +40,69 @@ func FuzzIntegral(f *testing.F) {
 		}
 		if _, err := json.Marshal(Integral(v)); err != nil {
 			t.Fatalf("%q: %v", s, err)
+		}
+	})
+}
+
+func TestBounded(t *testing.T) {
+	for n, want := range map[string]bool{
+		"0": true, "-1.5": true, "18446744073709551617": true, "1e63": true, "1E+63": true, "1e-63": true, "-1e-63": true,
+		"1.5e62": true, "1e064": false, "1e64": false, "1e-64": false, "1e400": false, "1e131071": false, "0e-99999": false,
+		"1e0000000000000001": true, "1e99999999999999999999": false, "1" + strings.Repeat("0", 63): true,
+		"1" + strings.Repeat("0", 64): false, "0." + strings.Repeat("0", 62) + "1": true, "0." + strings.Repeat("0", 63) + "1": false,
+	} {
+		if got := Bounded(n); got != want {
+			t.Errorf("Bounded(%s) = %v, want %v", n, got, want)
+		}
+	}
+	at, bad := Unbounded("policy", decode(t, `{"a": [1, {"b": 2}], "c": {"d": [3, 1e400]}, "e": 1e500}`))
+	if !bad || at != "policy.c.d[1]" {
+		t.Fatalf("Unbounded: %s %v", at, bad)
+	}
+	if at, bad := Unbounded("", decode(t, `1e99`)); !bad || at != "" {
+		t.Fatalf("a bare number: %q %v", at, bad)
+	}
+	if _, bad := Unbounded("", decode(t, `{"a": [1e63, -0.5, "1e400"]}`)); bad {
+		t.Fatal("bounded numbers refused")
+	}
+}
+
+// A number Bounded takes is written out by PostgreSQL (numeric: its scale
+// the fraction's digits less the exponent) in at most MaxDigits digits.
+func FuzzBounded(f *testing.F) {
+	for _, s := range []string{"1e63", "-1.5e-62", "0.000001", "123456789012345678901234567890", "1e400", "9e-64", "1.0e+10"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var n json.Number
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		if dec.Decode(&n) != nil || dec.More() || !Bounded(string(n)) {
+			return
+		}
+		m, exp := strings.TrimPrefix(string(n), "-"), 0
+		if i := strings.IndexAny(m, "eE"); i >= 0 {
+			e, err := strconv.Atoi(strings.TrimPrefix(m[i+1:], "+"))
+			if err != nil {
+				t.Fatalf("%s: exponent: %v", s, err)
+			}
+			m, exp = m[:i], e
+		}
+		frac := 0
+		if _, f, ok := strings.Cut(m, "."); ok {
+			frac = len(f)
+		}
+		r, ok := new(big.Rat).SetString(string(n))
+		if !ok {
+			t.Fatalf("%s: not a number", s)
+		}
+		out := r.FloatString(max(0, frac-exp))
+		digits := strings.Count(out, "") - 1 - strings.Count(out, "-") - strings.Count(out, ".")
+		if strings.HasPrefix(strings.TrimPrefix(out, "-"), "0.") {
+			digits-- // the zero before the point
+		}
+		if digits > MaxDigits {
+			t.Fatalf("%s: Bounded, written out as %s (%d digits)", s, out, digits)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/jsonkeys"
+	"github.com/bettercompute/computed/internal/jsonnum"
 	"github.com/bettercompute/computed/internal/pgtext"
 )
 
@@ -245,6 +246,12 @@ func (d *decoder) value(f *Field, level int) (*value, error) {
 			d.pos++
 		}
 		v = &value{kind: kNumber, num: json.Number(d.buf[start:d.pos])}
+		if (f == nil || f.Type == Any) && !jsonnum.Bounded(string(v.num)) {
+			// Free-form content is stored as sent (jsonb) and written out
+			// in full on every read: its numbers are bounded here, for
+			// every method.
+			return nil, d.invalid("%p has more than %d digits written out in full", jsonnum.MaxDigits)
+		}
 	}
 	if err != nil {
 		return nil, err
