@@ -167,6 +167,10 @@ type shape struct {
 	depth      int // deepest data field
 	introDepth int // deepest field under __schema/__type
 	introRoots int // __schema and __type fields
+	// names counts the set's fields by response name, its inline
+	// fragments and fragment spreads merged in (as validation merges
+	// them): a spread adds its fragment's counts to the set it is in.
+	names map[string]int
 }
 
 type docWalker struct {
@@ -195,6 +199,20 @@ func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 		}
 	}
 	names := map[string]int{}
+	out.names = names
+	// count adds n fields answering under name to the set; past
+	// MaxSameName the document is refused (validation compares them
+	// pairwise: 46 fragments of 64 "name" fields spread in one set took
+	// 0.45 s, counted per fragment body).
+	count := func(name string, n int) bool {
+		names[name] = addSat(names[name], n)
+		if names[name] > MaxSameName {
+			w.err = refusal("fields", "the selection answers "+itoa(names[name])+" times under the name "+quote(name)+", more than the limit of "+itoa(MaxSameName),
+				map[string]any{"name": name, "limit": MaxSameName})
+			return false
+		}
+		return true
+	}
 	var walk func(sel ast.SelectionSet)
 	merge := func(s shape) {
 		out.fields = addSat(out.fields, s.fields)
@@ -213,10 +231,7 @@ func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 				if name == "" {
 					name = s.Name
 				}
-				names[name]++
-				if names[name] > MaxSameName {
-					w.err = refusal("fields", "the selection answers "+itoa(names[name])+" times under the name "+quote(name)+", more than the limit of "+itoa(MaxSameName),
-						map[string]any{"name": name, "limit": MaxSameName})
+				if !count(name, 1) {
 					return
 				}
 				isIntro := s.Name == "__schema" || s.Name == "__type"
@@ -240,7 +255,13 @@ func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 			case *ast.FragmentSpread:
 				f, ok := w.fragment(s.Name, intro)
 				if ok {
-					// Names inside the fragment merge into this set too.
+					// The fragment's fields merge into this set: its
+					// counts of each name too.
+					for name, n := range f.names {
+						if !count(name, n) {
+							return
+						}
+					}
 					merge(f)
 				}
 			}

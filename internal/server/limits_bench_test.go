@@ -51,6 +51,9 @@ func hostileDocuments() map[string]string {
 		b.WriteString(" }\n")
 	}
 	docs["inside: 40 fragments x 70 fields"] = b.String()
+	// Outside: 46 fragments of one name 64 times, spread into one set
+	// (counted per fragment body, it was validated: 0.45 s).
+	docs["outside: 46 fragments x 64 same-name fields"] = sameNameFragments(46, 64)
 	// Outside: doubling fragments, repeated fields, too many tokens.
 	b.Reset()
 	b.WriteString("query { ...F0 }\n")
@@ -79,5 +82,44 @@ func BenchmarkHostileDocuments(b *testing.B) {
 				exec.CreateOperationContext(ctx, &graphql.RawParams{Query: doc + fmt.Sprintf("\n# %d", i)})
 			}
 		})
+	}
+}
+
+// sameNameFragments is a document of n fragments on Viewer, each answering
+// name k times, all spread into one selection set.
+func sameNameFragments(n, k int) string {
+	var b strings.Builder
+	b.WriteString("{ viewer {")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, " ...F%d", i)
+	}
+	b.WriteString(" } }")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, " fragment F%d on Viewer {%s }", i, strings.Repeat(" name", k))
+	}
+	return b.String()
+}
+
+// Fields a fragment spread brings into a selection set count with the
+// set's own under each response name, nested spreads and inline
+// fragments too: validation merges them.
+func TestFragmentsCountSameNames(t *testing.T) {
+	for doc, refused := range map[string]bool{
+		sameNameFragments(46, 64): true,
+		sameNameFragments(2, 33):  true,
+		sameNameFragments(2, 32):  false,
+		sameNameFragments(1, 64):  false,
+		// Nested: F spreads G twice (32 + 32) beside 1 of its own.
+		"{ viewer { ...F } } fragment F on Viewer { name ...G ...G } fragment G on Viewer {" + strings.Repeat(" name", 32) + " }": true,
+		"{ viewer { ...F } } fragment F on Viewer { ...G ...G } fragment G on Viewer {" + strings.Repeat(" name", 32) + " }":      false,
+		"{ viewer { ...F ... on Viewer { name } } } fragment F on Viewer {" + strings.Repeat(" name", 64) + " }":                  true,
+	} {
+		e := checkDocument(doc)
+		if got := e != nil; got != refused {
+			t.Errorf("%.80s: refused %v (%v), want %v", doc, got, e, refused)
+		}
+		if e != nil && e.Extensions["details"].(map[string]any)["reason"] != "fields" {
+			t.Errorf("%.80s: %v %v", doc, e, e.Extensions)
+		}
 	}
 }
