@@ -13,6 +13,7 @@ import (
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -121,6 +122,14 @@ func (b *bounds) MutateOperationParameters(ctx context.Context, params *graphql.
 // expanded field count, same-name fields per selection set, depth of data
 // fields and of introspection.
 func checkDocument(q string) *gqlerror.Error {
+	if loneSurrogateLiteral(q) {
+		// gqlparser reads it as U+FFFD, a character the client did not
+		// send, and stored it; the spec makes it a syntax error, and the
+		// same string in a variable is refused (DecodeParams).
+		ge := gqlerror.Errorf("a string in the document escapes a UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
+		errcode.Set(ge, errcode.ParseFailed)
+		return ge
+	}
 	doc, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: q}, MaxTokens)
 	if err != nil {
 		if ge, ok := err.(*gqlerror.Error); ok {
@@ -159,6 +168,45 @@ func checkDocument(q string) *gqlerror.Error {
 		}
 	}
 	return nil
+}
+
+// loneSurrogateLiteral reports whether a string literal of a GraphQL
+// document (not a block string, whose backslashes are text, nor a
+// comment) escapes a UTF-16 surrogate that is not half of a pair.
+func loneSurrogateLiteral(q string) bool {
+	if !strings.Contains(q, `\u`) {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		switch {
+		case q[i] == '#': // a comment, to the end of its line
+			for i < len(q) && q[i] != '\n' && q[i] != '\r' {
+				i++
+			}
+		case strings.HasPrefix(q[i:], `"""`): // a block string: escapes are text
+			i += 3
+			for i < len(q) && !strings.HasPrefix(q[i:], `"""`) {
+				if strings.HasPrefix(q[i:], `\"""`) {
+					i += 3
+				}
+				i++
+			}
+			i += 2
+		case q[i] == '"':
+			j := i + 1
+			for j < len(q) && q[j] != '"' && q[j] != '\n' && q[j] != '\r' {
+				if q[j] == '\\' {
+					j++ // the escaped character, or the u of \uXXXX (read below)
+				}
+				j++
+			}
+			if jsonkeys.LoneSurrogate([]byte(q[i:min(j+1, len(q))])) {
+				return true
+			}
+			i = j
+		}
+	}
+	return false
 }
 
 // shape is what the walk learns of a selection set.

@@ -123,3 +123,26 @@ func TestFragmentsCountSameNames(t *testing.T) {
 		}
 	}
 }
+
+// A string literal escaping half a surrogate pair is refused as the same
+// string in a variable is (gqlparser stored U+FFFD for it); a pair, a
+// block string's or a comment's text are not escapes of a string.
+func TestLoneSurrogateLiterals(t *testing.T) {
+	for doc, refused := range map[string]bool{
+		`mutation { createProject(input: {tenantId: "acme", name: "a\udc00b"}) { project { name } } }`: true,
+		`{ tenant(tenantId: "\ud800") { name } }`:                                                      true,
+		`{ tenant(tenantId: "\ud800\u0041") { name } }`:                                                true,
+		`{ tenant(tenantId: "x\"\udfff") { name } }`:                                                   true,
+		`{ tenant(tenantId: "\ud83d\ude00") { name } }`:                                                false,
+		`{ tenant(tenantId: "\\udc00") { name } }`:                                                     false,
+		`{ tenant(tenantId: """\udc00""") { name } }`:                                                  false,
+		"# \"\\udc00\"\n{ tenant(tenantId: \"acme\") { name } }":                                       false,
+		`{ tenant(tenantId: """a \""" \udc00 """) { name } }`:                                          false,
+		`{ tenant(tenantId: "ok") { name } } # \udc00`:                                                 false,
+	} {
+		e := checkDocument(doc)
+		if got := e != nil && strings.Contains(e.Message, "surrogate"); got != refused {
+			t.Errorf("%s: refused %v (%v), want %v", doc, got, e, refused)
+		}
+	}
+}
