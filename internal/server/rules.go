@@ -26,7 +26,26 @@ func validationRules() *rules.Rules {
 	r.RemoveRule(rules.SingleFieldSubscriptionsRule.Name)
 	r.AddRule(singleRootField.Name, singleRootField.RuleFunc)
 	r.AddRule(noDefer.Name, noDefer.RuleFunc)
+	r.AddRule(int32Literals.Name, int32Literals.RuleFunc)
 	return r
+}
+
+// int32Literals refuses an Int literal outside 32 bits, as the spec's
+// Int scalar does (gqlparser's rule only refused one past 64 bits, so
+// first: 2147483648 reached the resolver, where the same number in a
+// variable is refused by its coercion).
+var int32Literals = core.Rule{
+	Name: "Int32Literals",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnValue(func(walker *core.Walker, value *ast.Value) {
+			if value.Kind != ast.IntValue || value.Definition == nil || value.Definition.Name != "Int" {
+				return
+			}
+			if _, err := strconv.ParseInt(value.Raw, 10, 32); err != nil {
+				addError(core.Message(`Int cannot represent non 32-bit signed integer value: %s`, value.Raw), core.At(value.Position))
+			}
+		})
+	},
 }
 
 var singleRootField = core.Rule{
