@@ -166,8 +166,58 @@ func checkDocument(q string) *gqlerror.Error {
 			return refusal("introspection", "the operation asks for __schema or __type "+itoa(s.introRoots)+" times, more than the limit of "+itoa(MaxIntrospectionRoots),
 				map[string]any{"count": s.introRoots, "limit": MaxIntrospectionRoots})
 		}
+		if e := w.samePaths(op.SelectionSet); e != nil {
+			return e
+		}
 	}
 	return nil
+}
+
+// samePaths counts the fields answering at each response path of an
+// operation, every fragment expanded: validation merges the fields of one
+// response name in a selection set, and their selections with them, and
+// compares them pairwise, so 46 aliases t: tenant(…) each selecting 64
+// tenantId were 2944 fields of one name (0.45 s), though no selection set
+// held more than 64. Past MaxSameName at one path the document is
+// refused. It runs once the operation's expanded fields are within
+// MaxFields (and its fragments spread no cycle), so it visits at most
+// that many fields.
+func (w *docWalker) samePaths(sel ast.SelectionSet) *gqlerror.Error {
+	counts := map[string]int{}
+	var err *gqlerror.Error
+	var walk func(prefix string, sel ast.SelectionSet, depth int)
+	walk = func(prefix string, sel ast.SelectionSet, depth int) {
+		for _, s := range sel {
+			if err != nil {
+				return
+			}
+			switch s := s.(type) {
+			case *ast.Field:
+				name := s.Alias
+				if name == "" {
+					name = s.Name
+				}
+				path := name
+				if prefix != "" {
+					path = prefix + "." + name
+				}
+				if counts[path]++; counts[path] > MaxSameName {
+					err = refusal("fields", "the operation answers "+itoa(counts[path])+" fields at "+quote(path)+" (fields of one name merge, with their selections), more than the limit of "+itoa(MaxSameName),
+						map[string]any{"name": name, "path": path, "limit": MaxSameName})
+					return
+				}
+				walk(path, s.SelectionSet, depth)
+			case *ast.InlineFragment:
+				walk(prefix, s.SelectionSet, depth)
+			case *ast.FragmentSpread:
+				if def := w.frags[s.Name]; def != nil && depth < 100 {
+					walk(prefix, def.SelectionSet, depth+1)
+				}
+			}
+		}
+	}
+	walk("", sel, 0)
+	return err
 }
 
 // loneSurrogateLiteral reports whether a string literal of a GraphQL

@@ -54,6 +54,9 @@ func hostileDocuments() map[string]string {
 	// Outside: 46 fragments of one name 64 times, spread into one set
 	// (counted per fragment body, it was validated: 0.45 s).
 	docs["outside: 46 fragments x 64 same-name fields"] = sameNameFragments(46, 64)
+	// Outside: 46 same-name parents of 64 same-name fields each (their
+	// selections merge).
+	docs["outside: 46 same-name parents x 64 same-name fields"] = "{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }"
 	// Outside: doubling fragments, repeated fields, too many tokens.
 	b.Reset()
 	b.WriteString("query { ...F0 }\n")
@@ -113,6 +116,14 @@ func TestFragmentsCountSameNames(t *testing.T) {
 		"{ viewer { ...F } } fragment F on Viewer { name ...G ...G } fragment G on Viewer {" + strings.Repeat(" name", 32) + " }": true,
 		"{ viewer { ...F } } fragment F on Viewer { ...G ...G } fragment G on Viewer {" + strings.Repeat(" name", 32) + " }":      false,
 		"{ viewer { ...F ... on Viewer { name } } } fragment F on Viewer {" + strings.Repeat(" name", 64) + " }":                  true,
+		// Fields of one name merge with their selections: 46 aliases t,
+		// each selecting tenantId 64 times, are 2944 at t.tenantId (a
+		// helper's probe: 0.45 s of validation), directly or through
+		// fragments on Query.
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }":                                                                                                      true,
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 32)+" }", 2) + " }":                                                                                                       false,
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 33)+" }", 2) + " }":                                                                                                       true,
+		"{ ...A ...B } fragment A on Query { t: tenant(tenantId: \"a\") {" + strings.Repeat(" tenantId", 40) + " } } fragment B on Query { t: tenant(tenantId: \"a\") {" + strings.Repeat(" tenantId", 40) + " } }": true,
 	} {
 		e := checkDocument(doc)
 		if got := e != nil; got != refused {
