@@ -105,6 +105,7 @@ fuzz: tpm-deps
 	$(GO) test -run='^$$' -fuzz=FuzzParseCursor -fuzztime=12500x ./internal/events/
 	$(GO) test -run='^$$' -fuzz=FuzzDuplicate -fuzztime=15000x ./internal/jsonkeys/
 	$(GO) test -run='^$$' -fuzz=FuzzBounded -fuzztime=20000x ./internal/jsonnum/
+	$(GO) test -run='^$$' -fuzz='FuzzInt$$' -fuzztime=20000x ./internal/jsonnum/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=15000x ./internal/relay/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=15000x ./internal/rfc3339/
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=15000x ./internal/page/

@@ -164,13 +164,10 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 
 	// Past the bound: INVALID_INPUT naming the number, on both surfaces,
 	// as a variable and written in the document; nothing is stored.
-	for _, n := range []string{"1e64", "1e131071", "-1e-64", "0e-99999", "1" + strings.Repeat("0", 64)} {
+	for _, n := range []string{"1e64", "1e131071", "-1e-64", "0e-99999", "-0.0e400", "1" + strings.Repeat("0", 64)} {
 		r := e.Call(admin, "pools/update", `{"tenantId": "acme", "poolId": "`+pool+`", "policy": {"ok": 1, "deep": [{"n": `+n+`}]}}`)
 		if r.Status != 400 || r.Code() != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"policy.deep[0].n"`) {
 			t.Fatalf("pools.update with %s: %d %s", n, r.Status, r.Raw)
-		}
-		if n == "0e-99999" {
-			continue // the graph reads an integral number as the integer (0), as it reads 8.0 as 8
 		}
 		r = e.GraphQL(admin, `mutation($p: JSON) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: $p}) { pool { rowVersion } } }`,
 			map[string]any{"p": json.RawMessage(`{"ok": 1, "deep": [{"n": ` + n + `}]}`)})

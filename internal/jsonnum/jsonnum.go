@@ -3,6 +3,7 @@ package jsonnum
 
 import (
 	"encoding/json"
+	"math"
 	"math/big"
 	"slices"
 	"strconv"
@@ -71,6 +72,69 @@ func Unbounded(at string, v any) (path string, found bool) {
 	return "", false
 }
 
+// Int reads a JSON number that is an integer however it is written (1,
+// 1.0, 1e3, 10e-1), exactly: ok is false for one with a fraction, however
+// small (1.5, 1.0000000000000000000001, 1e-400). An integer past int64 is
+// the bound on its side (past every field's range).
+func Int(n string) (i int64, ok bool) {
+	neg := strings.HasPrefix(n, "-")
+	s := strings.TrimPrefix(n, "-")
+	exp := 0
+	if k := strings.IndexAny(s, "eE"); k >= 0 {
+		es := s[k+1:]
+		s = s[:k]
+		eneg := strings.HasPrefix(es, "-")
+		es = strings.TrimLeft(strings.TrimLeft(es, "+-"), "0")
+		if len(es) > 6 {
+			switch {
+			case strings.Trim(strings.Replace(s, ".", "", 1), "0") == "":
+				return 0, true // zero, however written
+			case eneg:
+				return 0, false // a fraction
+			case neg:
+				return math.MinInt64, true
+			}
+			return math.MaxInt64, true
+		}
+		if es != "" {
+			exp, _ = strconv.Atoi(es)
+		}
+		if eneg {
+			exp = -exp
+		}
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	digits := whole + frac
+	point := len(whole) + exp // where the decimal point falls in digits
+	if point < len(digits) && strings.Trim(digits[max(point, 0):], "0") != "" {
+		return 0, false
+	}
+	intDigits := strings.TrimLeft(digits[:min(max(point, 0), len(digits))], "0")
+	if intDigits != "" && point > len(digits) {
+		if point-len(digits) > 19 {
+			intDigits = strings.Repeat("9", 20) // past int64 either way
+		} else {
+			intDigits += strings.Repeat("0", point-len(digits))
+		}
+	}
+	if intDigits == "" {
+		return 0, true
+	}
+	u, err := strconv.ParseUint(intDigits, 10, 64)
+	switch {
+	case err != nil || !neg && u > math.MaxInt64:
+		if neg {
+			return math.MinInt64, true
+		}
+		return math.MaxInt64, true
+	case neg && u > 1<<63:
+		return math.MinInt64, true
+	case neg:
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
 // Integral rewrites, in place, the integral numbers of a value decoded
 // with json.Number (1e3, 8.0, 1.0e2) as integers ("1000", "8", "100"),
 // where they fit 64 bits; other numbers stay as written. A reader that
@@ -87,8 +151,8 @@ func Integral(v any) any {
 			x[i] = Integral(e)
 		}
 	case json.Number:
-		if !strings.ContainsAny(string(x), ".eE") || len(x) > 400 {
-			return x
+		if !strings.ContainsAny(string(x), ".eE") || len(x) > 400 || !Bounded(string(x)) {
+			return x // past the bound it stays as written, for the bound to refuse
 		}
 		f, _, err := big.ParseFloat(string(x), 10, 256, big.ToNearestEven)
 		if err == nil && f.IsInt() {

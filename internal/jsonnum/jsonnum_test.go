@@ -3,6 +3,7 @@ package jsonnum
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/big"
 	"strconv"
 	"strings"
@@ -103,6 +104,55 @@ func FuzzBounded(f *testing.F) {
 		}
 		if digits > MaxDigits {
 			t.Fatalf("%s: Bounded, written out as %s (%d digits)", s, out, digits)
+		}
+	})
+}
+
+func TestInt(t *testing.T) {
+	type want struct {
+		i  int64
+		ok bool
+	}
+	for n, w := range map[string]want{
+		"0": {0, true}, "-0": {0, true}, "7": {7, true}, "-7": {-7, true}, "1.0": {1, true}, "1e3": {1000, true}, "10e-1": {1, true},
+		"1.500e1": {15, true}, "1.5": {0, false}, "1.0000000000000000000001": {0, false}, "0.99999999999999999999": {0, false},
+		"200.00000000000000001": {0, false}, "1e-400": {0, false}, "0e-99999999": {0, true}, "0.0e400": {0, true},
+		"9223372036854775807": {math.MaxInt64, true}, "9223372036854775808": {math.MaxInt64, true}, "-9223372036854775808": {math.MinInt64, true},
+		"-9223372036854775809": {math.MinInt64, true}, "1e400": {math.MaxInt64, true}, "-1e400": {math.MinInt64, true},
+		"1e99999999": {math.MaxInt64, true}, "12345678901234567890123": {math.MaxInt64, true}, "2.5e-1": {0, false}, "25e-1": {0, false},
+		"100e-2": {1, true}, "0.000": {0, true},
+	} {
+		if i, ok := Int(n); i != w.i || ok != w.ok {
+			t.Errorf("Int(%s) = %d %v, want %d %v", n, i, ok, w.i, w.ok)
+		}
+	}
+}
+
+// Int agrees with the number's exact value: an integer in int64 is read
+// as itself, anything else with a fraction is not an integer.
+func FuzzInt(f *testing.F) {
+	for _, s := range []string{"1e3", "1.0000000000000000000001", "-9223372036854775808", "25e-1", "1e400", "0.000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var n json.Number
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		if dec.Decode(&n) != nil || dec.More() || !Bounded(string(n)) {
+			return
+		}
+		r, ok := new(big.Rat).SetString(string(n))
+		if !ok {
+			t.Fatalf("%s: not a number", s)
+		}
+		i, isInt := Int(string(n))
+		switch {
+		case isInt != r.IsInt():
+			t.Fatalf("%s: Int says integer %v, exactly %v", s, isInt, r.IsInt())
+		case isInt && r.Num().IsInt64() && i != r.Num().Int64():
+			t.Fatalf("%s: Int %d, exactly %s", s, i, r.Num())
+		case isInt && !r.Num().IsInt64() && i != math.MaxInt64 && i != math.MinInt64:
+			t.Fatalf("%s: Int %d past int64", s, i)
 		}
 	})
 }

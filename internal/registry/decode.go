@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -506,25 +505,13 @@ func integerProblem(f *Field, i int64) (string, []any) {
 	return "", nil
 }
 
-// integer reads a JSON number that is an integer (1, 1.0, 1e3) within
-// the exactly representable range. One past it (2^63, 1e400) reads as the
-// int64 bound on its side: it is past every field's range, and is refused
-// for that as 2^53 is ("must be in 1-200", not "must be an integer").
+// integer reads a JSON number that is an integer (1, 1.0, 1e3), exactly
+// (jsonnum.Int): 1.0000000000000000000001 is not one (float64 read it as
+// 1). One past int64 (2^63, 1e400) reads as the int64 bound on its side:
+// it is past every field's range, and is refused for that ("must be in
+// 1-200", not "must be an integer").
 func integer(n json.Number) (int64, bool) {
-	if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
-		return i, true
-	}
-	fl, err := strconv.ParseFloat(n.String(), 64) // ±Inf past float64, with an error
-	if math.Abs(fl) > 1<<53 {
-		if fl < 0 {
-			return math.MinInt64, true
-		}
-		return math.MaxInt64, true
-	}
-	if err != nil || fl != math.Trunc(fl) {
-		return 0, false
-	}
-	return int64(fl), true
+	return jsonnum.Int(string(n))
 }
 
 func fieldNamed(fields []Field, name string) *Field {

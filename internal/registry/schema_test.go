@@ -164,6 +164,10 @@ func TestIntegerFieldsHaveColumnBounds(t *testing.T) {
 		`{"n":-1e400}`:              "n must be in -2147483648-2147483647",
 		`{"n":1e1000000000}`:        "n must be in -2147483648-2147483647",
 		`{"n":2.5}`:                 "n must be an integer",
+		// Exactly: float64 read these as 1 and 200 (a helper's probe).
+		`{"n":1.0000000000000000000001}`: "n must be an integer",
+		`{"n":200.00000000000000001}`:    "n must be an integer",
+		`{"n":1e-400}`:                   "n must be an integer",
 	} {
 		_, err := decode([]byte(raw), f)
 		if e, ok := errs.As(err); !ok || e.Message != msg {
