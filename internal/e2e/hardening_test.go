@@ -684,13 +684,16 @@ func TestMethodSurfaceBodies(t *testing.T) {
 	}{
 		{"POST", "/openapi.json", "METHOD_NOT_ALLOWED"}, {"DELETE", "/healthz", "METHOD_NOT_ALLOWED"},
 		{"GET", "/nothing-here", "NOT_FOUND"}, {"POST", "/graphiql/x/y", "METHOD_NOT_ALLOWED"},
+		// Under /graphiql/ too (http.FileServer: a plain-text 404 and a
+		// listing of the directory).
+		{"GET", "/graphiql/nope", "NOT_FOUND"}, {"GET", "/graphiql/", "NOT_FOUND"}, {"GET", "/graphiql/x/y", "NOT_FOUND"},
 	} {
 		r := rawCall(t, e, c.method, c.path, nil, []byte(`{}`))
 		if r.Code() != c.code || r.Header.Get("Content-Type") != "application/json" || c.code == "METHOD_NOT_ALLOWED" && r.Header.Get("Allow") != "GET, HEAD" {
 			t.Fatalf("%s %s: %d %v %s", c.method, c.path, r.Status, r.Header, r.Raw)
 		}
 	}
-	for _, path := range []string{"/openapi.json", "/healthz", "/readyz", "/"} {
+	for _, path := range []string{"/openapi.json", "/healthz", "/readyz", "/", "/graphiql/graphiql.min.css"} {
 		if r := rawCall(t, e, "HEAD", path, nil, nil); r.Status != 200 || len(r.Raw) != 0 {
 			t.Fatalf("HEAD %s: %d %s", path, r.Status, r.Raw)
 		}

@@ -4,6 +4,9 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
+
+	"github.com/bettercompute/computed/internal/errs"
 )
 
 // GraphiQL and React are vendored from their npm packages (graphiql 3.8.3,
@@ -12,14 +15,23 @@ import (
 //go:embed graphiql
 var graphiqlFS embed.FS
 
-var assets = func() http.Handler {
+var assets = func() fs.FS {
 	sub, _ := fs.Sub(graphiqlFS, "graphiql")
-	return http.StripPrefix("/graphiql/", http.FileServer(http.FS(sub)))
+	return sub
 }()
 
-func graphiqlAssets(w http.ResponseWriter, r *http.Request) {
+// graphiqlAssets serves the vendored files by name: a directory (its
+// listing) or a name that is no file is NOT_FOUND in the contract's error
+// shape, as any other path no route serves (http.FileServer listed the
+// directory and answered a plain-text 404).
+func (s *Server) graphiqlAssets(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/graphiql/")
+	if st, err := fs.Stat(assets, name); name == "" || !fs.ValidPath(name) || err != nil || st.IsDir() {
+		s.rest.WriteError(w, r, errs.E(errs.NotFound, "nothing is served at %s", r.URL.Path))
+		return
+	}
 	w.Header().Set("Cache-Control", "public, max-age=86400")
-	assets.ServeHTTP(w, r)
+	http.ServeFileFS(w, r, assets, name)
 }
 
 // graphiqlPage is GraphiQL behind a token bar. Without a token it shows

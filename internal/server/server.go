@@ -265,7 +265,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/readyz", s.ready)
 	r.With(s.operatorOnly).Handle("/metrics", s.MetricsHandler())
 	r.Get("/", graphiql)
-	r.Get("/graphiql/*", graphiqlAssets)
+	r.Get("/graphiql/*", s.graphiqlAssets)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		s.rest.Mount(r)
