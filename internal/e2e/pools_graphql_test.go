@@ -185,8 +185,27 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" {
 		t.Fatalf("updatePool with a literal 1e300: %s", r.Raw)
 	}
+	// Literals a 64-bit float does not hold exactly are refused (they were
+	// stored rounded: 123456789012345678.5 as 123456789012345680), as are
+	// integers past 64 bits (in gqlparser's words before); what it holds
+	// is kept.
+	for lit, words := range map[string]string{
+		`{a: 123456789012345678.5}`:               "is not kept exactly",
+		`{a: [1, {b: 1.0000000000000000000001}]}`: "the number at a[1].b",
+		`{a: 18446744073709551617}`:               "is not kept exactly",
+		`{a: 1e-400}`:                             "more than 64 digits",
+	} {
+		r = e.GraphQL(admin, `mutation { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: `+lit+`}) { pool { rowVersion } } }`, nil)
+		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), words) {
+			t.Fatalf("updatePool with the literal %s: %s", lit, r.Raw)
+		}
+	}
 	rest = e.Must(e.Call(admin, "pools/get", map[string]any{"tenantId": "acme", "poolId": pool}))
 	if got := number(rest.Raw, "policy"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a refused update changed the policy: %v", got)
+	}
+	r = e.GraphQL(admin, `mutation { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: {a: 12.5, b: -3, c: [0.1, 9007199254740993]}}) { pool { policy } } }`, nil)
+	if code, _ := gqlErrorCode(r); code != "" || !strings.Contains(string(r.Raw), `"policy":{"a":12.5,"b":-3,"c":[0.1,9007199254740993]}`) {
+		t.Fatalf("updatePool with literals a float holds: %s", r.Raw)
 	}
 }

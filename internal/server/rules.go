@@ -1,12 +1,15 @@
 package server
 
 import (
+	"math/big"
 	"strconv"
 	"strings"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/validator/core"
 	"github.com/vektah/gqlparser/v2/validator/rules"
+
+	"github.com/bettercompute/computed/internal/jsonnum"
 )
 
 // validationRules are gqlparser's rules with two of this server's.
@@ -27,7 +30,66 @@ func validationRules() *rules.Rules {
 	r.AddRule(singleRootField.Name, singleRootField.RuleFunc)
 	r.AddRule(noDefer.Name, noDefer.RuleFunc)
 	r.AddRule(int32Literals.Name, int32Literals.RuleFunc)
+	r.AddRule(jsonLiterals.Name, jsonLiterals.RuleFunc)
 	return r
+}
+
+// jsonLiterals holds the numbers written in a JSON argument of the
+// document to what the same value in a variable is held to: at most
+// jsonnum.MaxDigits digits written out in full, and kept exactly.
+// gqlparser reads a literal into an int64 or a float64, so
+// 123456789012345678.5 was stored as 123456789012345680, 1e-400 as 0, and
+// an integer past 64 bits was refused in general words; a variable keeps
+// every digit (json.Number).
+var jsonLiterals = core.Rule{
+	Name: "JSONLiterals",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnValue(func(walker *core.Walker, value *ast.Value) {
+			if value.Definition == nil || value.Definition.Name != "JSON" {
+				return // the values inside one are walked from it
+			}
+			var walk func(at string, v *ast.Value)
+			walk = func(at string, v *ast.Value) {
+				where := "the JSON value's number"
+				if at != "" {
+					where = "the number at " + at + " of the JSON value"
+				}
+				switch v.Kind {
+				case ast.ObjectValue:
+					for _, c := range v.Children {
+						p := c.Name
+						if at != "" {
+							p = at + "." + c.Name
+						}
+						walk(p, c.Value)
+					}
+				case ast.ListValue:
+					for i, c := range v.Children {
+						walk(at+"["+strconv.Itoa(i)+"]", c.Value)
+					}
+				case ast.IntValue, ast.FloatValue:
+					if !jsonnum.Bounded(v.Raw) {
+						addError(core.Message(`%s has more than %d digits written out in full.`, where, jsonnum.MaxDigits), core.At(v.Position))
+						return
+					}
+					if _, err := strconv.ParseInt(v.Raw, 10, 64); v.Kind == ast.IntValue && err == nil {
+						return
+					}
+					// Kept exactly: the float's shortest decimal (what is
+					// stored) is the number written (0.1 is; 1e-400 and
+					// 123456789012345678.5 are not).
+					f, err := strconv.ParseFloat(v.Raw, 64)
+					exact, ok := new(big.Rat).SetString(v.Raw)
+					stored, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+					if err != nil || !ok || stored == nil || stored.Cmp(exact) != 0 {
+						addError(core.Message(`%s (%s) is not kept exactly when written in the document (it reads as a 64-bit float, %s): pass the value in a variable.`, where, v.Raw, strconv.FormatFloat(f, 'g', -1, 64)),
+							core.At(v.Position))
+					}
+				}
+			}
+			walk("", value)
+		})
+	},
 }
 
 // int32Literals refuses an Int literal outside 32 bits, as the spec's
