@@ -251,6 +251,13 @@ func TestWebSocketCloseCodes(t *testing.T) {
 			w.sendRaw(`{"id":"1","type":"subscribe","payload":{"query":"{ viewer { name } }","variables":{"a":1,"a":2}}}`)
 		}, 4400},
 		{"unknown message type", func(w *wsClient) { w.init(acme.Admin.Token); w.send(map[string]any{"type": "start"}) }, 4400},
+		// As graphql-ws validates messages (a complete without an id was
+		// ignored, a string ping payload echoed; a helper's probe).
+		{"complete without an id", func(w *wsClient) { w.init(acme.Admin.Token); w.send(map[string]any{"type": "complete"}) }, 4400},
+		{"a ping whose payload is no object", func(w *wsClient) {
+			w.init(acme.Admin.Token)
+			w.send(map[string]any{"type": "ping", "payload": "hello"})
+		}, 4400},
 		{"subscribe without an id", func(w *wsClient) {
 			w.init(acme.Admin.Token)
 			w.send(map[string]any{"type": "subscribe", "payload": map[string]any{"query": "{ viewer { name } }"}})
@@ -291,6 +298,10 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	w.send(map[string]any{"type": "ping"})
 	if m := w.next(); m["type"] != "pong" {
 		t.Fatalf("ping: %v", m)
+	}
+	w.send(map[string]any{"type": "ping", "payload": map[string]any{"at": 1}})
+	if m := w.next(); m["type"] != "pong" || fmt.Sprint(m["payload"]) != "map[at:1]" {
+		t.Fatalf("ping with a payload: %v", m)
 	}
 	msgs := w.op("q", `{ viewer { kind name } }`, nil)
 	if len(msgs) != 2 || msgs[0]["type"] != "next" || msgs[1]["type"] != "complete" {

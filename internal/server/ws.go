@@ -241,6 +241,17 @@ func (c *wsConn) handle(data []byte) bool {
 		c.close(closeBadRequest, "Invalid message received: a key appears twice")
 		return false
 	}
+	// As graphql-ws's validateMessage: a ping's or pong's payload is an
+	// object or absent, and a complete names its operation (a string
+	// ping payload was echoed back, a complete without an id ignored).
+	switch {
+	case (m.Type == "ping" || m.Type == "pong") && !objectOrAbsent(m.Payload):
+		c.close(closeBadRequest, `Invalid message received: "payload" must be an object or missing`)
+		return false
+	case m.Type == "complete" && m.ID == "":
+		c.close(closeBadRequest, `Invalid message received: "id" must be a string`)
+		return false
+	}
 	switch m.Type {
 	case "connection_init":
 		return c.init(m.Payload)
@@ -266,6 +277,12 @@ func (c *wsConn) handle(data []byte) bool {
 		return false
 	}
 	return true
+}
+
+// objectOrAbsent says a message's payload is a JSON object, null or absent.
+func objectOrAbsent(p json.RawMessage) bool {
+	t := bytes.TrimSpace(p)
+	return len(t) == 0 || t[0] == '{' || string(t) == "null"
 }
 
 func (c *wsConn) init(payload json.RawMessage) bool {
