@@ -651,12 +651,15 @@ func TestMethodSurfaceBodies(t *testing.T) {
 	// An escaped surrogate without its pair is no Unicode character: refused
 	// as invalid UTF-8 is, on both surfaces (encoding/json stored U+FFFD);
 	// a pair is a character.
+	// The refusal names the string (it named the body; a helper's probe).
 	r = e.Call(acme.Member.Token, "projects/create", `{"tenantId":"acme","name":"x\ud800y"}`)
-	expect(t, r, "INVALID_INPUT", "")
+	expect(t, r, "INVALID_INPUT", "name")
 	if !strings.Contains(string(r.Raw), "surrogate") {
 		t.Fatalf("a lone surrogate: %s", r.Raw)
 	}
 	r = invReport(t, e, cred, nodeID, `{"system":{"vendor":"\udc00"}}`)
+	expect(t, r, "INVALID_INPUT", "sections.system.vendor")
+	r = e.Call(acme.Member.Token, "projects/create", `{"tenantId":"acme","name":"x","labels\udc00":1}`)
 	expect(t, r, "INVALID_INPUT", "")
 	g := rawCall(t, e, "POST", "/graphql", map[string]string{"Authorization": "Bearer " + acme.Member.Token, "Content-Type": "application/json"},
 		[]byte(`{"query":"mutation($n: String!) { createProject(input: {tenantId: \"acme\", name: $n}) { project { name } } }","variables":{"n":"x\ud800"}}`))

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -73,10 +74,9 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 		// hashed document (an inventory report) would then not be what was sent.
 		return nil, errs.Invalid("", "the body is not valid UTF-8")
 	}
-	if jsonkeys.LoneSurrogate(raw) {
-		// The same, escaped: encoding/json reads it as U+FFFD.
-		return nil, errs.Invalid("", "the body holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
-	}
+	// The same, escaped: encoding/json reads it as U+FFFD. The decoder
+	// names the string or key that holds it.
+	lone := jsonkeys.LoneSurrogate(raw)
 	if !json.Valid(raw) {
 		// encoding/json refuses nesting past 10000 levels as a syntax error;
 		// this decoder stops at maxDepth with the path where it went over.
@@ -92,15 +92,27 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 		}
 		return nil, syntaxError(raw)
 	}
-	d := &decoder{buf: raw}
+	d := &decoder{buf: raw, lone: lone}
 	d.space()
 	if d.peek() == 'n' { // null
 		raw = []byte("{}")
 		d = &decoder{buf: raw}
 	} else if d.peek() != '{' {
+		if lone {
+			return nil, errLoneSurrogate("")
+		}
 		return nil, errs.Invalid("", "the body must be a JSON object")
 	}
-	return d.value(top, 0)
+	v, err := d.value(top, 0)
+	if err == nil && lone {
+		return nil, errLoneSurrogate("") // where the decoder did not read (none)
+	}
+	return v, err
+}
+
+// errLoneSurrogate refuses a string or key escaping half a surrogate pair.
+func errLoneSurrogate(path string) error {
+	return errs.Invalid(path, "%s holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character", cmp.Or(path, "the body"))
 }
 
 // tooDeep says a body nests deeper than maxDepth somewhere.
@@ -164,6 +176,9 @@ type decoder struct {
 	buf  []byte
 	pos  int
 	path []pathSeg
+	lone bool // the body escapes a lone surrogate somewhere (jsonkeys.LoneSurrogate)
+	// loneHere: the last token read escapes one
+	loneHere bool
 }
 
 type pathSeg struct {
@@ -266,6 +281,9 @@ func (d *decoder) value(f *Field, level int) (*value, error) {
 // and jsonb cannot hold them).
 func (d *decoder) string() (string, error) {
 	s := d.token()
+	if d.loneHere {
+		return "", errLoneSurrogate(d.pathString())
+	}
 	if pgtext.HasNUL(s) {
 		return "", d.invalid("%p must not contain NUL characters")
 	}
@@ -290,6 +308,7 @@ func (d *decoder) token() string {
 		}
 	}
 	var s string
+	d.loneHere = escaped && d.lone && jsonkeys.LoneSurrogate(d.buf[start:d.pos])
 	if escaped {
 		_ = json.Unmarshal(d.buf[start:d.pos], &s)
 	} else {
@@ -320,6 +339,12 @@ func (d *decoder) object(f *Field, level int) (*value, error) {
 			d.space()
 		}
 		k := d.token()
+		if d.loneHere {
+			if len(d.path) == 0 {
+				return nil, errLoneSurrogate("")
+			}
+			return nil, errs.Invalid(d.pathString(), "the keys of %s hold an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character", d.pathString())
+		}
 		if pgtext.HasNUL(k) {
 			if len(d.path) == 0 {
 				return nil, d.invalid("the body's keys must not contain NUL characters")
