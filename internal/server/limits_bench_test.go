@@ -57,6 +57,22 @@ func hostileDocuments() map[string]string {
 	// Outside: 46 same-name parents of 64 same-name fields each (their
 	// selections merge).
 	docs["outside: 46 same-name parents x 64 same-name fields"] = "{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }"
+	// Outside: many operations spreading one fragment within the bounds
+	// (validation walks it for each; 1156 of them took 13.8 s).
+	b.Reset()
+	b.WriteString(`fragment F on Query { v: tenant(tenantId: "acme") {`)
+	for i := 0; i < 64; i++ {
+		b.WriteString(` a: computeNode(nodeId: "n") {`)
+		for x := 0; x < 38; x++ {
+			fmt.Fprintf(&b, " x%d: __typename", x)
+		}
+		b.WriteString(" }")
+	}
+	b.WriteString(" } }")
+	for i := 0; i < 1156; i++ {
+		fmt.Fprintf(&b, " query q%d { ...F }", i)
+	}
+	docs["outside: 1156 operations spreading one fragment of 2497 fields"] = b.String()
 	// Outside: doubling fragments, repeated fields, too many tokens.
 	b.Reset()
 	b.WriteString("query { ...F0 }\n")
@@ -123,6 +139,9 @@ func TestFragmentsCountSameNames(t *testing.T) {
 		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }":                                                                                                      true,
 		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 32)+" }", 2) + " }":                                                                                                       false,
 		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 33)+" }", 2) + " }":                                                                                                       true,
+		// The bound is the document's: two operations of 1600 fields.
+		"query a { ...F } query b { ...F } fragment F on Query {" + aliases(1600) + " }": true,
+		"query a { ...F } query b { ...F } fragment F on Query {" + aliases(1500) + " }": false,
 		"{ ...A ...B } fragment A on Query { t: tenant(tenantId: \"a\") {" + strings.Repeat(" tenantId", 40) + " } } fragment B on Query { t: tenant(tenantId: \"a\") {" + strings.Repeat(" tenantId", 40) + " } }": true,
 	} {
 		e := checkDocument(doc)
@@ -156,4 +175,13 @@ func TestLoneSurrogateLiterals(t *testing.T) {
 			t.Errorf("%s: refused %v (%v), want %v", doc, got, e, refused)
 		}
 	}
+}
+
+// aliases is n fields answering under n names.
+func aliases(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, " a%d: __typename", i)
+	}
+	return b.String()
 }
