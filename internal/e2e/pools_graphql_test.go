@@ -204,6 +204,18 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 	if got := number(rest.Raw, "policy"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a refused update changed the policy: %v", got)
 	}
+	// A Float variable in a JSON literal is refused (coerced to a float,
+	// 9007199254740993 was stored as ...992); a JSON variable is kept.
+	r = e.GraphQL(admin, `mutation($n: Float) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: {a: [$n]}}) { pool { policy } } }`,
+		map[string]any{"n": json.Number("9007199254740993")})
+	if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), "Float variable $n") {
+		t.Fatalf("a Float variable in a JSON literal: %s", r.Raw)
+	}
+	r = e.GraphQL(admin, `mutation($n: JSON) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: {a: [$n]}}) { pool { policy } } }`,
+		map[string]any{"n": json.Number("9007199254740993")})
+	if code, _ := gqlErrorCode(r); code != "" || !strings.Contains(string(r.Raw), `"policy":{"a":[9007199254740993]}`) {
+		t.Fatalf("a JSON variable in a JSON literal: %s", r.Raw)
+	}
 	r = e.GraphQL(admin, `mutation { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: {a: 12.5, b: -3, c: [0.1, 9007199254740993]}}) { pool { policy } } }`, nil)
 	if code, _ := gqlErrorCode(r); code != "" || !strings.Contains(string(r.Raw), `"policy":{"a":12.5,"b":-3,"c":[0.1,9007199254740993]}`) {
 		t.Fatalf("updatePool with literals a float holds: %s", r.Raw)

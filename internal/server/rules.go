@@ -67,6 +67,14 @@ var jsonLiterals = core.Rule{
 					for i, c := range v.Children {
 						walk(at+"["+strconv.Itoa(i)+"]", c.Value)
 					}
+				case ast.Variable:
+					// A Float variable is coerced to a 64-bit float before
+					// it is put in the value: 9007199254740993 was stored
+					// as 9007199254740992 (a helper's probe).
+					if d := v.VariableDefinition; d != nil && d.Type != nil && d.Type.Name() == "Float" {
+						addError(core.Message(`%s is the Float variable $%s, which does not keep every number: declare it JSON.`, strings.Replace(where, "'s number", "", 1), v.Raw),
+							core.At(v.Position))
+					}
 				case ast.IntValue, ast.FloatValue:
 					if !jsonnum.Bounded(v.Raw) {
 						addError(core.Message(`%s has more than %d digits written out in full.`, where, jsonnum.MaxDigits), core.At(v.Position))
