@@ -136,9 +136,9 @@ func TestFragmentsCountSameNames(t *testing.T) {
 		// each selecting tenantId 64 times, are 2944 at t.tenantId (a
 		// helper's probe: 0.45 s of validation), directly or through
 		// fragments on Query.
-		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }":                                                                                                      true,
-		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 32)+" }", 2) + " }":                                                                                                       false,
-		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 33)+" }", 2) + " }":                                                                                                       true,
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 64)+" }", 46) + " }": true,
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 32)+" }", 2) + " }":  false,
+		"{" + strings.Repeat(` t: tenant(tenantId: "acme") {`+strings.Repeat(" tenantId", 33)+" }", 2) + " }":  true,
 		// The bound is the document's: two operations of 1600 fields.
 		"query a { ...F } query b { ...F } fragment F on Query {" + aliases(1600) + " }": true,
 		"query a { ...F } query b { ...F } fragment F on Query {" + aliases(1500) + " }": false,
