@@ -250,10 +250,22 @@ func claimPublic(ctx context.Context, q store.Q, tenantID, id string) (refused, 
 		return errs.E(errs.Conflict, "profile id %s is one a module ships; a tenant's version of it can only be private", id).
 			With("path", "visibility"), nil
 	}
+	// The claim row is inserted unless one exists (ON CONFLICT without a
+	// target, which takes a conflict on either of the table's unique keys:
+	// with ON CONFLICT (profile_id), two of one tenant's transactions
+	// claiming at once could meet on (profile_id, tenant_id) first, and one
+	// failed with the unique violation), then read and locked. A release
+	// between the two statements deletes it: the claim is tried again.
 	var owner string
-	err = q.GetContext(ctx, &owner, `INSERT INTO public_profile_ids (profile_id, tenant_id) VALUES ($1, $2)
-		ON CONFLICT (profile_id) DO UPDATE SET tenant_id = public_profile_ids.tenant_id
-		RETURNING tenant_id`, id, tenantID)
+	for attempt := 0; ; attempt++ {
+		if _, err := q.ExecContext(ctx, `INSERT INTO public_profile_ids (profile_id, tenant_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, id, tenantID); err != nil {
+			return nil, store.Wrap(err)
+		}
+		err = q.GetContext(ctx, &owner, `SELECT tenant_id FROM public_profile_ids WHERE profile_id = $1 FOR UPDATE`, id)
+		if !errors.Is(err, sql.ErrNoRows) || attempt == 3 {
+			break
+		}
+	}
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
