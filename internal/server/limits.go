@@ -182,6 +182,14 @@ func checkDocument(q string) *gqlerror.Error {
 	return nil
 }
 
+// responseName is the name a field answers under: its alias, or its name.
+func responseName(f *ast.Field) string {
+	if f.Alias != "" {
+		return f.Alias
+	}
+	return f.Name
+}
+
 // samePaths counts the fields answering at each response path of an
 // operation, every fragment expanded: validation merges the fields of one
 // response name in a selection set, and their selections with them, and
@@ -202,10 +210,7 @@ func (w *docWalker) samePaths(sel ast.SelectionSet) *gqlerror.Error {
 			}
 			switch s := s.(type) {
 			case *ast.Field:
-				name := s.Alias
-				if name == "" {
-					name = s.Name
-				}
+				name := responseName(s)
 				path := name
 				if prefix != "" {
 					path = prefix + "." + name
@@ -334,10 +339,7 @@ func (w *docWalker) set(sel ast.SelectionSet, intro bool) shape {
 			}
 			switch s := s.(type) {
 			case *ast.Field:
-				name := s.Alias
-				if name == "" {
-					name = s.Name
-				}
+				name := responseName(s)
 				if !count(name, 1) {
 					return
 				}
