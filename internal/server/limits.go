@@ -392,10 +392,7 @@ func (w *docWalker) introRepeat(sel ast.SelectionSet, seen map[string]string, ex
 			if s.Name == "__typename" {
 				continue
 			}
-			resp := s.Alias
-			if resp == "" {
-				resp = s.Name
-			}
+			resp := responseName(s)
 			if prev, ok := seen[s.Name]; ok && prev != resp {
 				return s.Name
 			}

@@ -146,10 +146,7 @@ var singleRootField = core.Rule{
 						if strings.HasPrefix(s.Name, "__") {
 							addError(core.Message(`%s must not select an introspection top level field.`, name), core.At(s.Position))
 						}
-						key := s.Alias
-						if key == "" {
-							key = s.Name
-						}
+						key := responseName(s)
 						if !keys[key] {
 							keys[key] = true
 							fields = append(fields, s)
