@@ -75,10 +75,8 @@ func FuzzBounded(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var n json.Number
-		dec := json.NewDecoder(strings.NewReader(s))
-		dec.UseNumber()
-		if dec.Decode(&n) != nil || dec.More() || !Bounded(string(n)) {
+		n, ok := boundedNumber(s)
+		if !ok {
 			return
 		}
 		m, exp := strings.TrimPrefix(string(n), "-"), 0
@@ -135,10 +133,8 @@ func FuzzInt(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var n json.Number
-		dec := json.NewDecoder(strings.NewReader(s))
-		dec.UseNumber()
-		if dec.Decode(&n) != nil || dec.More() || !Bounded(string(n)) {
+		n, ok := boundedNumber(s)
+		if !ok {
 			return
 		}
 		r, ok := new(big.Rat).SetString(string(n))
@@ -155,4 +151,15 @@ func FuzzInt(f *testing.F) {
 			t.Fatalf("%s: Int %d past int64", s, i)
 		}
 	})
+}
+
+// boundedNumber is s when it is one JSON number that Bounded takes.
+func boundedNumber(s string) (json.Number, bool) {
+	var n json.Number
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if dec.Decode(&n) != nil || dec.More() || !Bounded(string(n)) {
+		return "", false
+	}
+	return n, true
 }
