@@ -142,9 +142,14 @@ func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.I
 	return notify, locks, seqNotify, func() { wg.Wait(); d.Close() }
 }
 
+// openWriters opens a writers' pool: 24 connections, or BENCH_CONNS.
 func openWriters(b *testing.B, url string) *store.DB {
 	b.Helper()
-	d, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: 24})
+	conns := 24
+	if v := os.Getenv("BENCH_CONNS"); v != "" {
+		fmt.Sscan(v, &conns)
+	}
+	d, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: conns})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -401,7 +406,7 @@ func benchDuration() time.Duration {
 // event of this process and of PostgreSQL's; BENCH_ONLY=<part of a name>|<part>...
 // runs only the phases it names; BENCH_STATEMENTS=1 loads
 // pg_stat_statements and logs each phase's costliest statements and the
-// inbox's dead rows.
+// inbox's dead rows; BENCH_CONNS=<n> sizes every phase's pool.
 func BenchmarkEventWriters(b *testing.B) {
 	url := durable(b)
 	d := benchDuration()
