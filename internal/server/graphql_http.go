@@ -257,24 +257,66 @@ func paramsFromQuery(rawQuery string) (*graphql.RawParams, *errs.Error) {
 }
 
 // responseType negotiates the response media type as the spec says:
-// application/graphql-response+json unless the client asks for
-// application/json (or accepts anything, for legacy clients).
+// application/graphql-response+json unless the client prefers
+// application/json (or accepts anything, for legacy clients). Each type
+// takes the q-value of the most specific range that names it (RFC 9110,
+// 12.5.1); the higher wins, then the one named by the more specific range,
+// then the one named first. A type refused with q=0 is never chosen; when
+// the client accepts neither, the answer is the spec's type anyway.
 func responseType(r *http.Request) string {
 	accept := r.Header.Get("Accept")
 	if accept == "" {
 		return mediaJSON
 	}
-	for _, part := range strings.Split(accept, ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+	type pick struct {
+		q           float64
+		specificity int // 3 the type itself, 2 application/*, 1 */*, 0 unnamed
+		at          int // the position of the range that decided it
+	}
+	var best [2]pick
+	alts := [2]string{mediaJSON, mediaGraphQLJSON}
+	for at, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
 		if err != nil {
 			continue
 		}
-		switch mt {
-		case "*/*", "application/*", mediaJSON:
-			return mediaJSON
-		case mediaGraphQLJSON:
-			return mediaGraphQLJSON
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
+				continue
+			}
 		}
+		for i, alt := range alts {
+			spec := 0
+			switch mt {
+			case alt:
+				spec = 3
+			case "application/*":
+				spec = 2
+			case "*/*":
+				spec = 1
+			}
+			if spec > best[i].specificity {
+				best[i] = pick{q, spec, at}
+			}
+		}
+	}
+	j, g := best[0], best[1]
+	switch {
+	case j.q <= 0 && g.q <= 0:
+		return mediaGraphQLJSON
+	case j.q != g.q:
+		if j.q > g.q {
+			return mediaJSON
+		}
+		return mediaGraphQLJSON
+	case j.specificity != g.specificity:
+		if j.specificity > g.specificity {
+			return mediaJSON
+		}
+		return mediaGraphQLJSON
+	case j.at <= g.at:
+		return mediaJSON // named first, or both by one range (*/*: legacy clients)
 	}
 	return mediaGraphQLJSON
 }
