@@ -144,6 +144,32 @@ func LoneSurrogate(doc []byte) bool {
 	return false
 }
 
+// NestsDeeper reports whether a JSON document opens more than limit
+// objects and arrays inside one another somewhere; of a document that is
+// not JSON it reports what it read. encoding/json refuses a document
+// nested past 10000 levels as a syntax error, a fault the document need
+// not have: ask this first, to say why.
+func NestsDeeper(doc []byte, limit int) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		switch {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
+}
+
 // hex4 reads the four hex digits at doc[at:].
 func hex4(doc []byte, at int) (rune, bool) {
 	if at+4 > len(doc) {

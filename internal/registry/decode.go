@@ -84,7 +84,7 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 		// level that is not an object), the depth is still the answer: the
 		// body is refused for it whatever else it holds, and a syntax error
 		// at offset 10001 would name a fault it does not have.
-		if tooDeep(raw) {
+		if jsonkeys.NestsDeeper(raw, maxDepth+1) {
 			if err := deepError(raw, top); err != nil {
 				return nil, err
 			}
@@ -113,28 +113,6 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 // errLoneSurrogate refuses a string or key escaping half a surrogate pair.
 func errLoneSurrogate(path string) error {
 	return errs.Invalid(path, "%s holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character", cmp.Or(path, "the body"))
-}
-
-// tooDeep says a body nests deeper than maxDepth somewhere.
-func tooDeep(raw []byte) bool {
-	depth, inString := 0, false
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			if depth++; depth > maxDepth+1 {
-				return true
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return false
 }
 
 // deepError runs the decoder over a body that is not valid JSON but nests

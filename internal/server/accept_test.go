@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +35,26 @@ func TestResponseTypeNegotiation(t *testing.T) {
 		if got := responseType(r); got != c.want {
 			t.Errorf("Accept %q: %s, want %s", c.accept, got, c.want)
 		}
+	}
+}
+
+// A body nested past encoding/json's 10000 levels is refused for its
+// depth, not as "not a JSON object with a query" (it may well be one).
+func TestDeepBody(t *testing.T) {
+	for _, n := range []int{10001, 100000} {
+		for _, b := range []string{
+			`{"query":"{ viewer { kind } }","variables":{"a":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}}`,
+			strings.Repeat("[", n) + strings.Repeat("]", n),
+		} {
+			_, err := DecodeParams([]byte(b))
+			if err == nil || err.Message != "the body nests deeper than 10000 levels" {
+				t.Errorf("%d levels, %.30s: %v", n, b, err)
+			}
+		}
+	}
+	// 10000 levels are encoding/json's own: decoded
+	b := `{"query":"{ viewer { kind } }","variables":{"a":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}}`
+	if _, err := DecodeParams([]byte(b)); err != nil {
+		t.Errorf("9998 levels in variables: %v", err)
 	}
 }

@@ -121,6 +121,10 @@ func refusedGetMutation(w http.ResponseWriter, r *http.Request, ct string, oc *g
 	return true
 }
 
+// maxJSONDepth is encoding/json's bound on nesting: a body past it is
+// refused for its depth.
+const maxJSONDepth = 10000
+
 // DecodeParams decodes a POST body: one JSON object with query (a string),
 // and optional operationName (a string), variables and extensions
 // (objects). Nothing may follow the object. Errors name the offending key,
@@ -136,6 +140,9 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 	dec.UseNumber()
 	var raw map[string]json.RawMessage
 	if err := dec.Decode(&raw); err != nil || raw == nil {
+		if err != nil && jsonkeys.NestsDeeper(body, maxJSONDepth) {
+			return nil, errs.Invalid("", "the body nests deeper than %d levels", maxJSONDepth)
+		}
 		return nil, errs.Invalid("", "the body must be a JSON object with a query")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
