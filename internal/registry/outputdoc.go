@@ -221,6 +221,22 @@ func ErrorsMarkdown() string {
 	codeTable(&b, errs.Table())
 	b.WriteString("\nThe HTTP layer answers two more codes, for how a request was sent, before any method or operation runs (no method page lists them):\n\n")
 	codeTable(&b, errs.Transport())
+	b.WriteString("\n## Details\n\n`details` is an object on every error, empty when there is nothing to add. These are the fields it may hold:\n\n")
+	b.WriteString("| Field | Type | When |\n|---|---|---|\n")
+	for _, d := range errs.Details() {
+		t, _ := d.Schema["type"].(string)
+		if r, ok := d.Schema["$ref"].(string); ok {
+			t = strings.TrimPrefix(r, "#/components/schemas/")
+		}
+		if t == "array" {
+			t = "array of " + strings.TrimPrefix(d.Schema["items"].(map[string]any)["$ref"].(string), "#/components/schemas/")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", d.Key, t, cell(d.When))
+	}
+	b.WriteString("\n`details.reason` says which rule refused where one code covers several:\n\n| Reason | Code | When |\n|---|---|---|\n")
+	for _, r := range errs.Reasons() {
+		fmt.Fprintf(&b, "| `%s` | [`%s`](#%s) | %s |\n", r.Value, r.Code, strings.ToLower(string(r.Code)), cell(r.When))
+	}
 	b.WriteString("\nRetrying in general: `UNAVAILABLE` and `RATE_LIMITED` are the codes worth retrying automatically. Reads are safe to retry. A mutation that timed out or answered `UNAVAILABLE` may or may not have been applied: read the resource (or list by name) before creating it again; updates carrying `expectedVersion` are safe to repeat, since a second application is a `CONFLICT`.\n")
 	return b.String()
 }

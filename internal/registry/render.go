@@ -153,18 +153,8 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 			"properties": map[string]any{
 				"code":    map[string]any{"type": "string", "enum": codes},
 				"message": map[string]any{"type": "string", "description": "for people; never parse it"},
-				"details": map[string]any{"type": "object", "description": "`path` (INVALID_INPUT: the first offending field), `requestId` (INTERNAL), the fields below where their codes give them, and what the method page names",
-					"properties": map[string]any{
-						"path":              map[string]any{"type": "string", "description": "the offending input field, as `a.b[2].c`"},
-						"requestId":         map[string]any{"type": "string", "description": "the request's id, as in the `X-Request-Id` header and the server's logs"},
-						"reason":            map[string]any{"type": "string", "description": "which rule refused, where one code covers several: `expired-cursor`, `last-admin`, `quota` (INVALID_STATE), `body-deadline` (INVALID_INPUT), `sessions`, `open-challenges` (RATE_LIMITED), `deadline`, `busy`, `shutdown` (UNAVAILABLE), …"},
-						"retryAfterSeconds": map[string]any{"type": "integer", "minimum": 1, "description": "RATE_LIMITED: wait this long before retrying (also the `Retry-After` header)"},
-						"rowVersion":        map[string]any{"type": "integer", "description": "CONFLICT on `expectedVersion`: the resource's current version"},
-						"state":             map[string]any{"type": "string", "description": "INVALID_STATE: the resource's state that forbids the change"},
-						"limit":             map[string]any{"type": "integer", "description": "the bound that was reached (`reason` says which)"},
-						"issues":            map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/Issue"}, "description": "INVALID_INPUT of a provisioning profile: every problem found, as `profiles.validate` reports them"},
-						"quota":             map[string]any{"$ref": "#/components/schemas/Quota", "description": "INVALID_STATE with `reason: \"quota\"`: the quota that would be exceeded"},
-					}},
+				"details": map[string]any{"type": "object", "description": "the fields below where their codes give them (docs/api/errors.md, \"Details\")",
+					"properties": detailProperties()},
 			}}},
 	}
 	tags := []any{}
@@ -300,4 +290,25 @@ func typeName(t reflect.Type) string {
 		return t.String()
 	}
 	return t.PkgPath() + "." + t.Name()
+}
+
+// detailProperties is Error.details' properties, from the errs table of
+// detail fields; details.reason lists its values with their codes.
+func detailProperties() map[string]any {
+	props := map[string]any{}
+	for _, d := range errs.Details() {
+		p := map[string]any{"description": d.When}
+		for k, v := range d.Schema {
+			p[k] = v
+		}
+		if d.Key == "reason" {
+			var vals []string
+			for _, r := range errs.Reasons() {
+				vals = append(vals, fmt.Sprintf("`%s` (%s)", r.Value, r.Code))
+			}
+			p["description"] = "which rule refused, where one code covers several: " + strings.Join(vals, ", ")
+		}
+		props[d.Key] = p
+	}
+	return props
 }

@@ -1,0 +1,85 @@
+package errs
+
+// DetailInfo is one field an error's details may hold: its key, its JSON
+// Schema and when it is there. The OpenAPI document's Error.details and
+// docs/api/errors.md are rendered from Details, and a test holds every
+// detail the code sets (With, and the GraphQL layer's own) to it.
+type DetailInfo struct {
+	Key    string
+	Schema map[string]any
+	When   string
+}
+
+// ReasonInfo is one value of details.reason: the code it comes with and
+// which rule refused.
+type ReasonInfo struct {
+	Value string
+	Code  Code
+	When  string
+}
+
+func str() map[string]any  { return map[string]any{"type": "string"} }
+func intg() map[string]any { return map[string]any{"type": "integer"} }
+func ref(name string) map[string]any {
+	return map[string]any{"$ref": "#/components/schemas/" + name}
+}
+
+// Details lists every field of details, in the order the docs show them.
+func Details() []DetailInfo {
+	return []DetailInfo{
+		{"path", str(), "the input field the refusal is about, as `a.b[2].c` (`INVALID_INPUT`: the first offending field; also `INVALID_STATE` and `CONFLICT` where a field's value is the cause)"},
+		{"reason", str(), "which rule refused, where one code covers several (the values below)"},
+		{"requestId", str(), "`INTERNAL`: the request's id, as in the `X-Request-Id` header and the server's logs"},
+		{"retryAfterSeconds", map[string]any{"type": "integer", "minimum": 1}, "`RATE_LIMITED`: wait this long before retrying (also the `Retry-After` header)"},
+		{"charge", intg(), "`RATE_LIMITED` of a GraphQL operation: the requests its cost spends"},
+		{"limit", intg(), "the bound that was reached (`reason` says which)"},
+		{"rowVersion", intg(), "`CONFLICT` on `expectedVersion`: the resource's current version"},
+		{"state", str(), "`INVALID_STATE`: the resource's state that forbids the change"},
+		{"desiredState", str(), "`INVALID_STATE` of an instance: its `desiredState`"},
+		{"issues", map[string]any{"type": "array", "items": ref("Issue")}, "`INVALID_INPUT` of a provisioning profile: every problem found, as `profiles.validate` reports them"},
+		{"quota", ref("Quota"), "`INVALID_STATE` with `reason: \"quota\"`: the offer's quota that would be exceeded"},
+		{"used", ref("Quota"), "`INVALID_STATE` with `reason: \"quota\"` (`instances.create`): the tenant's live instances and their GPUs in the pool"},
+		{"requested", intg(), "`INVALID_STATE` with `reason: \"quota\"` (`instances.create`): the GPUs the instance asks for"},
+		{"peakReservedGpus", intg(), "`INVALID_STATE` with `reason: \"quota\"` (`reservations.create`): the GPUs the tenant would hold reserved at once"},
+		{"total", ref("Size"), "`INVALID_STATE` with `reason: \"capacity\"` (`reservations.create`): the pool's whole capacity"},
+		{"nodeId", str(), "`CONFLICT` of `nodes.join`: the node the machine already joined as"},
+		{"joinRequestId", str(), "`PERMISSION_DENIED` of `nodes.join`: the join request that was denied, or approved for other hardware"},
+		{"instanceId", str(), "`CONFLICT` on `clientToken`: the instance created with that token"},
+		{"step", intg(), "`INVALID_STATE` of `workflows.reportStep`: the step whose status refuses the report"},
+		{"stepStatus", str(), "`INVALID_STATE` of `workflows.reportStep`: that step's status"},
+		{"lastEventId", str(), "`UNAVAILABLE` with `reason: \"slow-consumer\"`: the last event delivered; subscribe again after it"},
+	}
+}
+
+// Reasons lists every value of details.reason, by code.
+func Reasons() []ReasonInfo {
+	return []ReasonInfo{
+		{"body-deadline", InvalidInput, "the body did not arrive before the request's deadline"},
+		{"persisted-queries-not-supported", InvalidInput, "a GraphQL request sent a persisted query's hash without its document"},
+		{"parse", InvalidInput, "a GraphQL document that does not parse"},
+		{"validation", InvalidInput, "a GraphQL document the schema's rules refuse"},
+		{"challenge-unknown", Unauthenticated, "`nodes.join` (tpm): no open challenge has that id"},
+		{"challenge-used", Unauthenticated, "`nodes.join` (tpm): the challenge was already answered"},
+		{"challenge-expired", Unauthenticated, "`nodes.join` (tpm): the challenge expired"},
+		{"challenge-mismatch", Unauthenticated, "`nodes.join` (tpm): the challenge was made for another join token, CSR, hardware or key"},
+		{"wrong-secret", Unauthenticated, "`nodes.join` (tpm): the activated secret does not answer the challenge"},
+		{"expired-cursor", InvalidState, "the cursor is older than the event retention"},
+		{"last-admin", InvalidState, "`members.grant`, `members.revoke`: the change would leave the tenant without an admin"},
+		{"quota", InvalidState, "the pool's offer to the tenant allows no more (`details.quota`)"},
+		{"capacity", InvalidState, "`reservations.create`: the pool has no room in the window (`details.total`)"},
+		{"bare-metal", InvalidState, "instances live in VPS pools, not bare-metal ones"},
+		{"archived", InvalidState, "the pool is archived"},
+		{"canceled", InvalidState, "the reservation is canceled"},
+		{"expired", InvalidState, "the reservation has ended"},
+		{"deleted", InvalidState, "the instance is deleted"},
+		{"not-running", InvalidState, "`instances.reboot`: the instance is not running"},
+		{"not-a-move", InvalidState, "a host's report of a state the instance cannot move to from its own"},
+		{"sessions", RateLimited, "the credential holds its sockets and streams on this replica"},
+		{"open-challenges", RateLimited, "`nodes.join` (tpm): the join token holds its open challenges (`details.limit`)"},
+		{"deadline", Unavailable, "the request ran past its deadline"},
+		{"busy", Unavailable, "the GraphQL operation did not start before its deadline"},
+		{"cancelled", Unavailable, "the client went away before the answer"},
+		{"shutdown", Unavailable, "the replica is shutting down; its streams end"},
+		{"slow-consumer", Unavailable, "a subscriber did not keep up with its events (`details.lastEventId`)"},
+	}
+}
