@@ -64,9 +64,9 @@ func (r *computeNodeResolver) InventoryDiff(ctx context.Context, obj *nodes.Node
 		v    *string
 		dst  *string
 	}{{"from", from, &k.From}, {"to", to, &k.To}} {
-		if ref.v != nil && *ref.v != "" {
+		if ref.v != nil && *ref.v != "" { // "" is the argument left out (docs/graphql.md)
 			if !inventory.ValidRef(*ref.v) {
-				return nil, errs.Invalid(ref.name, "%s must be a snapshot id or a 64-character hex hash", ref.name)
+				return nil, errs.Invalid(ref.name, "%s does not match %s", ref.name, inventory.RefPattern)
 			}
 			*ref.dst = *ref.v
 		}

@@ -720,6 +720,15 @@ func TestInventoryHistory(t *testing.T) {
 		t.Fatalf("the graph's cursor on the method: %s", r.Raw)
 	}
 	gqlExpect(t, e.GraphQL(viewer, hq, map[string]any{"id": gid, "after": "inv_short"}), "INVALID_INPUT", "after")
+	// A malformed snapshot name is refused in the method's words.
+	dq := `query($id: ID!, $f: String, $t: String) { node(id: $id) { ... on ComputeNode { inventoryDiff(from: $f, to: $t) { from } } } }`
+	for _, v := range []string{"f", "t"} {
+		r := e.GraphQL(viewer, dq, map[string]any{"id": gid, v: "inv_short"})
+		gqlExpect(t, r, "INVALID_INPUT", map[string]string{"f": "from", "t": "to"}[v])
+		if !strings.Contains(string(r.Raw), "does not match ^(inv_") {
+			t.Fatalf("the method's words: %s", r.Raw)
+		}
+	}
 
 	for _, tc := range []struct {
 		body map[string]any

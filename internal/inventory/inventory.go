@@ -511,9 +511,9 @@ func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []st
 // Group describes the inventory group.
 var Group = registry.Group{Name: "inventory", Summary: "A node's hardware and software inventory as the daemon reports it, kept as an append-only history of snapshots: a new snapshot is stored each time the node's reported section set changes. Every method decides `compute:nodes:read` on `compute-node/{nodeId}` and only answers for nodes the calling tenant owns. See [Inventory and health](../guides/nodes/inventory-and-health.md)."}
 
-var refPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
+var RefPattern = `^(inv_[0-9a-hjkmnp-tv-z]{26,52}|[0-9a-f]{64})$`
 
-var refRe = pattern.MustCompile(refPattern)
+var refRe = pattern.MustCompile(RefPattern)
 
 // ValidRef reports a well-formed snapshot reference (id or hash).
 func ValidRef(s string) bool { return refRe.MatchString(s) }
@@ -561,8 +561,8 @@ func Methods() []registry.Method {
 				"Change types are `gpu.missing`, `gpu.added`, `disk.replaced`, `driver.changed` and `mig.layout.changed`, each with `before` and `after` values where they apply.",
 				"`NOT_FOUND` when the node has no inventory, a named snapshot does not exist for the node, or the node is not owned by the tenant.",
 				"A hash names the newest of the node's snapshots with that hash."},
-			node(registry.Field{Name: "from", Type: registry.String, Pattern: refPattern},
-				registry.Field{Name: "to", Type: registry.String, Pattern: refPattern})...), nil, DiffSnapshots),
+			node(registry.Field{Name: "from", Type: registry.String, Pattern: RefPattern},
+				registry.Field{Name: "to", Type: registry.String, Pattern: RefPattern})...), nil, DiffSnapshots),
 	}
 }
 
