@@ -6,7 +6,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/relay"
@@ -101,8 +100,8 @@ func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, firs
 	if after != nil {
 		cursor = *after
 	}
-	if len(cursor) > 256 || profiles.CheckCursor(cursor) != nil {
-		return nil, errs.Invalid("after", "after is not a cursor this server returned")
+	if err := checkAfter(cursor, profiles.CheckCursor); err != nil {
+		return nil, err
 	}
 	l := loaders.From(ctx)
 	loaders.PrefetchPages(ctx, l, l.TenantProfiles, obj.TenantID, n, cursor)

@@ -89,15 +89,25 @@ func pageArgs(kind page.Codec, first *int, after *string) (int, string, error) {
 	}
 	var key string
 	if after != nil && *after != "" {
-		if len(*after) > 256 {
-			return 0, "", errs.Invalid("after", "after is longer than 256 characters")
-		}
-		if _, err := kind.Decode(*after, &key); err != nil {
-			e, _ := errs.As(err)
-			return 0, "", errs.Invalid("after", "after%s", strings.TrimPrefix(e.Message, "cursor"))
+		if err := checkAfter(*after, func(c string) error { _, err := kind.Decode(c, &key); return err }); err != nil {
+			return 0, "", err
 		}
 	}
 	return n, key, nil
+}
+
+// checkAfter checks a connection's after as its method checks its cursor
+// (decode: the list's own decoder), in the method's words with after for
+// cursor.
+func checkAfter(after string, decode func(string) error) error {
+	if len(after) > 256 {
+		return errs.Invalid("after", "after is longer than 256 characters")
+	}
+	if err := decode(after); err != nil {
+		e, _ := errs.As(err)
+		return errs.Invalid("after", "after%s", strings.TrimPrefix(e.Message, "cursor"))
+	}
+	return nil
 }
 
 // connection turns a loaded page into edges, page info and the total.

@@ -54,6 +54,29 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		}
 	})
 
+	t.Run("profiles' after", func(t *testing.T) {
+		// profiles.list's own cursors, refused in its words as the other
+		// connections' are (it said "not a cursor this server returned"
+		// for all of these).
+		d := gqlOK(t, e.GraphQL(tok, `{ viewer { tenants(first: 1) { pageInfo { endCursor } } } }`, nil))
+		other := dig(t, d, "viewer", "tenants", "pageInfo", "endCursor")
+		q := `query($a: String) { tenant(tenantId: "acme") { profiles(first: 5, after: $a) { totalCount } } }`
+		for _, c := range []struct {
+			after any
+			words string
+		}{
+			{strings.Repeat("a", 257), "after is longer than 256 characters"},
+			{other, "after is one of another list"},
+			{"!!", "after is not one this server returned"},
+		} {
+			r := e.GraphQL(tok, q, map[string]any{"a": c.after})
+			gqlExpect(t, r, "INVALID_INPUT", "after")
+			if !strings.Contains(string(r.Raw), c.words) {
+				t.Errorf("%.20v: %s", c.after, r.Raw)
+			}
+		}
+	})
+
 	t.Run("auditLog filters", func(t *testing.T) {
 		q := `query($r: String, $p: String, $m: String) { tenant(tenantId: "acme") { auditLog(first: 5, resourceId: $r, principalId: $p, method: $m) { totalCount } } }`
 		for _, c := range []struct {
