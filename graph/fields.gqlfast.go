@@ -75,6 +75,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"inventoryHistory":     {"InventorySnapshotConnection", true},
 		"joinRequestId":        {"String", false},
 		"labels":               {"JSON", false},
+		"latestSnapshotId":     {"String", false},
 		"name":                 {"String", false},
 		"nodeId":               {"String", false},
 		"pool":                 {"Pool", true},

@@ -764,6 +764,32 @@ func (ec *executionContext) fieldContext_ComputeNode_removedAt(_ context.Context
 	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "Time")
 }
 
+func (ec *executionContext) _ComputeNode_latestSnapshotId(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.LatestSnapshotID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ComputeNode_latestSnapshotId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LatestSnapshotID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ComputeNode_latestSnapshotId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ComputeNode", field, false, false, "String")
+}
+
 func (ec *executionContext) _ComputeNode_pool(ctx context.Context, field graphql.CollectedField, obj *nodes.Node) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4606,6 +4632,11 @@ func (ec *executionContext) _ComputeNode(ctx context.Context, sel ast.SelectionS
 			}
 		case "removedAt":
 			out.Values[i] = ec._ComputeNode_removedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "latestSnapshotId":
+			out.Values[i] = ec._ComputeNode_latestSnapshotId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

@@ -767,6 +767,8 @@ type ComputeNode implements Node {
   createdAt: Time!
   updatedAt: Time!
   removedAt: Time
+  "The latest inventory snapshot's id (nodes.get's latestSnapshotId); null before the first report."
+  latestSnapshotId: String
   pool: Pool!
   "The latest inventory snapshot; null before the first report."
   inventory: InventorySnapshot
@@ -1807,6 +1809,8 @@ func (ec *executionContext) childFields_ComputeNode(ctx context.Context, field g
 		return ec.fieldContext_ComputeNode_updatedAt(ctx, field)
 	case "removedAt":
 		return ec.fieldContext_ComputeNode_removedAt(ctx, field)
+	case "latestSnapshotId":
+		return ec.fieldContext_ComputeNode_latestSnapshotId(ctx, field)
 	case "pool":
 		return ec.fieldContext_ComputeNode_pool(ctx, field)
 	case "inventory":

@@ -159,3 +159,55 @@ func TestOpenAPIObjectsSayWhatTheyHold(t *testing.T) {
 		t.Fatalf("only %d object schemas in the document", n)
 	}
 }
+
+// TestGraphObjectsHoldTheMethodsFields: a graph type that stands for an
+// object of the method surface (the OpenAPI component of the same name,
+// or the one graphNames maps) has a field for every property of it, so
+// what a method answers can be read from the graph too (ComputeNode had
+// no latestSnapshotId, which nodes.get answers).
+func TestGraphObjectsHoldTheMethodsFields(t *testing.T) {
+	graphNames := map[string]string{
+		"Node": "ComputeNode", "Snapshot": "InventorySnapshot", "DiffResult": "InventoryDiff", "Change": "InventoryChange",
+		"GPU": "Gpu", "NIC": "Nic", "MIGDevice": "MigDevice",
+		"Size": "InstanceSize", "Resources": "ResourceAmounts", "Quota": "PoolQuota", "Offer": "PoolOffer",
+		"Issue": "ProfileIssue", "Validation": "ProfileValidation", "Step": "WorkflowStep",
+		"Member": "ProjectMember", "Binding": "RoleBinding", "AllowedKey": "AllowedTpmKey",
+	}
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct{ Schemas map[string]map[string]any }
+	}
+	if err := json.Unmarshal(files["docs/api/openapi.json"], &doc); err != nil {
+		t.Fatal(err)
+	}
+	types := graph.NewExecutableSchema(graph.Config{}).Schema().Types
+	for from, to := range graphNames {
+		if doc.Components.Schemas[from] == nil || types[to] == nil {
+			t.Errorf("graphNames maps %s to %s: one of them is gone", from, to)
+		}
+	}
+	pairs := 0
+	for name, s := range doc.Components.Schemas {
+		props, _ := s["properties"].(map[string]any)
+		gname := name
+		if g, ok := graphNames[name]; ok {
+			gname = g
+		}
+		def := types[gname]
+		if props == nil || def == nil || def.Kind != ast.Object {
+			continue
+		}
+		pairs++
+		for p := range props {
+			if def.Fields.ForName(p) == nil {
+				t.Errorf("the graph's %s has no field %s, which the method surface's %s has", gname, p, name)
+			}
+		}
+	}
+	if pairs < 25 {
+		t.Errorf("only %d objects of the method surface have a graph type", pairs)
+	}
+}

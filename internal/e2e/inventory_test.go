@@ -720,6 +720,12 @@ func TestInventoryHistory(t *testing.T) {
 		t.Fatalf("the graph's cursor on the method: %s", r.Raw)
 	}
 	gqlExpect(t, e.GraphQL(viewer, hq, map[string]any{"id": gid, "after": "inv_short"}), "INVALID_INPUT", "after")
+	// The node's latest snapshot id, as nodes.get answers it.
+	lq := `query($id: ID!) { node(id: $id) { ... on ComputeNode { latestSnapshotId inventory { snapshotId } } } }`
+	ln, _ := dig(t, gqlOK(t, e.GraphQL(viewer, lq, map[string]any{"id": gid})), "node").(map[string]any)
+	if ln["latestSnapshotId"] != newest[0] || dig(t, ln, "inventory", "snapshotId") != newest[0] {
+		t.Fatalf("latestSnapshotId: %v, want %s", ln, newest[0])
+	}
 	// A malformed snapshot name is refused in the method's words.
 	dq := `query($id: ID!, $f: String, $t: String) { node(id: $id) { ... on ComputeNode { inventoryDiff(from: $f, to: $t) { from } } } }`
 	for _, v := range []string{"f", "t"} {
