@@ -236,7 +236,7 @@ func ListMembers(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Bind
 
 // Groups of this package.
 var (
-	TokensGroup  = registry.Group{Name: "tokens", Summary: "Service tokens: bearer secrets for service principals that hold one role on a tenant. The secret is shown once, stored only as a hash, and a revoked token stops working at once."}
+	TokensGroup  = registry.Group{Name: "tokens", Summary: "Service tokens: bearer secrets for service principals, each created holding one role on its tenant (only the operator can give one a role on another tenant, members.grant). The secret is shown once, stored only as a hash, and a revoked token stops working at once."}
 	MembersGroup = registry.Group{Name: "members", Summary: "Role bindings on a tenant: which principal holds viewer, member or admin."}
 )
 
@@ -271,7 +271,7 @@ func Methods() []registry.Method {
 			[]registry.Field{registry.TenantID(), registry.ID("tokenId", ids.Token)}), nil, RevokeToken),
 		registry.Def(m("members", "grant", registry.Mutation, authz.IAMManage,
 			"Gives a principal a role on the tenant, replacing the role it held.",
-			[]string{"`NOT_FOUND` when no such user or service principal exists.",
+			[]string{"`NOT_FOUND` when no such user or service principal exists, or when it is another tenant's and holds no role on this one (the same answer: nothing of another tenant's principals shows). The operator may name any user or service principal: that is how one principal comes to hold roles on several tenants.",
 				"`INVALID_STATE` with `details.reason: \"last-admin\"` when it would take the admin role from the tenant's last admin: grant admin to another principal first."},
 			[]registry.Field{registry.TenantID(), principalID(), role()}), nil, Grant),
 		registry.Def(m("members", "revoke", registry.Mutation, authz.IAMManage,

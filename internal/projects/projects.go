@@ -342,7 +342,7 @@ func Methods() []registry.Method {
 			"Deletes a project and its relationships and returns the number deleted.", nil, ref...), nil, Delete),
 		registry.Def(m("addMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Relates a principal to the project as member (default) or owner.",
-			[]string{"`NOT_FOUND` when no such user or service principal exists."},
+			[]string{"`NOT_FOUND` when no such user or service principal exists, or when it is another tenant's and holds no role on this one (the same answer: nothing of another tenant's principals shows). The operator may name any user or service principal: that is how one principal comes to hold roles on several tenants."},
 			append(append([]registry.Field{}, ref...), principal,
 				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), nil, AddMember),
 		registry.Def(m("removeMember", registry.Mutation, authz.ProjectsManage, authz.Project,
