@@ -515,7 +515,7 @@ type Instance implements Node {
   state: InstanceState!
   "Why the instance is in its state (waiting for room, a failure)."
   stateReason: String
-  "The host node of a hosted pool's instance, once placed."
+  "The host node of a hosted pool's instance, once placed; null in a pool offered to the instance's tenant (the owner's nodes are not shown to the tenants it offers the pool to)."
   hostNodeId: String
   "Goes up by one with every reboot request."
   rebootGeneration: Int!

@@ -51,12 +51,12 @@ func (r *instanceResolver) Project(ctx context.Context, obj *graphread.View) (*p
 
 // Host is the resolver for the host field.
 func (r *instanceResolver) Host(ctx context.Context, obj *graphread.View) (*nodes.Node, error) {
-	if !obj.HostVisible || obj.HostNodeID == nil {
+	if !obj.HostVisible || obj.Host == nil {
 		return nil, nil
 	}
 	l := loaders.From(ctx)
 	l.PrefetchInstanceLinks(ctx, obj.InstanceID, "host")
-	return l.Node.Load(ctx, *obj.HostNodeID)()
+	return l.Node.Load(ctx, *obj.Host)()
 }
 
 // Events is the resolver for the events field.

@@ -148,8 +148,10 @@ func TestCordonedAndRemovedHosts(t *testing.T) {
 
 // TestOfferedTenantOnAHost: a tenant a hosted pool is offered to reads its
 // instance (placed on the owner's node) without the host node, which
-// belongs to the owner; the owner reads the host's holdings as numbers and
-// never the instance.
+// belongs to the owner, neither its link nor its id (hostNodeId is null on
+// both surfaces and in the instance's events: it named the owner's node);
+// the host itself still reads its own id; the owner reads the host's
+// holdings as numbers and never the instance.
 func TestOfferedTenantOnAHost(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t).RunReconciler()
@@ -169,8 +171,21 @@ func TestOfferedTenantOnAHost(t *testing.T) {
 		pools(first: 5) { edges { node { instances(first: 5) { totalCount edges { node { instanceId } } } capacity { allocated { gpus } byTenant { tenantId held { gpus } } } } } } } }`
 	gd := gqlOK(t, e.GraphQL(guest.Viewer.Token, q, map[string]any{"t": "guest"}))
 	gi := nodesOf(t, dig(t, gd, "tenant", "instances"))
-	if len(gi) != 1 || gi[0]["instanceId"] != g || gi[0]["hostNodeId"] != nodeA || gi[0]["host"] != nil || dig(t, gi[0], "pool", "poolId") != pool {
+	if len(gi) != 1 || gi[0]["instanceId"] != g || gi[0]["hostNodeId"] != nil || gi[0]["host"] != nil || dig(t, gi[0], "pool", "poolId") != pool {
 		t.Fatalf("guest's instance: %v", gi)
+	}
+	for _, r := range []testkit.Resp{
+		e.Call(guest.Viewer.Token, "instances/get", map[string]any{"tenantId": "guest", "instanceId": g}),
+		e.Call(guest.Viewer.Token, "instances/list", map[string]any{"tenantId": "guest"}),
+		e.Call(guest.Viewer.Token, "instances/events", map[string]any{"tenantId": "guest", "instanceId": g}),
+		e.Call(guest.Viewer.Token, "events/list", map[string]any{"tenantId": "guest"}),
+	} {
+		if r.Status != 200 || strings.Contains(string(r.Raw), nodeA) {
+			t.Fatalf("the guest reads the owner's node id: %d %s", r.Status, r.Raw)
+		}
+	}
+	if r := must(t, e.Call(credA, "instances/assigned", map[string]any{"nodeId": nodeA})); !strings.Contains(string(r.Raw), `"hostNodeId":"`+nodeA) {
+		t.Fatalf("the host's own assignments: %s", r.Raw)
 	}
 	gp := nodesOf(t, dig(t, gd, "tenant", "pools"))[0]
 	if dig(t, gp, "instances", "totalCount") != float64(1) || dig(t, gp, "capacity", "byTenant") != nil || dig(t, gp, "capacity", "allocated", "gpus") != float64(2) {

@@ -196,7 +196,8 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	if _, err := q.ExecContext(ctx, `UPDATE instances SET host_node_id = $2 WHERE instance_id = $1`, i.InstanceID, node); err != nil {
 		return false, "", store.Wrap(err)
 	}
-	i.HostNodeID = &node
+	i.Host = &node
+	i.Normalize()
 	return true, "", nil
 }
 

@@ -54,23 +54,30 @@ type Size struct {
 
 // Instance is one VM.
 type Instance struct {
-	InstanceID       string     `json:"instanceId" db:"instance_id"`
-	TenantID         string     `json:"tenantId" db:"tenant_id"`
-	PoolID           string     `json:"poolId" db:"pool_id"`
-	ProjectID        *string    `json:"projectId" db:"project_id"`
-	Name             string     `json:"name" db:"name"`
-	Size             Size       `json:"size" db:"-"`
-	Image            *string    `json:"image" db:"image"`
-	DesiredState     string     `json:"desiredState" db:"desired_state" schema:"InstanceDesiredState"`
-	State            string     `json:"state" db:"state" schema:"InstanceState"`
-	StateReason      *string    `json:"stateReason" db:"state_reason"`
-	HostNodeID       *string    `json:"hostNodeId" db:"host_node_id"`
+	InstanceID   string  `json:"instanceId" db:"instance_id"`
+	TenantID     string  `json:"tenantId" db:"tenant_id"`
+	PoolID       string  `json:"poolId" db:"pool_id"`
+	ProjectID    *string `json:"projectId" db:"project_id"`
+	Name         string  `json:"name" db:"name"`
+	Size         Size    `json:"size" db:"-"`
+	Image        *string `json:"image" db:"image"`
+	DesiredState string  `json:"desiredState" db:"desired_state" schema:"InstanceDesiredState"`
+	State        string  `json:"state" db:"state" schema:"InstanceState"`
+	StateReason  *string `json:"stateReason" db:"state_reason"`
+	// HostNodeID is the host as answers show it: Host, unless the
+	// instance is Offered (then null: the pool's owner's nodes are not
+	// shown to the tenants it offers the pool to). Normalize sets it.
+	HostNodeID       *string    `json:"hostNodeId" db:"-"`
 	RebootGeneration int        `json:"rebootGeneration" db:"reboot_generation"`
 	RowVersion       int        `json:"rowVersion" db:"row_version"`
 	CreatedAt        time.Time  `json:"createdAt" db:"created_at"`
 	UpdatedAt        time.Time  `json:"updatedAt" db:"updated_at"`
 	DeletedAt        *time.Time `json:"deletedAt" db:"deleted_at"`
 
+	// Host is the node the instance runs on (host_node_id), Offered
+	// whether its pool is another tenant's, offered to its tenant.
+	Host               *string        `json:"-" db:"host_node_id"`
+	Offered            bool           `json:"-" db:"offered"`
 	RebootedGeneration int            `json:"-" db:"rebooted_generation"`
 	DesiredAt          time.Time      `json:"-" db:"desired_at"`
 	StateSince         time.Time      `json:"-" db:"state_since"`
@@ -84,9 +91,13 @@ type Instance struct {
 }
 
 // Normalize finishes an instance read from its row: Size from the size
-// columns, times in UTC.
+// columns, HostNodeID from Host, times in UTC.
 func (i *Instance) Normalize() *Instance {
 	i.Size = Size{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB, GPUProfile: i.GPUProfile}
+	i.HostNodeID = nil
+	if !i.Offered {
+		i.HostNodeID = i.Host
+	}
 	i.CreatedAt, i.UpdatedAt = i.CreatedAt.UTC(), i.UpdatedAt.UTC()
 	i.DesiredAt, i.StateSince = i.DesiredAt.UTC(), i.StateSince.UTC()
 	if i.DeletedAt != nil {
@@ -98,7 +109,7 @@ func (i *Instance) Normalize() *Instance {
 
 const cols = `instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib, image,
 	desired_state, desired_at, state, state_reason, state_since, step_tries, reboot_generation, rebooted_generation,
-	host_node_id, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
+	host_node_id, offered, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
 
 // Inputs.
 type (
@@ -322,10 +333,10 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 		}
 	}
 	i, err := one(ctx, q, `INSERT INTO instances (instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib,
-			image, desired_state, client_token, request_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+cols,
+			image, desired_state, client_token, request_hash, offered)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+cols,
 		ids.New(ids.Instance), in.TenantID, in.PoolID, in.ProjectID, in.Name, in.Size.GPUs, in.Size.GPUProfile, in.Size.VCPUs, in.Size.MemoryGiB,
-		in.Image, in.DesiredState, in.ClientToken, hash)
+		in.Image, in.DesiredState, in.ClientToken, hash, p.TenantID != in.TenantID)
 	if store.IsUnique(err, "instances_tenant_name_key") {
 		return nil, errs.E(errs.Conflict, "tenant %s already has a live instance named %q", in.TenantID, in.Name).With("path", "name")
 	}

@@ -68,6 +68,7 @@ func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[A
 	idList := make([]string, len(rows))
 	for k := range rows {
 		rows[k].Normalize()
+		rows[k].HostNodeID = rows[k].Host // the host itself, offered or not
 		idList[k] = rows[k].InstanceID
 	}
 	var devs []struct {

@@ -439,9 +439,9 @@ func deref(s *string) string {
 // reports (instances.report) make the moves out of transitional states.
 func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (stepResult, error) {
 	host := ""
-	if i.HostNodeID != nil {
+	if i.Host != nil {
 		var state string
-		err := q.GetContext(ctx, &state, `SELECT state FROM nodes WHERE node_id = $1`, *i.HostNodeID)
+		err := q.GetContext(ctx, &state, `SELECT state FROM nodes WHERE node_id = $1`, *i.Host)
 		if err != nil {
 			return stepResult{}, store.Wrap(err)
 		}
@@ -468,7 +468,7 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 		}
 		_, err = move(ctx, q, i, Provisioning, nil)
 		return stepResult{outcome: progress}, err
-	case i.State == Deleting && i.HostNodeID == nil:
+	case i.State == Deleting && i.Host == nil:
 		_, err := move(ctx, q, i, Deleted, nil)
 		return stepResult{outcome: progress}, err
 	case next != "":
@@ -493,7 +493,7 @@ func hostRemoved(ctx context.Context, q store.Q, i *Instance) (stepResult, error
 	if i.State == Deleting {
 		return moved(move(ctx, q, i, Deleted, ptr("host node removed")))
 	}
-	return moved(move(ctx, q, i, Failed, ptr(fmt.Sprintf("host node %s was removed", *i.HostNodeID))))
+	return moved(move(ctx, q, i, Failed, ptr(hostRemovedReason(i))))
 }
 
 // --- the job queue ------------------------------------------------------
@@ -519,4 +519,14 @@ func (s *Service) Enqueue(ctx context.Context, q store.Q, instanceID string) err
 		}
 	}
 	return nil
+}
+
+// hostRemovedReason is the state reason of an instance whose host was removed:
+// naming the host, except to the tenants a pool is offered to (the owner's
+// nodes are not shown to them).
+func hostRemovedReason(i *Instance) string {
+	if i.Offered {
+		return "its host node was removed"
+	}
+	return fmt.Sprintf("host node %s was removed", *i.Host)
 }

@@ -99,8 +99,8 @@ func (l *Loaders) recordViews(views []graphread.View) {
 		if v.ProjectID != nil {
 			prjs = append(prjs, *v.ProjectID)
 		}
-		if v.HostVisible && v.HostNodeID != nil {
-			hosts = append(hosts, *v.HostNodeID)
+		if v.HostVisible && v.Host != nil {
+			hosts = append(hosts, *v.Host)
 		}
 	}
 	l.sib.add(ids, nil)

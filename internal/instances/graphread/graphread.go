@@ -57,7 +57,7 @@ type View struct {
 // instances scope, $2 the nodes scope (the host link).
 var viewCols = `i.instance_id, i.tenant_id, i.pool_id, i.project_id, i.name, i.gpus, i.gpu_profile, i.vcpus, i.memory_gib, i.image,
 	i.desired_state, i.desired_at, i.state, i.state_reason, i.state_since, i.step_tries, i.reboot_generation, i.rebooted_generation,
-	i.host_node_id, i.client_token, i.request_hash, i.row_version, i.created_at, i.updated_at, i.deleted_at,
+	i.host_node_id, i.offered, i.client_token, i.request_hash, i.row_version, i.created_at, i.updated_at, i.deleted_at,
 	EXISTS (SELECT 1 FROM pools p WHERE p.pool_id = i.pool_id AND (p.tenant_id = i.tenant_id
 		OR EXISTS (SELECT 1 FROM pool_offers o WHERE o.pool_id = p.pool_id AND o.to_tenant_id = i.tenant_id))) AS pool_visible,
 	(i.host_node_id IS NOT NULL AND EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = i.host_node_id
