@@ -396,10 +396,10 @@ func (ec *executionContext) _Project_tenant(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *tenants.Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋtenantsᚐTenant(ctx, selections, v)
+			return ec.marshalOTenant2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋtenantsᚐTenant(ctx, selections, v)
 		},
 		true,
-		true,
+		false,
 	)
 }
 func (ec *executionContext) fieldContext_Project_tenant(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
@@ -1420,7 +1420,7 @@ func (ec *executionContext) _Project(ctx context.Context, sel ast.SelectionSet, 
 			}
 		case "tenant":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
+				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Project_tenant(ctx, field, obj)
 				})

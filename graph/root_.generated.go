@@ -1391,7 +1391,8 @@ enum ProfileIssueCode {
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
-  tenant: Tenant!
+  "The project's tenant; null for a caller who reads the project through its relation to it (a project member or owner) but holds no role on the tenant."
+  tenant: Tenant
   members(first: Int = 50, after: String): ProjectMemberConnection!
 }
 

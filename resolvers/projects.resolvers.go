@@ -5,7 +5,6 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
-	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/projects"
 	"github.com/bettercompute/computed/internal/relay"
@@ -19,11 +18,10 @@ func (r *projectResolver) ID(ctx context.Context, obj *projects.Project) (string
 
 // Tenant is the resolver for the tenant field.
 func (r *projectResolver) Tenant(ctx context.Context, obj *projects.Project) (*tenants.Tenant, error) {
-	t, err := loaders.From(ctx).Tenant.Load(ctx, obj.TenantID)()
-	if err == nil && t == nil {
-		err = errs.E(errs.NotFound, "tenant %s not found", obj.TenantID)
-	}
-	return t, err
+	// nil when the caller may not read the tenant (a principal related
+	// to the project only): the project stays readable. It was NOT_FOUND,
+	// which nulled the whole project, as the field was non-null.
+	return loaders.From(ctx).Tenant.Load(ctx, obj.TenantID)()
 }
 
 // Members is the resolver for the members field.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -138,6 +139,19 @@ func TestGraphQLNodeAndViewer(t *testing.T) {
 		{"unknown type", acme.Admin.Token, base64.RawURLEncoding.EncodeToString([]byte("Nope:x")), false},
 		{"tenant node, own", acme.Viewer.Token, tenantGID, true},
 		{"tenant node, other tenant's admin", evil.Admin.Token, tenantGID, false},
+	}
+	// The project's tenant is null for a caller related to the project
+	// only, and the project stays readable: the field was non-null and
+	// NOT_FOUND, which nulled the whole project.
+	withTenant := `query($id: ID!) { node(id: $id) { ... on Project { projectId tenant { tenantId } } } }`
+	for _, c := range []struct {
+		caller string
+		tenant any
+	}{{pm.Token, nil}, {acme.Viewer.Token, map[string]any{"tenantId": "acme"}}} {
+		d := gqlOK(t, e.GraphQL(c.caller, withTenant, map[string]any{"id": gid}))
+		if n, _ := d["node"].(map[string]any); n == nil || n["projectId"] != pid || fmt.Sprint(n["tenant"]) != fmt.Sprint(c.tenant) {
+			t.Fatalf("the project with its tenant: %v", d)
+		}
 	}
 	for _, c := range cases {
 		t.Run("node/"+c.name, func(t *testing.T) {
