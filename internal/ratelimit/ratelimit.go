@@ -108,6 +108,9 @@ type bucket struct {
 	// What the shared bucket held after the last lease, and when: the
 	// least wait for a call that needs more than until was reckoned for.
 	sharedLeft float64
+	// waiting counts the tokens calls waiting for the lease in flight
+	// need: the next lease asks for them too (up to MaxBatch).
+	waiting int
 	// While the database does not answer: this replica's own bucket.
 	local      *rate.Limiter
 	localUntil time.Time
@@ -133,12 +136,23 @@ func (l *Limiter) Wait(n int) time.Duration {
 // Leases is the number of leases this replica has taken (a statement each).
 func (l *Limiter) Leases() int64 { return l.leases.Load() }
 
-// Allow spends n tokens of key, or says how long until it could.
-func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Duration) {
+// Allow spends n tokens of key, or says how long until it could. err is
+// ctx's error when ctx ended while the call waited for its replica's lease
+// of key (a database that does not answer, a request past its deadline):
+// that is not a refusal, and the caller answers it as the deadline.
+//
+// A call waits for leases until it gets its tokens, the shared bucket is
+// dry (every waiter is then refused until it refills), the database fails
+// (the replica's own bucket decides), or ctx ends: each lease either
+// grants tokens or finds the bucket dry, so the waiters make progress. A
+// burst of concurrent calls on a full bucket is admitted whole, in leases
+// of up to MaxBatch (waiters that lost five rounds to others were
+// refused, inside the burst).
+func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Duration, error) {
 	if n > l.cfg.Burst {
-		return false, time.Minute
+		return false, time.Minute, nil
 	}
-	for attempt := 0; ; attempt++ {
+	for {
 		now := time.Now()
 		l.mu.Lock()
 		b := l.m[key]
@@ -160,7 +174,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			if ch != nil {
 				l.goLease(key, b, want, 1, ch)
 			}
-			return true, 0
+			return true, 0, nil
 		}
 		if now.Before(b.localUntil) {
 			r := b.local.ReserveN(now, n)
@@ -168,10 +182,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			if !r.OK() || d > 0 {
 				r.CancelAt(now)
 				l.mu.Unlock()
-				return false, max(d, time.Second)
+				return false, max(d, time.Second), nil
 			}
 			l.mu.Unlock()
-			return true, 0
+			return true, 0, nil
 		}
 		if now.Before(b.until) {
 			// until was reckoned for the call that found the bucket dry; a
@@ -183,26 +197,28 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 				d = max(d, time.Duration(short/l.cfg.Rate*float64(time.Second))-now.Sub(b.leasedAt))
 			}
 			l.mu.Unlock()
-			return false, d
-		}
-		if attempt >= 5 {
-			l.mu.Unlock()
-			return false, l.cfg.DryWait
+			return false, d, nil
 		}
 		ch := b.fetching
 		if ch == nil {
 			ch = make(chan struct{})
 			b.fetching = ch
-			want := l.want(b, now, n)
+			want := max(l.want(b, now, n), min(n+b.waiting, l.cfg.MaxBatch))
 			l.mu.Unlock()
 			l.lease(key, b, want, n, ch)
 			continue
 		}
+		b.waiting += n
 		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return false, time.Second
+		}
+		l.mu.Lock()
+		b.waiting -= n
+		l.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return false, 0, err
 		}
 	}
 }

@@ -34,7 +34,7 @@ func TestBurstIsSharedExactly(t *testing.T) {
 			go func(l *ratelimit.Limiter) {
 				defer wg.Done()
 				for i := 0; i < 150; i++ {
-					if ok, _ := l.Allow(context.Background(), "tok_a", 1); ok {
+					if ok, _, _ := l.Allow(context.Background(), "tok_a", 1); ok {
 						admitted.Add(1)
 					}
 				}
@@ -51,7 +51,7 @@ func TestBurstIsSharedExactly(t *testing.T) {
 		t.Fatalf("%d leases for %d admissions: batches do not form", leases, admitted.Load())
 	}
 	// Another key has its own bucket.
-	if ok, _ := ls[1].Allow(context.Background(), "tok_b", 1); !ok {
+	if ok, _, _ := ls[1].Allow(context.Background(), "tok_b", 1); !ok {
 		t.Fatal("another key was refused")
 	}
 }
@@ -66,7 +66,7 @@ func TestIdleLeasesGoBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.Run(ctx)
-	if ok, _ := a.Allow(ctx, "k", 1); !ok {
+	if ok, _, _ := a.Allow(ctx, "k", 1); !ok {
 		t.Fatal("first call refused")
 	}
 	// A holds up to 9 tokens (a batch and its prefetch); wait for it to
@@ -83,7 +83,7 @@ func TestIdleLeasesGoBack(t *testing.T) {
 	})
 	n := 0
 	for i := 0; i < 60; i++ {
-		if ok, _ := b.Allow(ctx, "k", 1); ok {
+		if ok, _, _ := b.Allow(ctx, "k", 1); ok {
 			n++
 		}
 	}
@@ -103,7 +103,7 @@ func TestUnreachableFallsBackPerReplica(t *testing.T) {
 	}
 	n := 0
 	for i := 0; i < 20; i++ {
-		if ok, _ := l.Allow(context.Background(), "k", 1); ok {
+		if ok, _, _ := l.Allow(context.Background(), "k", 1); ok {
 			n++
 		}
 	}
@@ -114,7 +114,7 @@ func TestUnreachableFallsBackPerReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.Eventually(t, 5*time.Second, func() error {
-		ok, _ := l.Allow(context.Background(), fmt.Sprint("fresh-", time.Now().UnixNano()), 1)
+		ok, _, _ := l.Allow(context.Background(), fmt.Sprint("fresh-", time.Now().UnixNano()), 1)
 		if ok && l.Leases() > 0 {
 			return nil
 		}
@@ -132,17 +132,101 @@ func TestRetryAfterCoversTheCharge(t *testing.T) {
 	l := ratelimit.New(testkit.DB(t), ratelimit.Config{Scope: "requests", Rate: 5, Burst: 10}, nil)
 	ctx := context.Background()
 	for i := 0; ; i++ {
-		if ok, _ := l.Allow(ctx, "k", 1); !ok {
+		if ok, _, _ := l.Allow(ctx, "k", 1); !ok {
 			break
 		}
 		if i > 100 {
 			t.Fatal("the bucket never ran dry")
 		}
 	}
-	if ok, d := l.Allow(ctx, "k", 10); ok || d < 1500*time.Millisecond {
+	if ok, d, _ := l.Allow(ctx, "k", 10); ok || d < 1500*time.Millisecond {
 		t.Fatalf("10 tokens of a dry bucket refilling 5 a second: allowed %v, wait %v", ok, d)
 	}
-	if ok, d := l.Allow(ctx, "k", 1); ok || d > time.Second {
+	if ok, d, _ := l.Allow(ctx, "k", 1); ok || d > time.Second {
 		t.Fatalf("1 token of the same bucket: allowed %v, wait %v", ok, d)
 	}
+}
+
+// A burst on a full bucket, all at once from one replica (200 goroutines,
+// one call each, as a client fires 200 requests together): every call is
+// admitted, and the next is refused. Waiters that lost five rounds of
+// leases to the others were refused inside the burst (131 of 200 admitted
+// in a probe).
+func TestConcurrentBurstIsAdmittedWhole(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	for round := 0; round < 5; round++ {
+		l := ratelimit.New(db, ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, Prefetch: true}, nil)
+		key := fmt.Sprint("burst-", round)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 200; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, _, err := l.Allow(context.Background(), key, 1)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if admitted.Load() != 200 {
+			t.Fatalf("round %d: admitted %d of a burst of 200", round, admitted.Load())
+		}
+		if ok, _, _ := l.Allow(context.Background(), key, 1); ok {
+			t.Fatalf("round %d: admitted past the burst", round)
+		}
+	}
+}
+
+// A call whose context ends while it waits for its replica's lease (the
+// database does not answer: here the bucket's row is locked) gets the
+// context's error, not a refusal: the caller was not over its budget, and
+// answers its deadline (a frozen database answered RATE_LIMITED).
+func TestDeadlineWhileLeasingIsNotARefusal(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	// Leases of one token: every call leases.
+	l := ratelimit.New(db, ratelimit.Config{Scope: "requests", Rate: 10, Burst: 20, MinBatch: 1, MaxBatch: 1}, nil)
+	ctx := context.Background()
+	if ok, _, err := l.Allow(ctx, "k", 1); !ok || err != nil {
+		t.Fatalf("first call: %v %v", ok, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM rate_buckets WHERE scope = 'requests' AND key = 'k' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// One call leases (its lease waits on the row lock, for up to 2 s) ...
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Allow(ctx, "k", 1) //nolint:errcheck // the lease's outcome is not the point
+	}()
+	wait.Eventually(t, 5*time.Second, func() error {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%rate_buckets%'`).Scan(&n); err != nil || n == 0 {
+			return fmt.Errorf("no lease waits on the row (%v)", err)
+		}
+		return nil
+	})
+	// ... and another waits for that lease, with a short deadline.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	ok, _, err := l.Allow(short, "k", 1)
+	if ok || err != context.DeadlineExceeded {
+		t.Fatalf("a call past its deadline while its lease is in flight: ok %v, err %v; want the deadline", ok, err)
+	}
+	tx.Rollback() //nolint:errcheck
+	<-done
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
 )
 
 // Limits of the graph. Every request is bounded before gqlgen validates it,
@@ -718,7 +719,14 @@ func spend(ctx context.Context, l *ratelimit.Limiter, n, charge int) *gqlerror.E
 	if l == nil || p == nil || n <= 0 {
 		return nil
 	}
-	ok, d := l.Allow(ctx, p.TokenID, n)
+	ok, d, err := l.Allow(ctx, p.TokenID, n)
+	if err != nil {
+		// The deadline passed while the lease was in flight: not a refusal.
+		e := store.ClassifyIn(ctx, err)
+		ge := gqlerror.Errorf("%s", e.Message)
+		ge.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
+		return ge
+	}
 	if ok {
 		return nil
 	}

@@ -584,7 +584,11 @@ func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*re
 // method's input (nodes.join's join token), which the registry charges
 // through the request's context (clientAddr puts it there, auth.Charge).
 func (s *Server) authFailure(ctx context.Context, ip string) error {
-	if ok, d := s.authFail.Allow(ctx, ip, 1); !ok {
+	ok, d, err := s.authFail.Allow(ctx, ip, 1)
+	if err != nil {
+		return store.ClassifyIn(ctx, err)
+	}
+	if !ok {
 		secs := int(d.Seconds()) + 1
 		return errs.E(errs.RateLimited, "too many failed authentications from this address; retry in %d s", secs).With("retryAfterSeconds", secs)
 	}
@@ -645,7 +649,12 @@ func (s *Server) overBudget(ctx context.Context, key string) *errs.Error {
 	if s.limiter == nil {
 		return nil
 	}
-	ok, d := s.limiter.Allow(ctx, key, 1)
+	ok, d, err := s.limiter.Allow(ctx, key, 1)
+	if err != nil {
+		// The deadline passed while the lease was in flight (the database
+		// does not answer): the request was not over its budget.
+		return store.ClassifyIn(ctx, err)
+	}
 	if ok {
 		return nil
 	}
