@@ -250,3 +250,34 @@ func TestFailedJoinTokensSpendTheAuthFailureBudget(t *testing.T) {
 	wantRefused(t, unknownChallenge(), nodes.ChallengeUnknown)
 	e.Must(e.Call(admin, "tenants/get", map[string]any{"tenantId": "acme"}))
 }
+
+// A header that names no bearer token (another scheme, a bare "Bearer",
+// two headers) is a failed authentication: it spends the address's budget
+// as an unknown token does, on both surfaces (a flood of them was answered
+// 401 without end, past every per-address limit).
+func TestMalformedAuthorizationSpendsTheBudget(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{AuthFailures: 0.001, AuthFailureBurst: 5}})
+	acme := newTenant(t, e, "acme")
+	call := func(h []string, graph bool) int {
+		path, body := "/api/compute/tenants/get", `{"tenantId":"acme"}`
+		if graph {
+			path, body = "/graphql", `{"query":"{ viewer { kind } }"}`
+		}
+		req, _ := http.NewRequest("POST", e.Server.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for _, v := range h {
+			req.Header.Add("Authorization", v)
+		}
+		return env(t, e).Do(req).Status
+	}
+	codes := map[int]int{}
+	for i, h := range [][]string{{"Basic YWRtaW46YWRtaW4="}, {"Bearer"}, {"Bearer a", "Bearer b"}, {"Digest x"}, {"Basic x"}, {"bearer"}, {"Token x"}, {"Basic y"}} {
+		codes[call(h, i%2 == 1)]++
+	}
+	if codes[401] != 5 || codes[429] != 3 {
+		t.Fatalf("8 malformed headers against a budget of 5: %v, want 5 × 401 and 3 × 429", codes)
+	}
+	// A credential that authenticates is still served.
+	expect(t, e.Call(acme.Admin.Token, "tenants/get", map[string]any{"tenantId": "acme"}), ok, "")
+}

@@ -548,14 +548,27 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 	// One credential per request: with two, a proxy that checks one and a
 	// server that reads the other would disagree about the caller.
+	// A header that names no bearer token is a failed authentication too,
+	// charged to the address's budget as an unknown token is: it escaped
+	// every per-address limit (a flood of "Authorization: Basic ..." was
+	// answered 401 without end).
 	if len(r.Header.Values("Authorization")) > 1 {
-		return nil, errs.E(errs.Unauthenticated, "send one Authorization header")
+		return nil, s.failed(r, errs.E(errs.Unauthenticated, "send one Authorization header"))
 	}
 	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
 	if !ok {
-		return nil, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\"")
+		return nil, s.failed(r, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\""))
 	}
 	return s.authenticateSecret(r.Context(), clientIP(r), tok)
+}
+
+// failed is err, a failed authentication, once charged to the client
+// address's budget: the budget's refusal when it is spent.
+func (s *Server) failed(r *http.Request, err error) error {
+	if refused := s.authFailure(r.Context(), clientIP(r)); refused != nil {
+		return refused
+	}
+	return err
 }
 
 // authenticateSecret looks a secret up; only a failing attempt spends the
