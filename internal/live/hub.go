@@ -23,6 +23,7 @@ package live
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,16 @@ type Config struct {
 	// Poll is how often a tenant's stream reads without a wake-up, to
 	// cover a lost LISTEN connection (default 1 s).
 	Poll time.Duration
-	// Page is how many rows one read takes (default 500).
+	// Page is how many rows one read of a tenant's stream takes (default
+	// 500).
 	Page int
+	// ReplayPage and ReplayBytes bound what one subscriber's own read of
+	// the outbox (a replay from a cursor, a catch-up behind the ring)
+	// holds: at most ReplayPage events (default 64) and, past the first,
+	// ReplayBytes of their data (default 32 KiB). A client that stops
+	// reading holds that much until it is ended: with whole pages of 500,
+	// 570 stalled replays held 620 MB.
+	ReplayPage, ReplayBytes int
 	// Gather is how long the hub's reader waits after a wake-up for more
 	// before it reads (default 2 ms): under load one read serves many
 	// sequencer passes (this replica's and the others').
@@ -67,6 +76,12 @@ func (c *Config) defaults() {
 	}
 	if c.Page <= 0 {
 		c.Page = 500
+	}
+	if c.ReplayPage <= 0 {
+		c.ReplayPage = 64
+	}
+	if c.ReplayBytes <= 0 {
+		c.ReplayBytes = 32 << 10
 	}
 	if c.Stall <= 0 {
 		c.Stall = 10 * time.Second
@@ -510,19 +525,23 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 	// the outbox, until it has read all there is.
 	catchUp := func() bool {
 		for {
-			page, err := events.Page(ctx, h.db, *sub.filter.Load(), sub.last, h.cfg.Page)
+			page, err := events.Page(ctx, h.db, *sub.filter.Load(), sub.last, h.cfg.ReplayPage)
 			if err != nil {
 				if ctx.Err() == nil {
 					sub.end(err)
 				}
 				return false
 			}
+			all := len(page) < h.cfg.ReplayPage
+			if kept := bounded(page, h.cfg.ReplayBytes); len(kept) < len(page) {
+				page, all = kept, false // the rest is read again, next
+			}
 			for i := range page {
 				if !emit(&page[i]) {
 					return false
 				}
 			}
-			if len(page) < h.cfg.Page {
+			if all {
 				return true
 			}
 		}
@@ -567,6 +586,20 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 		}
 		clear(batch[:n])
 	}
+}
+
+// bounded is the first events of page whose data stays within limit bytes
+// (at least one), in an array of their own when it cuts, so the rest is
+// not held.
+func bounded(page []events.Event, limit int) []events.Event {
+	size := 0
+	for i := range page {
+		size += len(page[i].Data)
+		if i > 0 && size > limit {
+			return slices.Clone(page[:i])
+		}
+	}
+	return page
 }
 
 // SlowConsumer is the error of a subscriber that did not keep up.

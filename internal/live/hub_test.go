@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,4 +350,67 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 			t.Fatalf("event %d: %s", i, ev.ResourceID)
 		}
 	}
+}
+
+// Subscribers that replay from a cursor and then stop reading hold a
+// bounded part of the outbox each (ReplayPage events, ReplayBytes of their
+// data), not a whole page of 500: 40 of them over 300 events of 4 KiB
+// held about 48 MB; now about 40 × 40 KiB.
+func TestStalledReplaysHoldLittle(t *testing.T) {
+	db := testkit.DB(t)
+	pad := strings.Repeat("x", 4096)
+	ctx := store.ForRequest(context.Background())
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		for i := 0; i < 300; i++ {
+			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "t", PoolID: "p", ResourceID: fmt.Sprint("i", i),
+				Data: json.RawMessage(`{"state": "running", "pad": "` + pad + `"}`)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if n := len(all(t, db, events.Filter{TenantID: "t"})); n != 300 {
+			return fmt.Errorf("%d events numbered", n)
+		}
+		return nil
+	})
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Stall: time.Minute})
+	hctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(hctx)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	var subs []*live.Subscription
+	for i := 0; i < 40; i++ {
+		var zero uint64
+		sub, err := hub.Subscribe(hctx, events.Filter{TenantID: "t"}, &zero)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	// Each has read its first page and waits for its client: its channel
+	// is full.
+	wait.Eventually(t, 10*time.Second, func() error {
+		for i, s := range subs {
+			if len(s.C) < cap(s.C) {
+				return fmt.Errorf("subscriber %d holds %d of %d", i, len(s.C), cap(s.C))
+			}
+		}
+		return nil
+	})
+	grew := int64(heap()) - int64(before)
+	t.Logf("40 stalled replays: the heap grew by %d KiB", grew>>10)
+	if grew > 16<<20 {
+		t.Fatalf("40 stalled replays hold %d MiB", grew>>20)
+	}
+	runtime.KeepAlive(subs)
 }
