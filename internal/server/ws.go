@@ -165,16 +165,26 @@ func (c *wsConn) serve() {
 	if timings.PingInterval > 0 {
 		// A timer, not a goroutine per socket: it pings, then sets itself
 		// again while the socket is open.
+		// A timer that fires late (by half an interval) says this process
+		// did not run meanwhile (stopped, starved): the client's answers
+		// may wait unread in the socket, so its silence is not judged that
+		// round (a replica resumed after 20 s closed every healthy socket).
 		var ping *time.Timer
 		var mu sync.Mutex
 		mu.Lock()
+		due := time.Now().Add(timings.PingInterval)
 		ping = time.AfterFunc(timings.PingInterval, safe.Func(c.ctx, c.s.Log, "websocket ping", func() {
-			if silent := time.Since(time.Unix(0, c.heard.Load())); silent > timings.PongTimeout {
-				c.close(closePolicy, fmt.Sprintf("no message for %s: the client answers no ping", silent.Round(100*time.Millisecond)))
+			mu.Lock()
+			d := due
+			mu.Unlock()
+			now, heard := time.Now(), time.Unix(0, c.heard.Load())
+			if silentTooLong(now, d, heard, timings.PingInterval, timings.PongTimeout) {
+				c.close(closePolicy, fmt.Sprintf("no message for %s: the client answers no ping", now.Sub(heard).Round(100*time.Millisecond)))
 				return
 			}
 			if c.send(wsMessage{Type: "ping"}) {
 				mu.Lock()
+				due = time.Now().Add(timings.PingInterval)
 				ping.Reset(timings.PingInterval)
 				mu.Unlock()
 			}
@@ -227,6 +237,15 @@ func (c *wsConn) handleShallow(data []byte) bool {
 	}, func() { c.close(closeInternal, "internal error") })
 	<-done
 	return ok
+}
+
+// silentTooLong says a socket's client answers no ping: nothing heard from
+// it for longer than pongTimeout, judged by a ping timer due at due that
+// fired on time. A timer late by half an interval says this process did
+// not run meanwhile (stopped, starved): the client's answers may wait
+// unread in the socket, so that round does not judge.
+func silentTooLong(now, due, heard time.Time, interval, pongTimeout time.Duration) bool {
+	return now.Sub(heard) > pongTimeout && now.Sub(due) <= interval/2
 }
 
 // handle processes one message; false ends the connection.

@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The response type follows the client's q-values: a type refused with
@@ -56,5 +57,28 @@ func TestDeepBody(t *testing.T) {
 	b := `{"query":"{ viewer { kind } }","variables":{"a":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}}`
 	if _, err := DecodeParams([]byte(b)); err != nil {
 		t.Errorf("9998 levels in variables: %v", err)
+	}
+}
+
+// A socket's silence is judged only by a ping timer that fired on time: a
+// replica stopped for 20 s (SIGSTOP, a VM pause) found every client silent
+// for 31 s on waking, their pongs unread in the sockets, and closed them
+// all with 1008.
+func TestSilenceJudgedOnlyOnTime(t *testing.T) {
+	const interval, timeout = 15 * time.Second, 30 * time.Second
+	t0 := time.Unix(1_000_000, 0)
+	for _, c := range []struct {
+		name       string
+		now, heard time.Time
+		want       bool
+	}{
+		{"heard lately", t0, t0.Add(-10 * time.Second), false},
+		{"silent past the timeout, timer on time", t0.Add(time.Second), t0.Add(-40 * time.Second), true},
+		{"silent past the timeout, timer 20 s late (the process was stopped)", t0.Add(20 * time.Second), t0.Add(-11 * time.Second), false},
+		{"silent, timer late by less than half an interval", t0.Add(7 * time.Second), t0.Add(-40 * time.Second), true},
+	} {
+		if got := silentTooLong(c.now, t0, c.heard, interval, timeout); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
