@@ -218,3 +218,31 @@ func TestInstancesChangeErrors(t *testing.T) {
 		t.Fatalf("reading on from the pruned position: %d of %d", len(rest), len(all))
 	}
 }
+
+// Every refusal for an archived pool says so the same way: INVALID_STATE
+// with details.reason "archived" (joining, join tokens, updates and offers
+// said state only, instances and reservations the reason too).
+func TestArchivedPoolRefusalsCarryTheReason(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	newTenant(t, e, "guest")
+	admin := acme.Admin.Token
+	metal := e.Pool(admin, "acme", "metal")
+	jt := must(t, e.Call(admin, "joinTokens/create", map[string]any{"tenantId": "acme", "poolId": metal})).Str("secret")
+	must(t, e.Call(admin, "pools/archive", map[string]any{"tenantId": "acme", "poolId": metal}))
+	for _, c := range []struct {
+		method, token string
+		body          map[string]any
+	}{
+		{"joinTokens/create", admin, map[string]any{"tenantId": "acme", "poolId": metal}},
+		{"pools/update", admin, map[string]any{"tenantId": "acme", "poolId": metal, "name": "x"}},
+		{"pools/offer", admin, map[string]any{"tenantId": "acme", "poolId": metal, "toTenantId": "guest", "quota": map[string]any{"gpus": 1, "instances": 1}}},
+		{"nodes/join", "", testkit.NewMachine(t).JoinBody(jt)},
+	} {
+		r := e.Call(c.token, c.method, c.body)
+		if r.Status != 422 || reason(t, r) != "archived" {
+			t.Errorf("%s on an archived pool: %d %s", c.method, r.Status, r.Raw)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func Reasons() []ReasonInfo {
 		{"quota", InvalidState, "the pool's offer to the tenant allows no more (`details.quota`)"},
 		{"capacity", InvalidState, "`reservations.create`: the pool has no room in the window (`details.total`)"},
 		{"bare-metal", InvalidState, "instances live in VPS pools, not bare-metal ones"},
-		{"archived", InvalidState, "the pool is archived"},
+		{"archived", InvalidState, "the pool is archived (`nodes.join`, `joinTokens.create`, `pools.update`, `pools.offer`, `instances.create`, `reservations.create`, ...)"},
 		{"canceled", InvalidState, "the reservation is canceled"},
 		{"expired", InvalidState, "the reservation has ended"},
 		{"deleted", InvalidState, "the instance is deleted"},

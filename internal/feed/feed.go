@@ -202,7 +202,7 @@ func Methods() []registry.Method {
 			Summary: "Returns a page of the tenant's events the caller reads, oldest first, optionally of some types.",
 			Notes: []string{"Decided as `compute:tenants:read` on the tenant; the page holds the events of the resources the caller reads: `instance.*` and `reservation.*` with `compute:instances:read`, `node.*` and `inventory.changed` with `compute:nodes:read`, `joinRequest.*` with `compute:joinTokens:read`, `workflow.*` with `compute:workflows:read`.",
 				"`types` keeps the events of those types: an entry is an event type (`node.cordoned`) or a prefix ending in `.` (`node.`); an unknown type is `INVALID_INPUT`; none, or an empty list, keeps every type.",
-				"Events are in the tenant's commit order: an event appears once the change that wrote it has committed, after every event already listed, never before one. `limit` defaults to 50 and is at most 200; pass the returned cursor (the last event's id) to read on.",
+				"Events are in the tenant's commit order: an event appears once the change that wrote it has committed, after every event already listed, never before one. `limit` defaults to 50 and is at most 200; pass the returned cursor (the last event's id) to read the next page. The cursor is `null` on the last page: to poll on, pass the `eventId` of the last event read.",
 				"A cursor older than the event retention, or issued before the per-tenant streams (an `instance.*` event id of an earlier version), is `INVALID_STATE` with `details.reason: \"expired-cursor\"`: start again without a cursor. A cursor of another tenant's stream is `INVALID_INPUT`."},
 			Permission: Permission, Resource: authz.Tenant, Module: "core", Phase: "v0.2",
 			Input: []registry.Field{registry.TenantID(),
