@@ -60,25 +60,42 @@ func TestDeepBody(t *testing.T) {
 	}
 }
 
-// A socket's silence is judged only by a ping timer that fired on time: a
-// replica stopped for 20 s (SIGSTOP, a VM pause) found every client silent
-// for 31 s on waking, their pongs unread in the sockets, and closed them
-// all with 1008.
-func TestSilenceJudgedOnlyOnTime(t *testing.T) {
-	const interval, timeout = 15 * time.Second, 30 * time.Second
+// A socket's silence is judged without the time the process did not run:
+// a replica stopped for 20 s (SIGSTOP, a VM pause) found its clients silent
+// for 31-34 s on waking, their pongs unread in the sockets, and closed them
+// with 1008 (even when the ping timer fired on time after the stop).
+func TestSilenceLeavesOutPauses(t *testing.T) {
+	var p pauseClock
 	t0 := time.Unix(1_000_000, 0)
-	for _, c := range []struct {
-		name       string
-		now, heard time.Time
-		want       bool
-	}{
-		{"heard lately", t0, t0.Add(-10 * time.Second), false},
-		{"silent past the timeout, timer on time", t0.Add(time.Second), t0.Add(-40 * time.Second), true},
-		{"silent past the timeout, timer 20 s late (the process was stopped)", t0.Add(20 * time.Second), t0.Add(-11 * time.Second), false},
-		{"silent, timer late by less than half an interval", t0.Add(7 * time.Second), t0.Add(-40 * time.Second), true},
-	} {
-		if got := silentTooLong(c.now, t0, c.heard, interval, timeout); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
+	p.last.Store(t0.UnixNano())
+	for i := 1; i <= 8; i++ { // two seconds of looks on time
+		p.observe(t0.Add(time.Duration(i) * pauseTick))
+	}
+	if got := p.at(t0.Add(2 * time.Second)); got != 0 {
+		t.Fatalf("pauses without a pause: %v", got)
+	}
+	heard := t0.Add(-14 * time.Second) // the last pong
+	heardPaused := p.at(heard)
+	// Stopped from t0+2 s for 19 s: a timer runs at once on waking,
+	// before the clock's goroutine has looked.
+	wake := t0.Add(21 * time.Second)
+	paused := p.at(wake) - heardPaused
+	if paused < 18*time.Second || paused > 19*time.Second {
+		t.Fatalf("a 19 s stop counted as %v before the clock looked", paused)
+	}
+	if silentTooLong(wake, heard, paused, 30*time.Second) {
+		t.Fatal("a client heard 14 s before a 19 s stop is judged silent on waking")
+	}
+	p.observe(wake)
+	if got := p.at(wake) - heardPaused; got != paused {
+		t.Fatalf("the stop counted as %v once looked at, %v before", got, paused)
+	}
+	// Without a stop, the same silence is judged.
+	if !silentTooLong(wake, heard, 0, 30*time.Second) {
+		t.Fatal("35 s of silence without a pause is not judged")
+	}
+	// A client silent through the stop and 31 s more is judged.
+	if !silentTooLong(wake.Add(31*time.Second), wake.Add(-time.Second), 0, 30*time.Second) {
+		t.Fatal("a client silent 32 s after the stop is not judged")
 	}
 }

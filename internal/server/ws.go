@@ -139,15 +139,17 @@ type wsConn struct {
 	initSeen bool
 	acked    bool
 	heard    atomic.Int64 // when the client's last message came (UnixNano)
-	secret   string       // the bearer token, to authenticate each operation again
-	session  *session
-	closed   bool
+	// heardPaused is the pause clock then (pauses.at, ns).
+	heardPaused atomic.Int64
+	secret      string // the bearer token, to authenticate each operation again
+	session     *session
+	closed      bool
 }
 
 func (c *wsConn) serve() {
 	defer c.cancel()
 	timings := c.s.Config.WS
-	c.heard.Store(time.Now().UnixNano())
+	c.hear(time.Now())
 	// The timers may fire after serve has returned: they write only
 	// through the websocket connection, which refuses writes once closed
 	// (it owns the hijacked connection; net/http recycles nothing of it).
@@ -165,26 +167,21 @@ func (c *wsConn) serve() {
 	if timings.PingInterval > 0 {
 		// A timer, not a goroutine per socket: it pings, then sets itself
 		// again while the socket is open.
-		// A timer that fires late (by half an interval) says this process
-		// did not run meanwhile (stopped, starved): the client's answers
-		// may wait unread in the socket, so its silence is not judged that
-		// round (a replica resumed after 20 s closed every healthy socket).
+		// Silence is judged without the time this process did not run
+		// since the client was last heard (pauses).
+		pauses.start()
 		var ping *time.Timer
 		var mu sync.Mutex
 		mu.Lock()
-		due := time.Now().Add(timings.PingInterval)
 		ping = time.AfterFunc(timings.PingInterval, safe.Func(c.ctx, c.s.Log, "websocket ping", func() {
-			mu.Lock()
-			d := due
-			mu.Unlock()
 			now, heard := time.Now(), time.Unix(0, c.heard.Load())
-			if silentTooLong(now, d, heard, timings.PingInterval, timings.PongTimeout) {
+			paused := pauses.at(now) - time.Duration(c.heardPaused.Load())
+			if silentTooLong(now, heard, paused, timings.PongTimeout) {
 				c.close(closePolicy, fmt.Sprintf("no message for %s: the client answers no ping", now.Sub(heard).Round(100*time.Millisecond)))
 				return
 			}
 			if c.send(wsMessage{Type: "ping"}) {
 				mu.Lock()
-				due = time.Now().Add(timings.PingInterval)
 				ping.Reset(timings.PingInterval)
 				mu.Unlock()
 			}
@@ -196,7 +193,7 @@ func (c *wsConn) serve() {
 		// Never a cancellable context: coder/websocket drops the connection
 		// without a close frame when a read's context ends.
 		typ, data, err := c.c.Read(context.Background())
-		c.heard.Store(time.Now().UnixNano())
+		c.hear(time.Now())
 		if err != nil {
 			code := websocket.StatusNormalClosure
 			if websocket.CloseStatus(err) == -1 && c.ctx.Err() == nil && !errors.Is(err, io.EOF) &&
@@ -239,13 +236,10 @@ func (c *wsConn) handleShallow(data []byte) bool {
 	return ok
 }
 
-// silentTooLong says a socket's client answers no ping: nothing heard from
-// it for longer than pongTimeout, judged by a ping timer due at due that
-// fired on time. A timer late by half an interval says this process did
-// not run meanwhile (stopped, starved): the client's answers may wait
-// unread in the socket, so that round does not judge.
-func silentTooLong(now, due, heard time.Time, interval, pongTimeout time.Duration) bool {
-	return now.Sub(heard) > pongTimeout && now.Sub(due) <= interval/2
+// hear notes a message from the client at now.
+func (c *wsConn) hear(now time.Time) {
+	c.heardPaused.Store(int64(pauses.at(now)))
+	c.heard.Store(now.UnixNano())
 }
 
 // handle processes one message; false ends the connection.
