@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/rest"
 	"github.com/bettercompute/computed/resolvers"
 )
@@ -63,7 +64,17 @@ func (s *Server) graphqlHandler() http.Handler {
 				return busy()
 			}
 			defer s.execSlots.release(key)
-			return h(ctx)
+			if resp := h(ctx); resp != nil {
+				return resp
+			}
+			// gqlgen answers nothing once ctx has ended (the slot came
+			// as the deadline passed): the transports wrote a nil
+			// response, a panic answered INTERNAL. The deadline's answer.
+			err := ctx.Err()
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx, store.ClassifyIn(ctx, err))}}
 		}
 	})
 	return allowMethods(srv)
