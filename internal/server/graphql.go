@@ -22,8 +22,8 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/reqctx"
-	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/rest"
+	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/resolvers"
 )
 
