@@ -1,9 +1,13 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bettercompute/computed/internal/safe"
 )
 
 // pauseTick is how often the pause clock looks at the time.
@@ -29,12 +33,12 @@ var pauses pauseClock
 func (p *pauseClock) start() {
 	p.once.Do(func() {
 		p.last.Store(time.Now().UnixNano())
-		go func() {
+		safe.Go(context.Background(), slog.Default(), "pause clock", func() {
 			t := time.NewTicker(pauseTick)
 			for range t.C {
 				p.observe(time.Now())
 			}
-		}()
+		})
 	})
 }
 
