@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -52,9 +53,16 @@ func (s *Server) graphqlHandler() http.Handler {
 		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 			return h
 		}
-		// A query or mutation executes when its handler is called: it
-		// waits for a slot first (Config.GraphQLConcurrency).
+		// A query or mutation executes when its handler is first called:
+		// it waits for a slot first (Config.GraphQLConcurrency). The
+		// transports that stream (SSE, WebSocket) call it again until it
+		// answers nil, the end: those calls take no slot and answer what
+		// gqlgen does (an answer of its own there repeated without end).
+		var ran atomic.Bool
 		return func(ctx context.Context) *graphql.Response {
+			if ran.Swap(true) {
+				return h(ctx)
+			}
 			busy := func() *graphql.Response {
 				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
 					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}
@@ -67,9 +75,10 @@ func (s *Server) graphqlHandler() http.Handler {
 			if resp := h(ctx); resp != nil {
 				return resp
 			}
-			// gqlgen answers nothing once ctx has ended (the slot came
-			// as the deadline passed): the transports wrote a nil
-			// response, a panic answered INTERNAL. The deadline's answer.
+			// gqlgen answers nothing at first once ctx has ended (the
+			// slot came as the deadline passed): the HTTP transport wrote
+			// a nil response, a panic answered INTERNAL. The deadline's
+			// answer.
 			err := ctx.Err()
 			if err == nil {
 				err = context.DeadlineExceeded
