@@ -189,6 +189,13 @@ func CutText(s string) string {
 	return strings.Join(words, " ")
 }
 
+// InState is INVALID_STATE for a resource whose state forbids the change:
+// details.state and details.reason both name the state (an archived pool,
+// a canceled reservation), the one shape every such refusal has.
+func InState(state, format string, args ...any) *Error {
+	return E(InvalidState, format, args...).With("state", state).With("reason", state)
+}
+
 // Invalid is INVALID_INPUT naming the offending field in details.path.
 func Invalid(path, format string, args ...any) *Error {
 	return E(InvalidInput, format, args...).With("path", path)

@@ -301,7 +301,7 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 	}
 	r.Normalize()
 	if r.State == ResCanceled || r.State == ResExpired {
-		return nil, errs.E(errs.InvalidState, "reservation %s is %s", r.ReservationID, r.State).With("reason", r.State).With("state", r.State)
+		return nil, errs.InState(r.State, "reservation %s is %s", r.ReservationID, r.State)
 	}
 	if in.ExpectedVersion != nil && *in.ExpectedVersion != r.RowVersion {
 		return nil, errs.E(errs.Conflict, "reservation %s is at rowVersion %d, not %d", r.ReservationID, r.RowVersion, *in.ExpectedVersion).

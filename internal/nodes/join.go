@@ -300,7 +300,7 @@ func lockToken(ctx context.Context, q store.Q, secret string) (*tokenRow, error)
 	case tok.Expired:
 		return nil, badToken("the join token has expired")
 	case tok.PoolState != "active":
-		return nil, errs.E(errs.InvalidState, "pool %s is %s and takes no joins", tok.PoolID, tok.PoolState).With("state", tok.PoolState).With("reason", tok.PoolState)
+		return nil, errs.InState(tok.PoolState, "pool %s is %s and takes no joins", tok.PoolID, tok.PoolState)
 	}
 	return &tok, nil
 }

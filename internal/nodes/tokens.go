@@ -144,7 +144,7 @@ func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, active b
 		return nil, store.Wrap(err)
 	}
 	if active && p.State != "active" {
-		return nil, errs.E(errs.InvalidState, "pool %s is %s", poolID, p.State).With("state", p.State).With("reason", p.State)
+		return nil, errs.InState(p.State, "pool %s is %s", poolID, p.State)
 	}
 	return &p, nil
 }

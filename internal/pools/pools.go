@@ -318,7 +318,7 @@ func active(ctx context.Context, q store.Q, tenantID, poolID string, expected *i
 		return nil, err
 	}
 	if p.State != Active {
-		return nil, errs.E(errs.InvalidState, "pool %s is %s", poolID, p.State).With("state", p.State).With("reason", p.State)
+		return nil, errs.InState(p.State, "pool %s is %s", poolID, p.State)
 	}
 	if expected != nil && *expected != p.RowVersion {
 		return nil, errs.E(errs.Conflict, "pool %s is at rowVersion %d, not %d", poolID, p.RowVersion, *expected).
