@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -170,5 +171,35 @@ func TestMeasureLimitsAtDocumentedValues(t *testing.T) {
 			}
 		}
 		t.Logf("%d replicas, 80 requests/s for 6 s: %d admitted, %d refused; %.0f leases (%.3f per request)", n, ok, limited, leases()-l0, (leases()-l0)/480)
+		// The burst at once: 200 requests fired together round-robin by a
+		// credential that was quiet (each round a fresh one).
+		for round := 0; round < 3; round++ {
+			_, tok = rs[0].call(t, testkit.OperatorToken, "tokens/create", map[string]any{"tenantId": "acme", "name": fmt.Sprint("burst-", round), "role": "admin"})
+			secret := tok["secret"].(string)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			for i := 0; i < 200; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					req, _ := http.NewRequest(http.MethodPost, urls[i%n]+"/api/compute/tenants/get", bytes.NewReader([]byte(`{"tenantId":"acme"}`)))
+					req.Header.Set("Authorization", "Bearer "+secret)
+					<-gate
+					res, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					res.Body.Close()
+					if res.StatusCode != 429 {
+						admitted.Add(1)
+					}
+				}(i)
+			}
+			close(gate)
+			wg.Wait()
+			t.Logf("%d replicas, a burst of 200 requests at once (round %d): %d admitted", n, round+1, admitted.Load())
+		}
 	}
 }

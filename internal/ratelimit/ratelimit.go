@@ -4,10 +4,13 @@
 // spends them locally. A request pays no round trip while its replica
 // holds tokens of its key; the replica leases the next batch before the
 // one it holds runs out (prefetch), sizes batches to what it spends
-// (about Horizon's worth, between MinBatch and MaxBatch), and gives back
-// what it stops using. When the shared bucket is dry the replica refuses
-// locally until the bucket will have refilled, so a flood over the limit
-// costs no round trip per request either.
+// (about Horizon's worth of its last whole window of Horizon, between
+// MinBatch and MaxBatch; what its callers wait for when it has no such
+// window, as in a burst on a quiet key), takes at most a share of what
+// the bucket holds (Share), and gives back what it stops using. When the
+// shared bucket is dry the replica refuses locally until the bucket will
+// have refilled, so a flood over the limit costs no round trip per
+// request either.
 //
 // Every token a request spends was taken from the shared bucket, so the
 // replicas together never admit more than the bucket's rate and burst.
@@ -58,6 +61,12 @@ type Config struct {
 	// again (default 50 ms): a flooded key costs at most 1/DryWait leases
 	// a second per replica.
 	DryWait time.Duration
+	// Share bounds a lease by what the shared bucket holds: at most
+	// 1/Share of it (default 8), but at least what the caller needs and
+	// one DryWait's refill. Batches shrink as the bucket empties, so what
+	// replicas hold unspent when it runs dry (a replica whose callers were
+	// all served, while another's are refused) is a small part of it.
+	Share int
 }
 
 func (c *Config) defaults() {
@@ -81,6 +90,9 @@ func (c *Config) defaults() {
 	if c.DryWait <= 0 {
 		c.DryWait = 50 * time.Millisecond
 	}
+	if c.Share < 1 {
+		c.Share = 8
+	}
 }
 
 // Limiter is one limit on this replica.
@@ -102,9 +114,14 @@ type bucket struct {
 	until    time.Time     // the shared bucket was dry: refuse until then
 	fetching chan struct{} // closed when the lease in flight ends
 	batch    int           // the last lease's size
-	used     int           // spent since the last lease
 	leasedAt time.Time
-	lastUse  time.Time
+	// The replica's spending of key, for the size of its leases: spent
+	// in all, and at since, the start of the current window; rate is the
+	// last whole window's (at least Horizon long; 0 before the first).
+	spent, spentAt int
+	since          time.Time
+	rate           float64
+	lastUse        time.Time
 	// What the shared bucket held after the last lease, and when: the
 	// least wait for a call that needs more than until was reckoned for.
 	sharedLeft float64
@@ -163,7 +180,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 		b.lastUse = now
 		if b.tokens >= float64(n) {
 			b.tokens -= float64(n)
-			b.used += n
+			b.spent += n
 			var ch chan struct{}
 			var want int
 			if l.cfg.Prefetch && b.fetching == nil && b.tokens <= float64((b.batch+1)/2) && !now.Before(b.until) && !now.Before(b.localUntil) {
@@ -224,16 +241,24 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 }
 
 // want is the next lease's size for b (l.mu held): about Horizon's worth
-// of what this replica spent since its last lease.
+// of what this replica spent of key in its last whole window of at least
+// Horizon, or what its callers need when it has no such window. A burst
+// of callers on a key that was quiet is served by leases of what they
+// wait for: extrapolated from the burst's first milliseconds (200 tokens
+// in 2 ms, a rate of 100,000 a second), a batch would sit unspent once
+// they were all served, while another replica's callers found the bucket
+// dry (161 of a burst of 200 admitted over three replicas).
 func (l *Limiter) want(b *bucket, now time.Time, need int) int {
-	w := l.cfg.MinBatch
-	if !b.leasedAt.IsZero() {
-		if el := now.Sub(b.leasedAt).Seconds(); el > 0 {
-			w = int(math.Ceil(float64(b.used) / el * l.cfg.Horizon.Seconds()))
+	if el := now.Sub(b.since); el >= l.cfg.Horizon {
+		// A window after a quiet time is long, and its rate small.
+		b.rate = 0
+		if !b.since.IsZero() {
+			b.rate = float64(b.spent-b.spentAt) / el.Seconds()
 		}
+		b.since, b.spentAt = now, b.spent
 	}
-	w = min(max(w, l.cfg.MinBatch, need), l.cfg.MaxBatch)
-	return max(w, need)
+	w := max(l.cfg.MinBatch, int(math.Ceil(b.rate*l.cfg.Horizon.Seconds())))
+	return max(min(w, l.cfg.MaxBatch), need)
 }
 
 // goLease runs lease on its own goroutine; a panic is logged and the
@@ -254,7 +279,7 @@ func (l *Limiter) goLease(key string, b *bucket, want, need int, ch chan struct{
 // it, the replica refuses key until the bucket will have refilled that much.
 func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	granted, left, err := l.take(ctx, key, want)
+	granted, left, err := l.take(ctx, key, want, need)
 	cancel()
 	now := time.Now()
 	l.mu.Lock()
@@ -273,8 +298,8 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 	}
 	l.leases.Add(1)
 	b.tokens += float64(granted)
-	b.batch, b.used, b.leasedAt, b.sharedLeft = want, 0, now, left
-	if granted < want {
+	b.batch, b.leasedAt, b.sharedLeft = want, now, left
+	if granted < want && left < float64(need) {
 		// The bucket is dry: nobody here asks it again (a prefetch
 		// neither) until it will have refilled what the caller needs, and
 		// not before DryWait; tokens still held are spent meanwhile.
@@ -284,18 +309,27 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 }
 
 // take leases up to want whole tokens of key: the bucket refills at Rate
-// since it was last touched (up to Burst), then gives what it has. One
-// statement; a new key's bucket starts full.
-func (l *Limiter) take(ctx context.Context, key string, want int) (granted int, left float64, err error) {
+// since it was last touched (up to Burst), then gives what it has, at most
+// 1/Share of it unless the caller needs more (Share). One statement; a new
+// key's bucket starts full.
+func (l *Limiter) take(ctx context.Context, key string, want, need int) (granted int, left float64, err error) {
 	const refilled = `least($3::float8, b.tokens + $4::float8 * greatest(0, extract(epoch FROM statement_timestamp() - b.at)::float8))`
+	// What a lease may take of a bucket holding h tokens: up to want, at
+	// most its share, and all of it rather than leave less than one
+	// DryWait's refill (which the next lease would come for at once).
+	grant := func(h string) string {
+		share := `greatest($6::int, floor(` + h + ` / $7::int)::int, $8::int)`
+		return `least($5::int, floor(` + h + `)::int, CASE WHEN floor(` + h + `)::int - ` + share + ` < $8::int THEN floor(` + h + `)::int ELSE ` + share + ` END)`
+	}
 	err = l.db.QueryRowxContext(ctx, `
 		INSERT INTO rate_buckets AS b (scope, key, tokens, granted, at)
-		VALUES ($1, $2, $3::float8 - least($5::int, $6::int), least($5::int, $6::int), statement_timestamp())
+		VALUES ($1, $2, $3::float8 - `+grant("$3::float8")+`, `+grant("$3::float8")+`, statement_timestamp())
 		ON CONFLICT (scope, key) DO UPDATE SET
-			granted = least($5::int, floor(`+refilled+`)::int),
-			tokens = `+refilled+` - least($5::int, floor(`+refilled+`)::int),
+			granted = `+grant(refilled)+`,
+			tokens = `+refilled+` - `+grant(refilled)+`,
 			at = greatest(b.at, statement_timestamp())
-		RETURNING granted, tokens`, l.cfg.Scope, key, float64(l.cfg.Burst), l.cfg.Rate, want, l.cfg.Burst).Scan(&granted, &left)
+		RETURNING granted, tokens`, l.cfg.Scope, key, float64(l.cfg.Burst), l.cfg.Rate, want, need, l.cfg.Share,
+		int(math.Ceil(l.cfg.Rate*l.cfg.DryWait.Seconds()))).Scan(&granted, &left)
 	return granted, left, err
 }
 
@@ -327,7 +361,7 @@ func (l *Limiter) giveBack(ctx context.Context, now time.Time) {
 		if idle >= l.cfg.IdleReturn && b.tokens >= 1 {
 			n := math.Floor(b.tokens)
 			b.tokens -= n
-			b.used, b.leasedAt = 0, time.Time{}
+			b.since, b.rate, b.leasedAt = time.Time{}, 0, time.Time{}
 			keys, ns = append(keys, k), append(ns, n)
 		}
 		if idle > time.Minute && b.tokens < 1 && !now.Before(b.until) {
