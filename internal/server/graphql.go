@@ -53,40 +53,41 @@ func (s *Server) graphqlHandler() http.Handler {
 		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 			return h
 		}
-		// A query or mutation executes when its handler is first called:
-		// it waits for a slot first (Config.GraphQLConcurrency). The
-		// transports that stream (SSE, WebSocket) call it again until it
-		// answers nil, the end: those calls take no slot and answer what
-		// gqlgen does (an answer of its own there repeated without end).
-		var ran atomic.Bool
-		return func(ctx context.Context) *graphql.Response {
-			if ran.Swap(true) {
-				return h(ctx)
-			}
-			busy := func() *graphql.Response {
-				return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
-					errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}
-			}
-			key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
-			if !s.execSlots.acquire(ctx, key) {
-				return busy()
-			}
-			defer s.execSlots.release(key)
-			if resp := h(ctx); resp != nil {
-				return resp
-			}
-			// gqlgen answers nothing at first once ctx has ended (the
-			// slot came as the deadline passed): the HTTP transport wrote
-			// a nil response, a panic answered INTERNAL. The deadline's
-			// answer.
-			err := ctx.Err()
-			if err == nil {
-				err = context.DeadlineExceeded
-			}
-			return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx, store.ClassifyIn(ctx, err))}}
-		}
+		return s.inSlot(h)
 	})
 	return allowMethods(srv)
+}
+
+// inSlot runs a query's or mutation's response handler h in an execution
+// slot. The operation executes when its handler is first called: it waits
+// for a slot first (Config.GraphQLConcurrency). The transports that stream
+// (SSE, WebSocket) call it again until it answers nil, the end: those calls
+// take no slot and answer what gqlgen does (an answer of its own there
+// repeated without end).
+func (s *Server) inSlot(h graphql.ResponseHandler) graphql.ResponseHandler {
+	var ran atomic.Bool
+	return func(ctx context.Context) *graphql.Response {
+		if ran.Swap(true) {
+			return h(ctx)
+		}
+		key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
+		if !s.execSlots.acquire(ctx, key) {
+			return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
+				errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}
+		}
+		defer s.execSlots.release(key)
+		if resp := h(ctx); resp != nil {
+			return resp
+		}
+		// gqlgen answers nothing at first once ctx has ended (the slot
+		// came as the deadline passed): the HTTP transport wrote a nil
+		// response, a panic answered INTERNAL. The deadline's answer.
+		err := ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx, store.ClassifyIn(ctx, err))}}
+	}
 }
 
 // cannotUse is gqlparser's refusal of a variable's value for a built-in
