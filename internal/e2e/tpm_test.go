@@ -430,7 +430,11 @@ func TestTPMEvidenceIsChecked(t *testing.T) {
 		{"ak as ek", map[string]any{"ekPublicKey": m.ak.PEM(), "akPublic": m.ek.PublicB64()}, "evidence.akPublic"},
 		{"secret without id", map[string]any{"activatedSecret": randomSecret()}, "evidence.challengeId"},
 		{"id without secret", map[string]any{"challengeId": "chl_01jfz0000000000000000000000"}, "evidence.activatedSecret"},
-		{"short secret", map[string]any{"challengeId": "chl_01jfz0000000000000000000000", "activatedSecret": "AAAA"}, "evidence.activatedSecret"},
+		// (a secret of another length than the challenge's is a wrong
+		// answer, refused by the challenge; past the largest digest, 64
+		// bytes, it is not a secret)
+		{"long secret", map[string]any{"challengeId": "chl_01jfz0000000000000000000000", "activatedSecret": base64.StdEncoding.EncodeToString(make([]byte, 65))}, "evidence.activatedSecret"},
+		{"secret not base64", map[string]any{"challengeId": "chl_01jfz0000000000000000000000", "activatedSecret": "AAA"}, "evidence.activatedSecret"},
 		{"bad challenge id", map[string]any{"challengeId": "jreq_01jfz0000000000000000000000", "activatedSecret": randomSecret()}, "evidence.challengeId"},
 		{"certificate with the answer", map[string]any{"challengeId": "chl_01jfz0000000000000000000000", "activatedSecret": randomSecret(),
 			"ekCertificate": "x"}, "evidence.ekCertificate"},

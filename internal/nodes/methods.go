@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 
 	"github.com/bettercompute/computed/internal/audit"
@@ -156,7 +157,7 @@ func Methods(db *store.DB) []registry.Method {
 				{Name: "ekCertificate", Type: registry.String, MaxLength: 16384,
 					Description: "first call, optional: the EK certificate, PEM, then any intermediate CA certificates"},
 				{Name: "challengeId", Type: registry.String, Pattern: ids.Pattern(ids.Challenge), Description: "second call: the challenge answered"},
-				{Name: "activatedSecret", Type: registry.String, MaxLength: 64, Pattern: b64Pattern,
+				{Name: "activatedSecret", Type: registry.String, MaxLength: base64.StdEncoding.EncodedLen(pki.MaxActivatedSecret), Pattern: b64Pattern,
 					Description: "second call: the secret TPM2_ActivateCredential recovered, base64"},
 			}},
 		registry.Name(false))

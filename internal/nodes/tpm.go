@@ -212,27 +212,32 @@ func challengeRefused(reason, format string, args ...any) error {
 // with the token row locked: two answers through one token are ordered,
 // and the second finds the challenge spent.
 func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardware, t *tpmEvidence) (*provenEK, error) {
-	hb, _ := json.Marshal(hw)
 	var c struct {
-		SameToken    bool   `db:"same_token"`
-		SameCSR      bool   `db:"same_csr"`
-		SameHardware bool   `db:"same_hardware"`
-		EKHash       string `db:"ek_hash"`
-		AKName       []byte `db:"ak_name"`
-		CAHashes     string `db:"ek_ca_hashes"`
-		SecretHash   []byte `db:"secret_hash"`
-		Used         bool   `db:"used"`
-		Expired      bool   `db:"expired"`
+		SameToken  bool   `db:"same_token"`
+		SameCSR    bool   `db:"same_csr"`
+		Hardware   string `db:"hardware"`
+		EKHash     string `db:"ek_hash"`
+		AKName     []byte `db:"ak_name"`
+		CAHashes   string `db:"ek_ca_hashes"`
+		SecretHash []byte `db:"secret_hash"`
+		Used       bool   `db:"used"`
+		Expired    bool   `db:"expired"`
 	}
 	err := q.GetContext(ctx, &c, `SELECT join_token_id = $2 AS same_token, csr_fingerprint = $3 AS same_csr,
-			hardware = $4::jsonb AS same_hardware, ek_hash, ak_name, array_to_json(ek_ca_hashes)::text AS ek_ca_hashes, secret_hash,
+			hardware::text AS hardware, ek_hash, ak_name, array_to_json(ek_ca_hashes)::text AS ek_ca_hashes, secret_hash,
 			used_at IS NOT NULL AS used, expires_at <= now() AS expired
-		FROM tpm_challenges WHERE tenant_id = $5 AND challenge_id = $1`, t.challengeID, tok.JoinTokenID, csr.Fingerprint, string(hb), tok.TenantID)
+		FROM tpm_challenges WHERE tenant_id = $4 AND challenge_id = $1`, t.challengeID, tok.JoinTokenID, csr.Fingerprint, tok.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, challengeRefused(ChallengeUnknown, "no open challenge %s: it was answered, has expired, or was never made; start again with the keys", t.challengeID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
+	}
+	// Compared as join requests compare them (sameHardware: the MACs in
+	// any order); the stored ids were normalized by the first call.
+	var asked Hardware
+	if err := json.Unmarshal([]byte(c.Hardware), &asked); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.Used:
@@ -243,7 +248,7 @@ func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardw
 		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another join token", t.challengeID)
 	case !c.SameCSR:
 		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another CSR", t.challengeID)
-	case !c.SameHardware:
+	case !sameHardware(asked, hw):
 		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for other hardware ids", t.challengeID)
 	case t.ek != nil && t.ek.Hash != c.EKHash:
 		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another endorsement key", t.challengeID)

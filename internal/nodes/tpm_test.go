@@ -25,9 +25,11 @@ func TestTPMJoinRules(t *testing.T) {
 	ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
 	tok := e.token(5)
 	m := testkit.NewMachine(t)
+	macs := []string{m.MAC, "02:00:00:00:00:aa"}
 	call := func(evidence map[string]any) (*nodes.JoinResult, error) {
 		b := m.JoinBody(tok)
 		b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
+		b["hardware"].(map[string]any)["macs"] = macs
 		return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
 	}
 	keys := map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}
@@ -56,8 +58,20 @@ func TestTPMJoinRules(t *testing.T) {
 	refused(err, nodes.ChallengeWrong)
 	_, err = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret})
 	refused(err, nodes.ChallengeUsed)
-
+	// A secret of another length is a wrong secret too, and spends the
+	// challenge (it was INVALID_INPUT, and the challenge stayed open to
+	// more guesses).
 	ch, secret = challenge()
+	_, err = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": base64.StdEncoding.EncodeToString(make([]byte, 16))})
+	refused(err, nodes.ChallengeWrong)
+	_, err = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret})
+	refused(err, nodes.ChallengeUsed)
+
+	// The answer lists the MACs in another order than the first call
+	// did: the same hardware, as join requests compare it (it was
+	// challenge-mismatch, and spent the challenge).
+	ch, secret = challenge()
+	macs = []string{macs[1], macs[0]}
 	r := fixture.Must(call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret}))
 	if r.Status != nodes.Pending || len(r.Reasons) != 1 || r.Reasons[0].Code != nodes.ReasonEKNotAllowed {
 		t.Fatalf("an EK on no allow-list: %+v", r)

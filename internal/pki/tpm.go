@@ -173,13 +173,24 @@ type EK struct {
 // algorithms MakeCredential must use. Every rejection is INVALID_INPUT
 // naming path.
 func ParseEK(path, pemText string) (*EK, error) {
-	hash, err := EKHash(path, pemText)
+	der, err := onePEM(path, pemText, "PUBLIC KEY", "endorsement key")
 	if err != nil {
 		return nil, err
 	}
-	der, _ := onePEM(path, pemText, "PUBLIC KEY", "endorsement key")
-	key, _ := x509.ParsePKIXPublicKey(der)
-	return ekFromKey(path, hash, key)
+	key, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		return nil, errs.Invalid(path, "endorsement key is not a valid PKIX public key")
+	}
+	// The attestor's own rule first: EKHash's wider one (any key an
+	// allow-list may name) answered an RSA 1024 EK "want 2048 to 8192".
+	ek, err := ekFromKey(path, "", key)
+	if err != nil {
+		return nil, err
+	}
+	if ek.Hash, err = EKHash(path, pemText); err != nil {
+		return nil, err
+	}
+	return ek, nil
 }
 
 func ekFromKey(path, hash string, key any) (*EK, error) {
@@ -241,18 +252,19 @@ func MakeCredential(ek *EK, akName []byte) (*Credential, error) {
 }
 
 // ParseActivatedSecret decodes the secret a machine recovered (base64 of
-// the TPM2B_DIGEST's contents, SecretSize bytes). Anything else is
-// INVALID_INPUT naming path.
+// the TPM2B_DIGEST's contents: at most MaxActivatedSecret bytes).
+// Anything else is INVALID_INPUT naming path. A secret of another length
+// than the challenge's (SecretSize) is a wrong answer, not a malformed one:
+// the challenge's check refuses it (wrong-secret) and spends the challenge,
+// as it does a wrong secret of the right length.
 func ParseActivatedSecret(path, b64 string) ([]byte, error) {
-	b, err := decodeB64(path, b64, SecretSize, "activatedSecret")
-	if err != nil {
-		return nil, err
-	}
-	if len(b) != SecretSize {
-		return nil, errs.Invalid(path, "activatedSecret is %d bytes; the challenge's secret is %d", len(b), SecretSize)
-	}
-	return b, nil
+	return decodeB64(path, b64, MaxActivatedSecret, "activatedSecret")
 }
+
+// MaxActivatedSecret is the most an activated secret may be: a SHA-384
+// digest, past the SecretSize (32) of the challenges made here (the method
+// surface's bound, 64 base64 characters, is its encoding).
+const MaxActivatedSecret = 48
 
 // EKCertificate parses the EK certificate a machine sent: PEM
 // "CERTIFICATE" blocks, the EK's certificate first and any intermediates
@@ -341,6 +353,11 @@ func decodeB64(path, s string, max int, what string) ([]byte, error) {
 	}
 	if len(b) == 0 {
 		return nil, errs.Invalid(path, "%s is empty", what)
+	}
+	if len(b) > max {
+		// The encoded length lets a byte or two more through (65 bytes
+		// encode in as many characters as 64).
+		return nil, errs.Invalid(path, "%s is over %d bytes", what, max)
 	}
 	return b, nil
 }

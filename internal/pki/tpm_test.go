@@ -174,9 +174,15 @@ func TestParseEKTakesTheDefaultTemplatesKeys(t *testing.T) {
 	}
 	p384, _ := pkixPEM(t, ecKey(t, elliptic.P384()).Public())
 	rsa3072, _ := pkixPEM(t, rsaKey(t, 3072).Public())
-	for _, in := range []string{p384, rsa3072, "junk"} {
+	rsa1024, _ := pkixPEM(t, rsaKey(t, 1024).Public())
+	for _, in := range []string{p384, rsa3072, rsa1024, "junk"} {
 		_, err := pki.ParseEK("evidence.ekPublicKey", in)
 		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidInput || e.Details["path"] != "evidence.ekPublicKey" {
+			t.Errorf("%.30q: %v", in, err)
+		}
+		// Every key refused in the attestor's words (an RSA 1024 EK was
+		// told "want 2048 to 8192", which 3072 then is not).
+		if in != "junk" && (err == nil || !strings.Contains(err.Error(), "RSA 2048") || strings.Contains(err.Error(), "8192")) {
 			t.Errorf("%.30q: %v", in, err)
 		}
 	}
@@ -187,7 +193,14 @@ func TestParseActivatedSecret(t *testing.T) {
 	if b, err := pki.ParseActivatedSecret("s", base64.StdEncoding.EncodeToString(s)); err != nil || len(b) != pki.SecretSize {
 		t.Fatal(err)
 	}
-	for _, in := range []string{"", "AAAA", base64.StdEncoding.EncodeToString(make([]byte, 33)), "****"} {
+	// Another length is a wrong answer, which the challenge's check
+	// refuses (and spends the challenge for): it parses.
+	for _, n := range []int{1, 16, 33, pki.MaxActivatedSecret} {
+		if b, err := pki.ParseActivatedSecret("s", base64.StdEncoding.EncodeToString(make([]byte, n))); err != nil || len(b) != n {
+			t.Errorf("%d bytes: %v", n, err)
+		}
+	}
+	for _, in := range []string{"", base64.StdEncoding.EncodeToString(make([]byte, pki.MaxActivatedSecret+1)), "****", "AAA"} {
 		if _, err := pki.ParseActivatedSecret("s", in); errs.CodeOf(err) != errs.InvalidInput {
 			t.Errorf("%q: %v", in, err)
 		}
