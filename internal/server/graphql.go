@@ -168,7 +168,15 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 	}
 	e := s.public(ctx, ge.Err, pathString(ge.Path))
 	if e.Code == errs.InvalidInput && e.Details["path"] == nil {
-		if p := pathString(ge.Path); p != "" {
+		path := ge.Path
+		if arg, field, ok := argumentPath(ctx, ge.Path); ok {
+			// A scalar's refusal of a literal argument (a Time that is
+			// not one): named as the method names it (since, endsAt), as
+			// every other argument's refusal is; the error's path is the
+			// field's, a place in the response.
+			path, out.Path = arg, cutPath(field)
+		}
+		if p := pathString(path); p != "" {
 			e = e.With("path", p)
 			if strings.HasPrefix(e.Message, "must ") {
 				e.Message = p + " " + e.Message // a scalar's refusal: name the field
@@ -178,6 +186,27 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 	out.Message = errs.CutText(e.Message)
 	out.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
 	return out
+}
+
+// argumentPath splits an error's path p inside an argument of the field
+// resolving in ctx (gqlgen's path of an argument's value: the field's
+// path, then the argument and the names inside it) into the argument's part
+// as the method names it (a mutation's input fields without "input") and
+// the field's path.
+func argumentPath(ctx context.Context, p ast.Path) (arg, field ast.Path, ok bool) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return nil, nil, false
+	}
+	field = fc.Path()
+	if len(p) <= len(field) || pathString(p[:len(field)]) != pathString(field) {
+		return nil, nil, false
+	}
+	arg = p[len(field):]
+	if n, ok := arg[0].(ast.PathName); ok && n == "input" && len(arg) > 1 && fc.Object == "Mutation" {
+		arg = arg[1:]
+	}
+	return arg, field, true
 }
 
 // public is errs.Public for the graph, logging internal errors with the
