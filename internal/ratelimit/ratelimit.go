@@ -6,11 +6,12 @@
 // one it holds runs out (prefetch), sizes batches to what it spends
 // (about Horizon's worth of its last whole window of Horizon, between
 // MinBatch and MaxBatch; what its callers wait for when it has no such
-// window, as in a burst on a quiet key), takes at most a share of what
-// the bucket holds (Share), and gives back what it stops using. When the
+// window, as in a burst on a quiet key), gets a batch only out of what the
+// bucket holds above half the burst (Share: near the limit a lease is what
+// the calls waiting need), and gives back what it stops using. When the
 // shared bucket is dry the replica refuses locally until the bucket will
 // have refilled, so a flood over the limit costs no round trip per
-// request either.
+// refused request.
 //
 // Every token a request spends was taken from the shared bucket, so the
 // replicas together never admit more than the bucket's rate and burst.
@@ -61,11 +62,13 @@ type Config struct {
 	// again (default 50 ms): a flooded key costs at most 1/DryWait leases
 	// a second per replica.
 	DryWait time.Duration
-	// Share bounds a lease by what the shared bucket holds: at most
-	// 1/Share of it (default 8), but at least what the caller needs and
-	// one DryWait's refill. Batches shrink as the bucket empties, so what
-	// replicas hold unspent when it runs dry (a replica whose callers were
-	// all served, while another's are refused) is a small part of it.
+	// Share bounds a lease by what the shared bucket holds: past what the
+	// calls waiting need, at most 1/Share (default 4) of what it holds
+	// above half the burst. Batches shrink as the bucket empties and stop
+	// at half of it, so near the limit no replica holds tokens ahead of
+	// its calls while another's call finds the bucket short of them (a
+	// replica whose callers were all served; costly operations spread
+	// over replicas).
 	Share int
 }
 
@@ -91,7 +94,7 @@ func (c *Config) defaults() {
 		c.DryWait = 50 * time.Millisecond
 	}
 	if c.Share < 1 {
-		c.Share = 8
+		c.Share = 4
 	}
 }
 
@@ -183,13 +186,25 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			b.spent += n
 			var ch chan struct{}
 			var want int
+			// Prefetch for a replica that spends the key steadily (a
+			// whole window of it): what a key spent in a burst or by one
+			// call is not a rate, and a batch leased on it would sit
+			// unspent here when the next call comes to another replica
+			// (a costly GraphQL operation refused on a bucket short by
+			// the replicas' prefetched tokens).
 			if l.cfg.Prefetch && b.fetching == nil && b.tokens <= float64((b.batch+1)/2) && !now.Before(b.until) && !now.Before(b.localUntil) {
-				ch, want = make(chan struct{}), l.want(b, now, 1)
-				b.fetching = ch
+				// The bucket gives a prefetch only what it holds above
+				// half the burst: ask when it may (what it held at the
+				// last lease, and its refill since).
+				above := b.sharedLeft+l.cfg.Rate*now.Sub(b.leasedAt).Seconds() > float64(l.cfg.Burst)/2
+				if w := l.want(b, now, 1); l.batches(b) && above {
+					ch, want = make(chan struct{}), w
+					b.fetching = ch
+				}
 			}
 			l.mu.Unlock()
 			if ch != nil {
-				l.goLease(key, b, want, 1, ch)
+				l.goLease(key, b, want, 0, ch) // ahead of any call: none needs it
 			}
 			return true, 0, nil
 		}
@@ -208,9 +223,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			// until was reckoned for the call that found the bucket dry; a
 			// call needing more waits until the bucket will have refilled
 			// that much (a wait too short is refused again).
+			// The wait told is for the shared bucket alone: the tokens
+			// this replica holds are no help to a retry that another
+			// replica takes (it was refused again when told the wait less
+			// what this one held).
 			d := b.until.Sub(now)
 			if n > 1 {
-				short := float64(n) - b.tokens - b.sharedLeft
+				short := float64(n) - b.sharedLeft
 				d = max(d, time.Duration(short/l.cfg.Rate*float64(time.Second))-now.Sub(b.leasedAt))
 			}
 			l.mu.Unlock()
@@ -257,9 +276,24 @@ func (l *Limiter) want(b *bucket, now time.Time, need int) int {
 		}
 		b.since, b.spentAt = now, b.spent
 	}
+	if !l.batches(b) {
+		return need
+	}
 	w := max(l.cfg.MinBatch, int(math.Ceil(b.rate*l.cfg.Horizon.Seconds())))
 	return max(min(w, l.cfg.MaxBatch), need)
 }
+
+// batches says whether this replica asks for b's key in batches and ahead
+// of its calls (l.mu held, after want's window): when it has spent the key
+// steadily, a whole window of it. A burst, or a key called now and then,
+// is not a rate. The shared bucket gives a batch only out of what it holds
+// above half the burst (take): near the limit, tokens leased ahead sit
+// unspent in one replica while another's call finds the bucket short of
+// them (costly GraphQL operations round-robin over three replicas at 4 a
+// second were admitted 300 units of the 377 their budget allowed). There a
+// lease is what the calls waiting need: a statement per call admitted at
+// most, for a key spending near its limit.
+func (l *Limiter) batches(b *bucket) bool { return b.rate > 0 }
 
 // goLease runs lease on its own goroutine; a panic is logged and the
 // waiters on ch are released (the key falls back to asking again).
@@ -309,17 +343,18 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 }
 
 // take leases up to want whole tokens of key: the bucket refills at Rate
-// since it was last touched (up to Burst), then gives what it has, at most
-// 1/Share of it unless the caller needs more (Share). One statement; a new
-// key's bucket starts full.
+// since it was last touched (up to Burst), then gives what it has: need,
+// and more only out of what it holds above half the burst (Share). One
+// statement; a new key's bucket starts full.
 func (l *Limiter) take(ctx context.Context, key string, want, need int) (granted int, left float64, err error) {
 	const refilled = `least($3::float8, b.tokens + $4::float8 * greatest(0, extract(epoch FROM statement_timestamp() - b.at)::float8))`
 	// What a lease may take of a bucket holding h tokens: up to want, at
-	// most its share, and all of it rather than leave less than one
-	// DryWait's refill (which the next lease would come for at once).
+	// most need or its share, and for a call all of it rather than leave
+	// less than one DryWait's refill (which the next lease would come for
+	// at once). A prefetch needs nothing: near the limit it gets nothing.
 	grant := func(h string) string {
-		share := `greatest($6::int, floor(` + h + ` / $7::int)::int, $8::int)`
-		return `least($5::int, floor(` + h + `)::int, CASE WHEN floor(` + h + `)::int - ` + share + ` < $8::int THEN floor(` + h + `)::int ELSE ` + share + ` END)`
+		share := `greatest($6::int, floor(greatest(` + h + ` - $9::float8, 0) / $7::int)::int)`
+		return `least($5::int, floor(` + h + `)::int, CASE WHEN $6::int > 0 AND floor(` + h + `)::int - ` + share + ` < $8::int THEN floor(` + h + `)::int ELSE ` + share + ` END)`
 	}
 	err = l.db.QueryRowxContext(ctx, `
 		INSERT INTO rate_buckets AS b (scope, key, tokens, granted, at)
@@ -329,7 +364,7 @@ func (l *Limiter) take(ctx context.Context, key string, want, need int) (granted
 			tokens = `+refilled+` - `+grant(refilled)+`,
 			at = greatest(b.at, statement_timestamp())
 		RETURNING granted, tokens`, l.cfg.Scope, key, float64(l.cfg.Burst), l.cfg.Rate, want, need, l.cfg.Share,
-		int(math.Ceil(l.cfg.Rate*l.cfg.DryWait.Seconds()))).Scan(&granted, &left)
+		int(math.Ceil(l.cfg.Rate*l.cfg.DryWait.Seconds())), float64(l.cfg.Burst)/2).Scan(&granted, &left)
 	return granted, left, err
 }
 

@@ -312,3 +312,75 @@ func TestBurstOverReplicasIsAdmitted(t *testing.T) {
 		t.Fatalf("a burst of 200 over three replicas admitted as few as %d (the contract allows 15 %%: 170)", worst)
 	}
 }
+
+// Costly calls in turn over three replicas, as a client's GraphQL
+// operations charged 50 each (one unit first, the rest once the cost is
+// known), quickly or spread over more than Horizon: the burst of 200 serves
+// four of them whole. Each replica had prefetched a few tokens after its
+// call, and the fourth found the bucket short by them: three of four
+// admitted (a helper's probe, over HTTP and WebSocket).
+func TestCostlyCallsOverReplicasSpendTheBurst(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	for round, gap := range []time.Duration{0, 10 * time.Millisecond, 70 * time.Millisecond} {
+		cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
+		ls := []*ratelimit.Limiter{ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)}
+		key := fmt.Sprint("costly-", round)
+		admitted := 0
+		for i := 0; i < 5; i++ {
+			l := ls[i%3]
+			if ok, _, _ := l.Allow(context.Background(), key, 1); ok {
+				if ok, _, _ := l.Allow(context.Background(), key, 49); ok {
+					admitted++
+				}
+			}
+			time.Sleep(gap)
+		}
+		if admitted != 4 {
+			t.Errorf("calls %v apart: %d calls of 50 admitted of a burst of 200, want 4", gap, admitted)
+		}
+	}
+	// At the server's rate (100 a second), a call of 50 every 250 ms: the
+	// refill pays for three of every four after the burst, and each
+	// replica, spending steadily, would prefetch. Seven of eight pass
+	// (the eighth finds 25 tokens); five did, the others' prefetched
+	// tokens missing from the bucket.
+	cfg := ratelimit.Config{Scope: "requests", Rate: 100, Burst: 200, MinBatch: 2, Prefetch: true}
+	ls := []*ratelimit.Limiter{ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)}
+	admitted := 0
+	for i := 0; i < 8; i++ {
+		l := ls[i%3]
+		if ok, _, _ := l.Allow(context.Background(), "steady", 1); ok {
+			if ok, _, _ := l.Allow(context.Background(), "steady", 49); ok {
+				admitted++
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if admitted < 7 {
+		t.Errorf("calls of 50 every 250 ms at 100 a second: %d of 8 admitted, want 7", admitted)
+	}
+}
+
+// A call refused on one replica is told a wait after which its whole
+// charge passes on any replica: the tokens the refusing replica leased for
+// it and holds are no help to a retry another replica takes (a retry on
+// another replica after the Retry-After told was refused again).
+func TestRetryAfterHoldsOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	cfg := ratelimit.Config{Scope: "requests", Rate: 400, Burst: 200, MinBatch: 2, Prefetch: true}
+	a, b, c := ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)
+	ctx := context.Background()
+	if ok, _, _ := a.Allow(ctx, "k", 100); !ok {
+		t.Fatal("the first 100 refused")
+	}
+	ok, d, _ := b.Allow(ctx, "k", 200)
+	if ok {
+		t.Fatal("200 admitted after 100 of a burst of 200")
+	}
+	time.Sleep(d)
+	if ok, d2, _ := c.Allow(ctx, "k", 200); !ok {
+		t.Fatalf("told to wait %v, the retry on another replica was refused (wait %v more)", d, d2)
+	}
+}
