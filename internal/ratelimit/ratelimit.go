@@ -348,13 +348,17 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 // statement; a new key's bucket starts full.
 func (l *Limiter) take(ctx context.Context, key string, want, need int) (granted int, left float64, err error) {
 	const refilled = `least($3::float8, b.tokens + $4::float8 * greatest(0, extract(epoch FROM statement_timestamp() - b.at)::float8))`
-	// What a lease may take of a bucket holding h tokens: up to want, at
-	// most need or its share, and for a call all of it rather than leave
-	// less than one DryWait's refill (which the next lease would come for
-	// at once). A prefetch needs nothing: near the limit it gets nothing.
+	// What a lease may take of a bucket holding h tokens: nothing when h
+	// falls short of need (a part of it would sit in this replica, which
+	// refuses the call, while the next call on another replica found the
+	// bucket dry: costly operations paced over replicas); else up to want,
+	// at most need or its share, and for a call all of it rather than
+	// leave less than one DryWait's refill (which the next lease would
+	// come for at once). A prefetch needs nothing: near the limit it gets
+	// nothing.
 	grant := func(h string) string {
 		share := `greatest($6::int, floor(greatest(` + h + ` - $9::float8, 0) / $7::int)::int)`
-		return `least($5::int, floor(` + h + `)::int, CASE WHEN $6::int > 0 AND floor(` + h + `)::int - ` + share + ` < $8::int THEN floor(` + h + `)::int ELSE ` + share + ` END)`
+		return `CASE WHEN floor(` + h + `)::int < $6::int THEN 0 ELSE least($5::int, floor(` + h + `)::int, CASE WHEN $6::int > 0 AND floor(` + h + `)::int - ` + share + ` < $8::int THEN floor(` + h + `)::int ELSE ` + share + ` END) END`
 	}
 	err = l.db.QueryRowxContext(ctx, `
 		INSERT INTO rate_buckets AS b (scope, key, tokens, granted, at)

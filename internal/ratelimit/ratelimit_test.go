@@ -384,3 +384,25 @@ func TestRetryAfterHoldsOnAnotherReplica(t *testing.T) {
 		t.Fatalf("told to wait %v, the retry on another replica was refused (wait %v more)", d, d2)
 	}
 }
+
+// A call the shared bucket cannot pay takes none of it: the tokens stay for
+// the next call, whichever replica takes it. The refusing replica kept what
+// the bucket held (33 tokens for a call of 49) while the next call, on
+// another replica, found it dry (a helper's probe: costly operations paced
+// over three replicas were refused with 65–130 units of budget left).
+func TestRefusedCallLeavesTheBucket(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
+	a, b, c := ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)
+	ctx := context.Background()
+	if ok, _, _ := a.Allow(ctx, "k", 170); !ok {
+		t.Fatal("170 of 200 refused")
+	}
+	if ok, _, _ := b.Allow(ctx, "k", 49); ok {
+		t.Fatal("49 admitted with 30 left")
+	}
+	if ok, _, _ := c.Allow(ctx, "k", 30); !ok {
+		t.Fatal("the 30 left were taken by the refused call")
+	}
+}
