@@ -16,7 +16,10 @@ import (
 // with optional fractional seconds, and Z or an offset of at most 23:59.
 // T and Z may be lower case. Go's parser alone also took an offset of
 // +24:00 and a comma before the fraction, and refused t and z.
-var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
+// The fraction takes any number of digits, as RFC 3339's time-secfrac
+// does ("." 1*DIGIT): past nine, Go's parser refuses them, and they are cut
+// (the time is kept to the microsecond anyway).
+var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
 
 // Parse reads an RFC 3339 time (fractional seconds optional), kept to the
 // microsecond as PostgreSQL keeps it: a window whose two ends differed by
@@ -28,6 +31,9 @@ var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,
 func Parse(s string) (t time.Time, problem string) {
 	if !syntax.MatchString(s) {
 		return time.Time{}, "must be an RFC 3339 time"
+	}
+	if m := syntax.FindStringSubmatchIndex(s); m[2] >= 0 && m[3]-m[2] > 10 {
+		s = s[:m[2]+10] + s[m[3]:] // the point and nine digits
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 	if err != nil {

@@ -36,6 +36,15 @@ func TestParse(t *testing.T) {
 	if !a.Equal(b) || c.Nanosecond() != 1000 {
 		t.Fatalf("%v %v %v", a, b, c)
 	}
+	// any number of fraction digits, as RFC 3339's time-secfrac (more
+	// than nine were refused)
+	d, problem := Parse("2026-12-06T14:36:48.1234567891+01:00")
+	if problem != "" || d.Nanosecond() != 123456000 || d.Hour() != 14 {
+		t.Fatalf("ten digits: %v %q", d, problem)
+	}
+	if e, problem := Parse("2026-12-06T14:36:48." + strings.Repeat("9", 200) + "Z"); problem != "" || e.Second() != 48 {
+		t.Fatalf("200 digits: %v %q", e, problem)
+	}
 	if _, err := Field("since", "nope"); err == nil || !strings.Contains(err.Error(), "since must be an RFC 3339 time") {
 		t.Fatalf("Field: %v", err)
 	}
