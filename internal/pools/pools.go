@@ -479,6 +479,7 @@ func Methods() []registry.Method {
 		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
 			[]string{"Archiving an archived pool is `INVALID_STATE`.",
+				"Withdrawing an offer (`pools.unoffer`) still works on an archived pool: it takes access away, and gives none.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
 			ref(expected)...), nil, Archive),
 		registry.Def(m("offer", registry.Mutation, authz.PoolsManage, authz.Pool,
