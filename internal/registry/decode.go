@@ -62,8 +62,7 @@ func (v *value) get(key string) *value {
 // maxDepth bounds the nesting of any request body.
 const maxDepth = 32
 
-// decode parses and validates a body against a method's fields. A null
-// body is an empty object.
+// decode parses and validates a body against a method's fields.
 func decode(raw []byte, fields []Field) (*value, error) {
 	return decodeAs(raw, &Field{Type: Object, Fields: fields})
 }
@@ -94,10 +93,7 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 	}
 	d := &decoder{buf: raw, lone: lone}
 	d.space()
-	if d.peek() == 'n' { // null
-		raw = []byte("{}")
-		d = &decoder{buf: raw}
-	} else if d.peek() != '{' {
+	if d.peek() != '{' { // null too: the contract's body is a JSON object
 		if lone {
 			return nil, errLoneSurrogate("")
 		}
