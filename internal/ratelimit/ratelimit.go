@@ -219,14 +219,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			l.mu.Unlock()
 			return true, 0, nil
 		}
-		if now.Before(b.until) {
-			// until was reckoned for the call that found the bucket dry; a
-			// call needing more waits until the bucket will have refilled
-			// that much (a wait too short is refused again).
-			// The wait told is for the shared bucket alone: the tokens
-			// this replica holds are no help to a retry that another
-			// replica takes (it was refused again when told the wait less
-			// what this one held).
+		// until was reckoned for the call that found the bucket dry. A
+		// call the bucket held enough for at that lease still asks it (a
+		// call takes nothing of a bucket that cannot pay it, so a costly
+		// call's refusal left the rest to the cheap ones: they were
+		// refused with it until the costly one's wait passed).
+		if now.Before(b.until) && float64(n)-b.tokens > b.sharedLeft {
+			// The wait told is until the bucket will have refilled the
+			// call's whole need (a wait too short is refused again), for
+			// the shared bucket alone: the tokens this replica holds are
+			// no help to a retry that another replica takes (it was
+			// refused again when told the wait less what this one held).
 			d := b.until.Sub(now)
 			if n > 1 {
 				short := float64(n) - b.sharedLeft
@@ -239,9 +242,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 		if ch == nil {
 			ch = make(chan struct{})
 			b.fetching = ch
-			want := max(l.want(b, now, n), min(n+b.waiting, l.cfg.MaxBatch))
+			// The tokens held count toward the call: the bucket is asked
+			// for the rest (asked for all of it, a bucket holding the rest
+			// gave nothing, and the call was refused with its tokens at
+			// hand).
+			short := n - int(b.tokens)
+			want := max(l.want(b, now, short), min(short+b.waiting, l.cfg.MaxBatch))
 			l.mu.Unlock()
-			l.lease(key, b, want, n, ch)
+			l.lease(key, b, want, short, ch)
 			continue
 		}
 		b.waiting += n
@@ -309,8 +317,9 @@ func (l *Limiter) goLease(key string, b *bucket, want, need int, ch chan struct{
 }
 
 // lease takes up to want tokens of key from the shared bucket into b, and
-// closes ch. need is what the caller waits for: when the bucket cannot give
-// it, the replica refuses key until the bucket will have refilled that much.
+// closes ch. need is what the caller waits for beyond the tokens held (0 for
+// a prefetch): when the bucket cannot give it, the replica refuses key until
+// the bucket will have refilled that much.
 func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	granted, left, err := l.take(ctx, key, want, need)
@@ -337,7 +346,7 @@ func (l *Limiter) lease(key string, b *bucket, want, need int, ch chan struct{})
 		// The bucket is dry: nobody here asks it again (a prefetch
 		// neither) until it will have refilled what the caller needs, and
 		// not before DryWait; tokens still held are spent meanwhile.
-		d := time.Duration((float64(need) - b.tokens - left) / l.cfg.Rate * float64(time.Second))
+		d := time.Duration((float64(need) - left) / l.cfg.Rate * float64(time.Second))
 		b.until = now.Add(max(d, l.cfg.DryWait))
 	}
 }

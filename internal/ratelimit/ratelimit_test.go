@@ -405,4 +405,24 @@ func TestRefusedCallLeavesTheBucket(t *testing.T) {
 	if ok, _, _ := c.Allow(ctx, "k", 30); !ok {
 		t.Fatal("the 30 left were taken by the refused call")
 	}
+	// On the replica that refused a costly call, cheaper calls the bucket
+	// can pay pass meanwhile (they were refused until the costly call's
+	// wait had passed), and the costly one is still refused.
+	if ok, _, _ := a.Allow(ctx, "j", 190); !ok {
+		t.Fatal("190 of 200 refused")
+	}
+	if ok, _, _ := a.Allow(ctx, "j", 15); ok {
+		t.Fatal("15 admitted with 10 left")
+	}
+	for i := 0; i < 10; i++ {
+		if ok, d, _ := a.Allow(ctx, "j", 1); !ok {
+			t.Fatalf("cheap call %d refused with %d tokens left (wait %v)", i, 10-i, d)
+		}
+		if ok, _, _ := a.Allow(ctx, "j", 15); ok {
+			t.Fatal("15 admitted")
+		}
+	}
+	if ok, _, _ := a.Allow(ctx, "j", 1); ok {
+		t.Fatal("a call past the burst admitted")
+	}
 }
