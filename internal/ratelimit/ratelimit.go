@@ -220,11 +220,16 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 			return true, 0, nil
 		}
 		// until was reckoned for the call that found the bucket dry. A
-		// call the bucket held enough for at that lease still asks it (a
-		// call takes nothing of a bucket that cannot pay it, so a costly
-		// call's refusal left the rest to the cheap ones: they were
-		// refused with it until the costly one's wait passed).
-		if now.Before(b.until) && float64(n)-b.tokens > b.sharedLeft {
+		// call the bucket held enough for at that lease, or has refilled
+		// enough for since, once DryWait has passed, still asks it (a call
+		// takes nothing of a bucket that cannot pay it, so a costly call's
+		// refusal left the rest to cheaper ones: they were refused with it
+		// until the costly one's wait passed, half a second for a call of
+		// 50).
+		since := now.Sub(b.leasedAt)
+		payable := float64(n)-b.tokens <= b.sharedLeft ||
+			since >= l.cfg.DryWait && float64(n)-b.tokens <= b.sharedLeft+l.cfg.Rate*since.Seconds()
+		if now.Before(b.until) && !payable {
 			// The wait told is until the bucket will have refilled the
 			// call's whole need (a wait too short is refused again), for
 			// the shared bucket alone: the tokens this replica holds are

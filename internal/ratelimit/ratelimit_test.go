@@ -425,4 +425,26 @@ func TestRefusedCallLeavesTheBucket(t *testing.T) {
 	if ok, _, _ := a.Allow(ctx, "j", 1); ok {
 		t.Fatal("a call past the burst admitted")
 	}
+	// When the refused call left less than a cheap call in the bucket, the
+	// refill pays cheap calls (here after a tenth of a second), not only
+	// once the costly call's wait has passed (5 s here; half a second for
+	// a call of 50 at 100 a second, in a helper's probe).
+	slow := ratelimit.New(db, ratelimit.Config{Scope: "requests", Rate: 10, Burst: 200, MinBatch: 2, Prefetch: true}, nil)
+	if ok, _, _ := slow.Allow(ctx, "s", 200); !ok {
+		t.Fatal("the burst refused")
+	}
+	ok, wait, _ := slow.Allow(ctx, "s", 50)
+	if ok || wait < 4*time.Second {
+		t.Fatalf("50 of a dry bucket: admitted %v, wait %v", ok, wait)
+	}
+	refused := time.Now()
+	for {
+		if ok, _, _ := slow.Allow(ctx, "s", 1); ok {
+			break
+		}
+		if time.Since(refused) > wait/2 {
+			t.Fatalf("a cheap call refused %v after the costly one (told %v), the bucket refilling 10 a second", time.Since(refused), wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
