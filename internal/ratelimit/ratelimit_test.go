@@ -322,12 +322,12 @@ func TestBurstOverReplicasIsAdmitted(t *testing.T) {
 func TestCostlyCallsOverReplicasSpendTheBurst(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
-	for round, gap := range []time.Duration{0, 10 * time.Millisecond, 70 * time.Millisecond} {
-		cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
+	// calls of 50 (one unit, then 49) in turn over three replicas' limiters
+	// of cfg, gap apart: how many pass.
+	costly := func(cfg ratelimit.Config, key string, calls int, gap time.Duration) int {
 		ls := []*ratelimit.Limiter{ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)}
-		key := fmt.Sprint("costly-", round)
 		admitted := 0
-		for i := 0; i < 5; i++ {
+		for i := 0; i < calls; i++ {
 			l := ls[i%3]
 			if ok, _, _ := l.Allow(context.Background(), key, 1); ok {
 				if ok, _, _ := l.Allow(context.Background(), key, 49); ok {
@@ -336,7 +336,11 @@ func TestCostlyCallsOverReplicasSpendTheBurst(t *testing.T) {
 			}
 			time.Sleep(gap)
 		}
-		if admitted != 4 {
+		return admitted
+	}
+	for round, gap := range []time.Duration{0, 10 * time.Millisecond, 70 * time.Millisecond} {
+		cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
+		if admitted := costly(cfg, fmt.Sprint("costly-", round), 5, gap); admitted != 4 {
 			t.Errorf("calls %v apart: %d calls of 50 admitted of a burst of 200, want 4", gap, admitted)
 		}
 	}
@@ -346,18 +350,7 @@ func TestCostlyCallsOverReplicasSpendTheBurst(t *testing.T) {
 	// (the eighth finds 25 tokens); five did, the others' prefetched
 	// tokens missing from the bucket.
 	cfg := ratelimit.Config{Scope: "requests", Rate: 100, Burst: 200, MinBatch: 2, Prefetch: true}
-	ls := []*ratelimit.Limiter{ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)}
-	admitted := 0
-	for i := 0; i < 8; i++ {
-		l := ls[i%3]
-		if ok, _, _ := l.Allow(context.Background(), "steady", 1); ok {
-			if ok, _, _ := l.Allow(context.Background(), "steady", 49); ok {
-				admitted++
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if admitted < 7 {
+	if admitted := costly(cfg, "steady", 8, 250*time.Millisecond); admitted < 7 {
 		t.Errorf("calls of 50 every 250 ms at 100 a second: %d of 8 admitted, want 7", admitted)
 	}
 }
