@@ -196,7 +196,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 				// The bucket gives a prefetch only what it holds above
 				// half the burst: ask when it may (what it held at the
 				// last lease, and its refill since).
-				above := b.sharedLeft+l.cfg.Rate*now.Sub(b.leasedAt).Seconds() > float64(l.cfg.Burst)/2
+				above := l.sharedNow(b, now) > l.half()
 				if w := l.want(b, now, 1); l.batches(b) && above {
 					ch, want = make(chan struct{}), w
 					b.fetching = ch
@@ -226,9 +226,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, n int) (bool, time.Dura
 		// refusal left the rest to cheaper ones: they were refused with it
 		// until the costly one's wait passed, half a second for a call of
 		// 50).
-		since := now.Sub(b.leasedAt)
 		payable := float64(n)-b.tokens <= b.sharedLeft ||
-			since >= l.cfg.DryWait && float64(n)-b.tokens <= b.sharedLeft+l.cfg.Rate*since.Seconds()
+			now.Sub(b.leasedAt) >= l.cfg.DryWait && float64(n)-b.tokens <= l.sharedNow(b, now)
 		if now.Before(b.until) && !payable {
 			// The wait told is until the bucket will have refilled the
 			// call's whole need (a wait too short is refused again), for
@@ -308,6 +307,17 @@ func (l *Limiter) want(b *bucket, now time.Time, need int) int {
 // most, for a key spending near its limit.
 func (l *Limiter) batches(b *bucket) bool { return b.rate > 0 }
 
+// sharedNow estimates what the shared bucket holds (l.mu held): what it held
+// after b's last lease and its refill since; other replicas' spending is not
+// seen.
+func (l *Limiter) sharedNow(b *bucket, now time.Time) float64 {
+	return b.sharedLeft + l.cfg.Rate*now.Sub(b.leasedAt).Seconds()
+}
+
+// half is half the burst: the bucket gives batches and prefetches only out
+// of what it holds above it (take).
+func (l *Limiter) half() float64 { return float64(l.cfg.Burst) / 2 }
+
 // goLease runs lease on its own goroutine; a panic is logged and the
 // waiters on ch are released (the key falls back to asking again).
 func (l *Limiter) goLease(key string, b *bucket, want, need int, ch chan struct{}) {
@@ -382,7 +392,7 @@ func (l *Limiter) take(ctx context.Context, key string, want, need int) (granted
 			tokens = `+refilled+` - `+grant(refilled)+`,
 			at = greatest(b.at, statement_timestamp())
 		RETURNING granted, tokens`, l.cfg.Scope, key, float64(l.cfg.Burst), l.cfg.Rate, want, need, l.cfg.Share,
-		int(math.Ceil(l.cfg.Rate*l.cfg.DryWait.Seconds())), float64(l.cfg.Burst)/2).Scan(&granted, &left)
+		int(math.Ceil(l.cfg.Rate*l.cfg.DryWait.Seconds())), l.half()).Scan(&granted, &left)
 	return granted, left, err
 }
 

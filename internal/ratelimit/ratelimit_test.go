@@ -9,11 +9,21 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/ratelimit"
+	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
+
+// replicas are n replicas' limiters of cfg on one database.
+func replicas(db *store.DB, cfg ratelimit.Config, n int) []*ratelimit.Limiter {
+	var ls []*ratelimit.Limiter
+	for range n {
+		ls = append(ls, ratelimit.New(db, cfg, nil))
+	}
+	return ls
+}
 
 // Three replicas' limiters on one database, eight goroutines each asking as
 // fast as they can: together they admit exactly the burst (the refill is
@@ -22,10 +32,7 @@ func TestBurstIsSharedExactly(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
 	cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
-	var ls []*ratelimit.Limiter
-	for i := 0; i < 3; i++ {
-		ls = append(ls, ratelimit.New(db, cfg, nil))
-	}
+	ls := replicas(db, cfg, 3)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for _, l := range ls {
@@ -60,28 +67,25 @@ func TestBurstIsSharedExactly(t *testing.T) {
 func TestSteadyClientLeasesInBatches(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
-	for _, replicas := range []int{1, 3} {
+	for _, n := range []int{1, 3} {
 		cfg := ratelimit.Config{Scope: "requests", Rate: 100, Burst: 200, MinBatch: 2, Prefetch: true}
-		var ls []*ratelimit.Limiter
-		for i := 0; i < replicas; i++ {
-			ls = append(ls, ratelimit.New(db, cfg, nil))
-		}
-		key := fmt.Sprint("steady-", replicas)
+		ls := replicas(db, cfg, n)
+		key := fmt.Sprint("steady-", n)
 		const calls = 160 // 2 s
 		start := time.Now()
 		for i := 0; i < calls; i++ {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / 80)))
-			if ok, _, err := ls[i%replicas].Allow(context.Background(), key, 1); !ok || err != nil {
-				t.Fatalf("%d replicas: call %d under the limit refused (%v)", replicas, i, err)
+			if ok, _, err := ls[i%n].Allow(context.Background(), key, 1); !ok || err != nil {
+				t.Fatalf("%d replicas: call %d under the limit refused (%v)", n, i, err)
 			}
 		}
 		var leases int64
 		for _, l := range ls {
 			leases += l.Leases()
 		}
-		t.Logf("%d replicas: %d calls at 80/s, %d leases (%.2f per call)", replicas, calls, leases, float64(leases)/calls)
+		t.Logf("%d replicas: %d calls at 80/s, %d leases (%.2f per call)", n, calls, leases, float64(leases)/calls)
 		if leases*3 > calls {
-			t.Fatalf("%d replicas: %d leases for %d calls: batches do not form", replicas, leases, calls)
+			t.Fatalf("%d replicas: %d leases for %d calls: batches do not form", n, leases, calls)
 		}
 	}
 }
@@ -325,7 +329,7 @@ func TestCostlyCallsOverReplicasSpendTheBurst(t *testing.T) {
 	// calls of 50 (one unit, then 49) in turn over three replicas' limiters
 	// of cfg, gap apart: how many pass.
 	costly := func(cfg ratelimit.Config, key string, calls int, gap time.Duration) int {
-		ls := []*ratelimit.Limiter{ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)}
+		ls := replicas(db, cfg, 3)
 		admitted := 0
 		for i := 0; i < calls; i++ {
 			l := ls[i%3]
@@ -363,7 +367,8 @@ func TestRetryAfterHoldsOnAnotherReplica(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
 	cfg := ratelimit.Config{Scope: "requests", Rate: 400, Burst: 200, MinBatch: 2, Prefetch: true}
-	a, b, c := ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)
+	ls := replicas(db, cfg, 3)
+	a, b, c := ls[0], ls[1], ls[2]
 	ctx := context.Background()
 	if ok, _, _ := a.Allow(ctx, "k", 100); !ok {
 		t.Fatal("the first 100 refused")
@@ -387,7 +392,8 @@ func TestRefusedCallLeavesTheBucket(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
 	cfg := ratelimit.Config{Scope: "requests", Rate: 0.001, Burst: 200, MinBatch: 2, Prefetch: true}
-	a, b, c := ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil), ratelimit.New(db, cfg, nil)
+	ls := replicas(db, cfg, 3)
+	a, b, c := ls[0], ls[1], ls[2]
 	ctx := context.Background()
 	if ok, _, _ := a.Allow(ctx, "k", 170); !ok {
 		t.Fatal("170 of 200 refused")
