@@ -191,10 +191,20 @@ func TestTPMJoinProvesPossession(t *testing.T) {
 		t.Fatalf("node: %s", n.Raw)
 	}
 
-	// Allow-listed: the same TPM with a new key pair is admitted at once,
-	// spending one use.
+	// Allow-listed: while its node is live, the same TPM with a new key
+	// pair and other hardware ids is CONFLICT naming the node, and spends
+	// nothing; once the node is removed, it is admitted at once, spending
+	// one use.
 	e.Must(e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekPublicKey": m.ek.PEM()}))
+	first := a.Str("nodeId")
 	m.Machine = testkit.NewMachine(t)
+	if r := m.exchange(t, e, tok); r.Code() != "CONFLICT" || errDetail(r, "nodeId") != first || !strings.Contains(string(r.Raw), "this TPM already joined") {
+		t.Fatalf("one TPM admitted as a second live node: %s", r.Raw)
+	}
+	if u := tokenUses(t, e, admin, pool); u != 0 {
+		t.Fatalf("a refused join spent %v uses", u)
+	}
+	e.Must(e.Call(admin, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": first}))
 	a = e.Must(m.exchange(t, e, tok))
 	if a.Str("status") != "admitted" || a.Str("joinRequestId") != "" {
 		t.Fatalf("allow-listed EK: %s", a.Raw)

@@ -258,7 +258,7 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 		return nil, err
 	}
 	if len(reasons) == 0 {
-		return s.admit(ctx, q, tok, hw, csr, in, "")
+		return s.admit(ctx, q, tok, hw, csr, in, proven, "")
 	}
 	return deferJoin(ctx, q, tok, csr, hw, in.Attestor, proven, reasons)
 }
@@ -362,7 +362,7 @@ func (s *service) joinAgain(ctx context.Context, q store.Q, tok *tokenRow, csr *
 	}
 	switch prev.State {
 	case Approved:
-		res, err := s.admit(ctx, q, tok, hw, csr, in, prev.JoinRequestID)
+		res, err := s.admit(ctx, q, tok, hw, csr, in, proven, prev.JoinRequestID)
 		return res, err, true
 	case Pending:
 		prev.fix()
@@ -504,20 +504,19 @@ func attest(ctx context.Context, q store.Q, poolID string, hw Hardware, attestor
 
 // admit creates the node, its principal and credential, and the certificate
 // for the CSR's key; with a join request id, it consumes that approval.
-func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardware, csr *pki.CSR, in *JoinInput, reqID string) (*JoinResult, error) {
+// proven is the endorsement key a tpm join proved holding (nil for the
+// other attestors).
+func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardware, csr *pki.CSR, in *JoinInput, proven *provenEK, reqID string) (*JoinResult, error) {
 	ca, err := s.ca.get(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	// One live node per machine in a tenant (placeholder UUIDs identify none).
-	var live string
-	err = q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE state <> 'removed'
-		AND tenant_id = $1 AND system_uuid = $2 AND $3`, tok.TenantID, hw.SystemUUID, !pki.PlaceholderUUID(hw.SystemUUID))
-	if err == nil {
-		return nil, errs.E(errs.Conflict, "this machine already joined as node %s", live).With("nodeId", live)
+	var ekHash *string
+	if proven != nil {
+		ekHash = &proven.ekHash
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return nil, store.Wrap(err)
+	if err := oneLiveNode(ctx, q, tok.TenantID, hw, ekHash); err != nil {
+		return nil, err
 	}
 	if reqID == "" {
 		res, err := q.ExecContext(ctx, `UPDATE join_tokens SET uses = uses + 1 WHERE join_token_id = $1 AND uses < max_uses`, tok.JoinTokenID)
@@ -554,10 +553,10 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 	}
 	var node Node
 	err = q.GetContext(ctx, &node, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, system_uuid, serial, macs,
-			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING `+nodeCols,
+			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id, ek_hash)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+nodeCols,
 		nodeID, tok.TenantID, tok.PoolID, name, attestor, hw.SystemUUID, hw.Serial, hw.MACs,
-		csr.Fingerprint, cert, notAfter, principalID, jr)
+		csr.Fingerprint, cert, notAfter, principalID, jr, ekHash)
 	if store.IsUnique(err, "nodes_csr_fingerprint_key") {
 		return nil, errs.E(errs.Conflict, "a node with this CSR's key already joined")
 	}
@@ -702,4 +701,46 @@ func ApproveJoinRequest(ctx context.Context, q store.Q, in *JoinRequestRefInput)
 // The reason, if given, is kept on the request and in the audit row.
 func DenyJoinRequest(ctx context.Context, q store.Q, in *DenyInput) (*JoinRequest, error) {
 	return decide(ctx, q, &JoinRequestRefInput{TenantID: in.TenantID, JoinRequestID: in.JoinRequestID}, in.Reason, Denied, Pending, Approved)
+}
+
+// oneLiveNode refuses a second live node of one machine in a tenant: a live
+// node with the same system UUID (placeholder UUIDs identify no machine)
+// or, for a tpm join, the same endorsement key, is CONFLICT naming it. The
+// machine's ids are locked first (transaction advisory locks, the UUID's
+// before the key's, so two joins never wait on each other in a cycle),
+// which makes the check and the node's insert one decision: the same
+// machine joined at once through several tokens, each call with a key of
+// its own, is admitted once. The locks are the machine's, not the
+// tenant's: other machines' joins do not wait.
+func oneLiveNode(ctx context.Context, q store.Q, tenantID string, hw Hardware, ekHash *string) error {
+	uuid := !pki.PlaceholderUUID(hw.SystemUUID)
+	var locks []string
+	if uuid {
+		locks = append(locks, "uuid:"+hw.SystemUUID)
+	}
+	if ekHash != nil {
+		locks = append(locks, "ek:"+*ekHash)
+	}
+	for _, id := range locks {
+		if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "compute-node-machine:"+tenantID+":"+id); err != nil {
+			return store.Wrap(err)
+		}
+	}
+	var live struct {
+		NodeID   string `db:"node_id"`
+		SameUUID bool   `db:"same_uuid"`
+	}
+	err := q.GetContext(ctx, &live, `SELECT node_id, $3 AND system_uuid = $2 AS same_uuid FROM nodes
+		WHERE state <> 'removed' AND tenant_id = $1 AND (($3 AND system_uuid = $2) OR ek_hash = $4)
+		ORDER BY node_id LIMIT 1`, tenantID, hw.SystemUUID, uuid, ekHash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return store.Wrap(err)
+	case live.SameUUID:
+		return errs.E(errs.Conflict, "this machine already joined as node %s", live.NodeID).With("nodeId", live.NodeID)
+	default:
+		return errs.E(errs.Conflict, "this TPM already joined as node %s", live.NodeID).With("nodeId", live.NodeID)
+	}
 }

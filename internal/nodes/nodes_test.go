@@ -772,3 +772,54 @@ func TestApprovalIsForItsAttestor(t *testing.T) {
 		})
 	}
 }
+
+// One machine joined at once through many join tokens, each call with a
+// key of its own: the tenant gets one live node for it, the other calls
+// CONFLICT naming that node.
+func TestConcurrentJoinsOfOneMachineAdmitOne(t *testing.T) {
+	e := newEnv(t)
+	const calls = 16
+	base := testkit.NewMachine(t)
+	toks := make([]string, calls)
+	machines := make([]testkit.Machine, calls)
+	for i := range toks {
+		toks[i] = e.token(1)
+		m := testkit.NewMachine(t) // a key pair of its own
+		m.SystemUUID, m.Serial, m.MAC = base.SystemUUID, base.Serial, base.MAC
+		machines[i] = m
+	}
+	results := make([]error, calls)
+	admitted := make([]string, calls)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range toks {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			r, err := e.join(machines[i], toks[i])
+			if err == nil {
+				admitted[i] = r.NodeID
+			}
+			results[i] = err
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	var winners []string
+	for i, err := range results {
+		switch {
+		case err == nil:
+			winners = append(winners, admitted[i])
+		case errs.CodeOf(err) != errs.Conflict:
+			t.Fatalf("join %d: %v", i, err)
+		}
+	}
+	var live int
+	if err := e.DB.Get(&live, `SELECT count(*) FROM nodes WHERE state <> 'removed'`); err != nil {
+		t.Fatal(err)
+	}
+	if len(winners) != 1 || live != 1 {
+		t.Fatalf("one machine admitted as %d nodes (%d live): %v", len(winners), live, winners)
+	}
+}
