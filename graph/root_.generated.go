@@ -344,7 +344,7 @@ events of the resources it may read (instance.* and reservation.* with
 compute:instances:read, node.* and inventory.changed with
 compute:nodes:read, joinRequest.* with compute:joinTokens:read, workflow.*
 with compute:workflows:read on the tenant). Event ids sort in stream order
-and are resume cursors. See docs/graphql.md, "Events".
+and are resume cursors. See docs/graphql.md, "Subscriptions: a tenant's events and an instance's", and docs/guides/events.md.
 """
 type TenantEvent {
   "The resume cursor: pass it as ` + "`" + `after` + "`" + ` to continue after this event."
@@ -1023,16 +1023,27 @@ type NodePayload {
 }
 
 extend type Mutation {
+  "pools.update"
   updatePool(input: UpdatePoolInput!): UpdatePoolPayload!
+  "pools.archive"
   archivePool(input: ArchivePoolInput!): ArchivePoolPayload!
+  "pools.unoffer"
   unofferPool(input: UnofferPoolInput!): UnofferPoolPayload!
+  "joinTokens.create"
   createJoinToken(input: CreateJoinTokenInput!): CreateJoinTokenPayload!
+  "joinTokens.revoke"
   revokeJoinToken(input: RevokeJoinTokenInput!): RevokeJoinTokenPayload!
+  "joinRequests.approve"
   approveJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
+  "joinRequests.deny"
   denyJoinRequest(input: DenyJoinRequestInput!): DecideJoinRequestPayload!
+  "nodes.update"
   updateNode(input: UpdateNodeInput!): NodePayload!
+  "nodes.cordon"
   cordonNode(input: ChangeNodeInput!): NodePayload!
+  "nodes.uncordon"
   uncordonNode(input: ChangeNodeInput!): NodePayload!
+  "nodes.remove"
   removeNode(input: ChangeNodeInput!): NodePayload!
 }
 
@@ -1100,9 +1111,13 @@ type RemovedPayload {
 }
 
 extend type Mutation {
+  "machines.register"
   registerMachine(input: RegisterMachineInput!): RegisterMachinePayload!
+  "machines.forget"
   forgetMachine(input: ForgetMachineInput!): RemovedPayload!
+  "tpmKeys.allow"
   allowTpmKey(input: AllowTpmKeyInput!): AllowTpmKeyPayload!
+  "tpmKeys.disallow"
   disallowTpmKey(input: DisallowTpmKeyInput!): RemovedPayload!
 }
 
@@ -1235,7 +1250,9 @@ type OfferPoolPayload {
 }
 
 extend type Mutation {
+  "pools.create"
   createPool(input: CreatePoolInput!): CreatePoolPayload!
+  "pools.offer"
   offerPool(input: OfferPoolInput!): OfferPoolPayload!
 }
 
@@ -1349,8 +1366,11 @@ type DeleteProfilePayload {
 }
 
 extend type Mutation {
+  "profiles.create"
   createProfile(input: CreateProfileInput!): CreateProfilePayload!
+  "profiles.update"
   updateProfile(input: UpdateProfileInput!): UpdateProfilePayload!
+  "profiles.delete"
   deleteProfile(input: DeleteProfileInput!): DeleteProfilePayload!
 }
 
@@ -1504,15 +1524,25 @@ type Query {
 }
 
 type Mutation {
+  "tenants.create"
   createTenant(input: CreateTenantInput!): CreateTenantPayload!
+  "tokens.create"
   createToken(input: CreateTokenInput!): CreateTokenPayload!
+  "tokens.revoke"
   revokeToken(input: RevokeTokenInput!): RevokeTokenPayload!
+  "members.grant"
   grantMember(input: GrantMemberInput!): GrantMemberPayload!
+  "members.revoke"
   revokeMember(input: RevokeMemberInput!): RevokeMemberPayload!
+  "projects.create"
   createProject(input: CreateProjectInput!): CreateProjectPayload!
+  "projects.update"
   updateProject(input: UpdateProjectInput!): UpdateProjectPayload!
+  "projects.delete"
   deleteProject(input: DeleteProjectInput!): DeleteProjectPayload!
+  "projects.addMember"
   addProjectMember(input: AddProjectMemberInput!): AddProjectMemberPayload!
+  "projects.removeMember"
   removeProjectMember(input: RemoveProjectMemberInput!): RemoveProjectMemberPayload!
 }
 `, BuiltIn: false},
@@ -1637,7 +1667,9 @@ type WorkflowPayload {
 }
 
 extend type Mutation {
+  "workflows.create"
   createWorkflow(input: CreateWorkflowInput!): WorkflowPayload!
+  "workflows.cancel"
   cancelWorkflow(input: CancelWorkflowInput!): WorkflowPayload!
 }
 

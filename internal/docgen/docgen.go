@@ -20,6 +20,7 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/gqldoc"
 	"github.com/bettercompute/computed/internal/registry"
 )
 
@@ -73,18 +74,19 @@ func Files(root string) (map[string][]byte, error) {
 	out["docs/api/handlers.md"] = []byte(reg.HandlersMarkdown())
 	b, _ := json.MarshalIndent(reg.OpenAPI("0.2.0"), "", "  ")
 	out["docs/api/openapi.json"] = append(b, '\n')
-	out["schema.graphql"] = SDL()
+	out["schema.graphql"] = SDL(reg)
 	return out, nil
 }
 
 // SDL prints the whole GraphQL schema the server executes (the schema/
-// files as gqlgen parsed them, without the built-in types): the artefact
-// client code generators read without a running server.
-func SDL() []byte {
+// files as gqlgen parsed them, without the built-in types, the mutations
+// described from reg as the server describes them): the artefact client
+// code generators read without a running server.
+func SDL(reg *registry.Registry) []byte {
 	var b bytes.Buffer
 	b.WriteString("# The GraphQL schema of the Better Compute API, printed from schema/*.graphqls\n# by `make generate` (internal/docgen); do not edit. Served at POST /graphql.\n\n")
 	var sdl bytes.Buffer
-	formatter.NewFormatter(&sdl, formatter.WithIndent("  ")).FormatSchema(served(graph.NewExecutableSchema(graph.Config{}).Schema()))
+	formatter.NewFormatter(&sdl, formatter.WithIndent("  ")).FormatSchema(served(gqldoc.Describe(graph.NewExecutableSchema(graph.Config{}).Schema(), reg)))
 	// A blank line after each definition, for people reading it.
 	for _, line := range strings.SplitAfter(sdl.String(), "\n") {
 		b.WriteString(line)

@@ -59,14 +59,14 @@ func Methods(s *Service) []registry.Method {
 	count := func(name string, min, max int64, desc string) registry.Field {
 		return registry.Field{Name: name, Type: registry.Integer, Required: true, Min: registry.Int(min), Max: registry.Int(max), Description: desc}
 	}
-	size := registry.Field{Name: "size", Type: registry.Object, Required: true, Fields: []registry.Field{
+	size := registry.Field{Name: "size", Type: registry.Object, Required: true, Description: "what the instance takes of its pool", Fields: []registry.Field{
 		count("gpus", 0, 64, "whole GPUs (exclusive pools), MIG devices of gpuProfile (mig pools) or GPU time slices (time-sliced pools)"),
 		count("vcpus", 1, 1024, ""),
 		count("memoryGiB", 1, 16384, ""),
 		{Name: "gpuProfile", Type: registry.String, Pattern: `^[0-9]{1,2}g\.[0-9]{1,4}gb(\+[a-z]{1,8})?$`,
 			Description: "the MIG profile (mig vps-hosted pools only), e.g. 1g.10gb"},
 	}}
-	resSize := registry.Field{Name: "size", Type: registry.Object, Required: true, Fields: []registry.Field{
+	resSize := registry.Field{Name: "size", Type: registry.Object, Required: true, Description: "the capacity held", Fields: []registry.Field{
 		count("gpus", 0, 100000, ""), count("vcpus", 0, 1000000, ""), count("memoryGiB", 0, 10000000, ""),
 	}}
 	poolID := registry.ID("poolId", ids.Pool)

@@ -443,7 +443,7 @@ func Methods() []registry.Method {
 	count := func(name string) registry.Field {
 		return registry.Field{Name: name, Type: registry.Integer, Required: true, Min: registry.Int(0), Max: registry.Int(1000000)}
 	}
-	quota := registry.Field{Name: "quota", Type: registry.Object, Required: true,
+	quota := registry.Field{Name: "quota", Type: registry.Object, Required: true, Description: "what the tenant's live instances in the pool may hold at once",
 		Fields: []registry.Field{count("gpus"), count("instances")}}
 	ownerOnly := "Only the owner may call it; a pool the tenant does not own is `NOT_FOUND`."
 	list := m("list", registry.Read, authz.PoolsRead, authz.Tenant,

@@ -48,6 +48,7 @@ var stepName = pattern.MustCompile(stepNamePattern)
 var documentSchema = `{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "$id": "` + SchemaURL + `",
+  "description": "a provisioning profile: its id and version, and the steps that build a node, by phase",
   "type": "object",
   "required": ["id", "version"],
   "additionalProperties": false,

@@ -92,6 +92,15 @@ func DefineEnum(name, description string, values ...string) string {
 	return define(name, s, nil)
 }
 
+// SchemaDescription is the description of a defined schema or enum ("" when
+// it has none or name is not defined).
+func SchemaDescription(name string) string {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	d, _ := named[name]["description"].(string)
+	return d
+}
+
 // EnumField is a string input field taking one value of a defined enum.
 func EnumField(name, enum string, required bool) Field {
 	return Field{Name: name, Type: String, Required: required, Enum: Enum(enum), Schema: enum}

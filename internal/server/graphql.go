@@ -21,6 +21,7 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/gqldoc"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/rest"
@@ -29,7 +30,8 @@ import (
 )
 
 func (s *Server) graphqlHandler() http.Handler {
-	es := graph.NewExecutableSchema(graph.Config{Resolvers: &resolvers.Resolver{Registry: s.Registry, DB: s.DB, Live: s.Live}})
+	es := graph.NewExecutableSchema(graph.Config{Schema: gqldoc.Describe(graph.NewExecutableSchema(graph.Config{}).Schema(), s.Registry),
+		Resolvers: &resolvers.Resolver{Registry: s.Registry, DB: s.DB, Live: s.Live}})
 	srv := handler.New(es)
 	srv.AddTransport(s.websocket())
 	srv.AddTransport(sseTransport{s: s})

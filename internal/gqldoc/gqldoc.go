@@ -1,0 +1,181 @@
+// Package gqldoc describes the graph's mutations from the method registry,
+// so that GraphiQL's Docs pane, introspection and the printed schema say
+// what the method pages say, from one source.
+//
+// schema/*.graphqls writes a mutation's description as the key of the
+// method its resolver calls ("instances.create"); Describe replaces it
+// with the method's summary and rules, and gives each field of the
+// mutation's input type that the schema leaves undescribed the method's
+// words for the field of the same name (its description and constraints).
+// Whatever the schema files describe themselves is kept.
+package gqldoc
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/internal/registry"
+)
+
+// methodKey is a description that names a method.
+var methodKey = regexp.MustCompile(`^([a-zA-Z]+)\.([a-zA-Z]+)$`)
+
+// Methods maps each mutation of s to the method key its description
+// names; a mutation whose description is not a key maps to "".
+func Methods(s *ast.Schema) map[string]string {
+	out := map[string]string{}
+	if s.Mutation == nil {
+		return out
+	}
+	for _, f := range s.Mutation.Fields {
+		if strings.HasPrefix(f.Name, "__") {
+			continue
+		}
+		key := ""
+		if methodKey.MatchString(f.Description) {
+			key = f.Description
+		}
+		out[f.Name] = key
+	}
+	return out
+}
+
+// Describe returns s with its mutations and their input types described
+// from reg. s itself is not changed (the parsed schema is shared by every
+// server in the process): the definitions it describes are copies. A
+// mutation naming no method of reg keeps its description.
+func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
+	if s.Mutation == nil {
+		return s
+	}
+	c := *s
+	c.Types = make(map[string]*ast.Definition, len(s.Types))
+	for k, v := range s.Types {
+		c.Types[k] = v
+	}
+	mut := copyDef(s.Mutation)
+	c.Mutation = mut
+	c.Types[mut.Name] = mut
+	described := map[string]bool{} // input types, the first method's words
+	for i, f := range mut.Fields {
+		m := method(reg, f.Description)
+		if m == nil {
+			continue
+		}
+		nf := *f
+		nf.Description = mutationText(m)
+		nf.Arguments = append(ast.ArgumentDefinitionList(nil), f.Arguments...)
+		for j, a := range nf.Arguments {
+			if a.Name != "input" || a.Type == nil {
+				continue
+			}
+			na := *a
+			if na.Description == "" {
+				na.Description = fmt.Sprintf("The input of `%s.%s`, as the method surface takes it.", m.Group, m.Name)
+			}
+			nf.Arguments[j] = &na
+			describeInput(&c, a.Type.Name(), m.Input, described)
+		}
+		mut.Fields[i] = &nf
+	}
+	return &c
+}
+
+// method is the method a description names, or nil.
+func method(reg *registry.Registry, desc string) *registry.Method {
+	g := methodKey.FindStringSubmatch(desc)
+	if g == nil || reg == nil {
+		return nil
+	}
+	m, ok := reg.Lookup(g[1], g[2])
+	if !ok || m.Kind != registry.Mutation {
+		return nil
+	}
+	return m
+}
+
+// mutationText is a mutation's description: the method's summary, its
+// rules, and where its page is.
+func mutationText(m *registry.Method) string {
+	var b strings.Builder
+	b.WriteString(m.Summary)
+	for _, n := range m.Notes {
+		b.WriteString("\n\n")
+		b.WriteString(n)
+	}
+	fmt.Fprintf(&b, "\n\nThe method `%s.%s` (`POST /api/compute/%s/%s`; docs/api/%s.md#%s), decided as `%s` on `%s`.",
+		m.Group, m.Name, m.Group, m.Name, m.Group, strings.ToLower(m.Name), m.Permission, m.Resource)
+	return b.String()
+}
+
+// describeInput describes the undescribed fields of input type name from
+// fields, and the input types of its object fields from theirs.
+func describeInput(s *ast.Schema, name string, fields []registry.Field, described map[string]bool) {
+	def := s.Types[name]
+	if def == nil || def.Kind != ast.InputObject || described[name] {
+		return
+	}
+	described[name] = true
+	nd := copyDef(def)
+	s.Types[name] = nd
+	for i, f := range nd.Fields {
+		rf := field(fields, f.Name)
+		if rf == nil {
+			continue
+		}
+		if f.Description == "" {
+			nf := *f
+			nf.Description = fieldText(*rf, s.Types[f.Type.Name()])
+			nd.Fields[i] = &nf
+		}
+		switch {
+		case rf.Type == registry.Object && len(rf.Fields) > 0:
+			describeInput(s, f.Type.Name(), rf.Fields, described)
+		case rf.Type == registry.Array && rf.Items != nil && len(rf.Items.Fields) > 0:
+			describeInput(s, f.Type.Name(), rf.Items.Fields, described)
+		}
+	}
+}
+
+func field(fields []registry.Field, name string) *registry.Field {
+	for i := range fields {
+		if fields[i].Name == name {
+			return &fields[i]
+		}
+	}
+	return nil
+}
+
+// fieldText is an input field's description: the method's words for it
+// and its constraints, as the method page's input table gives them. An
+// enum's values and default are left to the graph's own enum type (the
+// method surface spells them in lower case).
+func fieldText(f registry.Field, typ *ast.Definition) string {
+	if typ != nil && typ.Kind == ast.Enum {
+		f.Enum, f.Default = nil, nil
+	}
+	if f.Description == "" && f.Schema != "" {
+		f.Description = registry.SchemaDescription(f.Schema)
+	}
+	var parts []string
+	for _, p := range []string{f.Description, f.Constraints()} {
+		if p = strings.TrimSuffix(strings.TrimSpace(p), "."); p != "" {
+			r, n := utf8.DecodeRuneInString(p)
+			parts = append(parts, string(unicode.ToUpper(r))+p[n:]+".")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// copyDef copies a definition and its field list (the fields themselves
+// are replaced, never changed, by the callers).
+func copyDef(d *ast.Definition) *ast.Definition {
+	nd := *d
+	nd.Fields = append(ast.FieldList(nil), d.Fields...)
+	return &nd
+}
