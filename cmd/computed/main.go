@@ -393,19 +393,26 @@ func serveDebug(ctx context.Context, addr string, metrics http.Handler) error {
 	return ds.ListenAndServe()
 }
 
+// maxRetentionDays bounds a retention given in days: 100 years, well
+// inside what a time.Duration holds (about 106,751 days; more wrapped
+// around to a negative retention, which pruned everything).
+const maxRetentionDays = 36500
+
 // parseRetention reads a retention setting (name, for the error): a Go
-// duration of at least a minute or a number of days ("7d").
+// duration of at least a minute or a number of days ("7d"), at most
+// maxRetentionDays either way.
 func parseRetention(name, s string) (time.Duration, error) {
+	bad := fmt.Errorf("%s %q: want a Go duration of at least 1m or a number of days such as 7d, at most %dd", name, s, maxRetentionDays)
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		days, err := strconv.Atoi(n)
-		if err != nil || days < 1 {
-			return 0, fmt.Errorf("%s %q: want a Go duration or a number of days such as 7d", name, s)
+		if err != nil || days < 1 || days > maxRetentionDays {
+			return 0, bad
 		}
 		return time.Duration(days) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Minute {
-		return 0, fmt.Errorf("%s %q: want a Go duration of at least 1m or a number of days such as 7d", name, s)
+	if err != nil || d < time.Minute || d > maxRetentionDays*24*time.Hour {
+		return 0, bad
 	}
 	return d, nil
 }

@@ -306,3 +306,22 @@ func TestEmbeddedDatabaseStoppingStopsTheServer(t *testing.T) {
 		t.Fatal("the server still listens")
 	}
 }
+
+// Retentions: a Go duration of at least a minute or a number of days, at
+// most 100 years either way (200000d wrapped around to a negative
+// duration, which would have pruned every event and audit record).
+func TestParseRetention(t *testing.T) {
+	for s, want := range map[string]time.Duration{
+		"7d": 7 * 24 * time.Hour, "1d": 24 * time.Hour, "36h": 36 * time.Hour, "1m": time.Minute,
+		"36500d": 36500 * 24 * time.Hour, "876000h": 876000 * time.Hour,
+	} {
+		if got, err := parseRetention("X", s); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "0d", "-1d", "36501d", "200000d", "99999999999999999999d", "876001h", "59s", "-5m", "d", "7D", "1e3d", "x"} {
+		if got, err := parseRetention("X", s); err == nil {
+			t.Errorf("%q: accepted as %v", s, got)
+		}
+	}
+}
