@@ -532,6 +532,7 @@ func (s *sseStream) hijack() bool {
 	}
 	// The server's deadlines stay on a hijacked connection: lift them.
 	_ = conn.SetDeadline(time.Time{})
+	streamSocket(conn)
 	if brw.Writer.Buffered() > 0 {
 		_ = brw.Writer.Flush()
 	}

@@ -21,6 +21,26 @@ const (
 	wsWriteBuffer = 2048
 )
 
+// streamSendBuffer is the kernel send buffer of a hijacked stream's socket
+// (a WebSocket, an event stream over HTTP/1.1); Linux doubles it. Left to
+// autotuning it grew to 2-4 MiB per connection whose client stopped
+// reading (loopback; tcp_wmem's maximum): kernel memory a stalled client
+// holds until its stream is ended, and a stream that takes that much
+// longer to find its write stuck. A stream carries events of a few KiB
+// and replays of at most 64 events per read; behind a load balancer the
+// peer is near and the cap costs nothing.
+const streamSendBuffer = 128 << 10
+
+// streamSocket caps a hijacked stream connection's kernel send buffer.
+func streamSocket(conn net.Conn) {
+	if t, ok := conn.(interface{ NetConn() net.Conn }); ok { // TLS
+		conn = t.NetConn()
+	}
+	if c, ok := conn.(interface{ SetWriteBuffer(int) error }); ok {
+		_ = c.SetWriteBuffer(streamSendBuffer)
+	}
+}
+
 // smallBuffers is the response writer handed to websocket.Accept: its
 // Hijack gives the connection the buffers above instead of net/http's,
 // and keeps the connection (conn) for the socket's own writes.
@@ -37,6 +57,7 @@ func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.conn = conn
+	streamSocket(conn)
 	r, wr := brw.Reader, brw.Writer
 	// Bytes the client sent after its upgrade request are in net/http's
 	// reader (and an unflushed byte in its writer would be lost): keep

@@ -2,9 +2,11 @@ package server
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -38,5 +40,68 @@ func TestSmallBuffersHijack(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handler did not hijack")
+	}
+}
+
+// sendBuffer is the kernel send buffer of conn's socket.
+func sendBuffer(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var serr error
+	if err := raw.Control(func(fd uintptr) { n, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	return n
+}
+
+// A stream's socket, hijacked for a WebSocket or an event stream, has its
+// kernel send buffer capped (Linux reports twice what was set): left to
+// autotuning, a client that stopped reading held 2-4 MiB of it.
+func TestStreamSocketsCapTheirSendBuffer(t *testing.T) {
+	for name, hijack := range map[string]func(w http.ResponseWriter) (net.Conn, error){
+		"websocket": func(w http.ResponseWriter) (net.Conn, error) {
+			conn, _, err := (&smallBuffers{ResponseWriter: w}).Hijack()
+			return conn, err
+		},
+		"event stream": func(w http.ResponseWriter) (net.Conn, error) {
+			st := &sseStream{w: w, rc: http.NewResponseController(w)}
+			if !st.hijack() {
+				return nil, errors.New("not hijacked")
+			}
+			return st.conn, nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := make(chan int, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, err := hijack(w)
+				if err != nil {
+					t.Error(err)
+					got <- 0
+					return
+				}
+				defer conn.Close()
+				got <- sendBuffer(t, conn)
+			}))
+			defer srv.Close()
+			c, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+			select {
+			case n := <-got:
+				if n != 2*streamSendBuffer {
+					t.Fatalf("send buffer %d bytes, want %d", n, 2*streamSendBuffer)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the handler did not hijack")
+			}
+		})
 	}
 }
