@@ -174,6 +174,11 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			if m, _ := gqlMessage(r); !isStringValue(n) && m != "variable.n must be an integer from -2147483648 to 2147483647" {
 				t.Errorf("$n = %v: %s", n, r.Raw)
 			}
+			// every refused variable is a validation error, whoever
+			// refused it (2147483648 had no reason; 2^63 had)
+			if reason := gqlDetail(r, "reason"); reason != "validation" {
+				t.Errorf("$n = %v: details.reason %v: %s", n, reason, r.Raw)
+			}
 		}
 		gqlOK(t, e.GraphQL(tok, qi, map[string]any{"n": 1}))
 		// an integral number in any spelling is an integer, as the method
@@ -258,6 +263,18 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			}
 		}
 	})
+}
+
+// gqlDetail returns errors[0].extensions.details[key].
+func gqlDetail(r testkit.Resp, key string) any {
+	errsList, _ := r.Body["errors"].([]any)
+	if len(errsList) == 0 {
+		return nil
+	}
+	e, _ := errsList[0].(map[string]any)
+	x, _ := e["extensions"].(map[string]any)
+	d, _ := x["details"].(map[string]any)
+	return d[key]
 }
 
 // gqlMessage returns errors[0].message.

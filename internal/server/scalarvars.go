@@ -64,20 +64,29 @@ func (c *scalarVars) MutateOperationContext(_ context.Context, oc *graphql.Opera
 		v = untyped(v)
 		oc.Variables[d.Variable] = v
 		if path, err := c.check(d.Type, v, "variable."+d.Variable, 0); err != nil {
-			e := errs.Invalid(path, "%s %s", path, messageOf(err))
-			ge := gqlerror.Errorf("%s", e.Message)
-			ge.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
-			return ge
+			return variableError(path, "%s %s", path, messageOf(err))
 		}
 	}
 	if name := nullCondition(oc.Operation.SelectionSet, oc.Variables, map[string]bool{}); name != "" {
 		// gqlgen panics on it (an internal error where the caller erred).
-		e := errs.Invalid("variable."+name, "variable.%s is null where @skip or @include takes true or false", name)
-		ge := gqlerror.Errorf("%s", e.Message)
-		ge.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
-		return ge
+		return variableError("variable."+name, "variable.%s is null where @skip or @include takes true or false", name)
 	}
 	return nil
+}
+
+// variableError is a variable's refusal: a request error, INVALID_INPUT
+// with details.reason "validation" and the variable's path, as the
+// validator's own refusals of variables are (2^63 for an Int was, where
+// this check's 2^31 had no reason).
+func variableError(path, format string, args ...any) *gqlerror.Error {
+	e := errs.Invalid(path, format, args...)
+	ge := gqlerror.Errorf("%s", e.Message)
+	details := map[string]any{"reason": "validation"}
+	for k, v := range e.Details {
+		details[k] = v
+	}
+	ge.Extensions = map[string]any{"code": string(e.Code), "details": details}
+	return ge
 }
 
 // untyped is a variable's value with every typed slice, at any depth of
