@@ -14,16 +14,25 @@ import (
 // A hijacked socket gets the small buffers, not net/http's 4 KiB pair
 // (TestWebSocketFramesWithTheUpgradeRequest covers bytes read early).
 func TestSmallBuffersHijack(t *testing.T) {
-	sizes := make(chan [2]int, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	got := hijacked(t, func(w http.ResponseWriter) any {
 		conn, brw, err := (&smallBuffers{ResponseWriter: w}).Hijack()
 		if err != nil {
-			t.Error(err)
-			return
+			return err
 		}
 		defer conn.Close()
-		sizes <- [2]int{brw.Reader.Size(), brw.Writer.Size()}
-	}))
+		return [2]int{brw.Reader.Size(), brw.Writer.Size()}
+	})
+	if got != [2]int{wsReadBuffer, wsWriteBuffer} {
+		t.Fatalf("reader and writer of %v bytes, want %d and %d", got, wsReadBuffer, wsWriteBuffer)
+	}
+}
+
+// hijacked sends one request to a server whose handler is handle, and
+// returns what handle returned (an error fails the test).
+func hijacked(t *testing.T, handle func(w http.ResponseWriter) any) any {
+	t.Helper()
+	got := make(chan any, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- handle(w) }))
 	defer srv.Close()
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
@@ -34,28 +43,29 @@ func TestSmallBuffersHijack(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, _ = bufio.NewReader(c).ReadByte() // until the handler closes it
 	select {
-	case got := <-sizes:
-		if got != [2]int{wsReadBuffer, wsWriteBuffer} {
-			t.Fatalf("reader and writer of %v bytes, want %d and %d", got, wsReadBuffer, wsWriteBuffer)
+	case v := <-got:
+		if err, ok := v.(error); ok {
+			t.Fatal(err)
 		}
+		return v
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handler did not hijack")
+		return nil
 	}
 }
 
 // sendBuffer is the kernel send buffer of conn's socket.
-func sendBuffer(t *testing.T, conn net.Conn) int {
-	t.Helper()
+func sendBuffer(conn net.Conn) (int, error) {
 	raw, err := conn.(*net.TCPConn).SyscallConn()
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	var n int
 	var serr error
-	if err := raw.Control(func(fd uintptr) { n, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF) }); err != nil || serr != nil {
-		t.Fatal(err, serr)
+	if err := raw.Control(func(fd uintptr) { n, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF) }); err != nil {
+		return 0, err
 	}
-	return n
+	return n, serr
 }
 
 // A stream's socket, hijacked for a WebSocket or an event stream, has its
@@ -76,31 +86,20 @@ func TestStreamSocketsCapTheirSendBuffer(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := make(chan int, 1)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := hijacked(t, func(w http.ResponseWriter) any {
 				conn, err := hijack(w)
 				if err != nil {
-					t.Error(err)
-					got <- 0
-					return
+					return err
 				}
 				defer conn.Close()
-				got <- sendBuffer(t, conn)
-			}))
-			defer srv.Close()
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
-			select {
-			case n := <-got:
-				if n != 2*streamSendBuffer {
-					t.Fatalf("send buffer %d bytes, want %d", n, 2*streamSendBuffer)
+				n, err := sendBuffer(conn)
+				if err != nil {
+					return err
 				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("the handler did not hijack")
+				return n
+			})
+			if n != 2*streamSendBuffer {
+				t.Fatalf("send buffer %d bytes, want %d", n, 2*streamSendBuffer)
 			}
 		})
 	}
