@@ -76,7 +76,7 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 			}
 			na := *a
 			if na.Description == "" {
-				na.Description = fmt.Sprintf("The input of `%s.%s`, as the method surface takes it.", m.Group, m.Name)
+				na.Description = fmt.Sprintf("The fields of the body of `POST /api/compute/%s/%s`.", m.Group, m.Name)
 			}
 			nf.Arguments[j] = &na
 			describeInput(&c, a.Type.Name(), m.Input, described)
@@ -108,8 +108,8 @@ func mutationText(m *registry.Method) string {
 		b.WriteString("\n\n")
 		b.WriteString(n)
 	}
-	fmt.Fprintf(&b, "\n\nThe method `%s.%s` (`POST /api/compute/%s/%s`; docs/api/%s.md#%s), decided as `%s` on `%s`.",
-		m.Group, m.Name, m.Group, m.Name, m.Group, strings.ToLower(m.Name), m.Permission, m.Resource)
+	fmt.Fprintf(&b, "\n\nThe method `%s.%s` (`POST /api/compute/%s/%s`); the permission `%s` on `%s`.",
+		m.Group, m.Name, m.Group, m.Name, m.Permission, m.Resource)
 	return b.String()
 }
 
@@ -128,9 +128,9 @@ func describeInput(s *ast.Schema, name string, fields []registry.Field, describe
 		if rf == nil {
 			continue
 		}
-		if f.Description == "" {
+		if d := fieldText(f.Description, *rf, s.Types[f.Type.Name()]); d != f.Description {
 			nf := *f
-			nf.Description = fieldText(*rf, s.Types[f.Type.Name()])
+			nf.Description = d
 			nd.Fields[i] = &nf
 		}
 		switch {
@@ -151,19 +151,23 @@ func field(fields []registry.Field, name string) *registry.Field {
 	return nil
 }
 
-// fieldText is an input field's description: the method's words for it
-// and its constraints, as the method page's input table gives them. An
-// enum's values and default are left to the graph's own enum type (the
-// method surface spells them in lower case).
-func fieldText(f registry.Field, typ *ast.Definition) string {
+// fieldText is an input field's description: the schema's own words
+// (own) or else the method's, then the field's constraints, as the method
+// page's input table gives them. An enum's values and default are left to
+// the graph's own enum type (the method surface spells them in lower case).
+func fieldText(own string, f registry.Field, typ *ast.Definition) string {
 	if typ != nil && typ.Kind == ast.Enum {
 		f.Enum, f.Default = nil, nil
 	}
-	if f.Description == "" && f.Schema != "" {
-		f.Description = registry.SchemaDescription(f.Schema)
+	words := own
+	if words == "" {
+		words = f.Description
+		if words == "" && f.Schema != "" {
+			words = registry.SchemaDescription(f.Schema)
+		}
 	}
 	var parts []string
-	for _, p := range []string{f.Description, f.Constraints()} {
+	for _, p := range []string{words, f.Constraints()} {
 		if p = strings.TrimSuffix(strings.TrimSpace(p), "."); p != "" {
 			r, n := utf8.DecodeRuneInString(p)
 			parts = append(parts, string(unicode.ToUpper(r))+p[n:]+".")

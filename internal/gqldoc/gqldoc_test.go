@@ -82,12 +82,16 @@ func TestDescribeFromTheRegistry(t *testing.T) {
 		!strings.Contains(create.Description, m.Notes[0]) {
 		t.Fatalf("createInstance: %q", create.Description)
 	}
-	if got := create.Arguments.ForName("input").Description; !strings.Contains(got, "instances.create") {
+	if got := create.Arguments.ForName("input").Description; !strings.Contains(got, "/api/compute/instances/create") {
 		t.Fatalf("createInstance's input: %q", got)
 	}
 	in := d.Types["CreateInstanceInput"]
 	if got := in.Fields.ForName("tenantId").Description; got != "The caller's tenant. At most 128 characters; matches `^[A-Za-z0-9._:-]{1,128}$`." {
 		t.Fatalf("CreateInstanceInput.tenantId: %q", got)
+	}
+	// The schema's own words keep, with the method's constraints after them.
+	if got := in.Fields.ForName("clientToken").Description; got != "An idempotency token: a retry with the same token and input returns the first instance. At most 64 characters; matches `^[\\x21-\\x7E]{1,64}$`." {
+		t.Fatalf("CreateInstanceInput.clientToken: %q", got)
 	}
 	// An enum's values are the graph's, not the method surface's.
 	if got := in.Fields.ForName("desiredState").Description; strings.Contains(got, "running") {
