@@ -721,6 +721,9 @@ func oneLiveNode(ctx context.Context, q store.Q, tenantID string, hw Hardware, e
 	if ekHash != nil {
 		locks = append(locks, "ek:"+*ekHash)
 	}
+	// Statements of their own, before the check: a check in the lock's
+	// statement would read with the snapshot taken before the wait, and
+	// miss the node the lock's holder committed.
 	for _, id := range locks {
 		if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "compute-node-machine:"+tenantID+":"+id); err != nil {
 			return store.Wrap(err)
