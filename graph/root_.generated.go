@@ -1507,10 +1507,15 @@ interface Node {
   id: ID!
 }
 
+"Where a page of a list stands: lists are read forward, ` + "`" + `first` + "`" + ` items ` + "`" + `after` + "`" + ` a cursor."
 type PageInfo {
+  "Whether items follow this page."
   hasNextPage: Boolean!
+  "Always false: lists are read forward only."
   hasPreviousPage: Boolean!
+  "The cursor of the page's first item; null for an empty page."
   startCursor: String
+  "The cursor of the page's last item: pass it as ` + "`" + `after` + "`" + ` to read the next page. Null for an empty page."
   endCursor: String
 }
 

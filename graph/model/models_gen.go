@@ -230,11 +230,16 @@ type OfferPoolPayload struct {
 	Offer *pools.Offer `json:"offer"`
 }
 
+// Where a page of a list stands: lists are read forward, `first` items `after` a cursor.
 type PageInfo struct {
-	HasNextPage     bool    `json:"hasNextPage"`
-	HasPreviousPage bool    `json:"hasPreviousPage"`
-	StartCursor     *string `json:"startCursor,omitempty"`
-	EndCursor       *string `json:"endCursor,omitempty"`
+	// Whether items follow this page.
+	HasNextPage bool `json:"hasNextPage"`
+	// Always false: lists are read forward only.
+	HasPreviousPage bool `json:"hasPreviousPage"`
+	// The cursor of the page's first item; null for an empty page.
+	StartCursor *string `json:"startCursor,omitempty"`
+	// The cursor of the page's last item: pass it as `after` to read the next page. Null for an empty page.
+	EndCursor *string `json:"endCursor,omitempty"`
 }
 
 type PoolConnection struct {

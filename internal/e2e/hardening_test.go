@@ -43,6 +43,7 @@ func TestStandardIntrospectionQuery(t *testing.T) {
 	if r.Status != 200 || r.Body["errors"] != nil {
 		t.Fatalf("introspection refused: %d %.300s", r.Status, r.Raw)
 	}
+	t.Logf("the standard introspection query's answer: %d bytes", len(r.Raw))
 	types := obj(t, r.Body, "data", "__schema")["types"].([]any)
 	found := false
 	for _, ty := range types {

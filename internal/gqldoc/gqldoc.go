@@ -79,11 +79,84 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 				na.Description = fmt.Sprintf("The fields of the body of `POST /api/compute/%s/%s`.", m.Group, m.Name)
 			}
 			nf.Arguments[j] = &na
-			describeInput(&c, a.Type.Name(), m.Input, described)
+			describeInput(&c, a.Type.Name(), m.Input, described, "")
 		}
 		mut.Fields[i] = &nf
 	}
+	describeShapes(&c)
 	return &c
+}
+
+// describeShapes describes the types the schema leaves undescribed whose
+// shape says what they are: a list's connection and edge (by name, with
+// their Relay fields), a mutation's payload and input (by the mutations
+// that answer or take them).
+func describeShapes(s *ast.Schema) {
+	answers, takes := map[string][]string{}, map[string][]string{}
+	for _, f := range s.Mutation.Fields {
+		if strings.HasPrefix(f.Name, "__") || f.Type == nil {
+			continue
+		}
+		answers[f.Type.Name()] = append(answers[f.Type.Name()], "`"+f.Name+"`")
+		if a := f.Arguments.ForName("input"); a != nil && a.Type != nil {
+			takes[a.Type.Name()] = append(takes[a.Type.Name()], "`"+f.Name+"`")
+		}
+	}
+	describe := func(name, desc string, fields map[string]string) {
+		def := s.Types[name]
+		if def == nil || def.BuiltIn {
+			return
+		}
+		nd := copyDef(def)
+		if nd.Description == "" {
+			nd.Description = desc
+		}
+		for i, f := range nd.Fields {
+			if d := fields[f.Name]; d != "" && f.Description == "" {
+				nf := *f
+				nf.Description = d
+				nd.Fields[i] = &nf
+			}
+		}
+		s.Types[name] = nd
+	}
+	for name, def := range s.Types {
+		item := func(list string) string {
+			if f := def.Fields.ForName(list); f != nil && f.Type != nil {
+				if e := s.Types[f.Type.Name()]; e != nil {
+					if n := e.Fields.ForName("node"); n != nil && n.Type != nil {
+						return n.Type.Name()
+					}
+				}
+			}
+			return ""
+		}
+		switch {
+		case def.Kind == ast.Object && strings.HasSuffix(name, "Connection") && item("edges") != "":
+			describe(name, fmt.Sprintf("A page of a list of `%s`.", item("edges")), map[string]string{
+				"edges":      "The page's items in the list's order, each with its cursor.",
+				"pageInfo":   "Whether items follow, and the cursors of the page's ends.",
+				"totalCount": "How many items the whole list holds (its filters applied), whichever page this is.",
+			})
+		case def.Kind == ast.Object && strings.HasSuffix(name, "Edge") && def.Fields.ForName("cursor") != nil && def.Fields.ForName("node") != nil:
+			describe(name, fmt.Sprintf("One `%s` of a page, with its cursor.", def.Fields.ForName("node").Type.Name()), map[string]string{
+				"cursor": "Pass it as `after` to read the items that follow this one.",
+				"node":   "The item.",
+			})
+		case len(answers[name]) > 0 && def.Kind == ast.Object:
+			describe(name, "What "+strings.Join(answers[name], ", ")+" answer"+plural(answers[name])+".", nil)
+		case len(takes[name]) > 0 && def.Kind == ast.InputObject:
+			describe(name, "The input of "+strings.Join(takes[name], ", ")+".", nil)
+		}
+	}
+}
+
+// plural is the verb's ending for a list of subjects: "s" for one.
+func plural(subjects []string) string {
+	if len(subjects) == 1 {
+		return "s"
+	}
+	return ""
 }
 
 // method is the method a description names, or nil.
@@ -114,14 +187,18 @@ func mutationText(m *registry.Method) string {
 }
 
 // describeInput describes the undescribed fields of input type name from
-// fields, and the input types of its object fields from theirs.
-func describeInput(s *ast.Schema, name string, fields []registry.Field, described map[string]bool) {
+// fields, and the input types of its object fields from theirs; an
+// undescribed type takes desc (an object field's words for its value).
+func describeInput(s *ast.Schema, name string, fields []registry.Field, described map[string]bool, desc string) {
 	def := s.Types[name]
 	if def == nil || def.Kind != ast.InputObject || described[name] {
 		return
 	}
 	described[name] = true
 	nd := copyDef(def)
+	if nd.Description == "" {
+		nd.Description = fieldText("", registry.Field{Description: desc}, nil)
+	}
 	s.Types[name] = nd
 	for i, f := range nd.Fields {
 		rf := field(fields, f.Name)
@@ -135,9 +212,9 @@ func describeInput(s *ast.Schema, name string, fields []registry.Field, describe
 		}
 		switch {
 		case rf.Type == registry.Object && len(rf.Fields) > 0:
-			describeInput(s, f.Type.Name(), rf.Fields, described)
+			describeInput(s, f.Type.Name(), rf.Fields, described, rf.Description)
 		case rf.Type == registry.Array && rf.Items != nil && len(rf.Items.Fields) > 0:
-			describeInput(s, f.Type.Name(), rf.Items.Fields, described)
+			describeInput(s, f.Type.Name(), rf.Items.Fields, described, rf.Items.Description)
 		}
 	}
 }

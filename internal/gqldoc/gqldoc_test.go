@@ -116,6 +116,24 @@ func TestDescribeFromTheRegistry(t *testing.T) {
 			}
 		}
 	}
+	// Lists' connections and edges, mutations' payloads and inputs say
+	// what they are.
+	if got := d.Types["InstanceConnection"].Description; got != "A page of a list of `Instance`." {
+		t.Fatalf("InstanceConnection: %q", got)
+	}
+	if got := d.Types["InstanceEdge"].Fields.ForName("cursor").Description; !strings.Contains(got, "`after`") {
+		t.Fatalf("InstanceEdge.cursor: %q", got)
+	}
+	if got := d.Types["CreateInstancePayload"].Description; got != "What `createInstance` answers." {
+		t.Fatalf("CreateInstancePayload: %q", got)
+	}
+	for name, def := range d.Types {
+		for _, suffix := range []string{"Connection", "Edge", "Payload", "Input"} {
+			if strings.HasSuffix(name, suffix) && def.Description == "" {
+				t.Errorf("%s is not described", name)
+			}
+		}
+	}
 	// The parsed schema every server shares is unchanged.
 	if s.Mutation.Fields.ForName("createInstance").Description != "instances.create" ||
 		s.Types["CreateInstanceInput"].Fields.ForName("tenantId").Description != "" {
