@@ -58,8 +58,9 @@ const (
 	// bounds the work a credential asks for, not only its requests.
 	CostPerRequest = 1000
 	// SchemaCost is the price of a __schema field (the standard
-	// introspection query's answer is about 250 KB with the mutations described from the registry, 180 KB and 20 ms of CPU here before,
-	// a fifth of the fleet query's work): 5 units of the budget.
+	// introspection query's answer was about 180 KB and 20 ms of CPU here,
+	// a fifth of the fleet query's work; 250 KB since the mutations are
+	// described from the registry): 5 units of the budget.
 	SchemaCost = 5000
 	// MaxConnections bounds the connection fields an operation selects
 	// (each occurrence, fragments spread as often as they are): the loaders
