@@ -59,6 +59,22 @@ func sizeOf(i *Instance) fit.Resources {
 	return fit.Resources{GPUs: i.GPUs, VCPUs: i.VCPUs, MemoryGiB: i.MemoryGiB}
 }
 
+// lockPool locks the pool's row (mode: FOR UPDATE or FOR SHARE) and reads
+// it again into p. The step read the pool before it took the lock, and
+// that read is the pool as it was before whatever held the lock committed:
+// a placement that waited for a capacity change or an archive decided on
+// the old pool (a probe's placements went past a capacity lowered while
+// they waited, as reservations did). The locking read returns the row as
+// the lock's holder left it.
+func lockPool(ctx context.Context, q store.Q, p *poolRow, mode string) error {
+	return store.Wrap(q.GetContext(ctx, p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false
+		WHERE p.pool_id = $1 `+mode+` OF p`, p.PoolID))
+}
+
+// capacityChanged is a pending instance's reason for the step after its
+// pool got a capacity while the step waited for the pool.
+const capacityChanged = "waiting for capacity: the pool's capacity changed while placing; deciding again"
+
 // roomReason is a pending instance's reason when the pool's room (its
 // total less what instances hold, its tenant's own included, and what
 // other tenants reserved) is too small for it. (It said "held or reserved
@@ -70,13 +86,22 @@ const roomReason = "waiting for capacity: the pool's room is held by its instanc
 // what other tenants hold or have reserved. The pool row is locked so that
 // placements and reservations of the pool are decided one at a time.
 func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *poolRow) (bool, string, error) {
-	total, bounded := fit.ProviderTotal(p.Policy)
-	if !bounded {
-		_, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR SHARE`, p.PoolID)
-		return true, "", store.Wrap(err)
+	mode := "FOR UPDATE"
+	if _, bounded := fit.ProviderTotal(p.Policy); !bounded {
+		mode = "FOR SHARE" // placements in a pool without a capacity need not wait for each other
 	}
-	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, p.PoolID); err != nil {
-		return false, "", store.Wrap(err)
+	if err := lockPool(ctx, q, p, mode); err != nil {
+		return false, "", err
+	}
+	total, bounded := fit.ProviderTotal(p.Policy)
+	switch {
+	case !bounded:
+		return true, "", nil
+	case mode == "FOR SHARE":
+		// The pool got a capacity while the step waited for its lock: the
+		// next step decides, under the lock bounded pools' placements take
+		// (a share lock raised to an update lock deadlocks two steps).
+		return false, capacityChanged, nil
 	}
 	alloc, err := allocated(ctx, q, p.PoolID, i.InstanceID)
 	if err != nil {
@@ -156,10 +181,11 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]fit.Host, e
 // reservations is checked, a host and devices are chosen, and the devices
 // are inserted into instance_allocations, whose primary key refuses a
 // device held twice whatever else goes wrong.
-func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy) (bool, string, error) {
-	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, p.PoolID); err != nil {
-		return false, "", store.Wrap(err)
+func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow) (bool, string, error) {
+	if err := lockPool(ctx, q, p, "FOR UPDATE"); err != nil {
+		return false, "", err
 	}
+	pol := parsePolicy(p.Policy)
 	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
 		return false, "", store.Wrap(err)
 	}

@@ -210,6 +210,21 @@ func visiblePool(ctx context.Context, q store.Q, tenantID, poolID, lock string) 
 	return &p, nil
 }
 
+// lockedQuota locks the tenant's offer of the pool and reads its quota, so
+// that the tenant's creates and reservations in the pool count one at a
+// time. An offer withdrawn while the call waited for the pool's lock (the
+// locking read of the pool sees the offer as it was) is NOT_FOUND, as the
+// pool now is to the tenant.
+func lockedQuota(ctx context.Context, q store.Q, poolID, tenantID string) (fit.QuotaUse, error) {
+	var quota fit.QuotaUse
+	err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
+		WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, poolID, tenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return quota, errs.E(errs.NotFound, "pool %s not found", poolID).With("path", "poolId")
+	}
+	return quota, store.Wrap(err)
+}
+
 // usable refuses pools instances cannot live in: bare-metal pools and
 // archived pools (INVALID_STATE with details.reason).
 func (p *poolRow) usable() error {
@@ -318,10 +333,9 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 	if p.offered(in.TenantID) {
 		// The offer row is locked so that concurrent creates (and
 		// reservations) of this tenant in this pool count one at a time.
-		var quota fit.QuotaUse
-		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
-			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
-			return nil, store.Wrap(err)
+		quota, err := lockedQuota(ctx, q, in.PoolID, in.TenantID)
+		if err != nil {
+			return nil, err
 		}
 		used, err := quotaUse(ctx, q, in.TenantID, in.PoolID)
 		if err != nil {

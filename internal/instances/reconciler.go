@@ -459,7 +459,7 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 	// host is ready: a cordoned host takes no new work and a removed one is
 	// gone. (A stopped instance starts where its VM is, cordoned or not.)
 	case i.State == Pending && next == Provisioning, i.State == Failed && next == Provisioning && host != "ready":
-		placed, reason, err := s.placeHosted(ctx, q, i, p, pol)
+		placed, reason, err := s.placeHosted(ctx, q, i, p)
 		if err != nil {
 			return stepResult{}, err
 		}

@@ -129,7 +129,12 @@ func windows(ctx context.Context, q store.Q, poolID, tenantID string) ([]fit.Win
 // (offered tenants) at every moment of the window, and within the pool's
 // capacity (when it has one) given what every tenant holds.
 func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInput) (*Reservation, error) {
-	p, err := visiblePool(ctx, q, in.TenantID, in.PoolID, "")
+	// Reservations and placements of one pool are decided one at a time,
+	// on the pool as it is: locked as it is read (a read before the lock
+	// is the pool before an archive, a capacity change or an unoffer that
+	// held it committed; a probe's reservations were made in an archived
+	// pool and past a lowered capacity).
+	p, err := visiblePool(ctx, q, in.TenantID, in.PoolID, "FOR UPDATE OF p")
 	if err != nil {
 		return nil, err
 	}
@@ -156,16 +161,11 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 	if in.Size == (fit.Resources{}) {
 		return nil, errs.Invalid("size", "reserve at least one GPU, vCPU or GiB")
 	}
-	// Reservations and placements of one pool are decided one at a time.
-	if _, err := q.ExecContext(ctx, `SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, in.PoolID); err != nil {
-		return nil, store.Wrap(err)
-	}
 	w := fit.Window{TenantID: in.TenantID, Start: start, End: end, Res: in.Size}
 	if p.offered(in.TenantID) {
-		var quota fit.QuotaUse
-		if err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
-			WHERE pool_id = $1 AND to_tenant_id = $2 FOR UPDATE`, in.PoolID, in.TenantID); err != nil {
-			return nil, store.Wrap(err)
+		quota, err := lockedQuota(ctx, q, in.PoolID, in.TenantID)
+		if err != nil {
+			return nil, err
 		}
 		mine, err := windows(ctx, q, in.PoolID, in.TenantID)
 		if err != nil {

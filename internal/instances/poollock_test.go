@@ -1,0 +1,139 @@
+package instances
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/instances/fit"
+)
+
+// Placements and reservations decide on the pool as it is once they hold
+// its lock, not as they read it before waiting for it: an owner's change
+// of the pool (archive, capacity, unoffer) holds the pool's row while the
+// call reads, and commits while the call waits. Each case holds the change
+// in an open transaction, starts the call, waits until the call waits for
+// a lock, then commits the change (a probe's reservations were made in an
+// archived pool and past a lowered capacity, placements went past it, and
+// a reservation racing an unoffer answered INTERNAL).
+
+// whileChanged runs change in a transaction, then act, which must wait for
+// the change's locks; it commits the change once act waits, and returns
+// act's error.
+func (r *rig) whileChanged(change []string, args []any, act func() error) error {
+	r.t.Helper()
+	tx, err := r.db.BeginTxx(context.Background(), nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	for _, stmt := range change {
+		if _, err := tx.Exec(stmt, args...); err != nil {
+			r.t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- act() }()
+	waitsForLock := func() bool {
+		var n int
+		_ = r.db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+		return n > 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); !waitsForLock(); time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-done:
+			r.t.Fatalf("the call did not wait for the change: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatal("the call never waited for the change's lock")
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		r.t.Fatal(err)
+	}
+	return <-done
+}
+
+func (r *rig) reserve(tenant, pool string, gpus int) error {
+	in := &ReservationCreateInput{TenantID: tenant, PoolID: pool, Size: fit.Resources{GPUs: gpus},
+		StartsAt: time.Now().Add(time.Hour).UTC().Format(time.RFC3339), EndsAt: time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)}
+	return r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+		_, err := CreateReservation(r.ctx, tx, in)
+		return err
+	})
+}
+
+func TestReservationsDecideOnThePoolAsItIs(t *testing.T) {
+	r := newRig(t)
+	r.exec(`INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
+
+	t.Run("archived while waiting", func(t *testing.T) {
+		pool := r.pool("vps-provider", "sim", instant)
+		err := r.whileChanged([]string{`UPDATE pools SET state = 'archived' WHERE pool_id = $1`}, []any{pool},
+			func() error { return r.reserve("acme", pool, 1) })
+		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["reason"] != "archived" {
+			t.Fatalf("a reservation in a pool archived while it waited: %v", err)
+		}
+	})
+	t.Run("capacity lowered while waiting", func(t *testing.T) {
+		pool := r.pool("vps-provider", "sim", `{"capacity": {"gpus": 2}, "sim": {"latencyMs": 0}}`)
+		if err := r.reserve("acme", pool, 1); err != nil {
+			t.Fatal(err)
+		}
+		err := r.whileChanged([]string{`UPDATE pools SET policy = '{"capacity": {"gpus": 1}, "sim": {"latencyMs": 0}}' WHERE pool_id = $1`}, []any{pool},
+			func() error { return r.reserve("acme", pool, 1) })
+		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["reason"] != "capacity" {
+			t.Fatalf("a reservation past a capacity lowered while it waited: %v", err)
+		}
+	})
+	t.Run("unoffered while waiting", func(t *testing.T) {
+		pool := r.pool("vps-provider", "sim", instant)
+		r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 4, 4)`, pool)
+		// As pools.unoffer: the pool's row locked, then the offer deleted.
+		err := r.whileChanged([]string{`SELECT 1 FROM pools WHERE pool_id = $1 FOR UPDATE`, `DELETE FROM pool_offers WHERE pool_id = $1`}, []any{pool},
+			func() error { return r.reserve("beta", pool, 1) })
+		if e, ok := errs.As(err); !ok || e.Code != errs.NotFound {
+			t.Fatalf("a reservation in a pool unoffered while it waited: %v", err)
+		}
+	})
+}
+
+// The reconciler's placement decides on the pool's capacity as it is once
+// it holds the pool: lowered while the step waited, or set on a pool that
+// had none (whose placements take a share lock).
+func TestPlacementDecidesOnThePoolAsItIs(t *testing.T) {
+	r := newRig(t)
+	for name, before := range map[string]string{
+		"capacity lowered": `{"capacity": {"gpus": 2}, "sim": {"latencyMs": 0}}`,
+		"capacity set":     instant,
+	} {
+		t.Run(name, func(t *testing.T) {
+			pool := r.pool("vps-provider", "sim", before)
+			first := r.instance(pool, Running)
+			r.converge(first, Provisioning, Running)
+			second := r.instance(pool, Running)
+			err := r.whileChanged([]string{`UPDATE pools SET policy = '{"capacity": {"gpus": 1}, "sim": {"latencyMs": 0}}' WHERE pool_id = $1`}, []any{pool},
+				func() error {
+					return r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+						_, err := r.s.stepTx(r.ctx, tx, second, nil)
+						return err
+					})
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := r.get(second); i.State != Pending || !strings.HasPrefix(deref(i.StateReason), "waiting for capacity") {
+				t.Fatalf("placed past a capacity of 1 GPU set while the step waited (1 GPU held): %s %q", i.State, deref(i.StateReason))
+			}
+			// The next step decides under the capacity, and waits.
+			if res := r.step(second); res.outcome != wait || r.get(second).State != Pending {
+				t.Fatalf("the next step: outcome %d, %s", res.outcome, r.get(second).State)
+			}
+		})
+	}
+}
