@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
@@ -257,5 +258,68 @@ func TestConcurrentDemotionsKeepAnAdmin(t *testing.T) {
 		if keep != e.acme.Admin.ID {
 			fixture.Must(fixture.Call[iam.Revoked](e.F, op, "members.revoke", map[string]any{"tenantId": "acme", "principalId": keep}))
 		}
+	}
+}
+
+// Admins revoking and demoting each other at once, each as itself: every
+// call is decided (done, or refused for what the others did first), none
+// fails for a deadlock. Each decision share-locks its caller's binding and
+// each change then takes the tenant's turn and the target's binding, so
+// two admins acting on each other waited for each other; membership
+// changes now take the tenant's turn before the decision.
+func TestAdminsActingOnEachOtherDoNotDeadlock(t *testing.T) {
+	e := newEnv(t)
+	var deadlocks0 int64
+	if err := e.DB.Get(&deadlocks0, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 6; round++ {
+		admins := []*reqctx.Principal{}
+		for i := 0; i < 8; i++ {
+			admins = append(admins, e.Principal("acme", "admin"))
+		}
+		var wg sync.WaitGroup
+		res := make([]error, 2*len(admins))
+		start := make(chan struct{})
+		for i, a := range admins {
+			next, prev := admins[(i+1)%len(admins)], admins[(i+len(admins)-1)%len(admins)]
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, res[2*i] = fixture.Call[iam.Revoked](e.F, a, "members.revoke", map[string]any{"tenantId": "acme", "principalId": next.ID})
+			}()
+			go func() {
+				defer wg.Done()
+				<-start
+				_, res[2*i+1] = fixture.Call[iam.Binding](e.F, a, "members.grant", map[string]any{"tenantId": "acme", "principalId": prev.ID, "role": "viewer"})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range res {
+			if err == nil {
+				continue
+			}
+			switch errs.CodeOf(err) {
+			case errs.InvalidState, errs.NotFound, errs.PermissionDenied:
+			default:
+				t.Fatalf("round %d, call %d: %v", round, i, err)
+			}
+		}
+		var left int
+		if err := e.DB.Get(&left, `SELECT count(*) FROM role_bindings WHERE tenant_id = 'acme' AND role = 'admin'`); err != nil || left < 1 {
+			t.Fatalf("round %d: %d admins left (%v)", round, left, err)
+		}
+	}
+	// Deadlocks the retries hid count too (the backends' statistics are
+	// flushed within a second or so of their transactions).
+	time.Sleep(1500 * time.Millisecond)
+	var deadlocks int64
+	if err := e.DB.Get(&deadlocks, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
+		t.Fatal(err)
+	}
+	if deadlocks != deadlocks0 {
+		t.Fatalf("%d deadlocks", deadlocks-deadlocks0)
 	}
 }
