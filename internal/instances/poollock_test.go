@@ -1,7 +1,6 @@
 package instances
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/testkit/held"
 )
 
 // Placements and reservations decide on the pool as it is once they hold
@@ -21,42 +21,18 @@ import (
 // archived pool and past a lowered capacity, placements went past it, and
 // a reservation racing an unoffer answered INTERNAL).
 
-// whileChanged runs change in a transaction, then act, which must wait for
-// the change's locks; it commits the change once act waits, and returns
-// act's error.
+// whileChanged runs the statements of a change in a transaction held open
+// until act waits for its locks (held.While).
 func (r *rig) whileChanged(change []string, args []any, act func() error) error {
 	r.t.Helper()
-	tx, err := r.db.BeginTxx(context.Background(), nil)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck // committed below
-	for _, stmt := range change {
-		if _, err := tx.Exec(stmt, args...); err != nil {
-			r.t.Fatalf("%s: %v", stmt, err)
+	return held.While(r.t, r.db, func(tx *sqlx.Tx) error {
+		for _, stmt := range change {
+			if _, err := tx.Exec(stmt, args...); err != nil {
+				return err
+			}
 		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- act() }()
-	waitsForLock := func() bool {
-		var n int
-		_ = r.db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
-		return n > 0
-	}
-	for deadline := time.Now().Add(10 * time.Second); !waitsForLock(); time.Sleep(5 * time.Millisecond) {
-		select {
-		case err := <-done:
-			r.t.Fatalf("the call did not wait for the change: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("the call never waited for the change's lock")
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		r.t.Fatal(err)
-	}
-	return <-done
+		return nil
+	}, act)
 }
 
 func (r *rig) reserve(tenant, pool string, gpus int) error {

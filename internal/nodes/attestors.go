@@ -2,7 +2,9 @@ package nodes
 
 import (
 	"context"
+	"database/sql"
 	"encoding/pem"
+	"errors"
 	"strings"
 	"time"
 
@@ -120,7 +122,7 @@ func RegisterMachine(ctx context.Context, q store.Q, in *MachineRegisterInput) (
 		m := strings.ToLower(*in.MAC)
 		mac = &m
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, addToPool); err != nil {
 		return nil, err
 	}
 	var m ExpectedMachine
@@ -135,7 +137,7 @@ func ListMachines(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page
 	if _, err := MachineCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, readPool); err != nil {
 		return nil, err
 	}
 	rows := []ExpectedMachine{}
@@ -150,13 +152,27 @@ func ListMachines(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page
 
 // ForgetMachine removes an expected machine; nodes already admitted stay.
 func ForgetMachine(ctx context.Context, q store.Q, in *MachineRefInput) (*RemovedCount, error) {
-	res, err := q.ExecContext(ctx, `DELETE FROM expected_machines m USING pools p
-		WHERE m.machine_id = $1 AND p.pool_id = m.pool_id AND p.tenant_id = $2`, in.MachineID, in.TenantID)
+	notFound := errs.E(errs.NotFound, "machine %s not found", in.MachineID)
+	var poolID string
+	err := q.GetContext(ctx, &poolID, `SELECT pool_id FROM expected_machines WHERE machine_id = $1`, in.MachineID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if _, err := ownedPool(ctx, q, in.TenantID, poolID, takeFromPool); err != nil {
+		if errs.CodeOf(err) == errs.NotFound {
+			return nil, notFound // another tenant's machine
+		}
+		return nil, err
+	}
+	res, err := q.ExecContext(ctx, `DELETE FROM expected_machines WHERE machine_id = $1 AND pool_id = $2`, in.MachineID, poolID)
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, errs.E(errs.NotFound, "machine %s not found", in.MachineID)
+		return nil, notFound // forgotten by another call meanwhile
 	}
 	return &RemovedCount{Removed: 1}, nil
 }
@@ -199,7 +215,7 @@ func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, e
 	default:
 		return nil, errs.Invalid("ekHash", "pass ekHash, ekPublicKey or caCertificate")
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, addToPool); err != nil {
 		return nil, err
 	}
 	var k AllowedKey
@@ -225,7 +241,7 @@ func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[All
 	if _, err := KeyCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, readPool); err != nil {
 		return nil, err
 	}
 	rows := []AllowedKey{}
@@ -243,7 +259,7 @@ func ListKeys(ctx context.Context, q store.Q, in *PoolListInput) (*page.Page[All
 
 // DisallowKey takes a key off the allow-list.
 func DisallowKey(ctx context.Context, q store.Q, in *KeyRefInput) (*RemovedCount, error) {
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, takeFromPool); err != nil {
 		return nil, err
 	}
 	res, err := q.ExecContext(ctx, `DELETE FROM tpm_allowed_keys WHERE pool_id = $1 AND ek_hash = $2`, in.PoolID, in.EKHash)

@@ -606,7 +606,7 @@ func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) 
 	if _, err := RequestCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, readPool); err != nil {
 		return nil, err
 	}
 	rows := []JoinRequest{}

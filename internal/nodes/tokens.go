@@ -67,7 +67,7 @@ const tokenCols = `join_token_id, pool_id, tenant_id, expires_at, max_uses, uses
 
 // CreateJoinToken makes a join token for an active pool the tenant owns.
 func CreateJoinToken(ctx context.Context, q store.Q, in *JoinTokenCreateInput) (*CreatedJoinToken, error) {
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, true); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, addToPool); err != nil {
 		return nil, err
 	}
 	secret := ids.Secret("bcj")
@@ -88,7 +88,7 @@ func ListJoinTokens(ctx context.Context, q store.Q, in *JoinTokenListInput) (*pa
 	if _, err := TokenCursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, false); err != nil {
+	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, readPool); err != nil {
 		return nil, err
 	}
 	rows := []JoinToken{}
@@ -129,29 +129,40 @@ type poolRow struct {
 	SharingMode string `db:"sharing_mode"`
 }
 
+// poolLock is how ownedPool takes the pool's row.
+type poolLock int
+
+const (
+	// readPool only reads it.
+	readPool poolLock = iota
+	// addToPool share-locks it and wants it active: an entry is added
+	// that joins may decide on (a join token, an expected machine, an
+	// allowed key); an archive cannot commit between the check and the
+	// change.
+	addToPool
+	// takeFromPool locks it for update: an entry joins decide on is taken
+	// away (a machine forgotten, a key disallowed). A join share-locks its
+	// pool from its first statement to its commit, so the removal waits for
+	// the joins already deciding on the entry, and a join after it waits for
+	// its commit and finds the entry gone (a join that read the entry as
+	// the removal committed was admitted after it).
+	takeFromPool
+)
+
 // ownedPool reads a pool the tenant owns (NOT_FOUND otherwise: an offered
-// tenant does not manage the pool's joins). With active, an archived pool is
-// INVALID_STATE. It takes a share lock so that an archive cannot commit
-// between the check and the change.
-func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, active bool) (*poolRow, error) {
+// tenant does not manage the pool's joins), locked as lock says.
+func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, lock poolLock) (*poolRow, error) {
 	var p poolRow
 	err := q.GetContext(ctx, &p, `SELECT pool_id, tenant_id, state, sharing_mode FROM pools WHERE pool_id = $1 AND tenant_id = $2`+
-		forShare(active), poolID, tenantID)
+		[...]string{``, ` FOR SHARE`, ` FOR UPDATE`}[lock], poolID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errs.E(errs.NotFound, "pool %s not found", poolID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	if active && p.State != "active" {
+	if lock == addToPool && p.State != "active" {
 		return nil, errs.InState(p.State, "pool %s is %s", poolID, p.State)
 	}
 	return &p, nil
-}
-
-func forShare(lock bool) string {
-	if lock {
-		return ` FOR SHARE`
-	}
-	return ``
 }

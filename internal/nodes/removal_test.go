@@ -1,0 +1,78 @@
+package nodes_test
+
+import (
+	"encoding/base64"
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/fixture"
+	"github.com/bettercompute/computed/internal/testkit/held"
+	"github.com/bettercompute/computed/internal/testkit/tpmsim"
+)
+
+// A join decides on the pool's expected machines and allowed keys as they
+// are when it commits: a machines.forget or tpmKeys.disallow still open
+// when the join reads holds the join until it commits, and the join is
+// then deferred. (A join that read the entry while its removal was
+// committing was admitted after it: a probe's races, 3 rounds of 8 and 1
+// of 12.)
+func TestJoinsWaitForTheRemovalOfWhatTheyDecideOn(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token(5)
+
+	t.Run("machines.forget", func(t *testing.T) {
+		m := testkit.NewMachine(t)
+		reg := fixture.Must(fixture.Call[nodes.ExpectedMachine](e.F, e.acme.Admin, "machines.register",
+			map[string]any{"tenantId": "acme", "poolId": e.pool, "mac": m.MAC}))
+		body := m.JoinBody(tok)
+		body["attestor"] = nodes.AttestorDiscovery
+		var r *nodes.JoinResult
+		err := held.While(t, e.DB, func(tx *sqlx.Tx) error {
+			_, err := nodes.ForgetMachine(e.Ctx, tx, &nodes.MachineRefInput{TenantID: "acme", MachineID: reg.MachineID})
+			return err
+		}, func() (err error) {
+			r, err = fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", body)
+			return err
+		})
+		if err != nil || r.Status != nodes.Pending || r.Reasons[0].Code != nodes.ReasonUnknown {
+			t.Fatalf("a join racing the machine's forget: %+v, %v", r, err)
+		}
+	})
+
+	t.Run("tpmKeys.disallow", func(t *testing.T) {
+		x := tpmsim.Open(t, 61)
+		ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
+		hash, err := pki.EKHash("ek", ek.PEM())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixture.Must(fixture.Call[nodes.AllowedKey](e.F, e.acme.Admin, "tpmKeys.allow",
+			map[string]any{"tenantId": "acme", "poolId": e.pool, "ekPublicKey": ek.PEM()}))
+		m := testkit.NewMachine(t)
+		call := func(evidence map[string]any) (*nodes.JoinResult, error) {
+			b := m.JoinBody(tok)
+			b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
+			return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
+		}
+		ch := fixture.Must(call(map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}))
+		secret, err := x.Activate(ak, ek, ch.CredentialBlob, ch.EncryptedSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r *nodes.JoinResult
+		err = held.While(t, e.DB, func(tx *sqlx.Tx) error {
+			_, err := nodes.DisallowKey(e.Ctx, tx, &nodes.KeyRefInput{TenantID: "acme", PoolID: e.pool, EKHash: hash})
+			return err
+		}, func() (err error) {
+			r, err = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": base64.StdEncoding.EncodeToString(secret)})
+			return err
+		})
+		if err != nil || r.Status != nodes.Pending || r.Reasons[0].Code != nodes.ReasonEKNotAllowed {
+			t.Fatalf("a join racing its key's disallow: %+v, %v", r, err)
+		}
+	})
+}
