@@ -163,7 +163,6 @@ func Methods(db *store.DB) []registry.Method {
 		registry.Name(false))
 	join.Credential = registry.JoinToken
 	join.MaxBody = 64 << 10
-	join.AfterFailure = spendRefused
 
 	return []registry.Method{
 		registry.Def(m("joinTokens", "create", registry.Mutation, authz.JoinTokensManage, authz.Pool,

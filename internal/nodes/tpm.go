@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
 
@@ -207,10 +208,12 @@ func challengeRefused(reason, format string, args ...any) error {
 
 // prove checks the answer to a challenge and spends the challenge. Any
 // mismatch with what the challenge is bound to, a spent or expired
-// challenge, or a wrong secret is UNAUTHENTICATED, and a wrong answer
-// spends the challenge too (spendRefused, after the rollback). Called
-// with the token row locked: two answers through one token are ordered,
-// and the second finds the challenge spent.
+// challenge, or a wrong secret is UNAUTHENTICATED, and a wrong answer or a
+// mismatch spends the challenge too, in the join's transaction, which
+// commits the spend though the join is refused (registry.KeepWrites). The
+// challenge's row is locked as it is read: answers to one challenge, through
+// any token, are decided one at a time, and each after the first finds the
+// challenge spent.
 func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardware, t *tpmEvidence) (*provenEK, error) {
 	var c struct {
 		SameToken  bool   `db:"same_token"`
@@ -225,8 +228,8 @@ func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardw
 	}
 	err := q.GetContext(ctx, &c, `SELECT join_token_id = $2 AS same_token, csr_fingerprint = $3 AS same_csr,
 			hardware::text AS hardware, ek_hash, ak_name, array_to_json(ek_ca_hashes)::text AS ek_ca_hashes, secret_hash,
-			used_at IS NOT NULL AS used, expires_at <= now() AS expired
-		FROM tpm_challenges WHERE tenant_id = $4 AND challenge_id = $1`, t.challengeID, tok.JoinTokenID, csr.Fingerprint, tok.TenantID)
+			used_at IS NOT NULL AS used, expires_at <= clock_timestamp() AS expired
+		FROM tpm_challenges WHERE tenant_id = $4 AND challenge_id = $1 FOR UPDATE`, t.challengeID, tok.JoinTokenID, csr.Fingerprint, tok.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, challengeRefused(ChallengeUnknown, "no open challenge %s: it was answered, has expired, or was never made; start again with the keys", t.challengeID)
 	}
@@ -244,47 +247,33 @@ func prove(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw Hardw
 		return nil, challengeRefused(ChallengeUsed, "challenge %s was already answered; start again with the keys", t.challengeID)
 	case c.Expired:
 		return nil, challengeRefused(ChallengeExpired, "challenge %s has expired; start again with the keys", t.challengeID)
+	}
+	// From here the answer spends the challenge, whatever it is.
+	if _, err := q.ExecContext(ctx, `UPDATE tpm_challenges SET used_at = clock_timestamp() WHERE tenant_id = $2 AND challenge_id = $1`, t.challengeID, tok.TenantID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	spent := func(reason, format string) error {
+		return registry.KeepWrites(challengeRefused(reason, format, t.challengeID))
+	}
+	switch {
 	case !c.SameToken:
-		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another join token", t.challengeID)
+		return nil, spent(ChallengeMismatch, "challenge %s was made for another join token")
 	case !c.SameCSR:
-		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another CSR", t.challengeID)
+		return nil, spent(ChallengeMismatch, "challenge %s was made for another CSR")
 	case !sameHardware(asked, hw):
-		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for other hardware ids", t.challengeID)
+		return nil, spent(ChallengeMismatch, "challenge %s was made for other hardware ids")
 	case t.ek != nil && t.ek.Hash != c.EKHash:
-		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another endorsement key", t.challengeID)
+		return nil, spent(ChallengeMismatch, "challenge %s was made for another endorsement key")
 	case t.ak != nil && !bytes.Equal(t.ak.Name, c.AKName):
-		return nil, challengeRefused(ChallengeMismatch, "challenge %s was made for another attestation key", t.challengeID)
+		return nil, spent(ChallengeMismatch, "challenge %s was made for another attestation key")
 	}
 	sum := sha256.Sum256(t.secret)
 	if subtle.ConstantTimeCompare(sum[:], c.SecretHash) != 1 {
-		return nil, challengeRefused(ChallengeWrong, "the activated secret does not answer challenge %s; start again with the keys", t.challengeID)
-	}
-	res, err := q.ExecContext(ctx, `UPDATE tpm_challenges SET used_at = now() WHERE tenant_id = $2 AND challenge_id = $1 AND used_at IS NULL`, t.challengeID, tok.TenantID)
-	if err != nil {
-		return nil, store.Wrap(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return nil, challengeRefused(ChallengeUsed, "challenge %s was already answered; start again with the keys", t.challengeID)
+		return nil, spent(ChallengeWrong, "the activated secret does not answer challenge %s; start again with the keys")
 	}
 	p := &provenEK{ekHash: c.EKHash}
 	if err := json.Unmarshal([]byte(c.CAHashes), &p.caHashes); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// spendRefused is nodes.join's AfterFailure: a challenge whose answer was
-// refused for a wrong secret or a mismatch is spent, though the join's
-// transaction rolled back, so that each challenge takes one answer.
-func spendRefused(ctx context.Context, db store.Q, in any, err error) error {
-	e, ok := errs.As(err)
-	if !ok || e.Code != errs.Unauthenticated || (e.Details["reason"] != ChallengeWrong && e.Details["reason"] != ChallengeMismatch) {
-		return nil
-	}
-	j, ok := in.(*JoinInput)
-	if !ok || j.Evidence == nil || j.Evidence.ChallengeID == nil {
-		return nil
-	}
-	_, err = db.ExecContext(ctx, `UPDATE tpm_challenges SET used_at = now() WHERE challenge_id = $1 AND used_at IS NULL`, *j.Evidence.ChallengeID)
-	return store.Wrap(err)
 }

@@ -2,7 +2,10 @@ package nodes_test
 
 import (
 	"encoding/base64"
+	"sync"
 	"testing"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/errs"
@@ -10,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/pki"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
+	"github.com/bettercompute/computed/internal/testkit/held"
 	"github.com/bettercompute/computed/internal/testkit/tpmsim"
 )
 
@@ -93,5 +97,59 @@ func TestTPMJoinRules(t *testing.T) {
 	var uses int
 	if err := e.DB.Get(&uses, `SELECT uses FROM join_tokens WHERE secret_hash = $1`, auth.Hash(tok)); err != nil || uses != 1 {
 		t.Fatalf("challenges spent uses: %d uses, %v", uses, err)
+	}
+}
+
+// Answers to one challenge queued behind one another (on the join token's
+// lock) each find it as the one before left it: one wrong answer spends
+// it, and the next is refused as spent, not weighed as a guess. (The spend
+// came after the refused join's rollback, outside the token's lock: a
+// probe had up to 8 of 24 wrong answers refused as wrong-secret for one
+// challenge, and one of them admitted after two wrong ones.)
+func TestQueuedAnswersFindTheChallengeSpent(t *testing.T) {
+	e := newEnv(t)
+	x := tpmsim.Open(t, 83)
+	ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
+	tok := e.token(5)
+	m := testkit.NewMachine(t)
+	call := func(evidence map[string]any) (*nodes.JoinResult, error) {
+		b := m.JoinBody(tok)
+		b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
+		return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
+	}
+	for round := 0; round < 3; round++ {
+		ch := fixture.Must(call(map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}))
+		wrong := base64.StdEncoding.EncodeToString(make([]byte, pki.SecretSize))
+		const answers = 4
+		results := make([]error, answers)
+		err := held.WhileWaiting(t, e.DB, answers, func(tx *sqlx.Tx) error {
+			_, err := tx.Exec(`SELECT 1 FROM join_tokens WHERE secret_hash = $1 FOR UPDATE`, auth.Hash(tok))
+			return err
+		}, func() error {
+			var wg sync.WaitGroup
+			for i := range results {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, results[i] = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": wrong})
+				}()
+			}
+			wg.Wait()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := map[any]int{}
+		for _, err := range results {
+			e, ok := errs.As(err)
+			if !ok || e.Code != errs.Unauthenticated {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			why[e.Details["reason"]]++
+		}
+		if why[nodes.ChallengeWrong] != 1 || why[nodes.ChallengeUsed] != answers-1 {
+			t.Fatalf("round %d: %d answers to one challenge refused as %v", round, answers, why)
+		}
 	}
 }

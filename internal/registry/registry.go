@@ -32,6 +32,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -105,12 +106,6 @@ type Method struct {
 	// Quiet says when a successful mutation writes no audit record (an
 	// inventory report that stored nothing: nodes report every minute).
 	Quiet func(out any) bool
-	// AfterFailure, when set, runs after a mutation failed and its
-	// transaction rolled back, on the database outside any transaction,
-	// with the decoded input: what a refusal must still leave behind (a
-	// TPM challenge answered wrongly is spent all the same).
-	// An error it returns is logged.
-	AfterFailure func(ctx context.Context, db store.Q, in any, err error) error
 	// Holder names who presented a credential that is no principal (the
 	// join token of nodes.join) for the audit record: the actor, and the
 	// resource the credential belongs to (its pool, with the pool's tenant).
@@ -433,12 +428,19 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 	// decision rests on locked, so nothing changes between the decision
 	// and the write.
 	res := defaultResource(m.Resource, in)
+	var kept error // a refusal whose writes stand (KeepWrites)
 	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
 		var rerr error
+		kept = nil
 		if res, rerr = decide(tx); rerr != nil {
 			return rerr
 		}
 		out, rerr = m.run(ctx, tx, in)
+		var k keptWrites
+		if errors.As(rerr, &k) {
+			kept = k.err
+			return nil // commit what the refusal leaves behind
+		}
 		if rerr != nil {
 			return rerr
 		}
@@ -447,6 +449,9 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		}
 		return audit.Write(ctx, tx, auditEntry(ctx, tx, m, in, res, out, nil))
 	})
+	if err == nil && kept != nil {
+		out, err = nil, kept
+	}
 	if err != nil {
 		// A credential in the input that authenticated no one (the join
 		// token of nodes.join) is a failed authentication: it spends the
@@ -456,15 +461,26 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		// record says what the caller was answered.
 		err = auth.Charge(ctx, err)
 		r.auditFailure(ctx, m, in, res, err)
-		if m.AfterFailure != nil && r.db != nil {
-			if aerr := m.AfterFailure(context.WithoutCancel(ctx), r.db, in, err); aerr != nil && !store.Unreachable(aerr) {
-				r.log.ErrorContext(ctx, "after a failed mutation", "method", m.Key(), "requestId", reqctx.RequestID(ctx), "err", aerr)
-			}
-		}
 		return nil, store.Wrap(err)
 	}
 	return out, nil
 }
+
+// KeepWrites marks a mutation handler's refusal whose transaction commits
+// all the same: what the refusal must leave behind, written under the
+// locks the call holds, so that the next call waiting for them finds it.
+// A TPM challenge answered wrongly is spent this way: spent after the
+// rollback (as it was), the next answer through the same token took the
+// token's lock first and found it unspent (a probe had up to 8 wrong
+// answers refused as wrong for one challenge). The handler must have
+// written nothing else it wants undone. The caller is answered err, and
+// the refusal is audited as any other.
+func KeepWrites(err error) error { return keptWrites{err} }
+
+type keptWrites struct{ err error }
+
+func (k keptWrites) Error() string { return k.err.Error() }
+func (k keptWrites) Unwrap() error { return k.err }
 
 // auditEntry is the audit record of one mutation attempt (err nil: a
 // success). Its tenant is the tenant the call names (tenants.create: the

@@ -26,6 +26,13 @@ type DB interface {
 // test: it decided while the change was open.
 func While(t testing.TB, db DB, change func(tx *sqlx.Tx) error, act func() error) error {
 	t.Helper()
+	return WhileWaiting(t, db, 1, change, act)
+}
+
+// WhileWaiting is While committing the change once n sessions wait for a
+// lock (act starts n calls that must all queue behind the change).
+func WhileWaiting(t testing.TB, db DB, n int, change func(tx *sqlx.Tx) error, act func() error) error {
+	t.Helper()
 	tx, err := db.BeginTxx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -37,9 +44,9 @@ func While(t testing.TB, db DB, change func(tx *sqlx.Tx) error, act func() error
 	done := make(chan error, 1)
 	go func() { done <- act() }()
 	waiting := func() bool {
-		var n int
-		_ = db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
-		return n > 0
+		var w int
+		_ = db.Get(&w, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+		return w >= n
 	}
 	for deadline := time.Now().Add(10 * time.Second); !waiting(); time.Sleep(5 * time.Millisecond) {
 		select {
