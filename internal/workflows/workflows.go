@@ -285,23 +285,30 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], 
 	return &page.Page[Workflow]{Items: items, Cursor: cur}, nil
 }
 
-type locked struct {
-	Workflow
-	Now time.Time `db:"tx_now"`
-}
-
 // lock reads a workflow FOR UPDATE (reports and cancels of one workflow are
-// serialized) with the transaction's time, which its step times take.
+// serialized) with the time its step times take (lockedNow).
 func lock(ctx context.Context, q store.Q, where string, args ...any) (*Workflow, time.Time, error) {
-	var l locked
-	err := q.GetContext(ctx, &l, `SELECT `+cols+`, now() AS tx_now FROM workflows WHERE `+where+` FOR UPDATE`, args...)
+	var w Workflow
+	err := q.GetContext(ctx, &w, `SELECT `+cols+` FROM workflows WHERE `+where+` FOR UPDATE`, args...)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if err := l.Workflow.fix(); err != nil {
+	if err := w.fix(); err != nil {
 		return nil, time.Time{}, err
 	}
-	return &l.Workflow, l.Now.UTC(), nil
+	now, err := lockedNow(ctx, q)
+	return &w, now, err
+}
+
+// lockedNow is the time a change of a locked workflow takes: the clock once
+// the lock is held, a statement after it, so a change that waited for the
+// one before never dates itself before it. (It was the transaction's
+// start: a report for step 1 that waited for step 0's success recorded a
+// startedAt before step 0's finishedAt.)
+func lockedNow(ctx context.Context, q store.Q) (time.Time, error) {
+	var now time.Time
+	err := q.GetContext(ctx, &now, `SELECT clock_timestamp()`)
+	return now.UTC(), store.Wrap(err)
 }
 
 // save writes a locked workflow's steps, state and finish time back.
@@ -311,7 +318,7 @@ func save(ctx context.Context, q store.Q, w *Workflow) (*Workflow, error) {
 		return nil, err
 	}
 	out, err := one(ctx, q, `UPDATE workflows SET steps = $2::jsonb, state = $3, finished_at = $4,
-			row_version = row_version + 1, updated_at = now()
+			row_version = row_version + 1, updated_at = clock_timestamp()
 		WHERE workflow_id = $1 RETURNING `+cols, w.WorkflowID, string(stepsJSON), w.State, w.FinishedAt)
 	return out, store.Wrap(err)
 }
@@ -373,19 +380,26 @@ func cancelSteps(w *Workflow, now time.Time, runningMsg, skippedMsg *string) {
 // node's row lock, which workflows.create shares, so no workflow can be
 // created on the node behind this statement.
 func CancelForRemovedNode(ctx context.Context, q store.Q, nodeID string) error {
-	var rows []locked
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+`, now() AS tx_now FROM workflows
+	var rows []Workflow
+	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows
 		WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY workflow_id FOR UPDATE`, nodeID, []string{Pending, Running})
 	if err != nil {
 		return store.Wrap(err)
 	}
+	if len(rows) == 0 {
+		return nil
+	}
+	now, err := lockedNow(ctx, q)
+	if err != nil {
+		return err
+	}
 	msg := NodeRemovedMessage
 	for i := range rows {
-		w := &rows[i].Workflow
+		w := &rows[i]
 		if err := w.fix(); err != nil {
 			return err
 		}
-		cancelSteps(w, rows[i].Now.UTC(), &msg, &msg)
+		cancelSteps(w, now, &msg, &msg)
 		if _, err := saveWith(ctx, q, w, events.WorkflowCanceled); err != nil {
 			return err
 		}

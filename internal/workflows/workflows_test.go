@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/ids"
@@ -685,5 +686,41 @@ func TestWorkflowsByNode(t *testing.T) {
 	}
 	if n[nodeA] != 3 || n[nodeB] != 1 || n[nodeC] != 0 {
 		t.Fatalf("counts: %v", n)
+	}
+}
+
+// A report that waited for the one before it dates its step after it: a
+// report for step 1 whose transaction began before step 0's success
+// committed took the transaction's start as step 1's startedAt, before step
+// 0's finishedAt (a probe's 32-way races, 3 rounds of 16).
+func TestStepTimesFollowTheStepBefore(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, member, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu")
+	node, nodeTok := e.Node(admin, "acme", pool)
+	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
+	wf := e.Must(create(e, member, "acme", node, "gpu", 0)).Str("workflowId")
+	e.Must(report(e, nodeTok, node, wf, 0, "running"))
+	ctx := context.Background()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()                            //nolint:errcheck // committed below
+	if _, err := tx.Exec(`SELECT 1`); err != nil { // the transaction has begun
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	e.Must(report(e, nodeTok, node, wf, 0, "succeeded"))
+	w, err := workflows.ReportStep(ctx, tx, &workflows.ReportStepInput{NodeID: node, WorkflowID: wf, Index: 1, Status: "running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Steps[1].StartedAt.After(*w.Steps[0].FinishedAt) || !w.UpdatedAt.After(*w.Steps[0].FinishedAt) {
+		t.Fatalf("step 1 started %v, step 0 finished %v, updated %v", w.Steps[1].StartedAt, w.Steps[0].FinishedAt, w.UpdatedAt)
 	}
 }
