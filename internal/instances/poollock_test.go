@@ -113,3 +113,38 @@ func TestPlacementDecidesOnThePoolAsItIs(t *testing.T) {
 		})
 	}
 }
+
+// A cancel that waited while the reservation's window ended decides on the
+// clock once it holds the reservation, not on its transaction's start: it
+// is INVALID_STATE expired once the expiry was announced, not canceled
+// after it (a probe's suspicion; the transaction here begins before the
+// end and reads after the announcement).
+func TestCancelAfterTheExpiryIsExpired(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", instant)
+	end := time.Now().Add(300 * time.Millisecond)
+	var res *Reservation
+	if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) (err error) {
+		res, err = CreateReservation(r.ctx, tx, &ReservationCreateInput{TenantID: "acme", PoolID: pool, Size: fit.Resources{GPUs: 1},
+			StartsAt: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano), EndsAt: end.UTC().Format(time.RFC3339Nano)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := r.db.BeginTxx(r.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()                            //nolint:errcheck // only read
+	if _, err := tx.Exec(`SELECT 1`); err != nil { // the cancel's transaction has begun
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(end) + 50*time.Millisecond)
+	if n, err := ExpireReservations(r.ctx, r.db); err != nil || n != 1 {
+		t.Fatalf("expired %d: %v", n, err)
+	}
+	_, err = CancelReservation(r.ctx, tx, &ReservationCancelInput{TenantID: "acme", ReservationID: res.ReservationID})
+	if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["state"] != ResExpired {
+		t.Fatalf("a cancel whose transaction began before the end, after the expiry was announced: %v", err)
+	}
+}

@@ -299,6 +299,13 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
+	// Expired or not by the clock once the row is held, a statement after
+	// the lock: the transaction's start (tx_now) can be before the window's
+	// end while the expiry sweep announced it and committed as this call
+	// waited, and the reservation was canceled after reservation.expired.
+	if err := q.GetContext(ctx, &r.Now, `SELECT clock_timestamp()`); err != nil {
+		return nil, store.Wrap(err)
+	}
 	r.Normalize()
 	if r.State == ResCanceled || r.State == ResExpired {
 		return nil, errs.InState(r.State, "reservation %s is %s", r.ReservationID, r.State)
