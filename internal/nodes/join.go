@@ -131,8 +131,12 @@ func (r *JoinRequest) fix() *JoinRequest {
 	return r
 }
 
-// reqState reads pending and approved requests past their expiry as expired.
-const reqState = `CASE WHEN state IN ('pending', 'approved') AND expires_at <= now() THEN 'expired' ELSE state END AS req_state`
+// reqState reads pending and approved requests past their expiry as expired,
+// by the clock as the statement reads them (clock_timestamp): the
+// transaction's start (now()) can be before a wait for the request's lock,
+// or the join token's, and a request that expired meanwhile was approved,
+// denied or consumed.
+const reqState = `CASE WHEN state IN ('pending', 'approved') AND expires_at <= clock_timestamp() THEN 'expired' ELSE state END AS req_state`
 
 const reqCols = `join_request_id, pool_id, tenant_id, join_token_id, attestor, reasons::text AS reasons, csr_fingerprint,
 	hardware::text AS hardware, ek_hash, ek_proven, node_id, decided_by, decided_at, deny_reason, expires_at, created_at, updated_at, ` + reqState
@@ -285,7 +289,7 @@ func reportedHardware(in Hardware) (Hardware, error) {
 func lockToken(ctx context.Context, q store.Q, secret string) (*tokenRow, error) {
 	var tok tokenRow
 	err := q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
-			t.expires_at <= now() AS expired, p.state AS pool_state
+			t.expires_at <= clock_timestamp() AS expired, p.state AS pool_state
 		FROM join_tokens t JOIN pools p ON p.pool_id = t.pool_id
 		WHERE t.secret_hash = $1 FOR UPDATE OF t FOR SHARE OF p`, auth.Hash(secret))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -320,7 +324,7 @@ func previousRequest(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR
 	// An earlier request for this key pair in this pool decides first.
 	var expired []JoinRequest
 	if err := q.SelectContext(ctx, &expired, `UPDATE join_requests SET state = 'expired', updated_at = now()
-		WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved') AND expires_at <= now()
+		WHERE pool_id = $1 AND csr_fingerprint = $2 AND state IN ('pending', 'approved') AND expires_at <= clock_timestamp()
 		RETURNING `+reqCols, tok.PoolID, csr.Fingerprint); err != nil {
 		return nil, store.Wrap(err)
 	}

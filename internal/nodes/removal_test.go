@@ -3,9 +3,11 @@ package nodes_test
 import (
 	"encoding/base64"
 	"testing"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pki"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -75,4 +77,32 @@ func TestJoinsWaitForTheRemovalOfWhatTheyDecideOn(t *testing.T) {
 			t.Fatalf("a join racing its key's disallow: %+v, %v", r, err)
 		}
 	})
+}
+
+// An approval whose transaction began before its request expired, and that
+// decides after, finds it expired: expiry is judged by the clock when the
+// request is read under its lock, not by the transaction's start (which a
+// wait for the request's lock, or for the join token's, puts before it).
+func TestApprovalAfterTheExpiryIsRefused(t *testing.T) {
+	e := newEnv(t)
+	r := fixture.Must(e.join(placeholder(t), e.token(1)))
+	if r.Status != nodes.Pending {
+		t.Fatalf("placeholder join: %+v", r)
+	}
+	if _, err := e.DB.Exec(`UPDATE join_requests SET expires_at = clock_timestamp() + interval '200 milliseconds' WHERE join_request_id = $1`, r.JoinRequestID); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.DB.BeginTxx(e.Ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()                            //nolint:errcheck // only read
+	if _, err := tx.Exec(`SELECT 1`); err != nil { // the approval's transaction has begun
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, err = nodes.ApproveJoinRequest(e.Ctx, tx, &nodes.JoinRequestRefInput{TenantID: "acme", JoinRequestID: r.JoinRequestID})
+	if got, ok := errs.As(err); !ok || got.Code != errs.InvalidState {
+		t.Fatalf("an approval decided after its request expired: %v", err)
+	}
 }
