@@ -1,7 +1,6 @@
 package nodes_test
 
 import (
-	"encoding/base64"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
 	"github.com/bettercompute/computed/internal/testkit/held"
-	"github.com/bettercompute/computed/internal/testkit/tpmsim"
 )
 
 // A join decides on the pool's expected machines and allowed keys as they
@@ -46,31 +44,20 @@ func TestJoinsWaitForTheRemovalOfWhatTheyDecideOn(t *testing.T) {
 	})
 
 	t.Run("tpmKeys.disallow", func(t *testing.T) {
-		x := tpmsim.Open(t, 61)
-		ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
-		hash, err := pki.EKHash("ek", ek.PEM())
+		j := newTPMMachine(t, e, 61, tok)
+		hash, err := pki.EKHash("ek", j.ek.PEM())
 		if err != nil {
 			t.Fatal(err)
 		}
 		fixture.Must(fixture.Call[nodes.AllowedKey](e.F, e.acme.Admin, "tpmKeys.allow",
-			map[string]any{"tenantId": "acme", "poolId": e.pool, "ekPublicKey": ek.PEM()}))
-		m := testkit.NewMachine(t)
-		call := func(evidence map[string]any) (*nodes.JoinResult, error) {
-			b := m.JoinBody(tok)
-			b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
-			return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
-		}
-		ch := fixture.Must(call(map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}))
-		secret, err := x.Activate(ak, ek, ch.CredentialBlob, ch.EncryptedSecret)
-		if err != nil {
-			t.Fatal(err)
-		}
+			map[string]any{"tenantId": "acme", "poolId": e.pool, "ekPublicKey": j.ek.PEM()}))
+		ch, secret := j.challenge(t)
 		var r *nodes.JoinResult
 		err = held.While(t, e.DB, func(tx *sqlx.Tx) error {
 			_, err := nodes.DisallowKey(e.Ctx, tx, &nodes.KeyRefInput{TenantID: "acme", PoolID: e.pool, EKHash: hash})
 			return err
 		}, func() (err error) {
-			r, err = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": base64.StdEncoding.EncodeToString(secret)})
+			r, err = j.join(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret})
 			return err
 		})
 		if err != nil || r.Status != nodes.Pending || r.Reasons[0].Code != nodes.ReasonEKNotAllowed {

@@ -25,30 +25,10 @@ import (
 // admitted.
 func TestTPMJoinRules(t *testing.T) {
 	e := newEnv(t)
-	x := tpmsim.Open(t, 97)
-	ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
 	tok := e.token(5)
-	m := testkit.NewMachine(t)
-	macs := []string{m.MAC, "02:00:00:00:00:aa"}
-	call := func(evidence map[string]any) (*nodes.JoinResult, error) {
-		b := m.JoinBody(tok)
-		b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
-		b["hardware"].(map[string]any)["macs"] = macs
-		return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
-	}
-	keys := map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}
-	challenge := func() (*nodes.JoinResult, string) {
-		t.Helper()
-		ch := fixture.Must(call(keys))
-		if ch.Status != nodes.StatusChallenge || ch.ChallengeID == "" || ch.NodeID != "" {
-			t.Fatalf("first call: %+v", ch)
-		}
-		secret, err := x.Activate(ak, ek, ch.CredentialBlob, ch.EncryptedSecret)
-		if err != nil {
-			t.Fatalf("activation: %v", err)
-		}
-		return ch, base64.StdEncoding.EncodeToString(secret)
-	}
+	j := newTPMMachine(t, e, 97, tok)
+	j.macs = []string{j.m.MAC, "02:00:00:00:00:aa"}
+	call, challenge := j.join, func() (*nodes.JoinResult, string) { t.Helper(); return j.challenge(t) }
 	refused := func(err error, reason string) {
 		t.Helper()
 		if got := fixture.Code(t, err, errs.Unauthenticated, ""); got.Details["reason"] != reason {
@@ -75,7 +55,7 @@ func TestTPMJoinRules(t *testing.T) {
 	// did: the same hardware, as join requests compare it (it was
 	// challenge-mismatch, and spent the challenge).
 	ch, secret = challenge()
-	macs = []string{macs[1], macs[0]}
+	j.macs = []string{j.macs[1], j.macs[0]}
 	r := fixture.Must(call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret}))
 	if r.Status != nodes.Pending || len(r.Reasons) != 1 || r.Reasons[0].Code != nodes.ReasonEKNotAllowed {
 		t.Fatalf("an EK on no allow-list: %+v", r)
@@ -89,7 +69,7 @@ func TestTPMJoinRules(t *testing.T) {
 
 	// Allowed by its key, the same TPM with a new key pair is admitted.
 	fixture.Must(nodes.AllowKey(e.Ctx, e.DB, &nodes.KeyAllowInput{TenantID: "acme", PoolID: e.pool, EKHash: req.EKHash}))
-	m = testkit.NewMachine(t)
+	j.m = testkit.NewMachine(t)
 	ch, secret = challenge()
 	if r = fixture.Must(call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret})); r.Status != "admitted" {
 		t.Fatalf("an allowed EK: %+v", r)
@@ -108,17 +88,10 @@ func TestTPMJoinRules(t *testing.T) {
 // challenge, and one of them admitted after two wrong ones.)
 func TestQueuedAnswersFindTheChallengeSpent(t *testing.T) {
 	e := newEnv(t)
-	x := tpmsim.Open(t, 83)
-	ek, ak := x.EK("ecc"), x.AK(tpmsim.AKTemplateECC)
 	tok := e.token(5)
-	m := testkit.NewMachine(t)
-	call := func(evidence map[string]any) (*nodes.JoinResult, error) {
-		b := m.JoinBody(tok)
-		b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
-		return fixture.Call[nodes.JoinResult](e.F, nil, "nodes.join", b)
-	}
+	j := newTPMMachine(t, e, 83, tok)
 	for round := 0; round < 3; round++ {
-		ch := fixture.Must(call(map[string]any{"ekPublicKey": ek.PEM(), "akPublic": ak.PublicB64()}))
+		ch := fixture.Must(j.join(j.keys()))
 		wrong := base64.StdEncoding.EncodeToString(make([]byte, pki.SecretSize))
 		const answers = 4
 		results := make([]error, answers)
@@ -131,7 +104,7 @@ func TestQueuedAnswersFindTheChallengeSpent(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, results[i] = call(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": wrong})
+					_, results[i] = j.join(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": wrong})
 				}()
 			}
 			wg.Wait()
@@ -152,4 +125,51 @@ func TestQueuedAnswersFindTheChallengeSpent(t *testing.T) {
 			t.Fatalf("round %d: %d answers to one challenge refused as %v", round, answers, why)
 		}
 	}
+}
+
+// tpmMachine is a machine with the reference TPM (an ECC endorsement and
+// attestation key) joining e's pool through tok with the tpm attestor;
+// macs, when set, are the MACs it reports.
+type tpmMachine struct {
+	e      *env
+	tok    string
+	x      *tpmsim.TPM
+	ek, ak *tpmsim.Key
+	m      testkit.Machine
+	macs   []string
+}
+
+func newTPMMachine(t *testing.T, e *env, seed int64, tok string) *tpmMachine {
+	x := tpmsim.Open(t, seed)
+	return &tpmMachine{e: e, tok: tok, x: x, ek: x.EK("ecc"), ak: x.AK(tpmsim.AKTemplateECC), m: testkit.NewMachine(t)}
+}
+
+// join calls nodes.join with evidence.
+func (j *tpmMachine) join(evidence map[string]any) (*nodes.JoinResult, error) {
+	b := j.m.JoinBody(j.tok)
+	b["attestor"], b["evidence"] = nodes.AttestorTPM, evidence
+	if j.macs != nil {
+		b["hardware"].(map[string]any)["macs"] = j.macs
+	}
+	return fixture.Call[nodes.JoinResult](j.e.F, nil, "nodes.join", b)
+}
+
+// keys is the first call's evidence.
+func (j *tpmMachine) keys() map[string]any {
+	return map[string]any{"ekPublicKey": j.ek.PEM(), "akPublic": j.ak.PublicB64()}
+}
+
+// challenge makes the first call, checks the challenge's shape and
+// activates its credential in the TPM: the challenge and the secret, base64.
+func (j *tpmMachine) challenge(t *testing.T) (*nodes.JoinResult, string) {
+	t.Helper()
+	ch := fixture.Must(j.join(j.keys()))
+	if ch.Status != nodes.StatusChallenge || ch.ChallengeID == "" || ch.NodeID != "" {
+		t.Fatalf("first call: %+v", ch)
+	}
+	secret, err := j.x.Activate(j.ak, j.ek, ch.CredentialBlob, ch.EncryptedSecret)
+	if err != nil {
+		t.Fatalf("activation: %v", err)
+	}
+	return ch, base64.StdEncoding.EncodeToString(secret)
 }
