@@ -141,15 +141,19 @@ func init() { authz.Register(authz.Project, resolve) }
 // live in the named tenant; its owner and members hold what relationGrants
 // says; a tenant admin counts as an owner.
 func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r authz.Resource) (authz.Visibility, error) {
-	lock := ""
+	lock, lockProject := "", ""
 	if authz.Locking(ctx) {
-		// A mutation: hold the relation until the write commits, so a
-		// removal in flight is waited for and then seen.
-		lock = " FOR SHARE"
+		// A mutation: hold the relation and the project until the write
+		// commits, so a removal in flight is waited for and then seen. The
+		// project's own lock matters when a deletion takes both: the
+		// relation is read after the wait, and without it the project
+		// would be the one read before (there, but no relation:
+		// PERMISSION_DENIED for a project that is gone).
+		lock, lockProject = " FOR SHARE", " FOR KEY SHARE OF pr"
 	}
 	var rel sql.NullString
 	err := q.GetContext(ctx, &rel, `SELECT `+relationOf("$3", lock)+`
-		FROM projects pr WHERE pr.project_id = $1 AND pr.tenant_id = $2`, r.ID, r.TenantID, p.ID)
+		FROM projects pr WHERE pr.project_id = $1 AND pr.tenant_id = $2`+lockProject, r.ID, r.TenantID, p.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return authz.Visibility{}, nil
 	}
