@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -88,6 +89,44 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 		}
 	}
 	return p, nil
+}
+
+// HoldCredential makes the commit of a mutation's transaction q depend on
+// p's token being unrevoked as it commits, not only as the request
+// arrived: the commit runs credential_in_use (migration 00019) first, in
+// the same round trip (store.ExecAtCommit), and fails if a revocation got
+// there first; a revocation that comes while the commit holds the token
+// waits for it (RevokingCredentials). So once tokens.revoke has answered,
+// nothing more of the token's commits. A principal without a token (none
+// here but in tests) holds nothing.
+func HoldCredential(ctx context.Context, q store.Q, p *reqctx.Principal) error {
+	if p == nil || p.TokenID == "" {
+		return nil
+	}
+	return store.ExecAtCommit(ctx, q, `SELECT credential_in_use($1)`, p.TokenID)
+}
+
+// RevokedInFlight is the answer to a mutation whose commit found its token
+// revoked (HoldCredential): what any call of a revoked token is answered.
+// Other errors are returned as they are.
+func RevokedInFlight(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == revokedInFlight {
+		return errs.E(errs.Unauthenticated, "unknown or revoked bearer token")
+	}
+	return err
+}
+
+// revokedInFlight is credential_in_use's SQLSTATE.
+const revokedInFlight = "CR401"
+
+// RevokingCredentials takes, in a revocation's transaction q, the lock of
+// every token the query's rows name (their token_id column, in that order)
+// before the revocation writes: it waits for the commits that hold them
+// (HoldCredential), and later ones wait for it.
+func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args ...any) error {
+	_, err := q.ExecContext(ctx, `SELECT credential_revoking(token_id) FROM (`+tokenIDs+`) t`, args...)
+	return store.Wrap(err)
 }
 
 // maxBindings is how many bindings authentication reads; a principal with

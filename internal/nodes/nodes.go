@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
@@ -298,6 +299,11 @@ func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, err
 		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID)
 	if err != nil {
 		return nil, store.Wrap(err)
+	}
+	if err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens
+		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)
+		ORDER BY token_id`, in.NodeID); err != nil {
+		return nil, err
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE tokens SET revoked_at = now()
 		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID); err != nil {

@@ -432,6 +432,11 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
 		var rerr error
 		kept = nil
+		// First of what the commit sends: the commit fails if the
+		// credential is revoked by then.
+		if rerr = auth.HoldCredential(ctx, tx, p); rerr != nil {
+			return rerr
+		}
 		if res, rerr = decide(tx); rerr != nil {
 			return rerr
 		}
@@ -459,7 +464,7 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		// rollback (the budget's statement takes a connection of its own),
 		// and is answered RATE_LIMITED once that is spent. The audit
 		// record says what the caller was answered.
-		err = auth.Charge(ctx, err)
+		err = auth.Charge(ctx, auth.RevokedInFlight(err))
 		r.auditFailure(ctx, m, in, res, err)
 		return nil, store.Wrap(err)
 	}

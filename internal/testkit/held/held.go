@@ -33,6 +33,14 @@ func While(t testing.TB, db DB, change func(tx *sqlx.Tx) error, act func() error
 // lock (act starts n calls that must all queue behind the change).
 func WhileWaiting(t testing.TB, db DB, n int, change func(tx *sqlx.Tx) error, act func() error) error {
 	t.Helper()
+	return Meanwhile(t, db, n, change, act, nil)
+}
+
+// Meanwhile is WhileWaiting running between, when given, once the n
+// sessions wait and before the change commits: what happens while a call
+// is queued behind a change (a revocation of its credential, say).
+func Meanwhile(t testing.TB, db DB, n int, change func(tx *sqlx.Tx) error, act func() error, between func()) error {
+	t.Helper()
 	tx, err := db.BeginTxx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +65,9 @@ func WhileWaiting(t testing.TB, db DB, n int, change func(tx *sqlx.Tx) error, ac
 		if time.Now().After(deadline) {
 			t.Fatal("the call never waited for the change's locks")
 		}
+	}
+	if between != nil {
+		between()
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
