@@ -687,6 +687,8 @@ func TestMethodSurfaceBodies(t *testing.T) {
 		method, path, code string
 	}{
 		{"POST", "/openapi.json", "METHOD_NOT_ALLOWED"}, {"DELETE", "/healthz", "METHOD_NOT_ALLOWED"},
+		{"PROPFIND", "/healthz", "METHOD_NOT_ALLOWED"}, {"FOO", "/openapi.json", "METHOD_NOT_ALLOWED"},
+		{"DELETE", "/metrics", "METHOD_NOT_ALLOWED"},
 		{"GET", "/nothing-here", "NOT_FOUND"}, {"POST", "/graphiql/x/y", "METHOD_NOT_ALLOWED"},
 		// Under /graphiql/ too (http.FileServer: a plain-text 404 and a
 		// listing of the directory).
@@ -695,6 +697,14 @@ func TestMethodSurfaceBodies(t *testing.T) {
 		r := rawCall(t, e, c.method, c.path, nil, []byte(`{}`))
 		if r.Code() != c.code || r.Header.Get("Content-Type") != "application/json" || c.code == "METHOD_NOT_ALLOWED" && r.Header.Get("Allow") != "GET, HEAD" {
 			t.Fatalf("%s %s: %d %v %s", c.method, c.path, r.Status, r.Header, r.Raw)
+		}
+	}
+	// GraphQL's paths answer such a verb as they answer PUT: in the
+	// GraphQL error shape, with the verbs they take.
+	for _, path := range []string{"/graphql", "/graphql/stream"} {
+		r := rawCall(t, e, "PROPFIND", path, map[string]string{"Authorization": "Bearer " + acme.Admin.Token}, []byte(`{}`))
+		if r.Status != 405 || r.Header.Get("Allow") != "GET, POST" || !strings.Contains(string(r.Raw), `"errors"`) {
+			t.Fatalf("PROPFIND %s: %d %v %s", path, r.Status, r.Header, r.Raw)
 		}
 	}
 	for _, path := range []string{"/openapi.json", "/healthz", "/readyz", "/", "/graphiql/graphiql.min.css"} {

@@ -156,6 +156,9 @@ func TestHTTPSurface(t *testing.T) {
 		{"GET on a method path", http.MethodGet, "/api/compute/projects/list", auth, nil, 405, ""},
 		{"PUT on a method path", http.MethodPut, "/api/compute/projects/create", auth, []byte(`{}`), 405, ""},
 		{"DELETE on a method path", http.MethodDelete, "/api/compute/projects/delete", auth, nil, 405, ""},
+		// A verb outside HTTP's standard set is refused as the path refuses
+		// any verb it does not take (it was Allow: GET, HEAD everywhere).
+		{"PROPFIND on a method path", "PROPFIND", "/api/compute/instances/create", auth, []byte(`{}`), 405, "METHOD_NOT_ALLOWED"},
 		{"GET on a method path without a token", http.MethodGet, "/api/compute/tenants/list", nil, nil, 405, ""},
 		{"method index", http.MethodGet, "/api/compute", nil, nil, 200, ""},
 		{"healthz", http.MethodGet, "/healthz", nil, nil, 200, ""},

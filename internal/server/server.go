@@ -249,7 +249,7 @@ func (s *Server) Handler() http.Handler {
 	// HEAD is GET without the body on every GET route (chi answered it
 	// 405); a path or method no route takes answers in the contract's
 	// error shape (chi's were an empty 405 and a plain-text 404).
-	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline, middleware.GetHead)
+	r.Use(s.requestID, s.clientAddr, s.recoverer, s.logRequests, s.deadline, middleware.GetHead, otherVerbs)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.rest.WriteError(w, r, errs.E(errs.NotFound, "nothing is served at %s", r.URL.Path))
 	})
@@ -263,7 +263,7 @@ func (s *Server) Handler() http.Handler {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.ready)
-	r.With(s.operatorOnly).Handle("/metrics", s.MetricsHandler())
+	r.With(s.operatorOnly).Method(http.MethodGet, "/metrics", s.MetricsHandler())
 	r.Get("/", graphiql)
 	r.Get("/graphiql/*", s.graphiqlAssets)
 	r.Group(func(r chi.Router) {
@@ -277,6 +277,25 @@ func (s *Server) Handler() http.Handler {
 		r.Handle(StreamPath, limitGraphQLBody(gql, rest.DefaultMaxBody))
 	})
 	return r
+}
+
+// otherVerbs routes a verb outside HTTP's standard set as TRACE, which no
+// route takes, so that each path refuses it as it refuses any other verb it
+// does not take: a method path with Allow: POST, GraphQL's paths in their
+// error shape with Allow: GET, POST. chi sends a verb it does not know to
+// its MethodNotAllowed handler whatever the path, which answered as if every
+// path took GET alone. The request's log line keeps the verb as sent.
+func otherVerbs(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		default:
+			r = r.Clone(r.Context())
+			r.Method = http.MethodTrace
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // MetricsHandler serves the Prometheus metrics: the operator address
