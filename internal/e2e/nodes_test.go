@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"sync"
+	"strings"
 	"testing"
 
 	"github.com/bettercompute/computed/internal/pki"
@@ -94,10 +95,18 @@ func TestJoinWithTokenAdmitsAndIssuesCertificateAndCredential(t *testing.T) {
 	if c := e.Call("", "nodes/join", testkit.NewMachine(t).JoinBody(tok)).Code(); c != "UNAUTHENTICATED" {
 		t.Fatalf("third join on a 2-use token: %s", c)
 	}
-	// The same key pair cannot join twice.
+	// The same key pair cannot join twice: the conflict names the
+	// tenant's node (it named nothing).
 	tok2 := e.JoinToken(admin, "acme", pool, 5)
-	if c := e.Call("", "nodes/join", m.JoinBody(tok2)).Code(); c != "CONFLICT" {
-		t.Fatalf("second join with the same CSR: %s", c)
+	if r := e.Call("", "nodes/join", m.JoinBody(tok2)); r.Code() != "CONFLICT" || r.Details()["nodeId"] != nodeID {
+		t.Fatalf("second join with the same CSR: %s", r.Raw)
+	}
+	// Keys are one node's on the whole platform, but another tenant's
+	// join with the key is told nothing of the node that holds it.
+	beta, _, _ := e.Tenant("beta")
+	betaTok := e.JoinToken(beta, "beta", e.Pool(beta, "beta", "gpu-b"), 5)
+	if r := e.Call("", "nodes/join", m.JoinBody(betaTok)); r.Code() != "CONFLICT" || len(r.Details()) != 0 || strings.Contains(string(r.Raw), nodeID) {
+		t.Fatalf("another tenant's join with the same CSR: %s", r.Raw)
 	}
 }
 

@@ -313,10 +313,19 @@ func lockToken(ctx context.Context, q store.Q, secret string) (*tokenRow, error)
 // pool's requests for the key pair that are past their time, and returns
 // the latest one, locked (nil when there is none).
 func previousRequest(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR) (*JoinRequest, error) {
-	var live string
-	err := q.GetContext(ctx, &live, `SELECT node_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
+	var live struct {
+		NodeID   string `db:"node_id"`
+		TenantID string `db:"tenant_id"`
+	}
+	err := q.GetContext(ctx, &live, `SELECT node_id, tenant_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
 	if err == nil {
-		return nil, errs.E(errs.Conflict, "a live node already holds this CSR's key; remove it or join with a new key")
+		// A key is one live node's on the whole platform; the node is
+		// named only to its own tenant's joins.
+		e := errs.E(errs.Conflict, "a live node already holds this CSR's key; remove it or join with a new key")
+		if live.TenantID == tok.TenantID {
+			e = e.With("nodeId", live.NodeID)
+		}
+		return nil, e
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, store.Wrap(err)
