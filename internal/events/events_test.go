@@ -599,3 +599,29 @@ func TestCausalOrderWithinAPass(t *testing.T) {
 		return nil
 	})
 }
+
+// A cursor is expired when retention has taken an event after it; the id
+// of the last event pruned reads on (nothing after it is gone), and an id
+// past the stream's last was never returned.
+func TestCursorAgainstTheRetentionMark(t *testing.T) {
+	const last, pruned = 40, 30
+	for _, c := range []struct {
+		after uint64
+		want  errs.Code
+	}{
+		{0, ""}, {1, errs.InvalidState}, {29, errs.InvalidState}, {30, ""}, {31, ""}, {40, ""}, {41, errs.InvalidInput},
+	} {
+		err := events.CheckCursorOf("cursor", c.after, last, pruned)
+		if (err == nil) != (c.want == "") || err != nil && errs.CodeOf(err) != c.want {
+			t.Errorf("after %d: %v, want %q", c.after, err, c.want)
+		}
+	}
+	// A stream pruned whole: its last event's id reads on, an earlier one
+	// is expired.
+	if err := events.CheckCursorOf("cursor", 30, 30, 30); err != nil {
+		t.Errorf("the last event of a stream pruned whole: %v", err)
+	}
+	if err := events.CheckCursorOf("cursor", 29, 30, 30); errs.CodeOf(err) != errs.InvalidState {
+		t.Errorf("before the last event of a stream pruned whole: %v", err)
+	}
+}
