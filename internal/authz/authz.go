@@ -106,8 +106,8 @@ func Register(resourceType string, r Resolver) {
 type lockKey struct{}
 
 // DecideInTx is Decide for a mutation, inside its transaction tx: the role
-// binding it rests on is read anew and locked FOR SHARE until the
-// transaction ends, so a revocation cannot land between the decision and
+// binding it rests on is held (HoldAuthority), then read anew and locked FOR
+// SHARE, until the transaction ends, so a revocation cannot land between the decision and
 // the write (it waits for the write, or the write sees it). The resource
 // resolvers read on tx too, and the handlers lock the rows they change.
 func DecideInTx(ctx context.Context, tx store.Q, p *reqctx.Principal, perm Permission, r Resource) error {
@@ -122,12 +122,48 @@ func Locking(ctx context.Context) bool {
 	return locked
 }
 
+// An Authority is what a mutation's decision rests on and a revocation
+// changes: a role binding, a project's relations.
+type Authority string
+
+// Binding is the authority of a principal's role on a tenant.
+func Binding(tenantID, principalID string) Authority {
+	return Authority("binding:" + principalID + "@" + tenantID)
+}
+
+// ProjectRelations is the authority of every relation to a project.
+func ProjectRelations(projectID string) Authority { return Authority("project:" + projectID) }
+
+// HoldAuthority holds a, in a mutation's transaction, until it ends: a
+// change of a (ChangingAuthority) waits for it, and a hold that comes
+// while a change waits or runs waits for the change, then reads what it
+// left. It goes before the read of a, in a statement of its own (the
+// read's snapshot is taken after the wait). Migration 00020 says why a
+// transaction advisory lock rather than the row's share lock alone: a
+// stream of share locks kept a revocation waiting until it timed out.
+func HoldAuthority(ctx context.Context, q store.Q, a Authority) error {
+	_, err := q.ExecContext(ctx, `SELECT authority_held($1)`, string(a))
+	return store.Wrap(err)
+}
+
+// ChangingAuthority takes a exclusively before a change of it (a role
+// binding granted or revoked, a project's relation added or removed, the
+// project deleted): it waits for the mutations holding it, and the ones
+// that come after wait for it.
+func ChangingAuthority(ctx context.Context, q store.Q, a Authority) error {
+	_, err := q.ExecContext(ctx, `SELECT authority_changing($1)`, string(a))
+	return store.Wrap(err)
+}
+
 // RoleOf returns the principal's role on a tenant, "" for none.
 func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
 	if p == nil || p.Kind == "node" || tenantID == "" {
 		return "", nil
 	}
 	if Locking(ctx) {
+		if err := HoldAuthority(ctx, q, Binding(tenantID, p.ID)); err != nil {
+			return "", err
+		}
 		var role string
 		err := q.GetContext(ctx, &role, `SELECT role FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2 FOR SHARE`, tenantID, p.ID)
 		if errors.Is(err, sql.ErrNoRows) {

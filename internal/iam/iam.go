@@ -174,6 +174,9 @@ func Grant(ctx context.Context, q store.Q, in *GrantInput) (*Binding, error) {
 			return nil, err
 		}
 	}
+	if err := authz.ChangingAuthority(ctx, q, authz.Binding(in.TenantID, in.PrincipalID)); err != nil {
+		return nil, err
+	}
 	if _, err := q.ExecContext(ctx, `INSERT INTO role_bindings (tenant_id, principal_id, role) VALUES ($1, $2, $3)
 		ON CONFLICT (tenant_id, principal_id) DO UPDATE SET role = EXCLUDED.role`, in.TenantID, in.PrincipalID, in.Role); err != nil {
 		return nil, store.Wrap(err)
@@ -233,6 +236,9 @@ func revokeTurn(ctx context.Context, q store.Q, in *MemberRefInput) (authz.Resou
 // RevokeMember removes a principal's role on the tenant.
 func RevokeMember(ctx context.Context, q store.Q, in *MemberRefInput) (*Revoked, error) {
 	if err := keepAnAdmin(ctx, q, in.TenantID, in.PrincipalID, "revoked"); err != nil {
+		return nil, err
+	}
+	if err := authz.ChangingAuthority(ctx, q, authz.Binding(in.TenantID, in.PrincipalID)); err != nil {
 		return nil, err
 	}
 	res, err := q.ExecContext(ctx, `DELETE FROM role_bindings WHERE tenant_id = $1 AND principal_id = $2`, in.TenantID, in.PrincipalID)

@@ -3,6 +3,7 @@ package iam_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,5 +394,52 @@ func TestCallsQueuedWhenTheirTokenIsRevokedDoNotCommit(t *testing.T) {
 	}
 	if answered.refused != calls {
 		t.Fatalf("%d of %d queued calls answered OK, %d UNAUTHENTICATED", answered.ok, calls, answered.refused)
+	}
+}
+
+// members.revoke is not kept waiting by the member's own stream of calls.
+// Each mutation of the member holds its role binding until it commits (so
+// the revocation waits for it); those holds overlapped without end, and
+// PostgreSQL lets a new share lock of a row overtake a waiting delete: the
+// revocation of a member making 16 calls at a time ran into the statement
+// timeout (UNAVAILABLE after 10 s) every time.
+func TestRevocationIsNotStarvedByTheMembersCalls(t *testing.T) {
+	e := newEnv(t)
+	m := e.acme.Member
+	var stop atomic.Bool
+	var made atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; !stop.Load(); j++ {
+				if _, err := fixture.Call[projects.Project](e.F, m, "projects.create",
+					map[string]any{"tenantId": "acme", "name": fmt.Sprint("p", i, "-", j)}); err == nil {
+					made.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for made.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := fixture.Call[iam.Revoked](e.F, e.acme.Admin, "members.revoke", map[string]any{"tenantId": "acme", "principalId": m.ID}); err != nil {
+		t.Fatalf("members.revoke while the member makes calls: %v", err)
+	}
+	// And nothing of the member's commits after the revocation answered.
+	var n1, n2 int
+	count := func(n *int) {
+		if err := e.DB.Get(n, `SELECT count(*) FROM projects WHERE tenant_id = 'acme'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count(&n1)
+	stop.Store(true)
+	wg.Wait()
+	count(&n2)
+	if n1 != n2 {
+		t.Fatalf("%d projects of the member were created after its role was revoked", n2-n1)
 	}
 }

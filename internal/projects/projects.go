@@ -143,6 +143,9 @@ func init() { authz.Register(authz.Project, resolve) }
 func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r authz.Resource) (authz.Visibility, error) {
 	lock, lockProject := "", ""
 	if authz.Locking(ctx) {
+		if err := authz.HoldAuthority(ctx, q, authz.ProjectRelations(r.ID)); err != nil {
+			return authz.Visibility{}, err
+		}
 		// A mutation: hold the relation and the project until the write
 		// commits, so a removal in flight is waited for and then seen. The
 		// project's own lock matters when a deletion takes both: the
@@ -165,6 +168,33 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r
 		v.Direct = relationGrants["owner"]
 	}
 	return v, nil
+}
+
+// relationsTurn locates a change of a project's relations (its deletion
+// included) and takes them exclusively (authz.ChangingAuthority) before the
+// decision, which holds them too: the change waits for the mutations
+// decided on them, and the ones after it wait for it and see what it
+// left. Taken there first, two changes of one project take turns, where
+// each holding them shared from its decision and waiting for the other's
+// to end deadlocked. A caller the decision then refuses held the turn only
+// for its refusal.
+func relationsTurn(ctx context.Context, q store.Q, tenantID, projectID string) (authz.Resource, error) {
+	if err := authz.ChangingAuthority(ctx, q, authz.ProjectRelations(projectID)); err != nil {
+		return authz.Resource{}, err
+	}
+	return authz.Resource{Type: authz.Project, TenantID: tenantID, ID: projectID}, nil
+}
+
+func deleteTurn(ctx context.Context, q store.Q, in *RefInput) (authz.Resource, error) {
+	return relationsTurn(ctx, q, in.TenantID, in.ProjectID)
+}
+
+func memberTurn(ctx context.Context, q store.Q, in *MemberInput) (authz.Resource, error) {
+	return relationsTurn(ctx, q, in.TenantID, in.ProjectID)
+}
+
+func removeTurn(ctx context.Context, q store.Q, in *MemberInput) (authz.Resource, error) {
+	return relationsTurn(ctx, q, in.TenantID, in.ProjectID)
 }
 
 // Create stores a project and makes the caller its owner.
@@ -344,16 +374,16 @@ func Methods() []registry.Method {
 				registry.ExpectedVersion())...), nil, Update),
 		registry.Def(m("delete", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Deletes a project and its relationships and returns the number deleted.",
-			[]string{"The project's instances stay, in the tenant, with `projectId` null (so do instances created in the project while the delete runs)."}, ref...), nil, Delete),
+			[]string{"The project's instances stay, in the tenant, with `projectId` null (so do instances created in the project while the delete runs)."}, ref...), deleteTurn, Delete),
 		registry.Def(m("addMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Relates a principal to the project as member (default) or owner.",
 			[]string{"`NOT_FOUND` when no such user or service principal exists, or when it is another tenant's and holds no role on this one (the same answer: nothing of another tenant's principals shows). The operator may name any user or service principal: that is how one principal comes to hold roles on several tenants."},
 			append(append([]registry.Field{}, ref...), principal,
-				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), nil, AddMember),
+				registry.Field{Name: "relation", Type: registry.String, Enum: []string{"member", "owner"}, Default: "member"})...), memberTurn, AddMember),
 		registry.Def(m("removeMember", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Removes a principal's relationship to the project.",
 			[]string{"`NOT_FOUND` when the principal is not related to the project."},
-			append(append([]registry.Field{}, ref...), principal)...), nil, RemoveMember),
+			append(append([]registry.Field{}, ref...), principal)...), removeTurn, RemoveMember),
 		registry.Def(m("listMembers", registry.Read, authz.ProjectsRead, authz.Project,
 			"Returns a page of the project's owners and members, ordered by principal id.",
 			[]string{"`limit` defaults to 50 and is at most 200."},

@@ -3,7 +3,10 @@ package projects_test
 import (
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
@@ -222,5 +225,48 @@ func TestCallsWaitingOnADeletionFindTheProjectGone(t *testing.T) {
 			return err
 		})
 		fixture.Code(t, err, errs.NotFound, "")
+	}
+}
+
+// A project's owner making calls without pause keeps neither the removal
+// of its relation nor the project's deletion waiting: each call held the
+// relation's row (a share lock, which a new one overtakes while a removal
+// waits) until it committed, and the removal ran into the statement
+// timeout.
+func TestRemovalsAreNotStarvedByTheOwnersCalls(t *testing.T) {
+	e := newEnv(t)
+	for _, removal := range []string{"projects.removeMember", "projects.delete"} {
+		pr := e.create("busy-" + removal)
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		var made atomic.Int64
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; !stop.Load(); j++ {
+					if _, err := fixture.Call[projects.Project](e.F, e.acme.Member, "projects.update",
+						map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "description": fmt.Sprint(i, "-", j)}); err == nil {
+						made.Add(1)
+					}
+				}
+			}()
+		}
+		for made.Load() < 50 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		in := map[string]any{"tenantId": "acme", "projectId": pr.ProjectID}
+		var err error
+		if removal == "projects.removeMember" {
+			in["principalId"] = e.acme.Member.ID
+			_, err = fixture.Call[projects.Removed](e.F, e.acme.Admin, removal, in)
+		} else {
+			_, err = fixture.Call[projects.Deleted](e.F, e.acme.Admin, removal, in)
+		}
+		stop.Store(true)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("%s while the owner makes calls: %v", removal, err)
+		}
 	}
 }
