@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -133,6 +134,27 @@ func Binding(tenantID, principalID string) Authority {
 
 // ProjectRelations is the authority of every relation to a project.
 func ProjectRelations(projectID string) Authority { return Authority("project:" + projectID) }
+
+// PoolSettings is the authority of what a pool's owner sets and others
+// decide on: its state, policy and capacity, its offers, its expected
+// machines and allowed keys. Joins, creates and placements hold it while
+// they decide (with the pool's row share-locked); the owner's changes, and
+// the calls that decide one at a time under the pool's update lock
+// (reservations, bounded placements), take it exclusively.
+func PoolSettings(poolID string) Authority { return Authority("pool:" + poolID) }
+
+// LockPool holds the pool's settings for a row lock of the pool of mode
+// ("FOR SHARE…" holds them, "FOR UPDATE…" changes them, "" neither),
+// before the statement that takes the row lock.
+func LockPool(ctx context.Context, q store.Q, poolID, mode string) error {
+	switch {
+	case strings.HasPrefix(mode, "FOR SHARE"):
+		return HoldAuthority(ctx, q, PoolSettings(poolID))
+	case strings.HasPrefix(mode, "FOR UPDATE"):
+		return ChangingAuthority(ctx, q, PoolSettings(poolID))
+	}
+	return nil
+}
 
 // HoldAuthority holds a, in a mutation's transaction, until it ends: a
 // change of a (ChangingAuthority) waits for it, and a hold that comes

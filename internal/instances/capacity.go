@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/store"
@@ -67,6 +68,9 @@ func sizeOf(i *Instance) fit.Resources {
 // they waited, as reservations did). The locking read returns the row as
 // the lock's holder left it.
 func lockPool(ctx context.Context, q store.Q, p *poolRow, mode string) error {
+	if err := authz.LockPool(ctx, q, p.PoolID, mode); err != nil {
+		return err
+	}
 	return store.Wrap(q.GetContext(ctx, p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false
 		WHERE p.pool_id = $1 `+mode+` OF p`, p.PoolID))
 }

@@ -197,6 +197,9 @@ const poolCols = `p.pool_id, p.tenant_id, p.kind, p.sharing_mode, p.provider, p.
 // quota, locking the pool row with lock ("" for none). Anything else is
 // NOT_FOUND naming poolId.
 func visiblePool(ctx context.Context, q store.Q, tenantID, poolID, lock string) (*poolRow, error) {
+	if err := authz.LockPool(ctx, q, poolID, lock); err != nil {
+		return nil, err
+	}
 	var p poolRow
 	err := q.GetContext(ctx, &p, `SELECT `+poolCols+` FROM pools p
 		LEFT JOIN pool_offers o ON o.pool_id = p.pool_id AND o.to_tenant_id = $2

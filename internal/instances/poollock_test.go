@@ -1,7 +1,10 @@
 package instances
 
 import (
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/instances/fit"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/testkit/held"
 )
 
@@ -146,5 +150,45 @@ func TestCancelAfterTheExpiryIsExpired(t *testing.T) {
 	_, err = CancelReservation(r.ctx, tx, &ReservationCancelInput{TenantID: "acme", ReservationID: res.ReservationID})
 	if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["state"] != ResExpired {
 		t.Fatalf("a cancel whose transaction began before the end, after the expiry was announced: %v", err)
+	}
+}
+
+// An offered tenant making creates without pause does not keep the pool's
+// owner from withdrawing the offer. Each create share-locks the pool until
+// it commits (so that the pool is not archived or unoffered under it), and
+// a new share lock of a row overtakes a waiting update: 16 creates at a
+// time, all refused by a quota of 0, kept pools.unoffer waiting until its
+// statement timed out.
+func TestUnofferIsNotStarvedByTheOfferedTenantsCreates(t *testing.T) {
+	r := newRig(t)
+	r.exec(`INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
+	pool := r.pool("vps-provider", "sim", instant)
+	r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 0, 0)`, pool)
+	var stop atomic.Bool
+	var tried atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; !stop.Load(); j++ {
+				_ = r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+					_, err := r.s.Create(r.ctx, tx, &CreateInput{TenantID: "beta", PoolID: pool, Name: fmt.Sprint("i", i, "-", j),
+						Size: Size{GPUs: 1, VCPUs: 1, MemoryGiB: 1}})
+					return err
+				})
+				tried.Add(1)
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for tried.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+		_, err := pools.Unoffer(r.ctx, tx, &pools.UnofferInput{TenantID: "acme", PoolID: pool, ToTenantID: "beta"})
+		return err
+	}); err != nil {
+		t.Fatalf("pools.unoffer while the offered tenant makes creates: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
@@ -287,8 +288,21 @@ func reportedHardware(in Hardware) (Hardware, error) {
 // serializes joins through one token (its use count); a token that
 // admits nothing more, or whose pool takes no joins, is refused.
 func lockToken(ctx context.Context, q store.Q, secret string) (*tokenRow, error) {
+	// The join holds its pool's settings (authz.LockPool) before it
+	// share-locks the pool's row: the token's pool first.
+	var poolID string
+	err := q.GetContext(ctx, &poolID, `SELECT pool_id FROM join_tokens WHERE secret_hash = $1`, auth.Hash(secret))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, badToken("unknown join token")
+	}
+	if err != nil {
+		return nil, store.Wrap(err)
+	}
+	if err := authz.LockPool(ctx, q, poolID, "FOR SHARE"); err != nil {
+		return nil, err
+	}
 	var tok tokenRow
-	err := q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
+	err = q.GetContext(ctx, &tok, `SELECT t.join_token_id, t.pool_id, t.tenant_id, t.max_uses, t.uses, t.revoked_at,
 			t.expires_at <= clock_timestamp() AS expired, p.state AS pool_state
 		FROM join_tokens t JOIN pools p ON p.pool_id = t.pool_id
 		WHERE t.secret_hash = $1 FOR UPDATE OF t FOR SHARE OF p`, auth.Hash(secret))

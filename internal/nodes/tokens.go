@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
@@ -152,9 +153,12 @@ const (
 // ownedPool reads a pool the tenant owns (NOT_FOUND otherwise: an offered
 // tenant does not manage the pool's joins), locked as lock says.
 func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, lock poolLock) (*poolRow, error) {
+	mode := [...]string{``, `FOR SHARE`, `FOR UPDATE`}[lock]
+	if err := authz.LockPool(ctx, q, poolID, mode); err != nil {
+		return nil, err
+	}
 	var p poolRow
-	err := q.GetContext(ctx, &p, `SELECT pool_id, tenant_id, state, sharing_mode FROM pools WHERE pool_id = $1 AND tenant_id = $2`+
-		[...]string{``, ` FOR SHARE`, ` FOR UPDATE`}[lock], poolID, tenantID)
+	err := q.GetContext(ctx, &p, `SELECT pool_id, tenant_id, state, sharing_mode FROM pools WHERE pool_id = $1 AND tenant_id = $2 `+mode, poolID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errs.E(errs.NotFound, "pool %s not found", poolID)
 	}

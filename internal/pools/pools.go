@@ -299,6 +299,9 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Pool], erro
 
 // owned locks a pool the tenant owns; anyone else's pool is NOT_FOUND.
 func owned(ctx context.Context, q store.Q, tenantID, poolID string) (*Pool, error) {
+	if err := authz.LockPool(ctx, q, poolID, "FOR UPDATE"); err != nil {
+		return nil, err
+	}
 	var p Pool
 	err := q.GetContext(ctx, &p, `SELECT `+cols+` FROM pools WHERE pool_id = $1 AND tenant_id = $2 FOR UPDATE`, poolID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
