@@ -143,6 +143,11 @@ func ProjectRelations(projectID string) Authority { return Authority("project:" 
 // (reservations, bounded placements), take it exclusively.
 func PoolSettings(poolID string) Authority { return Authority("pool:" + poolID) }
 
+// NodeState is the authority of a node's state (ready, cordoned, removed):
+// workflows.create holds it while it decides (with the node's row
+// share-locked), and the node's changes (lockNode) take it exclusively.
+func NodeState(nodeID string) Authority { return Authority("node:" + nodeID) }
+
 // LockPool holds the pool's settings for a row lock of the pool of mode
 // ("FOR SHARE…" holds them, "FOR UPDATE…" changes them, "" neither),
 // before the statement that takes the row lock.

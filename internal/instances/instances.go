@@ -319,6 +319,11 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 		// not found here, with its path. Checked without it, the delete
 		// could commit between this check and the insert, whose foreign
 		// key then failed with a generic NOT_FOUND.
+		// Held first (authz.HoldAuthority), as a project's own mutations
+		// hold it: a stream of creates does not keep the deletion waiting.
+		if err := authz.HoldAuthority(ctx, q, authz.ProjectRelations(*in.ProjectID)); err != nil {
+			return nil, err
+		}
 		var found []string
 		if err := q.SelectContext(ctx, &found, `SELECT project_id FROM projects WHERE project_id = $1 AND tenant_id = $2 FOR KEY SHARE`, *in.ProjectID, in.TenantID); err != nil {
 			return nil, store.Wrap(err)

@@ -202,6 +202,9 @@ func ListNodes(ctx context.Context, q store.Q, in *NodeListInput) (*page.Page[No
 // lockNode locks a node the tenant owns and checks expectedVersion; a
 // removed node is INVALID_STATE.
 func lockNode(ctx context.Context, q store.Q, tenantID, nodeID string, expected *int) (*Node, error) {
+	if err := authz.ChangingAuthority(ctx, q, authz.NodeState(nodeID)); err != nil {
+		return nil, err
+	}
 	var n Node
 	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR UPDATE`, nodeID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,4 +255,39 @@ func TestWorkflowsNodeRemovalRacesReports(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds: the report first %d, the removal first %d", rounds, succeeded, canceled)
+}
+
+// A member creating workflows on a node without pause does not keep the
+// node's removal waiting: each create share-locks the node until it
+// commits (so that the node is not cordoned or removed under it), and a
+// new share lock of a row overtakes a waiting update. 16 creates at a time
+// (all but the first refused: the node has its workflow) kept nodes.remove
+// waiting until its statement timed out.
+func TestNodeRemovalIsNotStarvedByWorkflowCreates(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, member, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu")
+	node, _ := e.Node(admin, "acme", pool)
+	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
+	var stop atomic.Bool
+	var tried atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				create(e, member, "acme", node, "gpu", 0)
+				tried.Add(1)
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for tried.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := e.Call(admin, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": node}); r.Code() != "" {
+		t.Fatalf("nodes.remove while a member creates workflows on the node: %s", r.Raw)
+	}
 }

@@ -171,6 +171,11 @@ func one(ctx context.Context, q store.Q, query string, args ...any) (*Workflow, 
 func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) {
 	// The node: the tenant's own, not removed. The share lock keeps it from
 	// being cordoned or removed until this transaction ends.
+	// Held first (authz.HoldAuthority): a stream of creates on the node
+	// does not keep its removal waiting.
+	if err := authz.HoldAuthority(ctx, q, authz.NodeState(in.NodeID)); err != nil {
+		return nil, err
+	}
 	var state string
 	err := q.GetContext(ctx, &state, `SELECT state FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR SHARE`, in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && state == "removed") {
