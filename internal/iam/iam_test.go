@@ -3,7 +3,6 @@ package iam_test
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
 	"github.com/bettercompute/computed/internal/testkit/held"
+	"github.com/bettercompute/computed/internal/testkit/storm"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -406,25 +406,9 @@ func TestCallsQueuedWhenTheirTokenIsRevokedDoNotCommit(t *testing.T) {
 func TestRevocationIsNotStarvedByTheMembersCalls(t *testing.T) {
 	e := newEnv(t)
 	m := e.acme.Member
-	var stop atomic.Bool
-	var made atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; !stop.Load(); j++ {
-				if _, err := fixture.Call[projects.Project](e.F, m, "projects.create",
-					map[string]any{"tenantId": "acme", "name": fmt.Sprint("p", i, "-", j)}); err == nil {
-					made.Add(1)
-				}
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
-	for made.Load() < 100 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	stop := storm.Start(t, 16, 100, func(i, j int) {
+		fixture.Call[projects.Project](e.F, m, "projects.create", map[string]any{"tenantId": "acme", "name": fmt.Sprint("p", i, "-", j)}) //nolint:errcheck // refused once revoked
+	})
 	if _, err := fixture.Call[iam.Revoked](e.F, e.acme.Admin, "members.revoke", map[string]any{"tenantId": "acme", "principalId": m.ID}); err != nil {
 		t.Fatalf("members.revoke while the member makes calls: %v", err)
 	}
@@ -436,8 +420,7 @@ func TestRevocationIsNotStarvedByTheMembersCalls(t *testing.T) {
 		}
 	}
 	count(&n1)
-	stop.Store(true)
-	wg.Wait()
+	stop()
 	count(&n2)
 	if n1 != n2 {
 		t.Fatalf("%d projects of the member were created after its role was revoked", n2-n1)

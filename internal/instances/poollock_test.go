@@ -3,8 +3,6 @@ package instances
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/testkit/held"
+	"github.com/bettercompute/computed/internal/testkit/storm"
 )
 
 // Placements and reservations decide on the pool as it is once they hold
@@ -164,27 +163,13 @@ func TestUnofferIsNotStarvedByTheOfferedTenantsCreates(t *testing.T) {
 	r.exec(`INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
 	pool := r.pool("vps-provider", "sim", instant)
 	r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 0, 0)`, pool)
-	var stop atomic.Bool
-	var tried atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; !stop.Load(); j++ {
-				_ = r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
-					_, err := r.s.Create(r.ctx, tx, &CreateInput{TenantID: "beta", PoolID: pool, Name: fmt.Sprint("i", i, "-", j),
-						Size: Size{GPUs: 1, VCPUs: 1, MemoryGiB: 1}})
-					return err
-				})
-				tried.Add(1)
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
-	for tried.Load() < 100 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	storm.Start(t, 16, 100, func(i, j int) {
+		r.db.Tx(r.ctx, func(tx *sqlx.Tx) error { //nolint:errcheck // every create is refused (quota 0)
+			_, err := r.s.Create(r.ctx, tx, &CreateInput{TenantID: "beta", PoolID: pool, Name: fmt.Sprint("i", i, "-", j),
+				Size: Size{GPUs: 1, VCPUs: 1, MemoryGiB: 1}})
+			return err
+		})
+	})
 	if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
 		_, err := pools.Unoffer(r.ctx, tx, &pools.UnofferInput{TenantID: "acme", PoolID: pool, ToTenantID: "beta"})
 		return err

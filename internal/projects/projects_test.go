@@ -3,10 +3,7 @@ package projects_test
 import (
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
@@ -16,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
 	"github.com/bettercompute/computed/internal/testkit/held"
+	"github.com/bettercompute/computed/internal/testkit/storm"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -237,24 +235,10 @@ func TestRemovalsAreNotStarvedByTheOwnersCalls(t *testing.T) {
 	e := newEnv(t)
 	for _, removal := range []string{"projects.removeMember", "projects.delete"} {
 		pr := e.create("busy-" + removal)
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		var made atomic.Int64
-		for i := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := 0; !stop.Load(); j++ {
-					if _, err := fixture.Call[projects.Project](e.F, e.acme.Member, "projects.update",
-						map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "description": fmt.Sprint(i, "-", j)}); err == nil {
-						made.Add(1)
-					}
-				}
-			}()
-		}
-		for made.Load() < 50 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		stop := storm.Start(t, 16, 50, func(i, j int) {
+			fixture.Call[projects.Project](e.F, e.acme.Member, "projects.update", //nolint:errcheck // refused once removed
+				map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "description": fmt.Sprint(i, "-", j)})
+		})
 		in := map[string]any{"tenantId": "acme", "projectId": pr.ProjectID}
 		var err error
 		if removal == "projects.removeMember" {
@@ -263,8 +247,7 @@ func TestRemovalsAreNotStarvedByTheOwnersCalls(t *testing.T) {
 		} else {
 			_, err = fixture.Call[projects.Deleted](e.F, e.acme.Admin, removal, in)
 		}
-		stop.Store(true)
-		wg.Wait()
+		stop()
 		if err != nil {
 			t.Fatalf("%s while the owner makes calls: %v", removal, err)
 		}

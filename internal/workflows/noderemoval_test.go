@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/storm"
 	"github.com/bettercompute/computed/internal/workflows"
 )
 
@@ -270,23 +270,7 @@ func TestNodeRemovalIsNotStarvedByWorkflowCreates(t *testing.T) {
 	pool := e.Pool(admin, "acme", "gpu")
 	node, _ := e.Node(admin, "acme", pool)
 	createProfile(t, e, member, "acme", profileDoc("gpu", 1, "x"), "")
-	var stop atomic.Bool
-	var tried atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				create(e, member, "acme", node, "gpu", 0)
-				tried.Add(1)
-			}
-		}()
-	}
-	defer func() { stop.Store(true); wg.Wait() }()
-	for tried.Load() < 100 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	storm.Start(t, 16, 100, func(int, int) { create(e, member, "acme", node, "gpu", 0) })
 	if r := e.Call(admin, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": node}); r.Code() != "" {
 		t.Fatalf("nodes.remove while a member creates workflows on the node: %s", r.Raw)
 	}
