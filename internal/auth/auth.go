@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,12 +122,38 @@ func RevokedInFlight(err error) error {
 const revokedInFlight = "CR401"
 
 // RevokingCredentials takes, in a revocation's transaction q, the lock of
-// every token the query's rows name (their token_id column, in that order)
-// before the revocation writes: it waits for the commits that hold them
-// (HoldCredential), and later ones wait for it.
+// every token the query's rows name (their token_id column) before the
+// revocation writes: it waits for the commits that hold them
+// (HoldCredential), and later ones wait for it. The caller's own token,
+// which its commit holds, is held here already, and every lock is taken
+// in the order of the tokens' ids: two admins revoking each other's tokens
+// at once each took the other's and then, at commit, asked for its own,
+// and deadlocked (a probe: 12 of 24 pairs, each resolved after
+// PostgreSQL's deadlock timeout). Now the second waits for the first, and
+// its commit finds its own token revoked.
 func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args ...any) error {
-	_, err := q.ExecContext(ctx, `SELECT credential_revoking(token_id) FROM (`+tokenIDs+`) t`, args...)
-	return store.Wrap(err)
+	var ids []string
+	if err := q.SelectContext(ctx, &ids, `SELECT token_id FROM (`+tokenIDs+`) t`, args...); err != nil {
+		return store.Wrap(err)
+	}
+	revoked := map[string]bool{}
+	for _, id := range ids {
+		revoked[id] = true
+	}
+	if p := reqctx.PrincipalFrom(ctx); p != nil && p.TokenID != "" && !revoked[p.TokenID] {
+		ids = append(ids, p.TokenID)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		lock := `SELECT credential_in_use($1)`
+		if revoked[id] {
+			lock = `SELECT credential_revoking($1)`
+		}
+		if _, err := q.ExecContext(ctx, lock, id); err != nil {
+			return RevokedInFlight(store.Wrap(err))
+		}
+	}
+	return nil
 }
 
 // maxBindings is how many bindings authentication reads; a principal with

@@ -426,3 +426,55 @@ func TestRevocationIsNotStarvedByTheMembersCalls(t *testing.T) {
 		t.Fatalf("%d projects of the member were created after its role was revoked", n2-n1)
 	}
 }
+
+// Admins revoking each other's tokens at once: one revocation wins, the
+// other is UNAUTHENTICATED (its own token is revoked by then), and neither
+// deadlocks. Each took the other's token exclusively and then, at commit,
+// asked for its own shared: a probe saw 12 of 24 pairs deadlock, resolved
+// after PostgreSQL's deadlock timeout.
+func TestAdminsRevokingEachOthersTokensDoNotDeadlock(t *testing.T) {
+	e := newEnv(t)
+	deadlocks := func() int64 {
+		var n int64
+		if err := e.DB.Get(&n, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := deadlocks()
+	for round := range 8 {
+		a, b := e.Principal("acme", "admin"), e.Principal("acme", "admin")
+		var wg sync.WaitGroup
+		res := make([]error, 2)
+		start := make(chan struct{})
+		for i, pair := range [][2]*reqctx.Principal{{a, b}, {b, a}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, res[i] = fixture.Call[iam.Token](e.F, pair[0], "tokens.revoke", map[string]any{"tenantId": "acme", "tokenId": pair[1].TokenID})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for _, err := range res {
+			switch {
+			case err == nil:
+				ok++
+			case errs.CodeOf(err) != errs.Unauthenticated:
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		var revoked int
+		if err := e.DB.Get(&revoked, `SELECT count(*) FROM tokens WHERE token_id IN ($1, $2) AND revoked_at IS NOT NULL`, a.TokenID, b.TokenID); err != nil {
+			t.Fatal(err)
+		}
+		if ok == 0 || revoked != ok {
+			t.Fatalf("round %d: %d revocations answered OK, %d tokens revoked (%v)", round, ok, revoked, res)
+		}
+	}
+	if n := deadlocks() - before; n != 0 {
+		t.Fatalf("%d deadlocks", n)
+	}
+}

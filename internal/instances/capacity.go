@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/store"
@@ -67,10 +66,14 @@ func sizeOf(i *Instance) fit.Resources {
 // the old pool (a probe's placements went past a capacity lowered while
 // they waited, as reservations did). The locking read returns the row as
 // the lock's holder left it.
+//
+// Placements lock the row alone, without the pool's settings
+// (authz.LockPool): a step holds its instance's row when it locks the pool,
+// and a placement queued behind an owner's change of the pool closed a
+// cycle through the instance rows a project's deletion updates, which
+// PostgreSQL resolved only after its deadlock timeout (a probe's calls
+// stalled 1–6 s). The reconciler's workers bound how many placements run.
 func lockPool(ctx context.Context, q store.Q, p *poolRow, mode string) error {
-	if err := authz.LockPool(ctx, q, p.PoolID, mode); err != nil {
-		return err
-	}
 	return store.Wrap(q.GetContext(ctx, p, `SELECT `+poolCols+` FROM pools p LEFT JOIN pool_offers o ON false
 		WHERE p.pool_id = $1 `+mode+` OF p`, p.PoolID))
 }
