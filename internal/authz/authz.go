@@ -107,9 +107,10 @@ func Register(resourceType string, r Resolver) {
 type lockKey struct{}
 
 // DecideInTx is Decide for a mutation, inside its transaction tx: the role
-// binding it rests on is held (HoldAuthority), then read anew and locked FOR
-// SHARE, until the transaction ends, so a revocation cannot land between the decision and
-// the write (it waits for the write, or the write sees it). The resource
+// binding it rests on is held (HoldAuthority), then read anew and locked
+// FOR SHARE, until the transaction ends, so a revocation cannot land
+// between the decision and the write (it waits for the write, or the write
+// sees it). The resource
 // resolvers read on tx too, and the handlers lock the rows they change.
 func DecideInTx(ctx context.Context, tx store.Q, p *reqctx.Principal, perm Permission, r Resource) error {
 	return Decide(context.WithValue(ctx, lockKey{}, true), tx, p, perm, r)
@@ -123,8 +124,9 @@ func Locking(ctx context.Context) bool {
 	return locked
 }
 
-// An Authority is what a mutation's decision rests on and a revocation
-// changes: a role binding, a project's relations.
+// An Authority is what a mutation's decision rests on and another call
+// changes: a role binding, a project's relations, a pool's settings, a
+// node's state.
 type Authority string
 
 // Binding is the authority of a principal's role on a tenant.
@@ -137,10 +139,11 @@ func ProjectRelations(projectID string) Authority { return Authority("project:" 
 
 // PoolSettings is the authority of what a pool's owner sets and others
 // decide on: its state, policy and capacity, its offers, its expected
-// machines and allowed keys. Joins, creates and placements hold it while
-// they decide (with the pool's row share-locked); the owner's changes, and
-// the calls that decide one at a time under the pool's update lock
-// (reservations, bounded placements), take it exclusively.
+// machines and allowed keys. Joins and creates hold it while they decide
+// (with the pool's row share-locked); the owner's changes, and
+// reservations, which decide one at a time under the pool's update lock,
+// take it exclusively. Placements lock the pool's row alone (lockPool in
+// internal/instances says why).
 func PoolSettings(poolID string) Authority { return Authority("pool:" + poolID) }
 
 // NodeState is the authority of a node's state (ready, cordoned, removed):
