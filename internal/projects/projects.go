@@ -178,7 +178,18 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r
 // each holding them shared from its decision and waiting for the other's
 // to end deadlocked. A caller the decision then refuses held the turn only
 // for its refusal.
+//
+// The caller's role binding is held before it, as every decision holds it
+// before the project's relations: taken after them, a change of the
+// caller's binding queued between closed a cycle with the caller's other
+// calls (binding, then relations), which PostgreSQL broke only after its
+// deadlock timeout (a probe: calls stalled 1–5 s in every round).
 func relationsTurn(ctx context.Context, q store.Q, tenantID, projectID string) (authz.Resource, error) {
+	if p := reqctx.PrincipalFrom(ctx); p != nil && (p.Kind == "user" || p.Kind == "service") {
+		if err := authz.HoldAuthority(ctx, q, authz.Binding(tenantID, p.ID)); err != nil {
+			return authz.Resource{}, err
+		}
+	}
 	if err := authz.ChangingAuthority(ctx, q, authz.ProjectRelations(projectID)); err != nil {
 		return authz.Resource{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
@@ -251,5 +252,72 @@ func TestRemovalsAreNotStarvedByTheOwnersCalls(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s while the owner makes calls: %v", removal, err)
 		}
+	}
+}
+
+// A change of a project's relations holds its caller's role binding before
+// the relations, as every decision does (binding, then relations): held
+// after them, a grant of the caller's binding queued between closed a
+// cycle with the caller's other calls, which PostgreSQL broke only after
+// its deadlock timeout (a probe's calls stalled 1–5 s in every round).
+// Here the caller's other call holds its binding, a grant waits for it,
+// and the change waits behind the grant: the other call's hold of the
+// relations must be granted without waiting (it waited for the change).
+func TestRelationChangesHoldTheCallersBindingFirst(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("cycle")
+	c := e.acme.Member
+	binding, relations := string(authz.Binding("acme", c.ID)), string(authz.ProjectRelations(pr.ProjectID))
+	call, err := e.DB.BeginTxx(e.Ctx, nil) // the caller's other call
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Rollback() //nolint:errcheck // only held
+	if _, err := call.Exec(`SELECT authority_held($1)`, binding); err != nil {
+		t.Fatal(err)
+	}
+	grant, err := e.DB.BeginTxx(e.Ctx, nil) // members.grant of the caller
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grant.Rollback() //nolint:errcheck // only held
+	granted := make(chan error, 1)
+	go func() {
+		_, err := grant.Exec(`SELECT authority_changing($1)`, binding)
+		granted <- err
+	}()
+	changed := make(chan error, 1)
+	go func() {
+		_, err := fixture.Call[projects.Member](e.F, c, "projects.addMember",
+			map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": e.acme.Viewer.ID})
+		changed <- err
+	}()
+	for {
+		var waiting int
+		if err := e.DB.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := call.Exec(`SET LOCAL lock_timeout = '500ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call.Exec(`SELECT authority_held($1)`, relations); err != nil {
+		t.Fatalf("the caller's call waited for the relations, held by a change queued behind the grant: %v", err)
+	}
+	if err := call.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+	if err := grant.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-changed; err != nil {
+		t.Fatal(err)
 	}
 }
