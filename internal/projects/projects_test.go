@@ -281,27 +281,35 @@ func TestRelationChangesHoldTheCallersBindingFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer grant.Rollback() //nolint:errcheck // only held
+	// waitFor returns once n sessions wait for a lock.
+	waitFor := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var waiting int
+			if err := e.DB.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`); err != nil {
+				t.Fatal(err)
+			}
+			if waiting >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions wait for a lock, not %d", waiting, n)
+			}
+		}
+	}
 	granted := make(chan error, 1)
 	go func() {
 		_, err := grant.Exec(`SELECT authority_changing($1)`, binding)
 		granted <- err
 	}()
+	waitFor(1) // the grant queued first, then the change
 	changed := make(chan error, 1)
 	go func() {
 		_, err := fixture.Call[projects.Member](e.F, c, "projects.addMember",
 			map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "principalId": e.acme.Viewer.ID})
 		changed <- err
 	}()
-	for {
-		var waiting int
-		if err := e.DB.Get(&waiting, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`); err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= 2 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(2)
 	if _, err := call.Exec(`SET LOCAL lock_timeout = '500ms'`); err != nil {
 		t.Fatal(err)
 	}
