@@ -130,12 +130,14 @@ const revokedInFlight = "CR401"
 // at once each took the other's and then, at commit, asked for its own,
 // and deadlocked (a probe: 12 of 24 pairs, each resolved after
 // PostgreSQL's deadlock timeout). Now the second waits for the first, and
-// its commit finds its own token revoked.
-func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args ...any) error {
+// its commit finds its own token revoked. It returns the ids of the tokens
+// to revoke.
+func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args ...any) ([]string, error) {
 	var ids []string
 	if err := q.SelectContext(ctx, &ids, `SELECT token_id FROM (`+tokenIDs+`) t`, args...); err != nil {
-		return store.Wrap(err)
+		return nil, store.Wrap(err)
 	}
+	toRevoke := slices.Clone(ids)
 	revoked := map[string]bool{}
 	for _, id := range ids {
 		revoked[id] = true
@@ -150,10 +152,10 @@ func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args .
 			lock = `SELECT credential_revoking($1)`
 		}
 		if _, err := q.ExecContext(ctx, lock, id); err != nil {
-			return RevokedInFlight(store.Wrap(err))
+			return nil, RevokedInFlight(store.Wrap(err))
 		}
 	}
-	return nil
+	return toRevoke, nil
 }
 
 // maxBindings is how many bindings authentication reads; a principal with

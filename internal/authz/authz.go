@@ -185,13 +185,32 @@ func ChangingAuthority(ctx context.Context, q store.Q, a Authority) error {
 	return store.Wrap(err)
 }
 
+// holdsBindings says whether p can hold a role on the tenant (node
+// principals hold none).
+func holdsBindings(p *reqctx.Principal, tenantID string) bool {
+	return p != nil && p.Kind != "node" && tenantID != ""
+}
+
+// HoldBinding holds p's role binding on the tenant (HoldAuthority), as a
+// mutation's decision does before it reads the role; a principal that
+// holds no bindings holds nothing. A call that must take another authority
+// before its decision (a change of a project's relations, in its locate)
+// holds the binding first, so that every transaction takes them in one
+// order: the binding, then the rest.
+func HoldBinding(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) error {
+	if !holdsBindings(p, tenantID) {
+		return nil
+	}
+	return HoldAuthority(ctx, q, Binding(tenantID, p.ID))
+}
+
 // RoleOf returns the principal's role on a tenant, "" for none.
 func RoleOf(ctx context.Context, q store.Q, p *reqctx.Principal, tenantID string) (string, error) {
-	if p == nil || p.Kind == "node" || tenantID == "" {
+	if !holdsBindings(p, tenantID) {
 		return "", nil
 	}
 	if Locking(ctx) {
-		if err := HoldAuthority(ctx, q, Binding(tenantID, p.ID)); err != nil {
+		if err := HoldBinding(ctx, q, p, tenantID); err != nil {
 			return "", err
 		}
 		var role string

@@ -104,7 +104,7 @@ func ListTokens(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Token
 // RevokeToken revokes a token: it stops authenticating on the next request.
 // Revoking twice is harmless and returns the token as revoked.
 func RevokeToken(ctx context.Context, q store.Q, in *TokenRefInput) (*Token, error) {
-	if err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens WHERE tenant_id = $1 AND token_id = $2`, in.TenantID, in.TokenID); err != nil {
+	if _, err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens WHERE tenant_id = $1 AND token_id = $2`, in.TenantID, in.TokenID); err != nil {
 		return nil, err
 	}
 	var t Token

@@ -303,13 +303,12 @@ func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, err
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	if err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens
-		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)
-		ORDER BY token_id`, in.NodeID); err != nil {
+	creds, err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens
+		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := q.ExecContext(ctx, `UPDATE tokens SET revoked_at = now()
-		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID); err != nil {
+	if _, err := q.ExecContext(ctx, `UPDATE tokens SET revoked_at = now() WHERE token_id = ANY($1) AND revoked_at IS NULL`, creds); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out, err := nodeEvent(ctx, q, events.NodeRemoved, n.fix())

@@ -185,10 +185,8 @@ func resolve(ctx context.Context, q store.Q, p *reqctx.Principal, role string, r
 // calls (binding, then relations), which PostgreSQL broke only after its
 // deadlock timeout (a probe: calls stalled 1–5 s in every round).
 func relationsTurn(ctx context.Context, q store.Q, tenantID, projectID string) (authz.Resource, error) {
-	if p := reqctx.PrincipalFrom(ctx); p != nil && (p.Kind == "user" || p.Kind == "service") {
-		if err := authz.HoldAuthority(ctx, q, authz.Binding(tenantID, p.ID)); err != nil {
-			return authz.Resource{}, err
-		}
+	if err := authz.HoldBinding(ctx, q, reqctx.PrincipalFrom(ctx), tenantID); err != nil {
+		return authz.Resource{}, err
 	}
 	if err := authz.ChangingAuthority(ctx, q, authz.ProjectRelations(projectID)); err != nil {
 		return authz.Resource{}, err
