@@ -155,6 +155,11 @@ func RevokingCredentials(ctx context.Context, q store.Q, tokenIDs string, args .
 			return nil, RevokedInFlight(store.Wrap(err))
 		}
 	}
+	if len(toRevoke) > 0 {
+		// Once it commits, every replica closes the revoked tokens' sockets
+		// at once (store.NoteAuthority), not at its next sweep.
+		store.NoteAuthority(q)
+	}
 	return toRevoke, nil
 }
 

@@ -180,9 +180,17 @@ func HoldAuthority(ctx context.Context, q store.Q, a Authority) error {
 // binding granted or revoked, a project's relation added or removed, the
 // project deleted): it waits for the mutations holding it, and the ones
 // that come after wait for it.
+//
+// A change of a role binding is noted (store.NoteAuthority): once it
+// commits, every replica checks its open sockets' bindings again at once.
 func ChangingAuthority(ctx context.Context, q store.Q, a Authority) error {
-	_, err := q.ExecContext(ctx, `SELECT authority_changing($1)`, string(a))
-	return store.Wrap(err)
+	if _, err := q.ExecContext(ctx, `SELECT authority_changing($1)`, string(a)); err != nil {
+		return store.Wrap(err)
+	}
+	if strings.HasPrefix(string(a), "binding:") {
+		store.NoteAuthority(q)
+	}
+	return nil
 }
 
 // holdsBindings says whether p can hold a role on the tenant (node

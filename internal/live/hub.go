@@ -106,7 +106,8 @@ type Hub struct {
 	woken   map[*stream]struct{} // streams to read, under mu
 	readC   chan struct{}
 
-	self atomic.Value // string: the id of this replica's sequencer (SkipFrom)
+	self atomic.Value                    // string: the id of this replica's sequencer (SkipFrom)
+	also map[string]func(payload string) // more channels its LISTEN connection hears (Also)
 
 	subscribers atomic.Int64
 	reads       atomic.Int64
@@ -118,6 +119,18 @@ type Hub struct {
 func New(db *store.DB, log *slog.Logger, cfg Config) *Hub {
 	cfg.defaults()
 	return &Hub{db: db, log: log, cfg: cfg, streams: map[string]*stream{}, woken: map[*stream]struct{}{}, readC: make(chan struct{}, 1)}
+}
+
+// Also has the hub's LISTEN connection hear channel too, before Run: f
+// is called with each notification's payload, and with "" each time the
+// connection is (re)established (anything may have been missed).
+func (h *Hub) Also(channel string, f func(payload string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.also == nil {
+		h.also = map[string]func(string){}
+	}
+	h.also[channel] = f
 }
 
 // SkipFrom names this replica's sequencer: its notifications are skipped,
@@ -165,6 +178,11 @@ func (h *Hub) Run(ctx context.Context) error {
 	}()
 	l := h.db.Listener(ListenerName, &h.listening, h.log, "event listener")
 	l.Handle(events.Channel, handler{h})
+	h.mu.Lock()
+	for ch, f := range h.also {
+		l.Handle(ch, alsoHandler(f))
+	}
+	h.mu.Unlock()
 	err := l.Listen(ctx)
 	h.listening.Store(false)
 	return err
@@ -178,6 +196,19 @@ func (x handler) HandleNotification(_ context.Context, n *pgconn.Notification, _
 		return nil // this replica's own sequencer woke its streams already
 	}
 	x.h.Wake(tenants)
+	return nil
+}
+
+// alsoHandler hears a channel of Also.
+type alsoHandler func(payload string)
+
+func (f alsoHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	f(n.Payload)
+	return nil
+}
+
+func (f alsoHandler) HandleBacklog(context.Context, string, *pgx.Conn) error {
+	f("")
 	return nil
 }
 

@@ -141,8 +141,12 @@ type Server struct {
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
 	cfg.defaults()
 	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: newSlots(cfg.GraphQLConcurrency)}
-	s.sessions.s = s
+	s.sessions.init(s)
 	s.Live = live.New(database, log, cfg.Live)
+	// A revocation or a change of a role binding closes or decides again
+	// the sockets it concerns at once, on every replica (sessions).
+	database.OnAuthorityChanged(s.sessions.changed)
+	s.Live.Also(sessionsChannel, s.sessions.heard)
 	// This replica's event sequencer wakes its readers the moment it has
 	// numbered a tenant's events (the other replicas' hear its NOTIFY).
 	seq := events.Start(database, log)
@@ -226,6 +230,7 @@ func (s *Server) Run(ctx context.Context) error {
 			safe.Go(ctx, s.Log, "rate limit lease returns", func() { l.Run(ctx) })
 		}
 	}
+	safe.Go(ctx, s.Log, "session notifications", func() { s.sessions.telling(ctx) })
 	return s.Live.Run(ctx)
 }
 

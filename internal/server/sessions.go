@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -18,12 +20,85 @@ import (
 // principal whose role bindings changed has its sessions told, so that
 // running subscriptions decide again. Operations authenticate on their own
 // as well; the sweep covers what runs between them.
+//
+// A revocation or a change of a role binding does not wait for the next
+// sweep: once it commits (store.NoteAuthority), its replica sweeps at once
+// and tells the others on sessionsChannel, after the commit and outside
+// any transaction; they sweep at once too. The periodic sweep stays for a
+// replica that stopped between the commit and its notification, or a
+// LISTEN connection that was down.
 type sessions struct {
 	s       *Server
 	mu      sync.Mutex
 	m       map[*session]struct{}
 	perCred map[string]int // open sessions per credential (token id)
 	running bool
+
+	id   string        // names this replica's notifications, which it skips
+	now  chan struct{} // sweep now
+	tell chan struct{} // tell the other replicas to sweep now
+}
+
+// sessionsChannel is where a replica tells the others that a credential
+// was revoked or a role binding changed (the payload: its sessions' id).
+const sessionsChannel = "compute_sessions"
+
+// sweepGap is the least time between two sweeps that a change asked for:
+// a burst of revocations is a sweep per sweepGap on each replica.
+const sweepGap = 100 * time.Millisecond
+
+func (ss *sessions) init(s *Server) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	ss.s, ss.id = s, hex.EncodeToString(b[:])
+	ss.now, ss.tell = make(chan struct{}, 1), make(chan struct{}, 1)
+}
+
+// changed is told, after the commit, that this replica revoked a
+// credential or changed a role binding.
+func (ss *sessions) changed() {
+	ss.sweepNow()
+	select {
+	case ss.tell <- struct{}{}:
+	default:
+	}
+}
+
+// heard is another replica's notification ("" when the LISTEN connection
+// was (re)established, and may have missed one).
+func (ss *sessions) heard(payload string) {
+	if payload != ss.id {
+		ss.sweepNow()
+	}
+}
+
+func (ss *sessions) sweepNow() {
+	select {
+	case ss.now <- struct{}{}:
+	default:
+	}
+}
+
+// telling sends the notifications changed asks for, one per sweepGap at
+// most, until ctx ends.
+func (ss *sessions) telling(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ss.tell:
+		}
+		nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := ss.s.DB.ExecContext(nctx, `SELECT pg_notify($1, $2)`, sessionsChannel, ss.id); err != nil && ctx.Err() == nil {
+			ss.s.Log.Warn("telling the replicas to check their sockets failed", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(sweepGap):
+		}
+	}
 }
 
 // errTooMany is the refusal of a session past Config.SessionsPerCredential.
@@ -142,11 +217,22 @@ func (ss *sessions) closeAll(code websocket.StatusCode, reason string) {
 	}
 }
 
-// sweep runs while sessions exist.
+// sweep runs while sessions exist: every Config.AuthRecheck, and at once
+// when a change asks for it (no sooner than sweepGap after the last).
 func (ss *sessions) sweep() {
 	every := ss.s.Config.AuthRecheck
+	var last time.Time
 	for {
-		time.Sleep(every)
+		t := time.NewTimer(every)
+		select {
+		case <-t.C:
+		case <-ss.now:
+			t.Stop()
+			if d := sweepGap - time.Since(last); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		last = time.Now()
 		ss.mu.Lock()
 		if len(ss.m) == 0 {
 			ss.running = false

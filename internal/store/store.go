@@ -49,6 +49,28 @@ type DB struct {
 	// at commit, ExecAtCommit) began to be sent until PostgreSQL answered
 	// it; negative when not known (a statement on the handle itself).
 	Committed func(ctx context.Context, tenants []string, took time.Duration)
+
+	authorityMu sync.Mutex
+	onAuthority []func()
+}
+
+// OnAuthorityChanged adds f, called on the committing goroutine right
+// after a transaction of this handle commits that revoked a credential or
+// changed a role binding (NoteAuthority): the server checks its open
+// sockets' credentials again at once rather than at its next sweep.
+func (db *DB) OnAuthorityChanged(f func()) {
+	db.authorityMu.Lock()
+	db.onAuthority = append(db.onAuthority, f)
+	db.authorityMu.Unlock()
+}
+
+func (db *DB) authorityChanged() {
+	db.authorityMu.Lock()
+	fs := db.onAuthority
+	db.authorityMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // AppName is the application_name of a connection of this replica in the
@@ -264,6 +286,9 @@ func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return notes.retry(Wrap(err))
 	}
+	if notes.authority {
+		db.authorityChanged()
+	}
 	if len(notes.tenants) > 0 && db.Committed != nil {
 		db.Committed(ctx, notes.tenants, time.Since(began))
 	}
@@ -305,10 +330,11 @@ func (db *DB) Listener(role string, listening *atomic.Bool, log *slog.Logger, wh
 var noted sync.Map // *sqlx.Tx → *txNotes
 
 type txNotes struct {
-	mu       sync.Mutex
-	tenants  []string
-	deferred []deferredStmt
-	lost     bool // the session was gone before any statement ran (txconn.go)
+	mu        sync.Mutex
+	tenants   []string
+	deferred  []deferredStmt
+	lost      bool // the session was gone before any statement ran (txconn.go)
+	authority bool // a credential revoked or a role binding changed (NoteAuthority)
 }
 
 type deferredStmt struct {
@@ -354,6 +380,24 @@ func NoteEvents(ctx context.Context, q Q, tenantID string) {
 		if x.Committed != nil {
 			x.Committed(ctx, []string{tenantID}, -1)
 		}
+	}
+}
+
+// NoteAuthority records that q revokes a credential or changes a role
+// binding: inside a transaction of DB.Tx, the handle's OnAuthorityChanged
+// functions are called after it commits (not if it does not); on the handle
+// itself, now.
+func NoteAuthority(q Q) {
+	switch x := q.(type) {
+	case *sqlx.Tx:
+		if v, ok := noted.Load(x); ok {
+			n := v.(*txNotes)
+			n.mu.Lock()
+			n.authority = true
+			n.mu.Unlock()
+		}
+	case *DB:
+		x.authorityChanged()
 	}
 }
 

@@ -266,3 +266,49 @@ func TestCommittedIsToldHowLongTheCommitTook(t *testing.T) {
 		t.Fatalf("told %v for a statement of its own: want a negative duration", took)
 	}
 }
+
+// OnAuthorityChanged's functions hear of a transaction that noted a change
+// of authority once it has committed, on the committing goroutine, and not
+// of one that rolled back; a note on the handle itself is heard at once.
+func TestAuthorityChangesAreToldAfterCommit(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	var told []int
+	db.OnAuthorityChanged(func() {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM kv`); err != nil {
+			t.Error(err)
+		}
+		told = append(told, n) // what a sweep run now would see
+	})
+	ctx := context.Background()
+	write := func(k string, fail bool) error {
+		return db.Tx(ctx, func(tx *sqlx.Tx) error {
+			if _, err := tx.Exec(`INSERT INTO kv VALUES ($1, 1, NULL)`, k); err != nil {
+				return err
+			}
+			store.NoteAuthority(tx)
+			if fail {
+				return errs.E(errs.Conflict, "no")
+			}
+			return nil
+		})
+	}
+	if err := write("a", true); err == nil {
+		t.Fatal("the failing transaction committed")
+	}
+	if len(told) != 0 {
+		t.Fatalf("told of a transaction that rolled back: %v", told)
+	}
+	if err := write("b", false); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(told) != "[1]" {
+		t.Fatalf("told %v: want once, after the commit (1 row visible)", told)
+	}
+	store.NoteAuthority(db)
+	if fmt.Sprint(told) != "[1 1]" {
+		t.Fatalf("told %v after a note on the handle itself", told)
+	}
+}
