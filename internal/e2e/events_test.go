@@ -99,7 +99,7 @@ func TestTenantEventsEveryKind(t *testing.T) {
 			t.Fatalf("%v: %s, want %s", c.vars, code, c.code)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // the subscriptions are live
+	waitSubscribers(t, e, 2) // all and sse are live: every change below is delivered
 
 	// Nodes and their inventory.
 	pool := e.Pool(acme.Admin.Token, "acme", "gpu")
@@ -309,7 +309,7 @@ func TestTenantEventsFollowRoles(t *testing.T) {
 	w := dialWS(t, e)
 	w.init(acme.Viewer.Token)
 	w.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{"query": tenantEventsSub, "variables": map[string]any{"t": "acme"}}})
-	time.Sleep(100 * time.Millisecond) // the subscription is live
+	waitSubscribers(t, e, 1) // live: the node's join is delivered
 	pool := e.Pool(acme.Admin.Token, "acme", "gpu")
 	nodeID, _ := e.Node(acme.Admin.Token, "acme", pool)
 	if ev := w.tenantEvents("s", 1)[0]; ev["type"] != "node.joined" || ev["resourceId"] != nodeID {

@@ -45,7 +45,7 @@ const sessionsChannel = "compute_sessions"
 
 // sweepGap is the least time between two sweeps that a change asked for:
 // a burst of revocations is a sweep per sweepGap on each replica.
-const sweepGap = 100 * time.Millisecond
+const sweepGap = 250 * time.Millisecond
 
 func (ss *sessions) init(s *Server) {
 	var b [8]byte
