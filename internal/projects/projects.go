@@ -194,6 +194,27 @@ func relationsTurn(ctx context.Context, q store.Q, tenantID, projectID string) (
 	return authz.Resource{Type: authz.Project, TenantID: tenantID, ID: projectID}, nil
 }
 
+// updateTurn locates an update of a project and takes its row FOR UPDATE
+// before the decision, after the caller's binding and the project's
+// relations (held shared, as the decision holds them: the order of every
+// transaction). The decision holds the row FOR KEY SHARE; a rename then
+// needs it FOR UPDATE (the name is a key), and two renames that both held
+// it shared deadlocked (8 racing renames: a deadlock in most rounds, each
+// broken after PostgreSQL's deadlock timeout, and a caller that lost five
+// times was answered with it). Taken here first, updates take turns.
+func updateTurn(ctx context.Context, q store.Q, in *UpdateInput) (authz.Resource, error) {
+	if err := authz.HoldBinding(ctx, q, reqctx.PrincipalFrom(ctx), in.TenantID); err != nil {
+		return authz.Resource{}, err
+	}
+	if err := authz.HoldAuthority(ctx, q, authz.ProjectRelations(in.ProjectID)); err != nil {
+		return authz.Resource{}, err
+	}
+	if _, err := q.ExecContext(ctx, `SELECT 1 FROM projects WHERE tenant_id = $1 AND project_id = $2 FOR UPDATE`, in.TenantID, in.ProjectID); err != nil {
+		return authz.Resource{}, store.Wrap(err)
+	}
+	return authz.Resource{Type: authz.Project, TenantID: in.TenantID, ID: in.ProjectID}, nil
+}
+
 func deleteTurn(ctx context.Context, q store.Q, in *RefInput) (authz.Resource, error) {
 	return relationsTurn(ctx, q, in.TenantID, in.ProjectID)
 }
@@ -380,7 +401,7 @@ func Methods() []registry.Method {
 				"`expectedVersion` is the project's rowVersion; a mismatch is `CONFLICT`.",
 				"Project owners and tenant admins may update."},
 			append(append([]registry.Field{}, ref...), registry.Name(false), desc,
-				registry.ExpectedVersion())...), nil, Update),
+				registry.ExpectedVersion())...), updateTurn, Update),
 		registry.Def(m("delete", registry.Mutation, authz.ProjectsManage, authz.Project,
 			"Deletes a project and its relationships and returns the number deleted.",
 			[]string{"The project's instances stay, in the tenant, with `projectId` null (so do instances created in the project while the delete runs)."}, ref...), deleteTurn, Delete),

@@ -329,3 +329,50 @@ func TestRelationChangesHoldTheCallersBindingFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Racing renames of one project, each with the same expectedVersion: one
+// wins and the others are CONFLICT, in every round. Each decision held the
+// project's row FOR KEY SHARE and each rename then needed it FOR UPDATE (the
+// name is a key): two renames deadlocked, PostgreSQL broke the cycle after
+// its deadlock timeout, and a caller that lost five times got the
+// deadlock (make test: 1 of 3 runs).
+func TestRacingRenamesDoNotDeadlock(t *testing.T) {
+	e := newEnv(t)
+	pr := e.create("web")
+	var deadlocks int
+	for round := 0; round < 6; round++ {
+		version := round + 1
+		errors := make([]error, 8)
+		done := make(chan int)
+		for i := range errors {
+			go func(i int) {
+				_, errors[i] = fixture.Call[projects.Project](e.F, e.acme.Admin, "projects.update",
+					map[string]any{"tenantId": "acme", "projectId": pr.ProjectID, "name": fmt.Sprintf("web-%d-%d", round, i), "expectedVersion": version})
+				done <- i
+			}(i)
+		}
+		for range errors {
+			<-done
+		}
+		won := 0
+		for _, err := range errors {
+			switch {
+			case err == nil:
+				won++
+			case errs.CodeOf(err) != errs.Conflict:
+				t.Errorf("round %d: a loser: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d of 8 won", round, won)
+		}
+	}
+	var n int64
+	if err := e.DB.Get(&n, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
+		t.Fatal(err)
+	}
+	deadlocks = int(n)
+	if deadlocks != 0 {
+		t.Fatalf("PostgreSQL broke %d deadlocks", deadlocks)
+	}
+}
