@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
@@ -91,6 +93,54 @@ func TestGraphQLLimits(t *testing.T) {
 	if res.StatusCode != 413 || !strings.Contains(string(b), `"PAYLOAD_TOO_LARGE"`) {
 		t.Fatalf("a body over 1 MiB to /graphql: %d %s", res.StatusCode, b)
 	}
+}
+
+// A call that ends at its deadline (here waiting on a row another session
+// holds) is answered 503 UNAVAILABLE, and /metrics counts it under that
+// code: it was counted INTERNAL (a probe saw timeouts of pools.update,
+// tokens.create and projects.create there).
+func TestMetricsCountCallsAsAnswered(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RequestTimeout: time.Second}})
+	admin, _, _ := e.Tenant("acme")
+	pr := must(t, e.Call(admin, "projects/create", map[string]any{"tenantId": "acme", "name": "m"})).Str("projectId")
+	tx, err := e.DB.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // ends the hold either way
+	if _, err := tx.Exec(`SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE`, pr); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Call(admin, "projects/update", map[string]any{"tenantId": "acme", "projectId": pr, "description": "x"}); r.Status != 503 {
+		t.Fatalf("an update past its deadline: %d %s", r.Status, r.Raw)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.Server.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+e.Operator)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(b), `compute_method_calls_total{code="UNAVAILABLE",method="projects.update"} 1`) ||
+		strings.Contains(string(b), `compute_method_calls_total{code="INTERNAL"`) {
+		t.Fatalf("/metrics after a call past its deadline:\n%s", grepLines(string(b), "compute_method_calls_total"))
+	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // /metrics exposes per-method and per-operation counts and latency and the

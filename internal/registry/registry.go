@@ -382,7 +382,14 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 	start := time.Now()
 	defer func() {
 		if r.metrics != nil {
-			r.metrics.observe(m.Key(), errs.CodeOf(err), err == nil, time.Since(start))
+			// Counted under the code the client is answered (a database
+			// or context error is classified as the surfaces classify it:
+			// a timeout is UNAVAILABLE there, not INTERNAL).
+			code := errs.CodeOf(err)
+			if e := store.ClassifyIn(ctx, err); e != nil {
+				code = e.Code
+			}
+			r.metrics.observe(m.Key(), code, err == nil, time.Since(start))
 		}
 	}()
 	p := reqctx.PrincipalFrom(ctx)
