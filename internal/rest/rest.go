@@ -31,7 +31,7 @@ type Handler struct {
 func (h *Handler) Mount(r chi.Router) {
 	r.HandleFunc("/api/compute", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			h.notAllowed(w, r, http.MethodGet, "use GET for the method index")
+			h.notAllowed(w, r, "GET, HEAD", "use GET for the method index")
 			return
 		}
 		h.index(w, r)
