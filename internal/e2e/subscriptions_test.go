@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/server"
@@ -286,6 +289,87 @@ func TestRevocationsReachEveryReplicasSocketsAtOnce(t *testing.T) {
 			}
 			waitSubscribers(t, c.on, 0)
 		})
+	}
+}
+
+// A mutation still running on a stream when its token is revoked (here
+// waiting on a row another session holds) ends with the session's reason,
+// UNAUTHENTICATED, not with the UNAVAILABLE of a cancelled request, which
+// tells a client to retry (a probe saw UNAVAILABLE, then UNAUTHENTICATED).
+func TestOperationsOfARevokedSessionEndUnauthenticated(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	ops := newToken(t, e, acme.Admin.Token, "acme", "ops", "admin")
+	pr := must(t, e.Call(acme.Admin.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "web"})).Str("projectId")
+	tx, err := e.DB.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // ends the hold either way
+	if _, err := tx.Exec(`SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE`, pr); err != nil {
+		t.Fatal(err)
+	}
+	const update = `mutation($p: String!) { updateProject(input: {tenantId: "acme", projectId: $p, description: "x"}) { project { rowVersion } } }`
+	blocked := func() error {
+		var n int
+		if err := e.DB.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+			AND query LIKE 'SELECT 1 FROM projects WHERE%FOR UPDATE'`); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("the mutation is not waiting on the row yet")
+		}
+		return nil
+	}
+	// Over SSE: the stream's answer to the mutation, then its end. The
+	// mutation's answer races the stream's end (about half the time it is
+	// written first), so a few rounds.
+	for round := 0; round < 6; round++ {
+		ops := ops
+		if round > 0 {
+			ops = newToken(t, e, acme.Admin.Token, "acme", fmt.Sprint("ops-", round), "admin")
+		}
+		res := doStream(t, e, ops.Token, update, map[string]any{"p": pr})
+		wait.Eventually(t, 10*time.Second, blocked)
+		must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": ops.TokenID}))
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(body), "UNAVAILABLE") || !strings.Contains(string(body), "UNAUTHENTICATED") {
+			t.Fatalf("round %d: the stream of a mutation whose token was revoked: %s", round, body)
+		}
+	}
+	// Over a WebSocket: closed with 4403; an answer sent first says the same.
+	ops2 := newToken(t, e, acme.Admin.Token, "acme", "ops2", "admin")
+	w := dialWS(t, e)
+	w.init(ops2.Token)
+	w.send(map[string]any{"id": "u", "type": "subscribe", "payload": map[string]any{"query": update, "variables": map[string]any{"p": pr}}})
+	wait.Eventually(t, 10*time.Second, blocked)
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": ops2.TokenID}))
+	for {
+		m, err := w.read(10 * time.Second)
+		if err != nil {
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != 4403 {
+				t.Fatalf("the socket of a revoked token: %v", err)
+			}
+			break
+		}
+		if m["type"] == "error" || m["type"] == "next" {
+			if s := fmt.Sprint(m); strings.Contains(s, "UNAVAILABLE") {
+				t.Fatalf("the mutation of a revoked token: %v", m)
+			}
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := e.DB.Get(&v, `SELECT row_version FROM projects WHERE project_id = $1`, pr); err != nil || v != 1 {
+		t.Fatalf("the project after the revoked mutations: version %d, %v", v, err)
 	}
 }
 

@@ -39,6 +39,17 @@ type sessions struct {
 	tell chan struct{} // tell the other replicas to sweep now
 }
 
+// closeCause is the error a session's operations still running end with
+// when the session is closed with code: a revoked token's are
+// UNAUTHENTICATED, as the session's end says, not the UNAVAILABLE of a
+// request cancelled (store.ClassifyIn reads it); nil for any other close.
+func closeCause(code websocket.StatusCode) error {
+	if code == closeForbidden {
+		return errs.E(errs.Unauthenticated, "the bearer token was revoked")
+	}
+	return nil
+}
+
 // sessionsChannel is where a replica tells the others that a credential
 // was revoked or a role binding changed (the payload: its sessions' id).
 const sessionsChannel = "compute_sessions"

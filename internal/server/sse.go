@@ -84,7 +84,8 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	// it detaches: net/http ends the request's context when the handler
 	// returns, and a detached stream outlives it.
 	base := withoutDeadline(r.Context())
-	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
+	ctx, cancelCause := context.WithCancelCause(context.WithoutCancel(base))
+	cancel := func() { cancelCause(nil) }
 	unlink := context.AfterFunc(base, safe.Func(ctx, t.s.Log, "event stream request end", cancel))
 	defer func() {
 		if !owned {
@@ -98,7 +99,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		sess.mu.Lock()
 		sess.closedWith = reason
 		sess.mu.Unlock()
-		cancel()
+		cancelCause(closeCause(code))
 	})
 	if sess.x == nil { // before any stream starts
 		writeRequestError(w, mediaJSON, http.StatusTooManyRequests, t.s.sessions.errTooMany())

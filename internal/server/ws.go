@@ -97,9 +97,10 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	// id and client address, and its reader runs on a goroutine of its own, so neither the
 	// request (headers, router state) nor the handler chain's deep stack
 	// stays alive for every open socket.
-	ctx, cancel := context.WithCancel(reqctx.Detach(r.Context()))
+	ctx, cancelCause := context.WithCancelCause(reqctx.Detach(r.Context()))
 	conn := &wsConn{
-		s: t.s, c: c, raw: sb.conn, wmu: make(chan struct{}, 1), exec: exec, ctx: ctx, cancel: cancel,
+		s: t.s, c: c, raw: sb.conn, wmu: make(chan struct{}, 1), exec: exec, ctx: ctx,
+		cancel: func() { cancelCause(nil) }, cancelCause: cancelCause,
 		ops: map[string]*wsOp{},
 		ip:  clientIP(r),
 	}
@@ -132,7 +133,10 @@ type wsConn struct {
 	exec   graphql.GraphExecutor
 	ctx    context.Context
 	cancel context.CancelFunc
-	ip     string
+	// cancelCause ends ctx with why the socket was closed (closeCause):
+	// its operations still running end with that error.
+	cancelCause context.CancelCauseFunc
+	ip          string
 
 	mu       sync.Mutex
 	ops      map[string]*wsOp // the running operations by id
@@ -948,7 +952,7 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 	sess := c.session
 	c.mu.Unlock()
 	c.s.sessions.remove(sess)
-	c.cancel()
+	c.cancelCause(closeCause(code))
 	// Close waits for the peer's close frame for a while; do not hold up
 	// the caller (a session sweep, a shutdown) on it. The connection counts
 	// as open until it is done.

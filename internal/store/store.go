@@ -509,6 +509,11 @@ func Cancelled(ctx context.Context, err error) bool {
 // client went away is the cancellation, whatever the database said.
 func ClassifyIn(ctx context.Context, err error) *errs.Error {
 	if Cancelled(ctx, err) {
+		// A context ended with a domain error as its cause (a session
+		// closed because its token was revoked) answers that error.
+		if e, ok := errs.As(context.Cause(ctx)); ok {
+			return e
+		}
 		return errCancelled()
 	}
 	if _, domain := errs.As(err); !domain && err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
