@@ -231,3 +231,22 @@ func newProject(t testing.TB, e *testkit.Env, caller, tenantID, name string) str
 func gqlEnum(s string) string {
 	return strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(s))
 }
+
+// holdProject locks a project's row FOR UPDATE in a transaction of its own,
+// so that calls on the project wait, until release (or the test's end).
+func holdProject(t testing.TB, e *testkit.Env, projectID string) (release func()) {
+	t.Helper()
+	tx, err := e.DB.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.Exec(`SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE`, projectID); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

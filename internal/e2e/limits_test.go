@@ -104,20 +104,11 @@ func TestMetricsCountCallsAsAnswered(t *testing.T) {
 	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RequestTimeout: time.Second}})
 	admin, _, _ := e.Tenant("acme")
 	pr := must(t, e.Call(admin, "projects/create", map[string]any{"tenantId": "acme", "name": "m"})).Str("projectId")
-	tx, err := e.DB.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck // ends the hold either way
-	if _, err := tx.Exec(`SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE`, pr); err != nil {
-		t.Fatal(err)
-	}
+	release := holdProject(t, e, pr)
 	if r := e.Call(admin, "projects/update", map[string]any{"tenantId": "acme", "projectId": pr, "description": "x"}); r.Status != 503 {
 		t.Fatalf("an update past its deadline: %d %s", r.Status, r.Raw)
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	req, _ := http.NewRequest(http.MethodGet, e.Server.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+e.Operator)
 	res, err := http.DefaultClient.Do(req)

@@ -302,14 +302,7 @@ func TestOperationsOfARevokedSessionEndUnauthenticated(t *testing.T) {
 	acme := newTenant(t, e, "acme")
 	ops := newToken(t, e, acme.Admin.Token, "acme", "ops", "admin")
 	pr := must(t, e.Call(acme.Admin.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "web"})).Str("projectId")
-	tx, err := e.DB.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck // ends the hold either way
-	if _, err := tx.Exec(`SELECT 1 FROM projects WHERE project_id = $1 FOR UPDATE`, pr); err != nil {
-		t.Fatal(err)
-	}
+	release := holdProject(t, e, pr)
 	const update = `mutation($p: String!) { updateProject(input: {tenantId: "acme", projectId: $p, description: "x"}) { project { rowVersion } } }`
 	blocked := func() error {
 		var n int
@@ -364,9 +357,7 @@ func TestOperationsOfARevokedSessionEndUnauthenticated(t *testing.T) {
 			}
 		}
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	var v int
 	if err := e.DB.Get(&v, `SELECT row_version FROM projects WHERE project_id = $1`, pr); err != nil || v != 1 {
 		t.Fatalf("the project after the revoked mutations: version %d, %v", v, err)
