@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -209,7 +210,13 @@ func (t sseTransport) ending(ctx context.Context, st *sseStream, sess *sseSessio
 	sess.mu.Lock()
 	reason := sess.closedWith
 	sess.mu.Unlock()
+	// A query or a mutation has one result: written already, it said why
+	// it ended (its operation ended with the session's cause, closeCause),
+	// and the stream's end adds none (a probe saw two results for one
+	// mutation, its own error and then the stream's).
+	answered := oc.Operation != nil && oc.Operation.Operation != ast.Subscription && st.nexts.Load() > 0
 	switch {
+	case answered:
 	case reason != "" && strings.Contains(reason, "revoked"):
 		st.errors(errs.E(errs.Unauthenticated, "the bearer token was revoked"))
 	case reason != "":
@@ -496,6 +503,7 @@ type sseStream struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	failed  bool
+	nexts   atomic.Int64 // next events written
 	// deadline is the connection's write deadline as last set. Setting it
 	// is a timer update; with an event to thousands of streams at once it
 	// is moved only once a quarter of it has passed, so a write may take
@@ -669,10 +677,16 @@ func (s *sseStream) eventWithID(name, id string, data []byte) bool {
 	if name != "next" {
 		ev = []byte("event: " + name)
 	}
+	var ok bool
 	if id != "" {
-		return s.write(ev, sseID, []byte(id), sseData, data, sseEnd)
+		ok = s.write(ev, sseID, []byte(id), sseData, data, sseEnd)
+	} else {
+		ok = s.write(ev, sseData, data, sseEnd) // JSON has no raw newlines
 	}
-	return s.write(ev, sseData, data, sseEnd) // JSON has no raw newlines
+	if ok && name == "next" {
+		s.nexts.Add(1)
+	}
+	return ok
 }
 
 // eventID is the id of a subscription's item when it is an event of a
