@@ -129,9 +129,12 @@ func Locking(ctx context.Context) bool {
 // node's state.
 type Authority string
 
+// bindingAuthority begins every role binding's authority (Binding).
+const bindingAuthority = "binding:"
+
 // Binding is the authority of a principal's role on a tenant.
 func Binding(tenantID, principalID string) Authority {
-	return Authority("binding:" + principalID + "@" + tenantID)
+	return Authority(bindingAuthority + principalID + "@" + tenantID)
 }
 
 // ProjectRelations is the authority of every relation to a project.
@@ -187,7 +190,7 @@ func ChangingAuthority(ctx context.Context, q store.Q, a Authority) error {
 	if _, err := q.ExecContext(ctx, `SELECT authority_changing($1)`, string(a)); err != nil {
 		return store.Wrap(err)
 	}
-	if strings.HasPrefix(string(a), "binding:") {
+	if strings.HasPrefix(string(a), bindingAuthority) {
 		store.NoteAuthority(q)
 	}
 	return nil
