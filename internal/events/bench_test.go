@@ -67,6 +67,19 @@ func durable(b *testing.B) string {
 	if err := db.Migrate(context.Background(), d.DB.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		b.Fatal(err)
 	}
+	if _, err := d.Exec(`ALTER SYSTEM SET track_wal_io_timing = on`); err != nil {
+		b.Fatal(err)
+	}
+	for _, kv := range strings.Split(os.Getenv("BENCH_PGSET"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, err := d.Exec(`ALTER SYSTEM SET ` + k + ` = '` + v + `'`); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if _, err := d.Exec(`SELECT pg_reload_conf()`); err != nil {
+		b.Fatal(err)
+	}
 	if os.Getenv("BENCH_STATEMENTS") != "" {
 		if _, err := d.Exec(`ALTER SYSTEM SET shared_preload_libraries = pg_stat_statements`); err != nil {
 			b.Fatal(err)
@@ -116,7 +129,7 @@ func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.I
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(5 * time.Millisecond)
+		t := time.NewTicker(sampleEvery())
 		defer t.Stop()
 		for {
 			select {
@@ -140,6 +153,16 @@ func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.I
 		}
 	}()
 	return notify, locks, seqNotify, func() { wg.Wait(); d.Close() }
+}
+
+// sampleEvery is waits' interval: 5 ms, or BENCH_SAMPLE_MS.
+func sampleEvery() time.Duration {
+	if v := os.Getenv("BENCH_SAMPLE_MS"); v != "" {
+		var n int
+		fmt.Sscan(v, &n)
+		return time.Duration(n) * time.Millisecond
+	}
+	return 5 * time.Millisecond
 }
 
 // openWriters opens a writers' pool: 24 connections, or BENCH_CONNS.
@@ -259,6 +282,31 @@ func (c cpu) since(c0 cpu) cpu {
 		out.postgres += t - c0.pids[pid]
 	}
 	return out
+}
+
+// wal is pg_stat_wal's counters: records, full-page images, bytes,
+// flushes (wal_sync) and the time they took (track_wal_io_timing).
+type wal struct {
+	Records  int64   `db:"wal_records"`
+	FPI      int64   `db:"wal_fpi"`
+	Bytes    int64   `db:"wal_bytes"`
+	Syncs    int64   `db:"wal_sync"`
+	SyncTime float64 `db:"wal_sync_time"`
+}
+
+func walNow(url string) wal {
+	var w wal
+	d, err := store.Open(context.Background(), url)
+	if err != nil {
+		return w
+	}
+	defer d.Close()
+	_ = d.Get(&w, `SELECT wal_records, wal_fpi, wal_bytes::bigint AS wal_bytes, wal_sync, wal_sync_time FROM pg_stat_wal`)
+	return w
+}
+
+func (w wal) since(w0 wal) wal {
+	return wal{w.Records - w0.Records, w.FPI - w0.FPI, w.Bytes - w0.Bytes, w.Syncs - w0.Syncs, w.SyncTime - w0.SyncTime}
 }
 
 // run runs writers goroutines calling write until d has passed and
@@ -406,18 +454,26 @@ func benchDuration() time.Duration {
 // event of this process and of PostgreSQL's; BENCH_ONLY=<part of a name>|<part>...
 // runs only the phases it names; BENCH_STATEMENTS=1 loads
 // pg_stat_statements and logs each phase's costliest statements and the
-// inbox's dead rows; BENCH_CONNS=<n> sizes every phase's pool.
+// inbox's dead rows; BENCH_CONNS=<n> sizes every phase's pool;
+// BENCH_SAMPLE_MS=<n> sets the lock sampler's interval (5 ms);
+// BENCH_PGSET=<setting>=<value>,... sets PostgreSQL settings for the run.
+// Each phase also logs its WAL per event (pg_stat_wal): records, bytes,
+// events per flush and a flush's time (track_wal_io_timing).
 func BenchmarkEventWriters(b *testing.B) {
 	url := durable(b)
 	d := benchDuration()
 	ctx := context.Background()
-	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64, used cpu) float64 {
+	report := func(name string, n int64, notify, locks, seqNotify int64, samples int64, used cpu, wl wal) float64 {
+		if n > 0 && wl.Syncs > 0 {
+			b.Logf("%-36s WAL per event: %.1f records, %.2f full pages, %d bytes; %.2f events per flush, a flush %.0f µs", "",
+				float64(wl.Records)/float64(n), float64(wl.FPI)/float64(n), wl.Bytes/n, float64(n)/float64(wl.Syncs), wl.SyncTime*1000/float64(wl.Syncs))
+		}
 		b.Logf("%-36s %6.0f events/s  writers waiting on the notify lock %d, on any lock %d; sequencer passes on the notify lock %d (in %d samples of 16 writers); CPU per event: this process %v, PostgreSQL %v",
 			name, float64(n)/d.Seconds(), notify, locks, seqNotify, samples, used.self/time.Duration(max(n, 1)), used.postgres/time.Duration(max(n, 1)))
 		b.ReportMetric(float64(n)/d.Seconds(), metric(name)+"-events/s")
 		return float64(n) / d.Seconds()
 	}
-	samples := int64(d / (5 * time.Millisecond))
+	samples := int64(d / sampleEvery())
 	appName := func(url string) string { return url + "&application_name=bench-writer" }
 
 	// The old outbox's write, and the same statement without its NOTIFY
@@ -443,7 +499,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		stop := make(chan struct{})
 		notify0, locks, seqNotify, done := waits(url, stop)
-		c0 := cpuNow()
+		c0, wal0 := cpuNow(), walNow(url)
 		n, err := run(d, func(wr, i int) error {
 			return w.Tx(ctx, func(tx *sqlx.Tx) error {
 				// The old events.Write's statement, as it was (6d5ba84^).
@@ -459,13 +515,13 @@ func BenchmarkEventWriters(b *testing.B) {
 				return err
 			})
 		})
-		used := cpuNow().since(c0)
+		used, wl := cpuNow().since(c0), walNow(url).since(wal0)
 		close(stop)
 		done()
 		if err != nil {
 			b.Fatal(err)
 		}
-		return report(name, n, notify0.Load(), locks.Load(), seqNotify.Load(), samples, used)
+		return report(name, n, notify0.Load(), locks.Load(), seqNotify.Load(), samples, used, wl)
 	}
 
 	// subs places the subscribers: none, one per tenant on one replica
@@ -541,7 +597,7 @@ func BenchmarkEventWriters(b *testing.B) {
 		}
 		stop := make(chan struct{})
 		notify, locks, seqNotify, done := waits(url, stop)
-		c0 := cpuNow()
+		c0, wal0 := cpuNow(), walNow(url)
 		t0 := time.Now()
 		n, err := run(d, func(wr, i int) error {
 			rep := reps[wr%replicas]
@@ -576,7 +632,7 @@ func BenchmarkEventWriters(b *testing.B) {
 			}
 		}
 		tail := time.Since(t0) - d
-		used := cpuNow().since(c0)
+		used, wl := cpuNow().since(c0), walNow(url).since(wal0)
 		var passes, numbered, reads, forwards, wholes int64
 		for _, r := range reps {
 			seq := events.Start(r.db, nil) // the running one
@@ -588,7 +644,7 @@ func BenchmarkEventWriters(b *testing.B) {
 			events.Start(r.db, nil).Stop()
 			r.db.Close()
 		}
-		rate := report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples, used)
+		rate := report(name, n, notify.Load(), locks.Load(), seqNotify.Load(), samples, used, wl)
 		if os.Getenv("BENCH_STATEMENTS") != "" {
 			statements(b, url)
 		}
