@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,11 @@ func durable(b *testing.B) string {
 	}
 	for _, kv := range strings.Split(os.Getenv("BENCH_PGSET"), ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
+			// ALTER SYSTEM takes no parameters: the name and the value are
+			// checked to be words (an identifier; letters, digits, _ and .).
+			if !settingName.MatchString(k) || !settingValue.MatchString(v) {
+				b.Fatalf("BENCH_PGSET: %q is not <name>=<value>", kv)
+			}
 			if _, err := d.Exec(`ALTER SYSTEM SET ` + k + ` = '` + v + `'`); err != nil {
 				b.Fatal(err)
 			}
@@ -154,6 +160,8 @@ func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.I
 	}()
 	return notify, locks, seqNotify, func() { wg.Wait(); d.Close() }
 }
+
+var settingName, settingValue = regexp.MustCompile(`^[a-z_]+$`), regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
 
 // sampleEvery is waits' interval: 5 ms, or BENCH_SAMPLE_MS.
 func sampleEvery() time.Duration {
