@@ -163,24 +163,23 @@ func waits(url string, stop <-chan struct{}) (notify, locks, seqNotify *atomic.I
 
 var settingName, settingValue = regexp.MustCompile(`^[a-z_]+$`), regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
 
+// envInt is the environment variable's number, or def when it is unset.
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		fmt.Sscan(v, &def)
+	}
+	return def
+}
+
 // sampleEvery is waits' interval: 5 ms, or BENCH_SAMPLE_MS.
 func sampleEvery() time.Duration {
-	if v := os.Getenv("BENCH_SAMPLE_MS"); v != "" {
-		var n int
-		fmt.Sscan(v, &n)
-		return time.Duration(n) * time.Millisecond
-	}
-	return 5 * time.Millisecond
+	return time.Duration(envInt("BENCH_SAMPLE_MS", 5)) * time.Millisecond
 }
 
 // openWriters opens a writers' pool: 24 connections, or BENCH_CONNS.
 func openWriters(b *testing.B, url string) *store.DB {
 	b.Helper()
-	conns := 24
-	if v := os.Getenv("BENCH_CONNS"); v != "" {
-		fmt.Sscan(v, &conns)
-	}
-	d, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: conns})
+	d, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: envInt("BENCH_CONNS", 24)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -410,21 +409,10 @@ func metric(name string) string {
 
 // benchRounds is how many rounds the headline comparison runs
 // (BENCH_EVENTS_ROUNDS, 4 by default).
-func benchRounds() int {
-	n := 4
-	if s := os.Getenv("BENCH_EVENTS_ROUNDS"); s != "" {
-		fmt.Sscan(s, &n)
-	}
-	return n
-}
+func benchRounds() int { return envInt("BENCH_EVENTS_ROUNDS", 4) }
 
 func benchDuration() time.Duration {
-	if s := os.Getenv("BENCH_EVENTS_SECONDS"); s != "" {
-		var n int
-		fmt.Sscan(s, &n)
-		return time.Duration(n) * time.Second
-	}
-	return 5 * time.Second
+	return time.Duration(envInt("BENCH_EVENTS_SECONDS", 5)) * time.Second
 }
 
 // BenchmarkEventWriters is issue 17's throughput comparison, side by side
