@@ -45,8 +45,6 @@ type Config struct {
 	Workers int
 	// EventRetention is how long instance events are kept (default 7 days).
 	EventRetention time.Duration
-	// PruneEvery is how often the retention jobs run (default 1 hour).
-	PruneEvery time.Duration
 	// AuditRetention is how long audit records are kept (default 400
 	// days); the replicas' river client runs its retention job too.
 	AuditRetention time.Duration
@@ -72,9 +70,6 @@ func (c *Config) defaults() {
 	}
 	if c.EventRetention <= 0 {
 		c.EventRetention = 7 * 24 * time.Hour
-	}
-	if c.PruneEvery <= 0 {
-		c.PruneEvery = time.Hour
 	}
 	if c.AuditRetention <= 0 {
 		c.AuditRetention = audit.DefaultRetention
@@ -164,10 +159,7 @@ func New(db *store.DB, log *slog.Logger, cfg Config) (*Runner, error) {
 		JobTimeout:           30 * time.Second,
 		RescueStuckJobsAfter: time.Minute,
 		RetryPolicy:          retryPolicy{},
-		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
-			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.PruneEvery),
-				func() (river.JobArgs, *river.InsertOpts) { return auditPruneArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
+		PeriodicJobs:         []*river.PeriodicJob{retentionJob(pruneArgs{}, cfg.EventRetention), retentionJob(auditPruneArgs{}, cfg.AuditRetention)},
 	})
 	if err != nil {
 		s.listen.Close()
@@ -438,13 +430,27 @@ func (s *Runner) Sweep(ctx context.Context) (int, error) {
 
 // --- event retention ----------------------------------------------------
 
+// PruneInterval is how often a retention job runs: a tenth of its
+// retention, at least 10 s and at most an hour. What is older than the
+// retention is gone within that much more (a 3-minute retention keeps
+// nothing past 3 min 18 s; the default 7 days, past 7 days and an hour).
+func PruneInterval(retention time.Duration) time.Duration {
+	return min(max(retention/10, 10*time.Second), time.Hour)
+}
+
+// retentionJob runs the job every PruneInterval of the retention, and once
+// when the replica starts leading. One job per interval is queued,
+// whichever replica leads.
+func retentionJob(args river.JobArgs, retention time.Duration) *river.PeriodicJob {
+	every := PruneInterval(retention)
+	return river.NewPeriodicJob(river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
+		return args, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: every}}
+	}, &river.PeriodicJobOpts{RunOnStart: true})
+}
+
 type pruneArgs struct{}
 
 func (pruneArgs) Kind() string { return "events.prune" }
-
-func (pruneArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-}
 
 type pruneWorker struct {
 	river.WorkerDefaults[pruneArgs]
@@ -465,10 +471,6 @@ func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
 type auditPruneArgs struct{}
 
 func (auditPruneArgs) Kind() string { return "audit.prune" }
-
-func (auditPruneArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
-}
 
 type auditPruneWorker struct {
 	river.WorkerDefaults[auditPruneArgs]

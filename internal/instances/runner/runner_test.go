@@ -499,6 +499,71 @@ func TestRetentionJobs(t *testing.T) {
 	}
 }
 
+// A retention job runs every tenth of its retention (between 10 s and an
+// hour), not only when a replica starts leading: with a one-minute event
+// retention, an event that ages past it while the runner runs is gone
+// within seconds, as is an audit record past a two-minute audit retention.
+func TestRetentionJobsRunEveryTenthOfTheRetention(t *testing.T) {
+	for _, c := range []struct{ retention, every time.Duration }{
+		{time.Minute, 10 * time.Second}, {3 * time.Minute, 18 * time.Second}, {time.Hour, 6 * time.Minute},
+		{10 * time.Hour, time.Hour}, {7 * 24 * time.Hour, time.Hour}, {time.Second, 10 * time.Second},
+	} {
+		if got := runner.PruneInterval(c.retention); got != c.every {
+			t.Errorf("PruneInterval(%v) = %v, want %v", c.retention, got, c.every)
+		}
+	}
+	db := pgtest.DB(t)
+	simPool(t, db)
+	r := newRunner(t, db, nil, runner.Config{EventRetention: time.Minute, AuditRetention: 2 * time.Minute})
+	run(t, r)
+	completed := func(kind string) int {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	wait.Eventually(t, 30*time.Second, func() error {
+		if completed("events.prune") == 0 || completed("audit.prune") == 0 {
+			return fmt.Errorf("the runs at start are not done")
+		}
+		return nil
+	})
+	// After the runs at start: an event and an audit record older than
+	// their retentions.
+	ctx := store.ForRequest(context.Background())
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		return events.Write(ctx, tx, events.Record{TenantID: "acme", Type: events.Created, ResourceID: ids.New(ids.Instance), Data: map[string]any{}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM events WHERE tenant_id = 'acme'`); err != nil || n != 1 {
+			return fmt.Errorf("%d events numbered, %v", n, err)
+		}
+		return nil
+	})
+	exec(t, db, `UPDATE events SET occurred_at = now() - interval '2 minutes' WHERE tenant_id = 'acme'`)
+	exec(t, db, `INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name,
+			method, resource_type, resource_id, outcome, request_id, occurred_at)
+		VALUES ('acme', 'aud_' || lpad('1', 26, '0'), NULL, 'system', 'test', 'projects.create', 'compute-tenant', 'acme',
+			'success', 'r-old', now() - interval '3 minutes')`)
+	wait.Eventually(t, 40*time.Second, func() error {
+		var ev, au int
+		if err := db.Get(&ev, `SELECT count(*) FROM events WHERE tenant_id = 'acme'`); err != nil {
+			return err
+		}
+		if err := db.Get(&au, `SELECT count(*) FROM audit_log WHERE request_id = 'r-old'`); err != nil {
+			return err
+		}
+		if ev != 0 || au != 0 {
+			return fmt.Errorf("left: %d events, %d audit records (prune runs: events %d, audit %d)", ev, au, completed("events.prune"), completed("audit.prune"))
+		}
+		return nil
+	})
+}
+
 // With the server's maintainer (Config.Maintainer), the runner adds its
 // sweep and rescue to it while it runs, and Shutdown takes them off: the
 // maintainer, still running, calls them no more.
