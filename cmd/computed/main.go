@@ -313,13 +313,20 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Log.Error("the embedded database stopped: stopping the server", "err", m.pg.Err())
 		stopRun() // as a signal does: what runs under ctx ends
 	}
-	m.Log.Info("shutting down: closing sockets and streams, draining requests")
+	m.Log.Info("shutting down: closing the listener, sockets and streams, draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// The listener closes first, at once (a load balancer sends the next
+	// connection to another replica), while the sockets' close handshakes
+	// take their time: a client that does not answer its close frame
+	// holds srv.Shutdown for its 5 s, and the replica, serving on, took
+	// new requests and sockets meanwhile (a soak's finding).
+	hsDone := make(chan error, 1)
+	go func() { hsDone <- hs.Shutdown(sctx) }()
 	wctx, wcancel := context.WithTimeout(sctx, 5*time.Second)
 	srv.Shutdown(wctx)
 	wcancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := <-hsDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	m.Log.Info("shutting down: stopping the instance reconciler")

@@ -24,7 +24,7 @@ import (
 type replica struct {
 	cmd  *exec.Cmd
 	addr string
-	log  *bytes.Buffer
+	logs *syncBuf // its stdout and stderr
 }
 
 var (
@@ -78,7 +78,7 @@ func startReplica(t testing.TB, url, token string, env ...string) *replica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cmd: cmd, addr: addr}
+	r := &replica{cmd: cmd, addr: addr, logs: logs}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Signal(syscall.SIGTERM)

@@ -133,7 +133,7 @@ type Server struct {
 	// execSlots admits GraphQL queries and mutations to execution
 	// (Config.GraphQLConcurrency).
 	execSlots *slots
-	conns     sync.WaitGroup // open WebSockets and event streams
+	conns     openCount // open WebSockets and event streams
 }
 
 // New builds the server; the registry must have been built with the same
@@ -237,13 +237,51 @@ func (s *Server) Run(ctx context.Context) error {
 // Shutdown closes the long-lived connections with a code that tells
 // clients to reconnect (to another replica), and waits (until ctx ends)
 // for their close handshakes; http.Server.Shutdown does not see hijacked
-// connections or streams.
+// connections or streams. From its start /readyz says "shutting down",
+// and a socket or stream that begins (on a connection accepted before the
+// listener closed) is closed as it begins. Call it beside, not before,
+// http.Server.Shutdown, which closes the listener: a client that does not
+// answer its close frame holds this wait for its length.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.sessions.closeAll(closeServiceReboot, "the server is restarting; reconnect")
-	done := make(chan struct{})
-	safe.Go(ctx, s.Log, "shutdown wait", func() { s.conns.Wait(); close(done) })
+	s.conns.wait(ctx)
+}
+
+// openCount counts open connections; wait returns when none is open.
+// Unlike a sync.WaitGroup's, its count may rise from zero while someone
+// waits: a socket that begins during a shutdown counts, until closed.
+type openCount struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n reaches zero; nil while nobody waits
+}
+
+func (c *openCount) Add(d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += d
+	if c.n == 0 && c.zero != nil {
+		close(c.zero)
+		c.zero = nil
+	}
+}
+
+func (c *openCount) Done() { c.Add(-1) }
+
+// wait returns when no connection is open, or when ctx ends.
+func (c *openCount) wait(ctx context.Context) {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.zero == nil {
+		c.zero = make(chan struct{})
+	}
+	zero := c.zero
+	c.mu.Unlock()
 	select {
-	case <-done:
+	case <-zero:
 	case <-ctx.Done():
 	}
 }
@@ -331,6 +369,12 @@ func (s *Server) operatorOnly(next http.Handler) http.Handler {
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.sessions.isClosing() {
+		// Shutting down: a load balancer stops sending what it still
+		// would (a request on a connection it keeps open).
+		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.DB.PingContext(ctx); err != nil {

@@ -33,6 +33,15 @@ type sessions struct {
 	m       map[*session]struct{}
 	perCred map[string]int // open sessions per credential (token id)
 	running bool
+	// sockets is every WebSocket from its upgrade to its end, with a
+	// session or still without (before connection_init): a shutdown
+	// closes them all.
+	sockets map[*wsConn]struct{}
+	// closing is set by closeAll (a shutdown) with its code and reason:
+	// a socket or session that begins after it is closed at once.
+	closing     bool
+	closeCode   websocket.StatusCode
+	closeReason string
 
 	id   string        // names this replica's notifications, which it skips
 	now  chan struct{} // sweep now
@@ -42,10 +51,16 @@ type sessions struct {
 // closeCause is the error a session's operations still running end with
 // when the session is closed with code: a revoked token's are
 // UNAUTHENTICATED, as the session's end says, not the UNAVAILABLE of a
-// request cancelled (store.ClassifyIn reads it); nil for any other close.
+// request cancelled (store.ClassifyIn reads it); a shutdown's UNAVAILABLE
+// with reason "shutdown"; nil for any other close.
 func closeCause(code websocket.StatusCode) error {
-	if code == closeForbidden {
+	switch code {
+	case closeForbidden:
 		return errs.E(errs.Unauthenticated, "the bearer token was revoked")
+	case closeServiceReboot:
+		// A shutdown's: what it cancelled says so, as the stream's end
+		// does (retry on another replica).
+		return errs.E(errs.Unavailable, "the server is restarting; reconnect").With("reason", "shutdown")
 	}
 	return nil
 }
@@ -167,16 +182,55 @@ func (x *session) observe(roles string) {
 	}
 }
 
+// track registers a WebSocket from its upgrade until untrack; once the
+// server is closing, it is closed at once instead, as closeAll closed the
+// others.
+func (ss *sessions) track(c *wsConn) {
+	ss.mu.Lock()
+	closing, code, reason := ss.closing, ss.closeCode, ss.closeReason
+	if !closing {
+		if ss.sockets == nil {
+			ss.sockets = map[*wsConn]struct{}{}
+		}
+		ss.sockets[c] = struct{}{}
+	}
+	ss.mu.Unlock()
+	if closing {
+		c.close(code, reason)
+	}
+}
+
+func (ss *sessions) untrack(c *wsConn) {
+	ss.mu.Lock()
+	delete(ss.sockets, c)
+	ss.mu.Unlock()
+}
+
+// isClosing says whether closeAll has begun (the server is shutting down).
+func (ss *sessions) isClosing() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closing
+}
+
 // add opens a session of the principal's credential, or returns nil when
-// the credential holds Config.SessionsPerCredential already.
+// the credential holds Config.SessionsPerCredential already. Once the
+// server is closing, the session is closed as soon as it is open.
 func (ss *sessions) add(p *reqctx.Principal, closeFn func(websocket.StatusCode, string)) *session {
 	x := &session{tokenID: p.TokenID, close: closeFn}
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	closing, code, reason := ss.closing, ss.closeCode, ss.closeReason
+	defer func() {
+		ss.mu.Unlock()
+		if closing {
+			closeFn(code, reason)
+		}
+	}()
 	if ss.m == nil {
 		ss.m, ss.perCred = map[*session]struct{}{}, map[string]int{}
 	}
 	if ss.perCred[x.tokenID] >= ss.s.Config.SessionsPerCredential {
+		closing = false // refused: the caller answers why
 		return nil
 	}
 	ss.perCred[x.tokenID]++
@@ -214,17 +268,26 @@ func (ss *sessions) count() int {
 	return len(ss.m)
 }
 
-// closeAll closes every session (graceful shutdown: clients reconnect to
-// another replica).
+// closeAll closes every session and every WebSocket, with a session or
+// not yet (graceful shutdown: clients reconnect to another replica); those
+// that begin after it are closed as they begin.
 func (ss *sessions) closeAll(code websocket.StatusCode, reason string) {
 	ss.mu.Lock()
+	ss.closing, ss.closeCode, ss.closeReason = true, code, reason
 	list := make([]*session, 0, len(ss.m))
 	for x := range ss.m {
 		list = append(list, x)
 	}
+	sockets := make([]*wsConn, 0, len(ss.sockets))
+	for c := range ss.sockets {
+		sockets = append(sockets, c)
+	}
 	ss.mu.Unlock()
 	for _, x := range list {
 		x.close(code, reason)
+	}
+	for _, c := range sockets {
+		c.close(code, reason)
 	}
 }
 

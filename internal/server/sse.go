@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"mime"
@@ -214,10 +215,14 @@ func (t sseTransport) ending(ctx context.Context, st *sseStream, sess *sseSessio
 	// it ended (its operation ended with the session's cause, closeCause),
 	// and the stream's end adds none (a probe saw two results for one
 	// mutation, its own error and then the stream's).
+	// So has a subscription whose result already said why, failing as it
+	// started (its context ended with the same cause).
 	answered := oc.Operation != nil && oc.Operation.Operation != ast.Subscription && st.nexts.Load() > 0
+	revoked := reason != "" && strings.Contains(reason, "revoked")
 	switch {
 	case answered:
-	case reason != "" && strings.Contains(reason, "revoked"):
+	case revoked && st.endedWith(errs.Unauthenticated), reason != "" && !revoked && st.endedWith(errs.Unavailable):
+	case revoked:
 		st.errors(errs.E(errs.Unauthenticated, "the bearer token was revoked"))
 	case reason != "":
 		st.errors(errs.E(errs.Unavailable, "%s", reason).With("reason", "shutdown"))
@@ -395,7 +400,11 @@ func (t sseTransport) driven(ctx context.Context, st *sseStream, drv *sseDriver,
 // buffers for the next one. cancel ends the operation (and so the
 // goroutine). It returns as driven does.
 func (t sseTransport) results(ctx context.Context, cancel context.CancelFunc, st *sseStream, rctx context.Context, responses graphql.ResponseHandler, tick <-chan time.Time) bool {
-	results := make(chan []byte)
+	type result struct {
+		b      []byte
+		failed *string
+	}
+	results := make(chan result)
 	log := t.s.Log
 	safe.Go(ctx, log, "event stream results", func() {
 		defer close(results)
@@ -411,7 +420,7 @@ func (t sseTransport) results(ctx context.Context, cancel context.CancelFunc, st
 					return
 				}
 				select {
-				case results <- b:
+				case results <- result{b, failedCode(resp)}:
 				case <-ctx.Done():
 					return
 				}
@@ -430,11 +439,11 @@ func (t sseTransport) results(ctx context.Context, cancel context.CancelFunc, st
 	}
 	for {
 		select {
-		case b, ok := <-results:
+		case r, ok := <-results:
 			if !ok {
 				return true
 			}
-			if !st.event("next", b) {
+			if !st.nextFailed(r.b, r.failed) {
 				return gone()
 			}
 		case <-tick:
@@ -504,6 +513,11 @@ type sseStream struct {
 	timeout time.Duration
 	failed  bool
 	nexts   atomic.Int64 // next events written
+	// lastCode is the error code of the last next event when it was a
+	// result without data (the operation failed as a whole: a
+	// subscription cancelled as it started), "" otherwise: the stream's
+	// end does not say the same once more.
+	lastCode atomic.Pointer[string]
 	// deadline is the connection's write deadline as last set. Setting it
 	// is a timer update; with an event to thousands of streams at once it
 	// is moved only once a quarter of it has passed, so a write may take
@@ -685,6 +699,7 @@ func (s *sseStream) eventWithID(name, id string, data []byte) bool {
 	}
 	if ok && name == "next" {
 		s.nexts.Add(1)
+		s.lastCode.Store(nil)
 	}
 	return ok
 }
@@ -703,7 +718,34 @@ func (s *sseStream) next(resp *graphql.Response) bool {
 	if err != nil {
 		return false
 	}
-	return s.event("next", b)
+	return s.nextFailed(b, failedCode(resp))
+}
+
+// nextFailed writes a result's JSON as a next event; failed is its
+// failedCode.
+func (s *sseStream) nextFailed(b []byte, failed *string) bool {
+	ok := s.event("next", b)
+	if ok && failed != nil {
+		s.lastCode.Store(failed)
+	}
+	return ok
+}
+
+// failedCode is the code of a result without data (the operation failed
+// as a whole), nil for any other.
+func failedCode(resp *graphql.Response) *string {
+	if len(resp.Errors) == 0 || len(resp.Data) != 0 && string(resp.Data) != "null" {
+		return nil
+	}
+	code := fmt.Sprint(resp.Errors[0].Extensions["code"]) // a string, or errs.Code
+	return &code
+}
+
+// endedWith says whether the last next event was a failed result with
+// the code.
+func (s *sseStream) endedWith(code errs.Code) bool {
+	c := s.lastCode.Load()
+	return c != nil && *c == string(code)
 }
 
 func (s *sseStream) complete() { s.event("complete", nil) }

@@ -105,8 +105,10 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		ip:  clientIP(r),
 	}
 	t.s.conns.Add(1)
+	t.s.sessions.track(conn)
 	safe.Go(ctx, t.s.Log, "websocket reader", func() {
 		defer t.s.conns.Done()
+		defer t.s.sessions.untrack(conn)
 		conn.serve()
 	}, func() { conn.close(closeInternal, "internal error") })
 }
