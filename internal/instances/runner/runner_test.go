@@ -564,6 +564,29 @@ func TestRetentionJobsRunEveryTenthOfTheRetention(t *testing.T) {
 	})
 }
 
+// River's cleaner deletes a job completed more than CompletedJobsKept ago
+// (an hour, not River's 24) and keeps a younger one.
+func TestCompletedJobsAreKeptAnHour(t *testing.T) {
+	db := pgtest.DB(t)
+	simPool(t, db)
+	exec(t, db, `INSERT INTO river_job (args, kind, max_attempts, queue, state, finalized_at, attempted_at)
+		VALUES ('{"instanceId": "inst_old"}', $2, 20, $3, 'completed', now() - $1 * interval '1 second' - interval '5 minutes', now() - interval '2 hours'),
+		       ('{"instanceId": "inst_young"}', $2, 20, $3, 'completed', now() - $1 * interval '1 second' + interval '5 minutes', now() - interval '1 hour')`,
+		runner.CompletedJobsKept.Seconds(), instances.Kind, instances.Queue)
+	r := newRunner(t, db, nil, runner.Config{})
+	run(t, r)
+	wait.Eventually(t, 30*time.Second, func() error {
+		var left []string
+		if err := db.Select(&left, `SELECT args->>'instanceId' FROM river_job WHERE kind = $1 ORDER BY 1`, instances.Kind); err != nil {
+			return err
+		}
+		if !slices.Equal(left, []string{"inst_young"}) {
+			return fmt.Errorf("completed jobs left: %v", left)
+		}
+		return nil
+	})
+}
+
 // With the server's maintainer (Config.Maintainer), the runner adds its
 // sweep and rescue to it while it runs, and Shutdown takes them off: the
 // maintainer, still running, calls them no more.
