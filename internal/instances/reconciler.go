@@ -117,6 +117,14 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[reconcileArgs
 			if store.Unreachable(err) {
 				return err
 			}
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// River cancelled the run (a replica stopping, after its
+				// grace period): the step rolled back, and the job runs
+				// again here or on another replica. Every deploy does it;
+				// it is not a failure. (A run past its timeout is one.)
+				w.s.log.InfoContext(ctx, "reconcile step interrupted: the run was cancelled; it runs again", "instanceId", job.Args.InstanceID, "attempt", job.Attempt)
+				return err
+			}
 			w.s.log.WarnContext(ctx, "reconcile step failed", "instanceId", job.Args.InstanceID, "attempt", job.Attempt, "err", err)
 			return err
 		}

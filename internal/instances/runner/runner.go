@@ -448,12 +448,14 @@ func PruneInterval(retention time.Duration) time.Duration {
 }
 
 // retentionJob runs the job every PruneInterval of the retention, and once
-// when the replica starts leading. One job per interval is queued,
-// whichever replica leads.
+// when a replica starts leading. The runs are not unique by period: a new
+// leader's first run, within the period of the old leader's last, was
+// skipped as a duplicate, and the retention overshot by two intervals (a
+// re-probe's finding). Two runs at once are harmless: a prune deletes what
+// is older than its cutoff, and records only what it deleted.
 func retentionJob(args river.JobArgs, retention time.Duration) *river.PeriodicJob {
-	every := PruneInterval(retention)
-	return river.NewPeriodicJob(river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
-		return args, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: every}}
+	return river.NewPeriodicJob(river.PeriodicInterval(PruneInterval(retention)), func() (river.JobArgs, *river.InsertOpts) {
+		return args, nil
 	}, &river.PeriodicJobOpts{RunOnStart: true})
 }
 

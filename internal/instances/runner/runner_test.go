@@ -587,6 +587,85 @@ func TestCompletedJobsAreKeptAnHour(t *testing.T) {
 	})
 }
 
+// When the leader stops, the replica that leads next runs the retention
+// jobs at once, not an interval later: with a 10-hour retention (an hourly
+// prune), a second run follows the first within seconds.
+func TestRetentionJobsRunWhenLeadershipMoves(t *testing.T) {
+	db := pgtest.DB(t)
+	simPool(t, db)
+	cfg := runner.Config{EventRetention: 10 * time.Hour, AuditRetention: 10 * time.Hour}
+	a, b := newRunner(t, db, nil, cfg), newRunner(t, db, nil, cfg)
+	completed := func(want int) func() error {
+		return func() error {
+			var n int
+			if err := db.Get(&n, `SELECT count(*) FROM river_job WHERE kind = 'events.prune' AND state = 'completed'`); err != nil {
+				return err
+			}
+			if n < want {
+				return fmt.Errorf("%d events.prune runs completed, want %d", n, want)
+			}
+			return nil
+		}
+	}
+	run(t, a)
+	wait.Eventually(t, 30*time.Second, completed(1))
+	run(t, b)
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 30*time.Second, completed(2))
+}
+
+// A replica stopping cancels, after its grace period, a reconcile step
+// still running (here, waiting for the instance's row): the step is
+// retried, and the log says so at info level, not as a failed step's
+// warning (a re-probe saw one on half of the SIGTERMs, which alerting on
+// warnings would page on at every deploy).
+func TestStopInterruptingAStepIsNotAWarning(t *testing.T) {
+	db := pgtest.DB(t)
+	pool := simPool(t, db)
+	var out syncBuffer
+	r := newRunner(t, db, slog.New(slog.NewJSONHandler(&out, nil)), runner.Config{})
+	id := create(t, db, r, pool)
+	// Hold the instance's row: the step waits for it.
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`SELECT 1 FROM instances WHERE instance_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	wait.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM instances WHERE instance_id = $1 FOR UPDATE%'`); err != nil || n == 0 {
+			return fmt.Errorf("the step does not wait for the row yet (%v)", err)
+		}
+		return nil
+	})
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	logs := out.String()
+	if strings.Contains(logs, `"level":"WARN"`) || !strings.Contains(logs, "reconcile step interrupted") {
+		t.Fatalf("the log of a step the stop cancelled:\n%s", logs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
 // With the server's maintainer (Config.Maintainer), the runner adds its
 // sweep and rescue to it while it runs, and Shutdown takes them off: the
 // maintainer, still running, calls them no more.
