@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
@@ -284,7 +285,7 @@ func mustJSON(t testing.TB, v any) []byte {
 // never an empty list or a null that looks like real data.
 func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	e := testkit.StartWith(t, testkit.Options{Proxy: true, Logs: &logs, Config: server.Config{RequestTimeout: time.Second}})
 	w := newCrossTenantWorld(t, e)
 	admin := w.acme.Admin.Token
@@ -471,7 +472,7 @@ func TestMutationDecidedInItsTransaction(t *testing.T) {
 // the method or the operation and field: on both surfaces.
 func TestInternalErrorsNameTheirLogLine(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	e := testkit.StartWith(t, testkit.Options{Logs: &logs})
 	acme := newTenant(t, e, "acme")
 	e.Pool(acme.Admin.Token, "acme", "fra1")

@@ -15,7 +15,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
@@ -499,7 +499,7 @@ func TestRateLimitsCountEverything(t *testing.T) {
 // client that leaves is not an internal error, and the server recovers.
 func TestFrozenDatabase(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	e := testkit.StartWith(t, testkit.Options{Proxy: true, Logs: &logs, Config: server.Config{RequestTimeout: time.Second}})
 	acme := newTenant(t, e, "acme")
 	open := dialWS(t, e) // a socket acknowledged before the freeze
@@ -609,23 +609,6 @@ func TestFrozenDatabase(t *testing.T) {
 	if strings.Contains(logs.String(), `"msg":"internal error"`) || strings.Contains(logs.String(), `"level":"ERROR"`) {
 		t.Fatalf("a frozen database or a departed client was logged as an error:\n%s", logs.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The method surface: nothing after the object, document order, and the

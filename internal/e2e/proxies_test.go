@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 )
 
 // failUntilLimited sends unknown tokens with the given forwarding header
@@ -46,7 +47,7 @@ func TestTrustedProxies(t *testing.T) {
 	t.Parallel()
 	t.Run("untrusted peer", func(t *testing.T) {
 		t.Parallel()
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		e := testkit.StartWith(t, testkit.Options{Logs: &logs, Config: server.Config{AuthFailures: 0.001, AuthFailureBurst: 3}})
 		newTenant(t, e, "acme")
 		if n := failUntilLimited(t, e, nil); n != 3 {
@@ -68,7 +69,7 @@ func TestTrustedProxies(t *testing.T) {
 	})
 	t.Run("trusted proxy", func(t *testing.T) {
 		t.Parallel()
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		e := testkit.StartWith(t, testkit.Options{Logs: &logs, Config: server.Config{AuthFailures: 0.001, AuthFailureBurst: 3,
 			ClientAddr: clientaddr.Resolver{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}})
 		acme := newTenant(t, e, "acme")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
@@ -24,7 +25,7 @@ import (
 type replica struct {
 	cmd  *exec.Cmd
 	addr string
-	logs *syncBuf // its stdout and stderr
+	logs *logbuf.Buffer // its stdout and stderr
 }
 
 var (
@@ -54,14 +55,6 @@ func computedBinary(t testing.TB) string {
 	return binPath
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func startReplica(t testing.TB, url, token string, env ...string) *replica {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,7 +66,7 @@ func startReplica(t testing.TB, url, token string, env ...string) *replica {
 	cmd := exec.Command(computedBinary(t), "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "COMPUTE_ADDR="+addr, "COMPUTE_BOOTSTRAP_TOKEN="+token, "COMPUTE_RATE_LIMIT=0")
 	cmd.Env = append(cmd.Env, env...)
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

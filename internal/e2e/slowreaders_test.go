@@ -23,6 +23,7 @@ import (
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/server"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
 
@@ -116,7 +117,7 @@ func (s *stuckSSE) drain(within time.Duration) (ended bool, tail string, err err
 // 300 ms make that race certain in every stuck stream here.
 func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	e := testkit.StartWith(t, testkit.Options{Logs: &logs, Config: server.Config{
 		WS:   server.WSTimings{PingInterval: 20 * time.Millisecond, WriteTimeout: 300 * time.Millisecond},
 		Live: live.Config{Stall: 2 * time.Second},

@@ -1,7 +1,6 @@
 package safe_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"go/ast"
@@ -11,36 +10,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/safe"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A panic on a goroutine started through Go, or in a timer callback
 // wrapped by Func, is an error log line with the request id, onPanic runs,
 // and the process goes on.
 func TestPanicsAreLoggedWithTheRequestID(t *testing.T) {
-	var out syncBuf
+	var out logbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	ctx := reqctx.WithRequestID(context.Background(), "req_test-1234")
 	cleaned := make(chan string, 2)

@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/computed/internal/instances/runner"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/pgtest"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
@@ -624,7 +625,7 @@ func TestRetentionJobsRunWhenLeadershipMoves(t *testing.T) {
 func TestStopInterruptingAStepIsNotAWarning(t *testing.T) {
 	db := pgtest.DB(t)
 	pool := simPool(t, db)
-	var out syncBuffer
+	var out logbuf.Buffer
 	r := newRunner(t, db, slog.New(slog.NewJSONHandler(&out, nil)), runner.Config{})
 	id := create(t, db, r, pool)
 	// Hold the instance's row: the step waits for it.
@@ -652,19 +653,6 @@ func TestStopInterruptingAStepIsNotAWarning(t *testing.T) {
 		t.Fatalf("the log of a step the stop cancelled:\n%s", logs)
 	}
 }
-
-// syncBuffer is a bytes.Buffer for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // With the server's maintainer (Config.Maintainer), the runner adds its
 // sweep and rescue to it while it runs, and Shutdown takes them off: the
