@@ -243,7 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 // http.Server.Shutdown, which closes the listener: a client that does not
 // answer its close frame holds this wait for its length.
 func (s *Server) Shutdown(ctx context.Context) {
-	s.sessions.closeAll(closeServiceReboot, "the server is restarting; reconnect")
+	s.sessions.closeAll(closeServiceReboot, shutdownReason)
 	s.conns.wait(ctx)
 }
 

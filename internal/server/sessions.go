@@ -60,10 +60,13 @@ func closeCause(code websocket.StatusCode) error {
 	case closeServiceReboot:
 		// A shutdown's: what it cancelled says so, as the stream's end
 		// does (retry on another replica).
-		return errs.E(errs.Unavailable, "the server is restarting; reconnect").With("reason", "shutdown")
+		return errs.E(errs.Unavailable, "%s", shutdownReason).With("reason", "shutdown")
 	}
 	return nil
 }
+
+// shutdownReason is a shutdown's close reason, and its operations' error.
+const shutdownReason = "the server is restarting; reconnect"
 
 // sessionsChannel is where a replica tells the others that a credential
 // was revoked or a role binding changed (the payload: its sessions' id).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -99,7 +100,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	sess := &sseSession{s: t.s, secret: tok}
 	sess.x = t.s.sessions.add(p, func(code websocket.StatusCode, reason string) {
 		sess.mu.Lock()
-		sess.closedWith = reason
+		sess.closedWith = code
 		sess.mu.Unlock()
 		cancelCause(closeCause(code))
 	})
@@ -209,8 +210,12 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 // subscription, a revoked token, the server shutting down), and complete.
 func (t sseTransport) ending(ctx context.Context, st *sseStream, sess *sseSession, exec graphql.GraphExecutor, oc *graphql.OperationContext, endErr func() error) {
 	sess.mu.Lock()
-	reason := sess.closedWith
+	code := sess.closedWith
 	sess.mu.Unlock()
+	var cause *errs.Error // the session's close, as its operations ended
+	if c := closeCause(code); c != nil {
+		errors.As(c, &cause)
+	}
 	// A query or a mutation has one result: written already, it said why
 	// it ended (its operation ended with the session's cause, closeCause),
 	// and the stream's end adds none (a probe saw two results for one
@@ -218,14 +223,11 @@ func (t sseTransport) ending(ctx context.Context, st *sseStream, sess *sseSessio
 	// So has a subscription whose result already said why, failing as it
 	// started (its context ended with the same cause).
 	answered := oc.Operation != nil && oc.Operation.Operation != ast.Subscription && st.nexts.Load() > 0
-	revoked := reason != "" && strings.Contains(reason, "revoked")
 	switch {
 	case answered:
-	case revoked && st.endedWith(errs.Unauthenticated), reason != "" && !revoked && st.endedWith(errs.Unavailable):
-	case revoked:
-		st.errors(errs.E(errs.Unauthenticated, "the bearer token was revoked"))
-	case reason != "":
-		st.errors(errs.E(errs.Unavailable, "%s", reason).With("reason", "shutdown"))
+	case cause != nil && st.endedWith(cause.Code):
+	case cause != nil:
+		st.errors(cause)
 	case endErr() != nil:
 		resp := exec.DispatchError(graphql.WithOperationContext(ctx, oc), gqlerror.List{gqlerror.WrapPath(nil, endErr())})
 		st.next(resp)
@@ -496,7 +498,7 @@ type sseSession struct {
 	secret     string
 	x          *session
 	mu         sync.Mutex
-	closedWith string
+	closedWith websocket.StatusCode // the session's close code (0: open)
 }
 
 func (x *sseSession) OnChange(f func()) func() bool { return x.x.OnChange(f) }
