@@ -119,13 +119,20 @@ func scopeArrays(keys []string) (parent, pool, project, state []string) {
 	return
 }
 
-// scopeMatch is the filter of a scope t over instances i: deleted instances
-// only when the state asks for them (as instances.list).
-func scopeMatch(by Parent) string {
+// scopeMatch is the filter of a scope t over instances i, with one of the
+// branches of its state filter (instances.StateBranches, as
+// instances.list): deleted instances only when the state asks for them.
+func scopeMatch(by Parent, branch string) string {
 	return `i.` + string(by) + ` = t.parent AND (t.f_pool = '' OR i.pool_id = t.f_pool)
 		AND (t.f_project = '' OR i.project_id = t.f_project)
-		AND (CASE WHEN t.f_state = '' THEN i.state <> 'deleted' ELSE i.state = t.f_state END)
+		AND ` + branch + `
 		AND ` + where(instances.Visible)
+}
+
+// scopeCount counts a scope t's instances, one count per branch.
+func scopeCount(by Parent) string {
+	b := instances.StateBranches("t.f_state")
+	return `((SELECT count(*) FROM instances i WHERE ` + scopeMatch(by, b[0]) + `) + (SELECT count(*) FROM instances i WHERE ` + scopeMatch(by, b[1]) + `))`
 }
 
 // scopesAt unnests the five arrays of scopeArrays, from parameter $n on,
@@ -146,14 +153,18 @@ func ViewPages(ctx context.Context, q store.Q, scope, hosts authz.Scope, by Pare
 	parent, pool, project, state := scopeArrays(keys)
 	var rows []viewRow
 	args := []any{scope.Arg(), hosts.Arg(), keys, parent, pool, project, state, after, limit + 1}
+	b := instances.StateBranches("t.f_state")
+	branch := func(state string) string {
+		return `(SELECT ` + viewCols + ` FROM instances i WHERE ` + scopeMatch(by, state) + ` AND i.instance_id > $8
+			ORDER BY i.instance_id LIMIT $9)`
+	}
 	// Counts once per scope (a materialized CTE), not once per output row.
 	err := q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
-			SELECT t.*, (SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS total_count
+			SELECT t.*, `+scopeCount(by)+` AS total_count
 			FROM `+scopesAt(3)+`)
 		SELECT t.k AS parent_key, t.total_count, x.*
 		FROM t
-		CROSS JOIN LATERAL (SELECT `+viewCols+` FROM instances i WHERE `+scopeMatch(by)+` AND i.instance_id > $8
-			ORDER BY i.instance_id LIMIT $9) x`, args...)
+		CROSS JOIN LATERAL (SELECT * FROM (`+branch(b[0])+` UNION ALL `+branch(b[1])+`) u ORDER BY u.instance_id) x`, args...)
 	var r page.Rows[View]
 	for _, x := range rows {
 		x.Normalize()
@@ -170,7 +181,7 @@ func CountViews(ctx context.Context, q store.Q, scope authz.Scope, by Parent, ke
 		N int    `db:"n"`
 	}
 	args := []any{scope.Arg(), keys, parent, pool, project, state}
-	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM instances i WHERE `+scopeMatch(by)+`) AS n FROM `+scopesAt(2), args...); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, `+scopeCount(by)+` AS n FROM `+scopesAt(2), args...); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]int, len(rows))

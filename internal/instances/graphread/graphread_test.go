@@ -388,6 +388,86 @@ func TestViewPagesAtTheBound(t *testing.T) {
 	}
 }
 
+// A page of live instances reads the rows it shows, not the deleted ones
+// beside them (migration 00021): with 2,000 deleted instances in acme's
+// tenant, pool and project, each list (instances.list and the graph's
+// pages and counts, by tenant, pool and project) reads a few rows per live
+// instance. Before, each read every deleted row of its scope. Asking for
+// the deleted ones still reads them.
+func TestListsReadNoDeletedRow(t *testing.T) {
+	e := newEnv(t)
+	const deleted, live = 2000, 30
+	e.exec(`INSERT INTO instances (instance_id, tenant_id, pool_id, project_id, name, gpus, vcpus, memory_gib, desired_state, state, deleted_at)
+		SELECT 'inst_' || md5(g::text), 'acme', $1, $2, 'd' || g, 0, 1, 1, 'deleted', 'deleted', now() FROM generate_series(1, $3) g`, e.prov, e.project, deleted)
+	e.exec(`INSERT INTO instances (instance_id, tenant_id, pool_id, project_id, name, gpus, vcpus, memory_gib, desired_state)
+		SELECT 'inst_' || md5('live' || g), 'acme', $1, $2, 'l' || g, 0, 1, 1, 'running' FROM generate_series(1, $3) g`, e.prov, e.project, live)
+	e.exec(`ANALYZE instances`)
+	// read runs f in a transaction and returns the rows of instances it
+	// read (by scans of the table and fetches through its indexes).
+	read := func(what string, f func(q store.Q) int) int {
+		t.Helper()
+		tx := e.DB.MustBeginTx(e.Ctx, nil)
+		defer tx.Rollback() //nolint:errcheck // read only
+		count := func() int {
+			var n int
+			if err := tx.Get(&n, `SELECT coalesce(sum(seq_tup_read + idx_tup_fetch), 0) FROM pg_stat_xact_user_tables WHERE relname = 'instances'`); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return n
+		}
+		before := count()
+		if got := f(tx); got != live && got != deleted {
+			t.Fatalf("%s: %d instances", what, got)
+		}
+		return count() - before
+	}
+	for _, state := range []string{"", instances.Deleted} {
+		want := live
+		if state != "" {
+			want = deleted
+		}
+		cases := map[string]func(q store.Q) int{
+			"instances.list": func(q store.Q) int {
+				n := 0
+				for cur := ""; ; {
+					p := fixture.Must(instances.List(e.Ctx, q, &instances.ListInput{TenantID: "acme", State: state, Limit: page.MaxLimit, Cursor: cur}))
+					n += len(p.Items)
+					if p.Cursor == nil {
+						return n
+					}
+					cur = *p.Cursor
+				}
+			},
+		}
+		for _, c := range []struct {
+			by  graphread.Parent
+			key string
+		}{{graphread.OfTenant, key("acme", "", "", state)}, {graphread.OfPool, key(e.prov, "", "", state)}, {graphread.OfProject, key(e.project, "", "", state)}} {
+			cases[fmt.Sprintf("a page by %s", c.by)] = func(q store.Q) int {
+				r := fixture.Must(graphread.ViewPages(e.Ctx, q, e.acmeScope, authz.Scope{}, c.by, []string{c.key}, "", 20))
+				if len(r.Totals) == 0 {
+					return 0
+				}
+				return r.Totals[0]
+			}
+			cases[fmt.Sprintf("a count by %s", c.by)] = func(q store.Q) int {
+				return fixture.Must(graphread.CountViews(e.Ctx, q, e.acmeScope, c.by, []string{c.key}))[c.key]
+			}
+		}
+		for what, f := range cases {
+			what = fmt.Sprintf("%s (state %q)", what, state)
+			n := read(what, f)
+			t.Logf("%s: %d rows of instances read", what, n)
+			if state == "" && n > 4*live {
+				t.Errorf("%s read %d rows of instances for %d live ones beside %d deleted", what, n, live, deleted)
+			}
+			if state != "" && n < want {
+				t.Errorf("%s read %d rows for %d deleted ones", what, n, want)
+			}
+		}
+	}
+}
+
 // --- scopes ---------------------------------------------------------------
 
 // A scope's key is one loader key and decodes to itself; NewScope checks
