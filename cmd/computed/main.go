@@ -124,7 +124,7 @@ func (m *Main) ParseFlags(args []string) error {
 	host, _ := os.Hostname()
 	fs.StringVar(&m.ReplicaName, "replica-name", env("COMPUTE_REPLICA_NAME", fmt.Sprintf("%s-%d", host, os.Getpid())), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
 	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
-	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long events are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long events, and deleted instances, are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
 	auditRetention := fs.String("audit-retention", env("COMPUTE_AUDIT_RETENTION", "400d"), "how long audit records are kept: a Go duration or a number of days such as 400d (COMPUTE_AUDIT_RETENTION)")
 	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
 	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))

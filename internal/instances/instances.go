@@ -417,6 +417,37 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Instance], 
 	return &page.Page[Instance]{Items: items, Cursor: cur}, nil
 }
 
+// purgeBatch bounds one purging statement.
+const purgeBatch = 10000
+
+// Purge removes the instances deleted before cutoff (the event retention:
+// their events, the last of them instance.deleted, are gone by then too),
+// oldest first, at most purgeBatch per statement, and returns how many. A
+// deleted instance stays readable until then (instances.get, a list with
+// state deleted, the graph); after, it is NOT_FOUND like an id never used,
+// and its client token may be used again. Its audit records stay for their
+// own retention. Rows another transaction holds are left for the next run.
+func Purge(ctx context.Context, db *store.DB, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := db.GetContext(ctx, &n, `WITH d AS (
+				DELETE FROM instances WHERE instance_id IN (
+					SELECT instance_id FROM instances i WHERE state = 'deleted' AND deleted_at < $1
+					  AND NOT EXISTS (SELECT 1 FROM instance_allocations a WHERE a.instance_id = i.instance_id)
+					ORDER BY deleted_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+				RETURNING 1)
+			SELECT count(*) FROM d`, cutoff, purgeBatch)
+		if err != nil {
+			return total, store.Wrap(err)
+		}
+		total += n
+		if n < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
 // StateBranches are the two branches of a list of instances by its state
 // filter (over instances i), of an SQL text expression of the state asked
 // for: every state but deleted when it is empty, or that state. A list is

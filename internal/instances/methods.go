@@ -157,7 +157,7 @@ func Methods(s *Service) []registry.Method {
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Reboot),
 		registry.Def(m("instances", "delete", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance deleted and returns it; it frees its quota, devices and name once `deleted`.",
-			[]string{desiredNote, "Deleting a `failed` instance cleans it up. Deleted instances stay readable.",
+			[]string{desiredNote, "Deleting a `failed` instance cleans it up. A deleted instance stays readable for the event retention (7 days by default), as its events do; then it is gone (`NOT_FOUND`).",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`."}, inst(expected)...), nil, s.Delete),
 		registry.Def(m("instances", "events", registry.Read, authz.InstancesRead, authz.Instance,
 			"Returns a page of one instance's events, oldest first: `eventId`, `type`, `instanceId`, `tenantId`, `poolId`, `projectId`, `state`, `desiredState`, `stateReason`, `occurredAt` and `instance` (the instance as of the event).",

@@ -468,11 +468,20 @@ type pruneWorker struct {
 	s *Runner
 }
 
-// Work prunes instance events older than the retention.
+// Work prunes events older than the retention, then the instances deleted
+// before it (instances.Purge).
 func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
-	n, err := events.Prune(ctx, w.s.db, time.Now().Add(-w.s.cfg.EventRetention))
+	cutoff := time.Now().Add(-w.s.cfg.EventRetention)
+	n, err := events.Prune(ctx, w.s.db, cutoff)
 	if err == nil && n > 0 {
 		w.s.log.Info("pruned events", "events", n, "retention", w.s.cfg.EventRetention)
+	}
+	if err != nil {
+		return err
+	}
+	n, err = instances.Purge(ctx, w.s.db, cutoff)
+	if n > 0 {
+		w.s.log.Info("purged deleted instances", "instances", n, "retention", w.s.cfg.EventRetention)
 	}
 	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/cluster"
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances"
@@ -514,7 +515,7 @@ func TestRetentionJobsRunEveryTenthOfTheRetention(t *testing.T) {
 		}
 	}
 	db := pgtest.DB(t)
-	simPool(t, db)
+	pool := simPool(t, db)
 	r := newRunner(t, db, nil, runner.Config{EventRetention: time.Minute, AuditRetention: 2 * time.Minute})
 	run(t, r)
 	completed := func(kind string) int {
@@ -546,6 +547,17 @@ func TestRetentionJobsRunEveryTenthOfTheRetention(t *testing.T) {
 		return nil
 	})
 	exec(t, db, `UPDATE events SET occurred_at = now() - interval '2 minutes' WHERE tenant_id = 'acme'`)
+	// Instances deleted 2 minutes ago (purged with the events' retention),
+	// a moment ago, and one running (both kept; converged, so the
+	// reconciler leaves them alone and writes no event).
+	inst := func(deletedAgo string) string {
+		id := ids.New(ids.Instance)
+		exec(t, db, `INSERT INTO instances (instance_id, tenant_id, pool_id, name, gpus, vcpus, memory_gib, desired_state, state, deleted_at)
+			VALUES ($1, 'acme', $2, $1, 0, 1, 1, CASE WHEN $3 = '' THEN 'running' ELSE 'deleted' END,
+				CASE WHEN $3 = '' THEN 'running' ELSE 'deleted' END, now() - NULLIF($3, '')::interval)`, id, pool, deletedAgo)
+		return id
+	}
+	old, recent, live := inst("2 minutes"), inst("1 second"), inst("")
 	exec(t, db, `INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name,
 			method, resource_type, resource_id, outcome, request_id, occurred_at)
 		VALUES ('acme', 'aud_' || lpad('1', 26, '0'), NULL, 'system', 'test', 'projects.create', 'compute-tenant', 'acme',
@@ -558,8 +570,15 @@ func TestRetentionJobsRunEveryTenthOfTheRetention(t *testing.T) {
 		if err := db.Get(&au, `SELECT count(*) FROM audit_log WHERE request_id = 'r-old'`); err != nil {
 			return err
 		}
-		if ev != 0 || au != 0 {
-			return fmt.Errorf("left: %d events, %d audit records (prune runs: events %d, audit %d)", ev, au, completed("events.prune"), completed("audit.prune"))
+		var left []string
+		if err := db.Select(&left, `SELECT instance_id FROM instances ORDER BY instance_id`); err != nil {
+			return err
+		}
+		if ev != 0 || au != 0 || slices.Contains(left, old) {
+			return fmt.Errorf("left: %d events, %d audit records, instances %v (prune runs: events %d, audit %d)", ev, au, left, completed("events.prune"), completed("audit.prune"))
+		}
+		if !slices.Contains(left, recent) || !slices.Contains(left, live) {
+			t.Fatalf("purged an instance deleted a moment ago or a live one: left %v", left)
 		}
 		return nil
 	})
@@ -737,5 +756,39 @@ func TestRescueTakesOnlyDeadClientsReconcileJobs(t *testing.T) {
 	}
 	if n, err := r.Rescue(context.Background()); err != nil || n != 0 {
 		t.Fatalf("again: rescued %d, %v", n, err)
+	}
+}
+
+// Purge removes the instances deleted before its cutoff and nothing else;
+// a purged instance is NOT_FOUND, as an id never used.
+func TestPurgeRemovesInstancesDeletedBeforeTheCutoff(t *testing.T) {
+	db := pgtest.DB(t)
+	pool := simPool(t, db)
+	inst := func(state, deletedAgo, createdAgo string) string {
+		id := ids.New(ids.Instance)
+		exec(t, db, `INSERT INTO instances (instance_id, tenant_id, pool_id, name, gpus, vcpus, memory_gib, desired_state, state, deleted_at, created_at)
+			VALUES ($1, 'acme', $2, $1, 0, 1, 1, CASE WHEN $3 = 'deleted' THEN 'deleted' ELSE 'running' END, $3,
+				now() - NULLIF($4, '')::interval, now() - $5::interval)`, id, pool, state, deletedAgo, createdAgo)
+		return id
+	}
+	old1, old2 := inst("deleted", "2 hours", "3 hours"), inst("deleted", "61 minutes", "3 hours")
+	recent, live, failed := inst("deleted", "59 minutes", "3 hours"), inst("running", "", "3 hours"), inst("failed", "", "3 hours")
+	ctx := context.Background()
+	n, err := instances.Purge(ctx, db, time.Now().Add(-time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("purged %d, %v; want 2", n, err)
+	}
+	for _, id := range []string{old1, old2} {
+		if _, err := instances.Get(ctx, db, &instances.RefInput{TenantID: "acme", InstanceID: id}); errs.CodeOf(err) != errs.NotFound {
+			t.Fatalf("a purged instance: %v", err)
+		}
+	}
+	for _, id := range []string{recent, live, failed} {
+		if _, err := instances.Get(ctx, db, &instances.RefInput{TenantID: "acme", InstanceID: id}); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	if n, err := instances.Purge(ctx, db, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("again: purged %d, %v", n, err)
 	}
 }
