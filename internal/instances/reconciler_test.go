@@ -177,8 +177,10 @@ func TestProviderStepsLifecycle(t *testing.T) {
 	}
 	r.want(id, Deleted)
 	r.converge(id, Deleting, Deleted)
+	// The provider has forgotten the VM it found deleted (its table does
+	// not grow with every VM ever made).
 	var vms int
-	if err := r.db.Get(&vms, `SELECT count(*) FROM sim_vms WHERE vm_id = $1 AND state <> 'deleted'`, id); err != nil || vms != 0 {
+	if err := r.db.Get(&vms, `SELECT count(*) FROM sim_vms WHERE vm_id = $1`, id); err != nil || vms != 0 {
 		t.Fatalf("the provider still has %d VMs, %v", vms, err)
 	}
 	want := "instance.provisioning,instance.running,instance.stopping,instance.stopped,instance.provisioning,instance.running," +
@@ -322,6 +324,32 @@ func TestProviderStepFollowsTheObservation(t *testing.T) {
 	r.converge(lost, Running)
 	if i := r.get(lost); i.State != Running {
 		t.Fatalf("%s", i.State)
+	}
+}
+
+// A VM the provider has deleted is created again when its instance is
+// started: the instance's delete step gave up (it failed in deleting)
+// while the provider's delete went on and finished, and a start then
+// provisions it. The sim kept the deleted VM's row, and its Create took
+// the id as a repeat of the first create and did nothing, so the instance
+// provisioned until it timed out.
+func TestProviderStepCreatesADeletedVMAgain(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", instant)
+	id := r.instance(pool, Running)
+	r.converge(id, Provisioning, Running)
+	r.want(id, Deleted)
+	r.step(id) // deleting
+	r.step(id) // the provider's delete requested
+	if i := r.get(id); i.State != Deleting {
+		t.Fatalf("%s", i.State)
+	}
+	r.exec(`UPDATE instances SET state = 'failed', state_reason = 'timed out after 10m0s in deleting', state_since = clock_timestamp() WHERE instance_id = $1`, id)
+	r.want(id, Running)
+	r.converge(id, Provisioning, Running)
+	var vms int
+	if err := r.db.Get(&vms, `SELECT count(*) FROM sim_vms WHERE vm_id = $1 AND state = 'running'`, id); err != nil || vms != 1 {
+		t.Fatalf("%d running VMs, %v", vms, err)
 	}
 }
 

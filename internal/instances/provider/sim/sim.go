@@ -136,16 +136,27 @@ const resolved = `CASE WHEN ready_at <= now() THEN CASE state
 	WHEN 'provisioning' THEN 'running' WHEN 'stopping' THEN 'stopped'
 	WHEN 'rebooting' THEN 'running' WHEN 'deleting' THEN 'deleted' ELSE state END ELSE state END`
 
+// gone says a VM (over sim_vms v) is deleted once its operation's latency
+// has passed: resolved is 'deleted'.
+const gone = `(v.state = 'deleted' OR (v.state = 'deleting' AND v.ready_at <= now()))`
+
 // Create makes the VM (provisioning until the create latency passes). A
-// repeated create of the same id is the same request.
+// repeated create of the same id is the same request while its VM exists;
+// once that VM is deleted, a create makes it again (an instance whose
+// delete step gave up while the delete went on, started again: the old
+// row made the create a no-op, and the instance provisioned until it gave
+// up).
 func (s *Sim) Create(ctx context.Context, pool provider.Pool, vm provider.VM) error {
 	c, err := s.config(pool)
 	if err != nil {
 		return err
 	}
 	insert := func(q store.Q) (bool, error) {
-		res, err := q.ExecContext(ctx, `INSERT INTO sim_vms (vm_id, pool_id, gpus, state, ready_at)
-			VALUES ($1, $2, $3, 'provisioning', now() + $4 * interval '1 millisecond') ON CONFLICT (vm_id) DO NOTHING`,
+		res, err := q.ExecContext(ctx, `INSERT INTO sim_vms AS v (vm_id, pool_id, gpus, state, ready_at)
+			VALUES ($1, $2, $3, 'provisioning', now() + $4 * interval '1 millisecond')
+			ON CONFLICT (vm_id) DO UPDATE SET pool_id = EXCLUDED.pool_id, gpus = EXCLUDED.gpus, state = EXCLUDED.state,
+				ready_at = EXCLUDED.ready_at, created_at = now(), updated_at = now()
+			WHERE `+gone,
 			vm.ID, pool.PoolID, vm.Size.GPUs, c.Latency.Create)
 		if err != nil {
 			return false, store.Wrap(err)
@@ -164,7 +175,7 @@ func (s *Sim) Create(ctx context.Context, pool provider.Pool, vm provider.VM) er
 			return store.Wrap(err)
 		}
 		var exists bool
-		if err := tx.GetContext(ctx, &exists, `SELECT EXISTS (SELECT 1 FROM sim_vms WHERE vm_id = $1)`, vm.ID); err != nil {
+		if err := tx.GetContext(ctx, &exists, `SELECT EXISTS (SELECT 1 FROM sim_vms v WHERE vm_id = $1 AND NOT `+gone+`)`, vm.ID); err != nil {
 			return store.Wrap(err)
 		}
 		if exists {
@@ -249,11 +260,18 @@ func (s *Sim) Delete(ctx context.Context, pool provider.Pool, id string) error {
 		[]string{provider.Deleting, provider.Deleted})
 }
 
-// Describe reports the VM's state, resolving a finished operation.
+// Describe reports the VM's state, resolving a finished operation. A VM
+// found deleted is forgotten, as a cloud forgets a deleted VM: it is
+// reported deleted as an unknown one is, and sim_vms does not grow with
+// every VM ever made.
 func (s *Sim) Describe(ctx context.Context, pool provider.Pool, id string) (provider.Observation, error) {
 	var state string
-	err := s.db.GetContext(ctx, &state, `UPDATE sim_vms SET state = (`+resolved+`), updated_at = now()
-		WHERE vm_id = $1 AND pool_id = $2 RETURNING state`, id, pool.PoolID)
+	err := s.db.GetContext(ctx, &state, `WITH forgot AS (
+			DELETE FROM sim_vms v WHERE vm_id = $1 AND pool_id = $2 AND `+gone+` RETURNING 'deleted'::text AS state),
+		resolved AS (
+			UPDATE sim_vms v SET state = (`+resolved+`), updated_at = now()
+			WHERE vm_id = $1 AND pool_id = $2 AND NOT `+gone+` RETURNING state)
+		SELECT state FROM forgot UNION ALL SELECT state FROM resolved`, id, pool.PoolID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return provider.Observation{State: provider.Deleted}, nil
 	}
