@@ -174,6 +174,7 @@ func TestInstancesChangeErrors(t *testing.T) {
 	if reason(t, r) != "not-running" {
 		t.Fatalf("reboot of a stopped instance: %s", r.Raw)
 	}
+	stale := must(t, e.Call(m, "instances/get", ref())).Body["rowVersion"]
 	must(t, e.Call(m, "instances/delete", ref()))
 	for _, method := range []string{"instances/start", "instances/stop", "instances/reboot"} {
 		r := e.Call(m, method, ref())
@@ -181,6 +182,9 @@ func TestInstancesChangeErrors(t *testing.T) {
 		if reason(t, r) != "deleted" {
 			t.Fatalf("%s of a deleted instance: %s", method, r.Raw)
 		}
+		// With the version read before the delete: CONFLICT, the caller's
+		// view is stale (checked before the instance's state).
+		expect(t, e.Call(m, method, ref("expectedVersion", stale)), "CONFLICT", anyPath)
 	}
 	// Deleting again is a no-op.
 	must(t, e.Call(m, "instances/delete", ref()))

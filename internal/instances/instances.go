@@ -76,18 +76,23 @@ type Instance struct {
 
 	// Host is the node the instance runs on (host_node_id), Offered
 	// whether its pool is another tenant's, offered to its tenant.
-	Host               *string        `json:"-" db:"host_node_id"`
-	Offered            bool           `json:"-" db:"offered"`
-	RebootedGeneration int            `json:"-" db:"rebooted_generation"`
-	DesiredAt          time.Time      `json:"-" db:"desired_at"`
-	StateSince         time.Time      `json:"-" db:"state_since"`
-	StepTries          int            `json:"-" db:"step_tries"`
-	ClientToken        sql.NullString `json:"-" db:"client_token"`
-	RequestHash        sql.NullString `json:"-" db:"request_hash"`
-	GPUs               int            `json:"-" db:"gpus"`
-	GPUProfile         *string        `json:"-" db:"gpu_profile"`
-	VCPUs              int            `json:"-" db:"vcpus"`
-	MemoryGiB          int            `json:"-" db:"memory_gib"`
+	Host               *string   `json:"-" db:"host_node_id"`
+	Offered            bool      `json:"-" db:"offered"`
+	RebootedGeneration int       `json:"-" db:"rebooted_generation"`
+	DesiredAt          time.Time `json:"-" db:"desired_at"`
+	StateSince         time.Time `json:"-" db:"state_since"`
+	StepTries          int       `json:"-" db:"step_tries"`
+	// StepRequested: the provider took the current step's call;
+	// RebootTarget: the reboot generation the current boot or reboot ends
+	// (migration 00023).
+	StepRequested bool           `json:"-" db:"step_requested"`
+	RebootTarget  int            `json:"-" db:"reboot_target"`
+	ClientToken   sql.NullString `json:"-" db:"client_token"`
+	RequestHash   sql.NullString `json:"-" db:"request_hash"`
+	GPUs          int            `json:"-" db:"gpus"`
+	GPUProfile    *string        `json:"-" db:"gpu_profile"`
+	VCPUs         int            `json:"-" db:"vcpus"`
+	MemoryGiB     int            `json:"-" db:"memory_gib"`
 }
 
 // Normalize finishes an instance read from its row: Size from the size
@@ -108,8 +113,8 @@ func (i *Instance) Normalize() *Instance {
 }
 
 const cols = `instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib, image,
-	desired_state, desired_at, state, state_reason, state_since, step_tries, reboot_generation, rebooted_generation,
-	host_node_id, offered, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
+	desired_state, desired_at, state, state_reason, state_since, step_tries, step_requested, reboot_generation, rebooted_generation,
+	reboot_target, host_node_id, offered, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
 
 // Inputs.
 type (
@@ -496,15 +501,17 @@ func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, de
 	if err != nil {
 		return nil, err
 	}
+	// The version first: a caller whose view is stale is told so (and
+	// reads the instance again) before anything is decided on that view.
+	if err := checkVersion(i, in.ExpectedVersion); err != nil {
+		return nil, err
+	}
 	if i.DesiredState == Deleted && desired != Deleted {
 		return nil, deletedErr(i)
 	}
 	if reboot && (i.DesiredState != Running || i.State == Failed) {
 		return nil, errs.E(errs.InvalidState, "instance %s is %s (desired %s); only a running instance reboots", i.InstanceID, i.State, i.DesiredState).
 			With("reason", "not-running").With("state", i.State).With("desiredState", i.DesiredState)
-	}
-	if err := checkVersion(i, in.ExpectedVersion); err != nil {
-		return nil, err
 	}
 	if !reboot && i.DesiredState == desired && i.State != Failed {
 		return i, nil

@@ -195,9 +195,14 @@ func move(ctx context.Context, q store.Q, i *Instance, to string, reason *string
 	if !CanMove(i.State, to) {
 		return nil, fmt.Errorf("instances: %s cannot move from %s to %s", i.InstanceID, i.State, to)
 	}
+	// A boot or reboot ends the reboots asked for before it began (their
+	// generation is taken as it moves to provisioning or rebooting): one
+	// asked for while it runs is done after it.
 	n, err := one(ctx, q, `UPDATE instances SET state = $2, state_reason = $3, state_since = clock_timestamp(), step_tries = 0,
-			deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
-			rebooted_generation = CASE WHEN state = 'rebooting' AND $2 = 'running' THEN reboot_generation ELSE rebooted_generation END,
+			step_requested = false, deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
+			reboot_target = CASE WHEN $2 IN ('provisioning', 'rebooting') THEN reboot_generation ELSE reboot_target END,
+			rebooted_generation = CASE WHEN state IN ('provisioning', 'rebooting') AND $2 = 'running'
+				THEN greatest(rebooted_generation, reboot_target) ELSE rebooted_generation END,
 			row_version = row_version + 1, updated_at = now()
 		WHERE instance_id = $1 AND state = $4 RETURNING `+cols, i.InstanceID, to, reason, i.State)
 	if err != nil {
@@ -235,6 +240,16 @@ func note(ctx context.Context, q store.Q, i *Instance, reason string, tried bool
 	_, err := q.ExecContext(ctx, `UPDATE instances SET state_reason = $2, step_tries = step_tries + $3 WHERE instance_id = $1`, i.InstanceID, reason, inc)
 	i.StateReason = &reason
 	i.StepTries += inc
+	return store.Wrap(err)
+}
+
+// requested records that the provider took the step's call: a try, and
+// the call made (a reboot is done once the VM runs again after it).
+func requested(ctx context.Context, q store.Q, i *Instance) error {
+	reason := i.State + ": requested from the provider"
+	_, err := q.ExecContext(ctx, `UPDATE instances SET state_reason = $2, step_tries = step_tries + 1, step_requested = true WHERE instance_id = $1`,
+		i.InstanceID, reason)
+	i.StateReason, i.StepTries, i.StepRequested = &reason, i.StepTries+1, true
 	return store.Wrap(err)
 }
 
@@ -350,18 +365,23 @@ func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolR
 // completes is the observed state that completes each transitional state.
 var completes = map[string]string{Provisioning: Running, Stopping: Stopped, Rebooting: Running, Deleting: Deleted}
 
+// busy are the VM states of an operation under way at the provider.
+var busy = map[string]bool{provider.Provisioning: true, provider.Stopping: true, provider.Rebooting: true, provider.Deleting: true}
+
 // observed acts on what the provider observes of a transitional instance: a
 // failed VM fails it; the observed state that completes the current one
-// moves it there (a reboot only once requested: before, the VM still runs
-// from before it); an operation under way is waited for until its timeout.
-// acted is false when the operation is not under way: it is to be
-// requested.
+// moves it there (a reboot only once the provider took its call: before,
+// the VM still runs from before it); an operation under way is waited for
+// until its timeout, and so is another operation of the VM's (a stop that
+// timed out goes on at the provider: the VM is asked for this step once it
+// has ended; a delete does not wait). acted is false when the operation is
+// not under way: it is to be requested.
 func observed(ctx context.Context, q store.Q, i *Instance, pol Policy, obs provider.Observation) (res stepResult, acted bool, err error) {
 	switch {
 	case obs.State == provider.Failed:
 		res, err = moved(move(ctx, q, i, Failed, ptr("the provider reports the VM failed: "+obs.Reason)))
 		return res, true, err
-	case obs.State == completes[i.State] && (i.State != Rebooting || i.StepTries > 0):
+	case obs.State == completes[i.State] && (i.State != Rebooting || i.StepRequested):
 		res, err = moved(move(ctx, q, i, completes[i.State], nil))
 		return res, true, err
 	case obs.State == i.State && i.StepTries > 0, i.State == Provisioning && obs.State == provider.Provisioning:
@@ -369,6 +389,11 @@ func observed(ctx context.Context, q store.Q, i *Instance, pol Policy, obs provi
 			return stepResult{outcome: progress}, true, err
 		}
 		return stepResult{outcome: wait, after: poll}, true, nil
+	case busy[obs.State] && i.State != Deleting:
+		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
+			return stepResult{outcome: progress}, true, err
+		}
+		return stepResult{outcome: wait, after: poll}, true, note(ctx, q, i, "waiting for the provider's VM to finish "+obs.State, false)
 	}
 	return stepResult{}, false, nil
 }
@@ -393,7 +418,7 @@ func (s *Service) request(ctx context.Context, q store.Q, i *Instance, pol Polic
 	if err != nil {
 		return s.tried(ctx, q, i, pol, err)
 	}
-	if err := note(ctx, q, i, i.State+": requested from the provider", true); err != nil {
+	if err := requested(ctx, q, i); err != nil {
 		return stepResult{}, err
 	}
 	return stepResult{outcome: progress}, nil

@@ -353,6 +353,108 @@ func TestProviderStepCreatesADeletedVMAgain(t *testing.T) {
 	}
 }
 
+// reboot asks for one more reboot, as instances.reboot does.
+func (r *rig) reboot(id string) {
+	r.exec(`UPDATE instances SET reboot_generation = reboot_generation + 1 WHERE instance_id = $1`, id)
+}
+
+// A reboot whose provider calls fail is retried and then fails: a failed
+// call is no reboot. (The step took a counted try as the sign that the
+// reboot had been requested, and a failed call counts a try: the instance
+// went back to running, the reboot recorded as done, the VM never
+// rebooted.)
+func TestProviderStepFailedRebootCallsAreNoReboot(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", instant)
+	id := r.instance(pool, Running)
+	r.converge(id, Provisioning, Running)
+	r.exec(`UPDATE pools SET policy = '{"maxTries": 3, "sim": {"latencyMs": 0, "failureRate": 1}}' WHERE pool_id = $1`, pool)
+	r.reboot(id)
+	states, _ := r.run(id)
+	for n := 0; n < 5 && r.get(id).State == Rebooting; n++ {
+		more, _ := r.run(id) // the backoffs between tries
+		states = append(states, more...)
+	}
+	i := r.get(id)
+	if strings.Join(states, ",") != "rebooting,failed" || !strings.Contains(deref(i.StateReason), "rebooting failed after 3 tries") || i.RebootedGeneration != 0 {
+		t.Fatalf("moved through %v: %s %q, rebooted generation %d", states, i.State, deref(i.StateReason), i.RebootedGeneration)
+	}
+}
+
+// A reboot asked for while the instance reboots is done after that reboot,
+// not taken as done by it: it was asked for after the reboot began.
+func TestProviderStepRebootAskedDuringARebootIsDone(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", instant)
+	id := r.instance(pool, Running)
+	r.converge(id, Provisioning, Running)
+	r.reboot(id)
+	r.step(id) // rebooting
+	r.step(id) // the provider's reboot requested
+	if i := r.get(id); i.State != Rebooting {
+		t.Fatalf("%s", i.State)
+	}
+	r.reboot(id)
+	r.converge(id, Running, Rebooting, Running)
+	if i := r.get(id); i.RebootedGeneration != 2 || i.RebootGeneration != 2 {
+		t.Fatalf("generations %d/%d", i.RebootedGeneration, i.RebootGeneration)
+	}
+}
+
+// A reboot that failed (timed out) is not done again after a start: the
+// start boots the VM, which does what every reboot asked before it asked
+// for. (The reboot's generation stayed pending, and every start of the
+// instance rebooted it once running, or failed again.)
+func TestProviderStepStartAfterAFailedRebootDoesNotReboot(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", `{"timeouts": {"rebooting": 60}, "sim": {"latencyMs": {"create": 0, "start": 0, "stop": 0, "delete": 0, "reboot": 600000}}}`)
+	id := r.instance(pool, Running)
+	r.converge(id, Provisioning, Running)
+	r.reboot(id)
+	r.step(id) // rebooting
+	r.step(id) // the provider's reboot requested
+	r.exec(`UPDATE instances SET state_since = now() - interval '61 seconds' WHERE instance_id = $1`, id)
+	r.step(id)
+	if i := r.get(id); i.State != Failed || !strings.HasPrefix(deref(i.StateReason), "timed out after 1m0s in rebooting") {
+		t.Fatalf("%s %q", i.State, deref(i.StateReason))
+	}
+	r.exec(`UPDATE sim_vms SET ready_at = now() WHERE vm_id = $1`, id) // the provider's reboot ends
+	r.want(id, Running)
+	r.converge(id, Provisioning, Running)
+	if i := r.get(id); i.RebootedGeneration != 1 {
+		t.Fatalf("rebooted generation %d", i.RebootedGeneration)
+	}
+}
+
+// A start while the VM is still in another operation (a stop that timed
+// out goes on at the provider) waits for that operation to end, without
+// counting tries, and then starts the VM. (It asked for a create, which the
+// provider took as a repeat and did nothing, again and again: every try
+// used up in milliseconds, "gave up provisioning after 5 tries".)
+func TestProviderStepWaitsForTheVMsOtherOperation(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-provider", "sim", `{"timeouts": {"stopping": 60}, "sim": {"latencyMs": {"create": 0, "start": 0, "reboot": 0, "delete": 0, "stop": 600000}}}`)
+	id := r.instance(pool, Running)
+	r.converge(id, Provisioning, Running)
+	r.want(id, Stopped)
+	r.step(id) // stopping
+	r.step(id) // the provider's stop requested
+	r.exec(`UPDATE instances SET state_since = now() - interval '61 seconds' WHERE instance_id = $1`, id)
+	r.step(id)
+	if i := r.get(id); i.State != Failed {
+		t.Fatalf("%s %q", i.State, deref(i.StateReason))
+	}
+	r.want(id, Running)
+	states, res := r.run(id)
+	i := r.get(id)
+	if strings.Join(states, ",") != "provisioning" || res.outcome != wait || res.after != poll || i.StepTries != 0 ||
+		deref(i.StateReason) != "waiting for the provider's VM to finish stopping" {
+		t.Fatalf("moved through %v (outcome %d after %s): %s %q, %d tries", states, res.outcome, res.after, i.State, deref(i.StateReason), i.StepTries)
+	}
+	r.exec(`UPDATE sim_vms SET ready_at = now() WHERE vm_id = $1`, id) // the stop ends
+	r.converge(id, Running)
+}
+
 // A pool whose provider this server does not have: an instance that needs
 // the provider fails, saying so; a pending one that is deleted needs no
 // provider call.
