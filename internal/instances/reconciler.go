@@ -321,7 +321,8 @@ func waitForRoom(ctx context.Context, q store.Q, i *Instance, reason string) (st
 // stepWithoutProvider is the step of an instance whose pool's provider this
 // server does not have. A delete needs no provider call: deleting ends
 // deleted (Next of deleting is the provider's to say, so it is not asked),
-// and a pending or failed instance to be deleted takes its next move.
+// and a pending or failed instance to be deleted takes its next move; a
+// start after a failure is another try, which fails again at once.
 // Anything else fails, saying why.
 func stepWithoutProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow) (stepResult, error) {
 	n := Next(i)
@@ -330,6 +331,8 @@ func stepWithoutProvider(ctx context.Context, q store.Q, i *Instance, p *poolRow
 		return moved(move(ctx, q, i, Deleted, nil))
 	case (i.State == Failed || i.State == Pending) && (n == Deleted || n == Deleting):
 		return moved(move(ctx, q, i, n, nil))
+	case i.State == Failed && n == Provisioning:
+		return moved(move(ctx, q, i, Provisioning, nil))
 	case i.State != Failed:
 		return moved(move(ctx, q, i, Failed, ptr(fmt.Sprintf("the pool's provider %q is not available in this server", p.Provider.String))))
 	}

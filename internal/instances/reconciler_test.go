@@ -466,6 +466,19 @@ func TestProviderStepWithoutItsProvider(t *testing.T) {
 	if reason := deref(r.get(id).StateReason); reason != `the pool's provider "gone" is not available in this server` {
 		t.Fatalf("reason %q", reason)
 	}
+	// A start after the failure is another try, which fails again, saying
+	// why, and the instance converges. (The step did nothing: the
+	// instance stayed failed from before the start, not converged, and
+	// the sweep queued it again and again.)
+	r.want(id, Running)
+	r.converge(id, Provisioning, Failed)
+	if i := r.get(id); deref(i.StateReason) != `the pool's provider "gone" is not available in this server` || !i.StateSince.After(i.DesiredAt) {
+		t.Fatalf("after the start: %s %q, since %v, desired at %v", i.State, deref(i.StateReason), i.StateSince, i.DesiredAt)
+	}
+	var converged bool
+	if err := r.db.Get(&converged, `SELECT converged FROM instances WHERE instance_id = $1`, id); err != nil || !converged {
+		t.Fatalf("converged %v, %v", converged, err)
+	}
 	pending := r.instance(pool, Deleted)
 	r.converge(pending, Deleted)
 }
