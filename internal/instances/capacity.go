@@ -2,6 +2,8 @@ package instances
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/bettercompute/computed/internal/instances/fit"
@@ -78,6 +80,55 @@ func lockPool(ctx context.Context, q store.Q, p *poolRow, mode string) error {
 		WHERE p.pool_id = $1 `+mode+` OF p`, p.PoolID))
 }
 
+// unplaceable is a placement's refusal that no wait ends: the pool was
+// archived, or the pool's owner withdrew its offer to the instance's
+// tenant, after the instance was created. The instance fails, saying why.
+type unplaceable struct{ reason string }
+
+func (u unplaceable) Error() string { return u.reason }
+
+// quotaLowered is a pending instance's reason while its tenant's placed
+// instances leave it no room in the offer's quota (lowered since the
+// instance was created).
+const quotaLowered = "waiting for quota: the tenant's instances in the pool use the offer's quota"
+
+// admissible decides, under the pool's lock (p as the lock returned it),
+// whether the pool still takes the instance at all: an archived pool, or
+// one no longer offered to the instance's tenant, places nothing (the
+// create checked both, and either may have changed while the instance
+// waited for room: a probe saw an instance started in an archived pool
+// for a tenant without an offer). An offered tenant's instance is placed
+// within the offer's quota as it is now, counting the instances already
+// placed (not the pending ones, not this one): an offer lowered below
+// what runs keeps what runs and places nothing new until there is room.
+// It returns a waiting reason, or unplaceable as the error.
+func admissible(ctx context.Context, q store.Q, i *Instance, p *poolRow) (string, error) {
+	if p.State != "active" {
+		return "", unplaceable{fmt.Sprintf("the pool was %s before the instance was placed", p.State)}
+	}
+	if !p.offered(i.TenantID) {
+		return "", nil
+	}
+	var quota fit.QuotaUse
+	err := q.GetContext(ctx, &quota, `SELECT quota_instances AS instances, quota_gpus AS gpus FROM pool_offers
+		WHERE pool_id = $1 AND to_tenant_id = $2 FOR SHARE`, p.PoolID, i.TenantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", unplaceable{"the pool is no longer offered to the instance's tenant"}
+	}
+	if err != nil {
+		return "", store.Wrap(err)
+	}
+	var used fit.QuotaUse
+	if err := q.GetContext(ctx, &used, `SELECT count(*) AS instances, COALESCE(sum(gpus), 0) AS gpus FROM instances
+		WHERE pool_id = $1 AND tenant_id = $2 AND state NOT IN ('pending', 'deleted') AND instance_id <> $3`, p.PoolID, i.TenantID, i.InstanceID); err != nil {
+		return "", store.Wrap(err)
+	}
+	if !fit.InstanceFitsQuota(quota, used, i.GPUs) {
+		return quotaLowered, nil
+	}
+	return "", nil
+}
+
 // capacityChanged is a pending instance's reason for the step after its
 // pool got a capacity while the step waited for the pool.
 const capacityChanged = "waiting for capacity: the pool's capacity changed while placing; deciding again"
@@ -99,6 +150,9 @@ func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *p
 	}
 	if err := lockPool(ctx, q, p, mode); err != nil {
 		return false, "", err
+	}
+	if reason, err := admissible(ctx, q, i, p); reason != "" || err != nil {
+		return false, reason, err
 	}
 	total, bounded := fit.ProviderTotal(p.Policy)
 	switch {
@@ -191,6 +245,9 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]fit.Host, e
 func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *poolRow) (bool, string, error) {
 	if err := lockPool(ctx, q, p, "FOR UPDATE"); err != nil {
 		return false, "", err
+	}
+	if reason, err := admissible(ctx, q, i, p); reason != "" || err != nil {
+		return false, reason, err
 	}
 	pol := parsePolicy(p.Policy)
 	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/testkit/held"
@@ -176,4 +177,61 @@ func TestUnofferIsNotStarvedByTheOfferedTenantsCreates(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("pools.unoffer while the offered tenant makes creates: %v", err)
 	}
+}
+
+// A pending instance is placed only while its pool takes it: not once the
+// pool is archived or no longer offered to its tenant (it fails, saying
+// why), and within the offer's quota as it is now, counting what is
+// placed (it waits for quota). A probe saw an instance that waited for
+// room started in an archived pool for a tenant without an offer, and one
+// placed at four times a lowered quota.
+func TestPlacementOnlyWhileThePoolTakesTheInstance(t *testing.T) {
+	r := newRig(t)
+	r.exec(`INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
+	offered := func(pool string, gpus int) string {
+		id := ids.New(ids.Instance)
+		r.exec(`INSERT INTO instances (instance_id, tenant_id, pool_id, name, gpus, vcpus, memory_gib, desired_state, offered)
+			VALUES ($1, 'beta', $2, $1, $3, 4, 16, 'running', true)`, id, pool, gpus)
+		return id
+	}
+	// waiting has beta's instance wait for room in a pool whose one GPU
+	// acme's instance holds.
+	waiting := func() (pool, holder, id string) {
+		pool = r.pool("vps-provider", "sim", `{"capacity": {"gpus": 1}, "sim": {"latencyMs": 0}}`)
+		r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 4, 4)`, pool)
+		holder = r.instance(pool, Running)
+		r.converge(holder, Provisioning, Running)
+		id = offered(pool, 1)
+		if _, res := r.run(id); res.outcome != wait || r.get(id).State != Pending {
+			t.Fatalf("no room: %s %q", r.get(id).State, deref(r.get(id).StateReason))
+		}
+		return pool, holder, id
+	}
+	for what, c := range map[string]struct{ change, reason string }{
+		"archived":  {`UPDATE pools SET state = 'archived' WHERE pool_id = $1`, "the pool was archived before the instance was placed"},
+		"unoffered": {`DELETE FROM pool_offers WHERE pool_id = $1`, "the pool is no longer offered to the instance's tenant"},
+	} {
+		pool, holder, id := waiting()
+		r.exec(c.change, pool)
+		r.want(holder, Deleted)
+		r.converge(holder, Deleting, Deleted) // room made
+		r.converge(id, Failed)
+		if got := deref(r.get(id).StateReason); got != c.reason {
+			t.Fatalf("%s: %q", what, got)
+		}
+	}
+	// A quota lowered below what is placed: the pending instance waits
+	// until there is room in it again.
+	pool := r.pool("vps-provider", "sim", instant)
+	r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 2, 4)`, pool)
+	first := offered(pool, 1)
+	r.converge(first, Provisioning, Running)
+	second := offered(pool, 1)
+	r.exec(`UPDATE pool_offers SET quota_gpus = 1 WHERE pool_id = $1`, pool)
+	states, res := r.run(second)
+	if i := r.get(second); len(states) != 0 || res.outcome != wait || i.State != Pending || deref(i.StateReason) != quotaLowered {
+		t.Fatalf("past the lowered quota: %v, outcome %d: %s %q", states, res.outcome, i.State, deref(i.StateReason))
+	}
+	r.exec(`UPDATE pool_offers SET quota_gpus = 2 WHERE pool_id = $1`, pool)
+	r.converge(second, Provisioning, Running)
 }

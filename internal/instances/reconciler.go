@@ -306,6 +306,18 @@ func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *p
 	return s.request(ctx, q, i, pol, drv, pool, obs)
 }
 
+// failPlacement fails an instance the pool no longer takes (unplaceable).
+// A failed instance that was started again goes through provisioning, so
+// that the start's try is seen to fail and the instance converges.
+func failPlacement(ctx context.Context, q store.Q, i *Instance, reason string) (*Instance, error) {
+	if i.State == Failed {
+		if _, err := move(ctx, q, i, Provisioning, nil); err != nil {
+			return nil, err
+		}
+	}
+	return move(ctx, q, i, Failed, &reason)
+}
+
 // moved is the result of a state move: the next step is taken at once.
 func moved(_ *Instance, err error) (stepResult, error) { return stepResult{outcome: progress}, err }
 
@@ -349,6 +361,9 @@ func vmOf(i *Instance) provider.VM {
 // to provisioning; without room it waits, saying why.
 func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy, drv provider.Provider, pool provider.Pool) (stepResult, error) {
 	ok, reason, err := s.providerRoom(ctx, q, i, p)
+	if u := (unplaceable{}); errors.As(err, &u) {
+		return moved(failPlacement(ctx, q, i, u.reason))
+	}
 	if err != nil {
 		return stepResult{}, err
 	}
@@ -496,6 +511,9 @@ func (s *Service) stepHosted(ctx context.Context, q store.Q, i *Instance, p *poo
 	// gone. (A stopped instance starts where its VM is, cordoned or not.)
 	case i.State == Pending && next == Provisioning, i.State == Failed && next == Provisioning && host != "ready":
 		placed, reason, err := s.placeHosted(ctx, q, i, p)
+		if u := (unplaceable{}); errors.As(err, &u) {
+			return moved(failPlacement(ctx, q, i, u.reason))
+		}
 		if err != nil {
 			return stepResult{}, err
 		}

@@ -481,7 +481,7 @@ func Methods() []registry.Method {
 			ref(registry.Name(false), policy, expected)...), nil, Update),
 		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
-			[]string{"Archiving an archived pool is `INVALID_STATE`.",
+			[]string{"Archiving an archived pool is `INVALID_STATE`. Instances that run or are stopped stay; instances still `pending` (waiting for room) fail, saying the pool was archived.",
 				"Withdrawing an offer (`pools.unoffer`) still works on an archived pool: it takes access away, and gives none.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
 			ref(expected)...), nil, Archive),
@@ -493,7 +493,8 @@ func Methods() []registry.Method {
 			ref(toTenant, quota)...), nil, MakeOffer),
 		registry.Def(m("unoffer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Withdraws an offer and returns the number removed.",
-			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.", ownerOnly},
+			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.",
+				"The tenant's instances that run or are stopped stay; its instances still `pending` fail, saying the pool is no longer offered. Lowering an offer's quota (`pools.offer` again) keeps what is placed, and a pending instance waits until it fits.", ownerOnly},
 			ref(toTenant)...), nil, Unoffer),
 	}
 }
