@@ -383,9 +383,6 @@ func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolR
 // completes is the observed state that completes each transitional state.
 var completes = map[string]string{Provisioning: Running, Stopping: Stopped, Rebooting: Running, Deleting: Deleted}
 
-// busy are the VM states of an operation under way at the provider.
-var busy = map[string]bool{provider.Provisioning: true, provider.Stopping: true, provider.Rebooting: true, provider.Deleting: true}
-
 // observed acts on what the provider observes of a transitional instance: a
 // failed VM fails it; the observed state that completes the current one
 // moves it there (a reboot only once the provider took its call: before,
@@ -407,7 +404,7 @@ func observed(ctx context.Context, q store.Q, i *Instance, pol Policy, obs provi
 			return stepResult{outcome: progress}, true, err
 		}
 		return stepResult{outcome: wait, after: poll}, true, nil
-	case busy[obs.State] && i.State != Deleting:
+	case Transitional(obs.State) && i.State != Deleting: // the provider's states of an operation under way are the instance's
 		if t, err := timedOut(ctx, q, i, pol); t || err != nil {
 			return stepResult{outcome: progress}, true, err
 		}
