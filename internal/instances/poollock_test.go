@@ -235,3 +235,96 @@ func TestPlacementOnlyWhileThePoolTakesTheInstance(t *testing.T) {
 	r.exec(`UPDATE pool_offers SET quota_gpus = 2 WHERE pool_id = $1`, pool)
 	r.converge(second, Provisioning, Running)
 }
+
+// A change that ends a tenant's use of a pool cancels its reservations
+// there that have not ended, in the change's transaction, with their
+// reservation.canceled events: an offer withdrawn cancels that tenant's
+// (a probe: the guest's reservation kept the pool's room for a year, and
+// neither it, without access, nor the owner could cancel it), an archive
+// every tenant's. An ended reservation is left to its expiry. A stale
+// expectedVersion on a cancel is CONFLICT before the reservation's state.
+func TestReservationsEndWithTheirUseOfThePool(t *testing.T) {
+	r := newRig(t)
+	r.exec(`INSERT INTO tenants (tenant_id, name) VALUES ('beta', 'Beta')`)
+	pool := r.pool("vps-provider", "sim", `{"capacity": {"gpus": 4}, "sim": {"latencyMs": 0}}`)
+	r.exec(`INSERT INTO pool_offers (pool_id, to_tenant_id, quota_gpus, quota_instances) VALUES ($1, 'beta', 4, 4)`, pool)
+	reserve := func(tenant string, from, to time.Duration) *Reservation {
+		t.Helper()
+		var res *Reservation
+		if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) (err error) {
+			res, err = CreateReservation(r.ctx, tx, &ReservationCreateInput{TenantID: tenant, PoolID: pool, Size: fit.Resources{GPUs: 1},
+				StartsAt: time.Now().Add(from).UTC().Format(time.RFC3339Nano), EndsAt: time.Now().Add(to).UTC().Format(time.RFC3339Nano)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	state := func(id string) string {
+		t.Helper()
+		var s string
+		if err := r.db.Get(&s, `SELECT CASE WHEN state = 'canceled' THEN 'canceled' WHEN ends_at <= now() THEN 'expired' ELSE 'live' END
+			FROM reservations WHERE reservation_id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	canceledEvents := func(id string) int {
+		t.Helper()
+		var n int
+		if err := r.db.Get(&n, `SELECT (SELECT count(*) FROM event_inbox WHERE resource_id = $1 AND type = 'reservation.canceled')
+			+ (SELECT count(*) FROM events WHERE resource_id = $1 AND type = 'reservation.canceled')`, id); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	betaScheduled := reserve("beta", time.Hour, 2*time.Hour)
+	betaActive := reserve("beta", -time.Minute, time.Hour)
+	betaEnding := reserve("beta", -time.Minute, 300*time.Millisecond)
+	acmeActive := reserve("acme", -time.Minute, time.Hour)
+	time.Sleep(400 * time.Millisecond) // betaEnding has ended
+
+	if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+		_, err := pools.Unoffer(r.ctx, tx, &pools.UnofferInput{TenantID: "acme", PoolID: pool, ToTenantID: "beta"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{betaScheduled.ReservationID: "canceled", betaActive.ReservationID: "canceled",
+		betaEnding.ReservationID: "expired", acmeActive.ReservationID: "live"} {
+		if got := state(id); got != want {
+			t.Fatalf("after the unoffer, reservation %s is %s, not %s", id, got, want)
+		}
+		if n, canceled := canceledEvents(id), want == "canceled"; (n == 1) != canceled || n > 1 {
+			t.Fatalf("after the unoffer, reservation %s (%s) has %d reservation.canceled events", id, want, n)
+		}
+	}
+	// The room is free again: three more GPUs besides acme's one.
+	reserve("acme", -time.Minute, time.Hour)
+	reserve("acme", -time.Minute, time.Hour)
+	reserve("acme", -time.Minute, time.Hour)
+
+	// A stale version: CONFLICT, though the reservation is canceled.
+	_, err := CancelReservation(r.ctx, r.db, &ReservationCancelInput{TenantID: "beta", ReservationID: betaActive.ReservationID, ExpectedVersion: &betaActive.RowVersion})
+	if e, ok := errs.As(err); !ok || e.Code != errs.Conflict {
+		t.Fatalf("a cancel at the version before the unoffer's: %v", err)
+	}
+
+	var version int
+	if err := r.db.Get(&version, `SELECT row_version FROM pools WHERE pool_id = $1`, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.db.Tx(r.ctx, func(tx *sqlx.Tx) error {
+		_, err := pools.Archive(r.ctx, tx, &pools.ArchiveInput{TenantID: "acme", PoolID: pool, ExpectedVersion: &version})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	if err := r.db.Get(&live, `SELECT count(*) FROM reservations WHERE pool_id = $1 AND state = 'active' AND ends_at > now()`, pool); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 || state(acmeActive.ReservationID) != "canceled" || canceledEvents(acmeActive.ReservationID) != 1 {
+		t.Fatalf("after the archive: %d live reservations; acme's first is %s", live, state(acmeActive.ReservationID))
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -13,6 +15,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/rfc3339"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -307,12 +310,15 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 		return nil, store.Wrap(err)
 	}
 	r.Normalize()
-	if r.State == ResCanceled || r.State == ResExpired {
-		return nil, errs.InState(r.State, "reservation %s is %s", r.ReservationID, r.State)
-	}
+	// A stale expectedVersion is CONFLICT before the state is looked at:
+	// of two cancels with the version both read, the second finds the
+	// reservation canceled by the first, a change it did not see.
 	if in.ExpectedVersion != nil && *in.ExpectedVersion != r.RowVersion {
 		return nil, errs.E(errs.Conflict, "reservation %s is at rowVersion %d, not %d", r.ReservationID, r.RowVersion, *in.ExpectedVersion).
 			With("rowVersion", r.RowVersion)
+	}
+	if r.State == ResCanceled || r.State == ResExpired {
+		return nil, errs.InState(r.State, "reservation %s is %s", r.ReservationID, r.State)
 	}
 	var out Reservation
 	err = q.GetContext(ctx, &out, `UPDATE reservations SET state = 'canceled', canceled_at = now(), row_version = row_version + 1, updated_at = now()
@@ -321,4 +327,30 @@ func CancelReservation(ctx context.Context, q store.Q, in *ReservationCancelInpu
 		return nil, store.Wrap(err)
 	}
 	return out.Normalize(), reservationEvent(ctx, q, events.ReservationCanceled, &out)
+}
+
+func init() { pools.OnAccessEnd(cancelUnusable) }
+
+// cancelUnusable cancels the reservations of a pool that have not ended,
+// of one tenant or of every tenant (""), when a change ends their use of
+// the pool (an offer withdrawn, the pool archived; pools.OnAccessEnd), in
+// that change's transaction: no instance of theirs could be created there
+// any more, and the room they held stayed held with nobody able to free it
+// (its owner cannot cancel another tenant's reservation). Each one's
+// reservation.canceled event reaches its tenant. A reservation whose end
+// has passed is left to its expiry (ExpireReservations).
+func cancelUnusable(ctx context.Context, q store.Q, poolID, tenantID string) error {
+	var rows []Reservation
+	if err := q.SelectContext(ctx, &rows, `UPDATE reservations SET state = 'canceled', canceled_at = now(), row_version = row_version + 1, updated_at = now()
+		WHERE pool_id = $1 AND ($2 = '' OR tenant_id = $2) AND state = 'active' AND ends_at > clock_timestamp()
+		RETURNING `+resCols, poolID, tenantID); err != nil {
+		return store.Wrap(err)
+	}
+	slices.SortFunc(rows, func(a, b Reservation) int { return strings.Compare(a.ReservationID, b.ReservationID) })
+	for i := range rows {
+		if err := reservationEvent(ctx, q, events.ReservationCanceled, rows[i].Normalize()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

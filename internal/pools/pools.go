@@ -360,8 +360,30 @@ func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Pool, error) {
 	return p.fix(), nil
 }
 
+// accessEnds are what other packages undo, in the transaction of a change
+// that ends a tenant's use of a pool (tenantID, or every tenant when ""),
+// with the pool's row locked by that change. internal/instances, which
+// imports this package, registers the cancel of the reservations that
+// could no longer be used.
+var accessEnds []func(ctx context.Context, q store.Q, poolID, tenantID string) error
+
+// OnAccessEnd registers f with the changes that end a tenant's use of a
+// pool: pools.unoffer (that tenant) and pools.archive (every tenant).
+func OnAccessEnd(f func(ctx context.Context, q store.Q, poolID, tenantID string) error) {
+	accessEnds = append(accessEnds, f)
+}
+
+func accessEnd(ctx context.Context, q store.Q, poolID, tenantID string) error {
+	for _, f := range accessEnds {
+		if err := f(ctx, q, poolID, tenantID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Archive retires an active pool; archiving an archived pool is
-// INVALID_STATE.
+// INVALID_STATE. Every tenant's use of the pool ends (accessEnds).
 func Archive(ctx context.Context, q store.Q, in *ArchiveInput) (*Pool, error) {
 	if _, err := active(ctx, q, in.TenantID, in.PoolID, in.ExpectedVersion); err != nil {
 		return nil, err
@@ -372,7 +394,7 @@ func Archive(ctx context.Context, q store.Q, in *ArchiveInput) (*Pool, error) {
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	return p.fix(), nil
+	return p.fix(), accessEnd(ctx, q, in.PoolID, "")
 }
 
 const offerCols = `pool_id, to_tenant_id, quota_gpus, quota_instances, created_at`
@@ -419,7 +441,7 @@ func Unoffer(ctx context.Context, q store.Q, in *UnofferInput) (*Removed, error)
 	if n == 0 {
 		return nil, errs.E(errs.NotFound, "pool %s is not offered to tenant %s", in.PoolID, in.ToTenantID)
 	}
-	return &Removed{Removed: int(n)}, nil
+	return &Removed{Removed: int(n)}, accessEnd(ctx, q, in.PoolID, in.ToTenantID)
 }
 
 // Group describes the pools group.
@@ -481,7 +503,7 @@ func Methods() []registry.Method {
 			ref(registry.Name(false), policy, expected)...), nil, Update),
 		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
-			[]string{"Archiving an archived pool is `INVALID_STATE`. Instances that run or are stopped stay; instances still `pending` (waiting for room) fail, saying the pool was archived.",
+			[]string{"Archiving an archived pool is `INVALID_STATE`. Instances that run or are stopped stay; instances still `pending` (waiting for room) fail, saying the pool was archived; every tenant's reservations in the pool that have not ended are canceled (`reservation.canceled`), since no instance could use them.",
 				"Withdrawing an offer (`pools.unoffer`) still works on an archived pool: it takes access away, and gives none.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.", ownerOnly},
 			ref(expected)...), nil, Archive),
@@ -494,7 +516,7 @@ func Methods() []registry.Method {
 		registry.Def(m("unoffer", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Withdraws an offer and returns the number removed.",
 			[]string{"`NOT_FOUND` when the pool is not offered to that tenant.",
-				"The tenant's instances that run or are stopped stay; its instances still `pending` fail, saying the pool is no longer offered. Lowering an offer's quota (`pools.offer` again) keeps what is placed, and a pending instance waits until it fits.", ownerOnly},
+				"The tenant's instances that run or are stopped stay; its instances still `pending` fail, saying the pool is no longer offered, and its reservations in the pool that have not ended are canceled (`reservation.canceled`), freeing their room. Lowering an offer's quota (`pools.offer` again) keeps what is placed, and a pending instance waits until it fits.", ownerOnly},
 			ref(toTenant)...), nil, Unoffer),
 	}
 }
