@@ -55,8 +55,9 @@ func bigEventsSub(n int) string {
 // stuckSSE opens an event stream, reads the status line and then reads
 // nothing more until drained.
 type stuckSSE struct {
-	c  net.Conn
-	br *bufio.Reader
+	c    net.Conn
+	br   *bufio.Reader
+	read int // bytes drain read
 }
 
 func openStuckSSE(t *testing.T, e *testkit.Env, token, query string, vars map[string]any) *stuckSSE {
@@ -88,6 +89,7 @@ func (s *stuckSSE) drain(within time.Duration) (ended bool, tail string, err err
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := s.br.Read(buf)
+		s.read += n
 		if n > 0 {
 			last.Write(buf[:n])
 			if last.Len() > 256 {
@@ -270,5 +272,100 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	}
 	if os.Getenv("TEST_LOG") != "" {
 		t.Log(logs.String())
+	}
+}
+
+// A revoked token's streams end within a second or so of the revocation
+// even when their clients do not read (their buffers full), on both
+// transports: the connection is reset, and what the server's kernel still
+// held for the client is dropped. A probe's revoked client went on reading
+// events for 4-12 s after the revocation (the write in progress, then the
+// 256 KiB the kernel had queued), and its socket stayed open for 15-20 s
+// (the write timeout, then the close handshake's).
+func TestRevokedStreamsEndEvenUnread(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t) // the default timings: a write may take 10 s
+	acme := newTenant(t, e, "acme")
+	victim := newToken(t, e, acme.Admin.Token, "acme", "victim", "viewer")
+	ctx := context.Background()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "acme", PoolID: "pool_x",
+			ResourceID: "inst_x", Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e.DB.Committed(ctx, []string{"acme"}, -1)
+	var first []events.Event
+	wait.Eventually(t, 10*time.Second, func() error {
+		var err error
+		if first, err = events.Page(ctx, e.DB, events.Filter{TenantID: "acme"}, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(first) == 0 {
+			return errors.New("the events are not readable")
+		}
+		return nil
+	})
+	vars := map[string]any{"t": "acme", "a": first[0].EventID}
+	big := bigEventsSub(1900) // about 75 KB an event: 3 MB to send, where the kernels hold far less
+
+	stuck := openStuckSSE(t, e, victim.Token, big, vars)
+	hc := &http.Client{Transport: &http.Transport{DialContext: tinyDialer.DialContext}}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(e.Server.URL, "http")+"/graphql",
+		&websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}, HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(1 << 20)
+	send := func(m map[string]any) {
+		b, _ := json.Marshal(m)
+		if err := ws.Write(dctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + victim.Token}})
+	if _, b, err := ws.Read(dctx); err != nil || !strings.Contains(string(b), "connection_ack") {
+		t.Fatalf("connection_init: %s %v", b, err)
+	}
+	send(map[string]any{"id": "big", "type": "subscribe", "payload": map[string]any{"query": big, "variables": vars}})
+	time.Sleep(time.Second) // both fill their buffers and the server's writes stall
+
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": victim.TokenID}))
+	time.Sleep(2500 * time.Millisecond) // the sweep (at once), then revokeGrace (1 s)
+
+	// What each client can still read: a few KiB its own kernel held, not
+	// the server's queue and the rest of the events.
+	ended, tail, err := stuck.drain(2 * time.Second)
+	if !ended {
+		t.Fatalf("the revoked event stream was not ended: %v (last bytes %q)", err, tail)
+	}
+	if stuck.read > 32<<10 {
+		t.Fatalf("the revoked event stream delivered %d bytes after its revocation", stuck.read)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer rcancel()
+	messages := 0
+	for {
+		_, _, err := ws.Read(rctx)
+		if err != nil {
+			if rctx.Err() != nil {
+				t.Fatalf("the revoked socket was not closed")
+			}
+			break
+		}
+		messages++
+	}
+	if messages > 1 {
+		t.Fatalf("the revoked socket delivered %d more events of about 75 KB after its revocation", messages)
 	}
 }

@@ -101,7 +101,11 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	sess.x = t.s.sessions.add(p, func(code websocket.StatusCode, reason string) {
 		sess.mu.Lock()
 		sess.closedWith = code
+		st := sess.stream
 		sess.mu.Unlock()
+		if code == closeForbidden && st != nil {
+			st.endWithin(revokeGrace)
+		}
 		cancelCause(closeCause(code))
 	})
 	if sess.x == nil { // before any stream starts
@@ -177,6 +181,13 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	}
 	end := func() { t.ending(ctx, st, sess, exec, oc, endErr) }
 	if detach && st.hijack() {
+		sess.mu.Lock()
+		sess.stream = st
+		revoked := sess.closedWith == closeForbidden
+		sess.mu.Unlock()
+		if revoked {
+			st.endWithin(revokeGrace)
+		}
 		owned = true
 		unlink() // false: the client has left already, and ctx has ended
 		t.detached(ctx, cancel, st, sess, exec, oc, renderKeyOf(p, params), end)
@@ -499,6 +510,7 @@ type sseSession struct {
 	x          *session
 	mu         sync.Mutex
 	closedWith websocket.StatusCode // the session's close code (0: open)
+	stream     *sseStream           // once it has its connection (detached)
 }
 
 func (x *sseSession) OnChange(f func()) func() bool { return x.x.OnChange(f) }
@@ -658,6 +670,21 @@ func (s *sseStream) close() {
 		return
 	}
 	_ = s.conn.SetReadDeadline(time.Now().Add(sseLinger))
+}
+
+// endWithin bounds the end of a detached stream whose credential was
+// revoked: its ending, written after the event being written, has d to
+// reach the client and the client to close the connection; then the
+// connection is reset (resetConn), with what the kernel held for it.
+func (s *sseStream) endWithin(d time.Duration) {
+	time.AfterFunc(d, func() {
+		s.life.Lock()
+		gone := s.readerGone
+		s.life.Unlock()
+		if !gone {
+			resetConn(s.conn)
+		}
+	})
 }
 
 // sseLinger is how long a detached stream waits for its client to close

@@ -965,6 +965,13 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 		// close frame is the socket's last. A slow consumer's stuck write
 		// is ended at once (its client reads nothing anyway); the close
 		// frame then has coder/websocket's own time.
+		// A revoked credential's socket ends within revokeGrace, whatever
+		// its client reads: the message being written, the close frame and
+		// the client's answer get that long, then the connection is reset.
+		if code == closeForbidden && c.raw != nil {
+			reset := time.AfterFunc(revokeGrace, func() { resetConn(c.raw) })
+			defer reset.Stop()
+		}
 		slow := code == closeSlowConsumer && c.raw != nil
 		if slow {
 			_ = c.raw.SetWriteDeadline(time.Now())

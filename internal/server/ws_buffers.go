@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"time"
 )
 
 // The buffers a WebSocket keeps for its whole life. net/http hands a
@@ -30,6 +31,28 @@ const (
 // and replays of at most 64 events per read; behind a load balancer the
 // peer is near and the cap costs nothing.
 const streamSendBuffer = 128 << 10
+
+// revokeGrace is how long a revoked credential's stream (a WebSocket, a
+// detached event stream) has to end properly: the message being written,
+// its last message, and the client's close. Past it the connection is
+// reset (resetConn). A client that did not read (its buffers full) went
+// on reading events for 4-12 s after the revocation, from the write in
+// progress and the kernel's queue (256 KiB), and its socket stayed open
+// for 15-20 s.
+const revokeGrace = time.Second
+
+// resetConn closes conn with a reset (SO_LINGER 0): the kernel drops what
+// it still holds for the client instead of sending it before a FIN, and a
+// write blocked on it returns at once.
+func resetConn(conn net.Conn) {
+	if t, ok := conn.(interface{ NetConn() net.Conn }); ok { // TLS: no close_notify to write
+		conn = t.NetConn()
+	}
+	if c, ok := conn.(interface{ SetLinger(int) error }); ok {
+		_ = c.SetLinger(0)
+	}
+	_ = conn.Close()
+}
 
 // streamSocket caps a hijacked stream connection's kernel send buffer.
 func streamSocket(conn net.Conn) {
