@@ -108,7 +108,7 @@ func decodeAs(raw []byte, top *Field) (*value, error) {
 
 // errLoneSurrogate refuses a string or key escaping half a surrogate pair.
 func errLoneSurrogate(path string) error {
-	return errs.Invalid(path, "%s holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character", cmp.Or(path, "the body"))
+	return errs.Invalid(path, "%s holds an escaped UTF-16 surrogate without its pair (one of \\ud800-\\udfff alone): not a Unicode character", cmp.Or(path, "the body"))
 }
 
 // deepError runs the decoder over a body that is not valid JSON but nests
@@ -317,7 +317,7 @@ func (d *decoder) object(f *Field, level int) (*value, error) {
 			if len(d.path) == 0 {
 				return nil, errLoneSurrogate("")
 			}
-			return nil, errs.Invalid(d.pathString(), "the keys of %s hold an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character", d.pathString())
+			return nil, errs.Invalid(d.pathString(), "the keys of %s hold an escaped UTF-16 surrogate without its pair (one of \\ud800-\\udfff alone): not a Unicode character", d.pathString())
 		}
 		if pgtext.HasNUL(k) {
 			if len(d.path) == 0 {

@@ -180,7 +180,7 @@ func (w *walker) document(f *Field, fv reflect.Value, level int) error {
 		return w.invalid("%p is not valid UTF-8")
 	}
 	if jsonkeys.LoneSurrogate(raw) {
-		return w.invalid("%p holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
+		return w.invalid("%p holds an escaped UTF-16 surrogate without its pair (one of \\ud800-\\udfff alone): not a Unicode character")
 	}
 	if !json.Valid(raw) {
 		return w.invalid("%p is not valid JSON")

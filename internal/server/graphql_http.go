@@ -134,7 +134,7 @@ func DecodeParams(body []byte) (*graphql.RawParams, *errs.Error) {
 		return nil, errs.Invalid("", "the body is not valid UTF-8")
 	}
 	if jsonkeys.LoneSurrogate(body) {
-		return nil, errs.Invalid("", "the body holds an escaped UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
+		return nil, errs.Invalid("", "the body holds an escaped UTF-16 surrogate without its pair (one of \\ud800-\\udfff alone): not a Unicode character")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

@@ -128,7 +128,7 @@ func checkDocument(q string) *gqlerror.Error {
 		// gqlparser reads it as U+FFFD, a character the client did not
 		// send, and stored it; the spec makes it a syntax error, and the
 		// same string in a variable is refused (DecodeParams).
-		ge := gqlerror.Errorf("a string in the document escapes a UTF-16 surrogate without its pair (\\ud800 alone): not a Unicode character")
+		ge := gqlerror.Errorf("a string in the document escapes a UTF-16 surrogate without its pair (one of \\ud800-\\udfff alone): not a Unicode character")
 		errcode.Set(ge, errcode.ParseFailed)
 		return ge
 	}
