@@ -125,9 +125,19 @@ func RegisterMachine(ctx context.Context, q store.Q, in *MachineRegisterInput) (
 	if _, err := ownedPool(ctx, q, in.TenantID, in.PoolID, addToPool); err != nil {
 		return nil, err
 	}
+	// The same ids registered again are the machine registered: its entry
+	// is answered (migration 00024's key; a registration that committed
+	// while this one waited on the key is read after the wait).
 	var m ExpectedMachine
 	err := q.GetContext(ctx, &m, `INSERT INTO expected_machines (machine_id, pool_id, system_uuid, serial, mac)
-		VALUES ($1, $2, $3, $4, $5) RETURNING `+machineCols, ids.New(ids.Machine), in.PoolID, uuid, serial, mac)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (pool_id, coalesce(system_uuid, ''), coalesce(serial, ''), coalesce(mac, '')) DO NOTHING
+		RETURNING `+machineCols, ids.New(ids.Machine), in.PoolID, uuid, serial, mac)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = q.GetContext(ctx, &m, `SELECT `+machineCols+` FROM expected_machines
+			WHERE pool_id = $1 AND system_uuid IS NOT DISTINCT FROM $2 AND serial IS NOT DISTINCT FROM $3 AND mac IS NOT DISTINCT FROM $4`,
+			in.PoolID, uuid, serial, mac)
+	}
 	return &m, store.Wrap(err)
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,4 +140,51 @@ func TestExpectedMachines(t *testing.T) {
 	fixture.Must(nodes.ForgetMachine(e.Ctx, e.DB, &nodes.MachineRefInput{TenantID: "acme", MachineID: m.MachineID}))
 	_, err = nodes.ForgetMachine(e.Ctx, e.DB, &nodes.MachineRefInput{TenantID: "acme", MachineID: m.MachineID})
 	fixture.Code(t, err, errs.NotFound, "")
+}
+
+// The same ids registered again, by 32 calls at once, are one expected
+// machine, answered to every call (a probe's 32 concurrent registrations
+// of one serial made 32 entries); ids that differ in any one, or in one
+// given or not, are another machine.
+func TestRegisteringAMachineAgainIsTheMachine(t *testing.T) {
+	e := newEnv(t)
+	reg := func(in nodes.MachineRegisterInput) (*nodes.ExpectedMachine, error) {
+		in.TenantID, in.PoolID = "acme", e.pool
+		return nodes.RegisterMachine(e.Ctx, e.DB, &in)
+	}
+	got := make([]string, 32)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mac := "02:aa:bb:cc:dd:ee"
+			if i%2 == 1 {
+				mac = "02:AA:BB:CC:DD:EE" // the same, as normalized
+			}
+			m, err := reg(nodes.MachineRegisterInput{Serial: fixture.Ptr("SN-0001"), MAC: fixture.Ptr(mac)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = m.MachineID
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if got[i] != got[0] {
+			t.Fatalf("registration %d answered %s, the first %s", i, got[i], got[0])
+		}
+	}
+	other := fixture.Must(reg(nodes.MachineRegisterInput{Serial: fixture.Ptr("SN-0001")}))
+	if other.MachineID == got[0] {
+		t.Fatal("the serial alone is the machine registered with serial and MAC")
+	}
+	var n int
+	if err := e.DB.Get(&n, `SELECT count(*) FROM expected_machines WHERE pool_id = $1`, e.pool); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d expected machines, want 2", n)
+	}
 }

@@ -184,6 +184,7 @@ func Methods(db *store.DB) []registry.Method {
 		registry.Def(m("machines", "register", registry.Mutation, authz.NodesManage, authz.Pool,
 			"Registers a machine the discovery attestor admits into the pool.",
 			[]string{"Pass at least one of `systemUuid`, `serial`, `mac`; a placeholder UUID or serial is `INVALID_INPUT`.",
+				"Registering the same ids again (the same `systemUuid`, `serial` and `mac`, each given or not) answers the machine already registered, with its `machineId`: no second entry, however many calls race.",
 				"An archived pool is `INVALID_STATE`.", ownerOnly},
 			pool(func() registry.Field { f := uuid; return f }(), func() registry.Field { f := serial; f.Pattern = `^[\x21-\x7E](?:[\x20-\x7E]*[\x21-\x7E])?$`; return f }(), mac)...),
 			nil, RegisterMachine).WithAuditOutput("machineId"),
