@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"mime"
 	"net"
@@ -104,7 +105,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		st := sess.stream
 		sess.mu.Unlock()
 		if code == closeForbidden && st != nil {
-			st.endWithin(revokeGrace)
+			st.endWithin(ctx, t.s.Log, revokeGrace)
 		}
 		cancelCause(closeCause(code))
 	})
@@ -186,7 +187,7 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		revoked := sess.closedWith == closeForbidden
 		sess.mu.Unlock()
 		if revoked {
-			st.endWithin(revokeGrace)
+			st.endWithin(ctx, t.s.Log, revokeGrace)
 		}
 		owned = true
 		unlink() // false: the client has left already, and ctx has ended
@@ -676,15 +677,15 @@ func (s *sseStream) close() {
 // revoked: its ending, written after the event being written, has d to
 // reach the client and the client to close the connection; then the
 // connection is reset (resetConn), with what the kernel held for it.
-func (s *sseStream) endWithin(d time.Duration) {
-	time.AfterFunc(d, func() {
+func (s *sseStream) endWithin(ctx context.Context, log *slog.Logger, d time.Duration) {
+	time.AfterFunc(d, safe.Func(ctx, log, "event stream reset", func() {
 		s.life.Lock()
 		gone := s.readerGone
 		s.life.Unlock()
 		if !gone {
 			resetConn(s.conn)
 		}
-	})
+	}))
 }
 
 // sseLinger is how long a detached stream waits for its client to close

@@ -969,7 +969,7 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 		// its client reads: the message being written, the close frame and
 		// the client's answer get that long, then the connection is reset.
 		if code == closeForbidden && c.raw != nil {
-			reset := time.AfterFunc(revokeGrace, func() { resetConn(c.raw) })
+			reset := time.AfterFunc(revokeGrace, safe.Func(c.ctx, c.s.Log, "websocket reset", func() { resetConn(c.raw) }))
 			defer reset.Stop()
 		}
 		slow := code == closeSlowConsumer && c.raw != nil
