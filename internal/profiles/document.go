@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -25,7 +24,7 @@ const (
 	MaxID       = 128
 	MaxVersion  = 1000000
 	MaxSteps    = 200
-	MaxUserData = 64 << 10 // characters
+	MaxUserData = 64 << 10 // bytes
 )
 
 // SchemaURL names the profile document's JSON Schema.
@@ -165,10 +164,8 @@ func checkDocument(raw []byte) (*checked, error) {
 		path, msg := firstProblem("document", v, err)
 		return nil, errs.Invalid(path, "%s: %s", path, msg)
 	}
-	// Characters, as the schema's maxLength and every other string
-	// field count (a probe's 21,846 "€" were refused as 65,538 bytes).
-	if ud, ok := m["userData"].(string); ok && utf8.RuneCountInString(ud) > MaxUserData {
-		return nil, errs.Invalid("document.userData", "document.userData is longer than %d characters", MaxUserData)
+	if ud, ok := m["userData"].(string); ok && len(ud) > MaxUserData {
+		return nil, errs.Invalid("document.userData", "document.userData is larger than %d bytes", MaxUserData)
 	}
 	ver, _ := toInt(m["version"])
 	return &checked{Raw: raw, ID: m["id"].(string), Version: ver}, nil
