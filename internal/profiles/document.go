@@ -24,7 +24,8 @@ const (
 	MaxID       = 128
 	MaxVersion  = 1000000
 	MaxSteps    = 200
-	MaxUserData = 64 << 10 // bytes
+	MaxUserData = 64 << 10  // bytes
+	MaxDocument = 128 << 10 // bytes of the document's JSON, without its insignificant whitespace
 )
 
 // SchemaURL names the profile document's JSON Schema.
@@ -86,7 +87,8 @@ var documentSchema = `{
         }
       }
     },
-    "userData": {"type": "string", "maxLength": ` + strconv.Itoa(MaxUserData) + `},
+    "userData": {"type": "string", "maxLength": ` + strconv.Itoa(MaxUserData) + `,
+      "description": "cloud-init user data: at most ` + strconv.Itoa(MaxUserData) + ` bytes of UTF-8, as cloud-init counts it (maxLength, in characters, is the closest bound a JSON Schema states)"},
     "hostConfig": ` + hostConfigSchema + `
   }
 }`
@@ -156,6 +158,17 @@ func checkDocument(raw []byte) (*checked, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil, errs.Invalid("document", "document must be an object")
+	}
+	// Every list of profiles (and of workflows, which keep their
+	// profile's document) loads whole rows: a page of 200 documents of
+	// about 1 MiB each, as the body limit allowed, was 200 MB of memory
+	// for one call, and a query of a few such pages ~100 MB of answer.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, errs.Invalid("document", "document is not valid JSON")
+	}
+	if compact.Len() > MaxDocument {
+		return nil, errs.Invalid("document", "document is %d bytes of JSON, more than the %d allowed", compact.Len(), MaxDocument)
 	}
 	if p := pgtext.FirstNUL("document", v); p != "" {
 		return nil, errs.Invalid(p, "%s must not contain NUL characters", p)

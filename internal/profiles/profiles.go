@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -568,6 +569,9 @@ const (
 )
 
 // Methods are the profiles group's registry entries.
+// sizeNote states a document's size bounds, for the methods that store one.
+var sizeNote = fmt.Sprintf("A document is at most %d bytes of JSON (its insignificant whitespace aside; more is `INVALID_INPUT` at `document`), and its `userData` at most %d bytes of UTF-8.", MaxDocument, MaxUserData)
+
 func Methods() []registry.Method {
 	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {
 		return registry.Method{Group: "profiles", Name: name, Kind: kind, Permission: perm, Resource: res,
@@ -588,6 +592,7 @@ func Methods() []registry.Method {
 			"Stores a new profile version from a profile document, private unless `visibility` says public.",
 			[]string{"Decided as `compute:profiles:manage` on the tenant.",
 				"The document is checked like `defineProfile`; any problem is `INVALID_INPUT`, with `details.path` naming the first offending field.",
+				sizeNote,
 				"`CONFLICT` when that id and version already exist; create the next version instead.",
 				"A deleted version still exists: its id and version are `CONFLICT` too, and it stays hidden.",
 				publicShipped, publicOwned},
@@ -609,7 +614,7 @@ func Methods() []registry.Method {
 			"Replaces the document of one of the tenant's profile versions, or changes its visibility, and returns the profile.",
 			[]string{"Pass `document`, `visibility` or both; neither is `INVALID_INPUT`.",
 				"A version a workflow has used keeps its document: `INVALID_STATE`. Its visibility can still change.",
-				"A new document must keep the profile's id and version (`INVALID_INPUT`).",
+				"A new document must keep the profile's id and version (`INVALID_INPUT`).", sizeNote,
 				"`expectedVersion` is the profile's rowVersion; a mismatch is `CONFLICT`.",
 				"`NOT_FOUND` when the tenant has no such version.",
 				publicShipped, publicOwned},

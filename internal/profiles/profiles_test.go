@@ -97,12 +97,31 @@ func TestCreateChecksTheDocument(t *testing.T) {
 			t.Fatalf("%s: want INVALID_INPUT at %s, got %v (details %v)", c.name, c.path, err, e2)
 		}
 	}
+	// A document is at most MaxDocument bytes of compact JSON: at the
+	// bound it is stored, one byte past it refused at document.
+	sized := func(version, size int) json.RawMessage {
+		pad := func(n int) func(d map[string]any) {
+			return func(d map[string]any) {
+				d["userData"] = strings.Repeat("x", profiles.MaxUserData)
+				d["steps"].([]any)[1] = map[string]any{"use": "os.install", "with": map[string]any{"pad": strings.Repeat("p", n)}}
+			}
+		}
+		b := doc("sized", version, pad(0))
+		return doc("sized", version, pad(size-len(b)))
+	}
+	if b := sized(1, profiles.MaxDocument); len(b) != profiles.MaxDocument {
+		t.Fatalf("the document at the bound is %d bytes", len(b))
+	}
+	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: sized(1, profiles.MaxDocument)}))
+	_, err := profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: sized(2, profiles.MaxDocument+1)})
+	fixture.Code(t, err, errs.InvalidInput, "document")
+
 	p := e.create("acme", "gpu-base", 1, "")
 	if p.Visibility != profiles.Private || p.RowVersion != 1 || p.Used || p.TenantID != "acme" {
 		t.Fatalf("created: %+v", p)
 	}
 	// The same id and version again: CONFLICT, at document.version.
-	_, err := profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: doc("gpu-base", 1)})
+	_, err = profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: doc("gpu-base", 1)})
 	fixture.Code(t, err, errs.Conflict, "document.version")
 	// Another tenant may store the same id and version.
 	e.create("beta", "gpu-base", 1, "")
