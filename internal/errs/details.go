@@ -58,6 +58,7 @@ func Reasons() []ReasonInfo {
 		{"persisted-queries-not-supported", InvalidInput, "a GraphQL request sent a persisted query's hash without its document"},
 		{"parse", InvalidInput, "a GraphQL document that does not parse"},
 		{"validation", InvalidInput, "a GraphQL document the schema's rules refuse"},
+		{"read-budget", InvalidInput, "the query, mutation or method call reads more than its budget of profile documents, workflows and inventory (`details.limit`, bytes): ask for smaller pages or fewer of them"},
 		{"challenge-unknown", Unauthenticated, "`nodes.join` (tpm): no open challenge has that id"},
 		{"challenge-used", Unauthenticated, "`nodes.join` (tpm): the challenge was already answered"},
 		{"challenge-expired", Unauthenticated, "`nodes.join` (tpm): the challenge expired"},

@@ -60,6 +60,10 @@ type Snapshot struct {
 	typed *typedCache
 }
 
+// ReadSize is what reading the snapshot spends of a request's read budget
+// (store.SelectSpending): its sections.
+func (s *Snapshot) ReadSize() int { return len(s.SectionsText) }
+
 // typedCache parses a snapshot's sections once however many typed fields
 // (gpus, disks, nics, drivers) a query reads.
 type typedCache struct {
@@ -292,7 +296,7 @@ func History(ctx context.Context, q store.Q, in *HistoryInput) (*page.Page[Snaps
 		cursor = "~" // sorts after every id
 	}
 	rows := []Snapshot{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
+	err := store.SelectSpending(ctx, q, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
 		WHERE s.node_id = $1 AND s.snapshot_id < $2
 		  AND `+visible("ARRAY[$3]")+`
 		ORDER BY s.snapshot_id DESC LIMIT $4`, in.NodeID, cursor, in.TenantID, in.Limit+1)
@@ -444,7 +448,7 @@ func ByID(ctx context.Context, q store.Q, scope authz.Scope, snapshotIDs []strin
 		}
 	}
 	var rows []Snapshot
-	if err := q.SelectContext(ctx, &rows, `SELECT snapshot_id, node_id, hash,
+	if err := store.SelectSpending(ctx, q, &rows, `SELECT snapshot_id, node_id, hash,
 		       CASE WHEN snapshot_id = ANY($2) THEN '' ELSE sections::text END AS sections, collected_at, created_at
 		FROM inventory_snapshots s WHERE snapshot_id = ANY($1) AND `+authz.Where("$3", visible),
 		snapshotIDs, known, scope.Arg()); err != nil {
@@ -479,7 +483,7 @@ func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []st
 		after = "~"
 	}
 	var rows []nodeSnapRow
-	err := q.SelectContext(ctx, &rows, `
+	err := store.SelectSpending(ctx, q, &rows, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM inventory_snapshots s WHERE s.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count
 			FROM unnest($1::text[]) AS t(parent))

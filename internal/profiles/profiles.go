@@ -46,6 +46,10 @@ type Profile struct {
 	OwnerKey string `json:"-" db:"owner_key"`
 }
 
+// ReadSize is what reading the profile spends of a request's read budget
+// (store.SelectSpending).
+func (p *Profile) ReadSize() int { return len(p.Doc) }
+
 func (p *Profile) fix() *Profile {
 	if p.Doc != "" {
 		p.Document = json.RawMessage(p.Doc)
@@ -387,7 +391,7 @@ func PagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, cursor st
 		return page.Rows[Profile]{}, err
 	}
 	var rows []tenantRow
-	err = q.SelectContext(ctx, &rows, `
+	err = store.SelectSpending(ctx, q, &rows, `
 		SELECT t.parent AS parent_key, c.n AS total_count, x.*
 		FROM unnest($1::text[]) AS t(parent)
 		CROSS JOIN LATERAL (SELECT count(*) AS n FROM profiles p WHERE `+Visible("ARRAY[t.parent]")+`) c

@@ -4,6 +4,7 @@ package reqctx
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -282,4 +283,22 @@ func Setup(ctx context.Context) (context.Context, context.CancelFunc) {
 		return context.WithDeadline(ctx, t)
 	}
 	return ctx, func() {}
+}
+
+type readBudgetKey struct{}
+
+// WithReadBudget gives the request a budget of n bytes of the large values
+// it may read (profile documents, workflows' snapshots, inventory
+// sections), across all its statements (store.SelectSpending spends it).
+func WithReadBudget(ctx context.Context, n int64) context.Context {
+	b := new(atomic.Int64)
+	b.Store(n)
+	return context.WithValue(ctx, readBudgetKey{}, b)
+}
+
+// Spend takes n bytes from the request's read budget and says whether it
+// held them; a context without a budget (a job, a test) is not bounded.
+func Spend(ctx context.Context, n int) bool {
+	b, _ := ctx.Value(readBudgetKey{}).(*atomic.Int64)
+	return b == nil || b.Add(-int64(n)) >= 0
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
+	"github.com/bettercompute/computed/internal/store"
 )
 
 // DefaultMaxBody is the request body limit of every method unless the
@@ -51,6 +53,7 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(reqctx.WithReadBudget(r.Context(), store.ReadBudget))
 	m, ok := h.Registry.Lookup(chi.URLParam(r, "group"), chi.URLParam(r, "method"))
 	if !ok {
 		h.WriteError(w, r, errs.E(errs.NotFound, "no method %s.%s", chi.URLParam(r, "group"), chi.URLParam(r, "method")))

@@ -51,11 +51,13 @@ func (s *Server) graphqlHandler() http.Handler {
 		return errs.E(errs.Internal, "internal error")
 	})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		h := next(loaders.With(ctx, s.DB))
+		ctx = loaders.With(ctx, s.DB)
 		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
-			return h
+			return next(ctx)
 		}
-		return s.inSlot(h)
+		// A query or a mutation reads at most store.ReadBudget of large
+		// values (a subscription's events each read their own resource).
+		return s.inSlot(next(reqctx.WithReadBudget(ctx, store.ReadBudget)))
 	})
 	return allowMethods(srv)
 }

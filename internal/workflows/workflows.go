@@ -86,6 +86,10 @@ type Workflow struct {
 	StepsText string `json:"-" db:"steps"`
 }
 
+// ReadSize is what reading the workflow spends of a request's read budget
+// (store.SelectSpending): its profile's document and its steps.
+func (w *Workflow) ReadSize() int { return len(w.DocText) + len(w.StepsText) }
+
 func (w *Workflow) fix() error {
 	w.ProfileDocument = json.RawMessage(w.DocText)
 	w.Steps = []Step{}
@@ -275,7 +279,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[Workflow], 
 		return nil, err
 	}
 	rows := []Workflow{}
-	err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w
+	err := store.SelectSpending(ctx, q, &rows, `SELECT `+cols+` FROM workflows w
 		WHERE `+visible("ARRAY[$1]")+` AND ($2 = '' OR node_id = $2) AND ($3 = '' OR state = $3) AND workflow_id > $4
 		ORDER BY workflow_id LIMIT $5`, in.TenantID, in.NodeID, in.State, after, in.Limit+1)
 	if err != nil {
@@ -554,7 +558,7 @@ type nodeRow struct {
 // by id, in one statement.
 func PagesByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []string, after string, limit int) (page.Rows[Workflow], error) {
 	var rows []nodeRow
-	err := q.SelectContext(ctx, &rows, `
+	err := store.SelectSpending(ctx, q, &rows, `
 		WITH t AS MATERIALIZED (
 			SELECT t.parent, (SELECT count(*) FROM workflows w WHERE w.node_id = t.parent AND `+authz.Where("$4", visible)+`) AS total_count
 			FROM unnest($1::text[]) AS t(parent))
@@ -589,7 +593,7 @@ func CountByNode(ctx context.Context, q store.Q, scope authz.Scope, nodeIDs []st
 // keyed by id.
 func ByIDs(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*Workflow, error) {
 	var rows []Workflow
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM workflows w WHERE workflow_id = ANY($1) AND `+authz.Where("$2", visible),
+	if err := store.SelectSpending(ctx, q, &rows, `SELECT `+cols+` FROM workflows w WHERE workflow_id = ANY($1) AND `+authz.Where("$2", visible),
 		ids, scope.Arg()); err != nil {
 		return nil, store.Wrap(err)
 	}

@@ -1,0 +1,50 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/profiles"
+	"github.com/bettercompute/computed/internal/store"
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// A request reads at most store.ReadBudget of large values, whatever its
+// pages: a GraphQL query of six pages of 100 profiles of 128 KiB each
+// (75 MiB of documents; each page's first differs, so no page is loaded
+// once for all) is refused saying so, and no page alone is; the method
+// surface's largest page stays within it. A probe's query of five pages
+// of 20 profiles of ~1 MiB was a 97.5 MB answer.
+func TestAQueryReadsAtMostTheReadBudget(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	const n = 100
+	for i := 0; i < n; i++ {
+		d := profileDoc(fmt.Sprintf("big-%03d", i), 1)
+		d["userData"] = strings.Repeat("x", profiles.MaxUserData)
+		d["steps"] = []any{map[string]any{"use": "os.install", "with": map[string]any{"pad": strings.Repeat("p", profiles.MaxDocument-profiles.MaxUserData-1024)}}}
+		must(t, e.Call(acme.Admin.Token, "profiles/create", map[string]any{"tenantId": "acme", "document": d}))
+	}
+	page := func(alias string, first int) string {
+		return fmt.Sprintf(`%s: profiles(first: %d) { edges { node { profileId document } } }`, alias, first)
+	}
+	one := gqlOK(t, e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+page("a", n)+` } }`, nil))
+	if got := len(dig(t, one, "tenant", "a", "edges").([]any)); got != n {
+		t.Fatalf("one page: %d profiles", got)
+	}
+	var pages []string
+	for i := 0; i < 6; i++ {
+		pages = append(pages, page(fmt.Sprint("p", i), n-i))
+	}
+	r := e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+strings.Join(pages, " ")+` } }`, nil)
+	gqlExpect(t, r, inv, anyPath)
+	if raw := string(r.Raw); !strings.Contains(raw, `"reason":"read-budget"`) || !strings.Contains(raw, fmt.Sprint(store.ReadBudget)) {
+		t.Fatalf("six pages: %.2000s", r.Raw)
+	}
+	l := must(t, e.Call(acme.Viewer.Token, "profiles/list", map[string]any{"tenantId": "acme", "limit": 200}))
+	if got := len(items(t, l)); got < n {
+		t.Fatalf("profiles.list: %d items", got)
+	}
+}
