@@ -1464,25 +1464,9 @@ func (ec *executionContext) unmarshalNCreateTokenInput2githubᚗcomᚋbettercomp
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐCreatedToken(ctx context.Context, sel ast.SelectionSet, v *iam.CreatedToken) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateTokenPayload!")
-		return graphql.Null
-	}
-	return ec._CreateTokenPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNGrantMemberInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐGrantInput(ctx context.Context, v any) (iam.GrantInput, error) {
 	res, err := ec.unmarshalInputGrantMemberInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNGrantMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐGrantMemberPayload(ctx context.Context, sel ast.SelectionSet, v *model.GrantMemberPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "GrantMemberPayload!")
-		return graphql.Null
-	}
-	return ec._GrantMemberPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNRevokeMemberInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐMemberRefInput(ctx context.Context, v any) (iam.MemberRefInput, error) {
@@ -1490,25 +1474,9 @@ func (ec *executionContext) unmarshalNRevokeMemberInput2githubᚗcomᚋbettercom
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRevokeMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐRevoked(ctx context.Context, sel ast.SelectionSet, v *iam.Revoked) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RevokeMemberPayload!")
-		return graphql.Null
-	}
-	return ec._RevokeMemberPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNRevokeTokenInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐTokenRefInput(ctx context.Context, v any) (iam.TokenRefInput, error) {
 	res, err := ec.unmarshalInputRevokeTokenInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNRevokeTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRevokeTokenPayload(ctx context.Context, sel ast.SelectionSet, v *model.RevokeTokenPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RevokeTokenPayload!")
-		return graphql.Null
-	}
-	return ec._RevokeTokenPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNRole2string(ctx context.Context, v any) (string, error) {
@@ -1621,6 +1589,34 @@ func (ec *executionContext) marshalNTokenEdge2ᚖgithubᚗcomᚋbettercomputeᚋ
 		return graphql.Null
 	}
 	return ec._TokenEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOCreateTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐCreatedToken(ctx context.Context, sel ast.SelectionSet, v *iam.CreatedToken) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreateTokenPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOGrantMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐGrantMemberPayload(ctx context.Context, sel ast.SelectionSet, v *model.GrantMemberPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._GrantMemberPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORevokeMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋiamᚐRevoked(ctx context.Context, sel ast.SelectionSet, v *iam.Revoked) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RevokeMemberPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORevokeTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRevokeTokenPayload(ctx context.Context, sel ast.SelectionSet, v *model.RevokeTokenPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RevokeTokenPayload(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

@@ -3216,14 +3216,6 @@ func (ec *executionContext) unmarshalNCreateInstanceInput2githubᚗcomᚋbetterc
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateInstancePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateInstancePayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateInstancePayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateInstancePayload!")
-		return graphql.Null
-	}
-	return ec._CreateInstancePayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNCreateReservationInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateReservationInput(ctx context.Context, v any) (model.CreateReservationInput, error) {
 	res, err := ec.unmarshalInputCreateReservationInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -3329,14 +3321,6 @@ func (ec *executionContext) marshalNInstanceEventEdge2ᚖgithubᚗcomᚋbetterco
 	return ec._InstanceEventEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNInstancePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstancePayload(ctx context.Context, sel ast.SelectionSet, v *model.InstancePayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "InstancePayload!")
-		return graphql.Null
-	}
-	return ec._InstancePayload(ctx, sel, v)
-}
-
 func (ec *executionContext) marshalNInstanceSize2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚐSize(ctx context.Context, sel ast.SelectionSet, v instances.Size) graphql.Marshaler {
 	return ec._InstanceSize(ctx, sel, &v)
 }
@@ -3426,14 +3410,6 @@ func (ec *executionContext) marshalNReservationEdge2ᚖgithubᚗcomᚋbettercomp
 	return ec._ReservationEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNReservationPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐReservationPayload(ctx context.Context, sel ast.SelectionSet, v *model.ReservationPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ReservationPayload!")
-		return graphql.Null
-	}
-	return ec._ReservationPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNReservationState2string(ctx context.Context, v any) (string, error) {
 	tmp, err := gqlscalar.UnmarshalString(v)
 	res := unmarshalNReservationState2string[tmp]
@@ -3489,6 +3465,13 @@ func (ec *executionContext) marshalNTenantHolding2ᚖgithubᚗcomᚋbettercomput
 	return ec._TenantHolding(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalOCreateInstancePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateInstancePayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateInstancePayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreateInstancePayload(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalOInstance2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinstancesᚋgraphreadᚐView(ctx context.Context, sel ast.SelectionSet, v *graphread.View) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
@@ -3527,6 +3510,13 @@ var (
 		instances.Deleted: "DELETED",
 	}
 )
+
+func (ec *executionContext) marshalOInstancePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐInstancePayload(ctx context.Context, sel ast.SelectionSet, v *model.InstancePayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._InstancePayload(ctx, sel, v)
+}
 
 func (ec *executionContext) unmarshalOInstanceState2ᚖstring(ctx context.Context, v any) (*string, error) {
 	if v == nil {
@@ -3584,6 +3574,13 @@ func (ec *executionContext) marshalOReservation2ᚖgithubᚗcomᚋbettercompute�
 		return graphql.Null
 	}
 	return ec._Reservation(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOReservationPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐReservationPayload(ctx context.Context, sel ast.SelectionSet, v *model.ReservationPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ReservationPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOReservationState2ᚖstring(ctx context.Context, v any) (*string, error) {

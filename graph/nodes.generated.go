@@ -5946,14 +5946,6 @@ func (ec *executionContext) unmarshalNAllowTpmKeyInput2githubᚗcomᚋbettercomp
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAllowTpmKeyPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowTpmKeyPayload(ctx context.Context, sel ast.SelectionSet, v *model.AllowTpmKeyPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "AllowTpmKeyPayload!")
-		return graphql.Null
-	}
-	return ec._AllowTpmKeyPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐAllowedKey(ctx context.Context, sel ast.SelectionSet, v *nodes.AllowedKey) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AllowedTpmKey!")
@@ -5965,14 +5957,6 @@ func (ec *executionContext) marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomput
 func (ec *executionContext) unmarshalNArchivePoolInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐArchiveInput(ctx context.Context, v any) (pools.ArchiveInput, error) {
 	res, err := ec.unmarshalInputArchivePoolInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNArchivePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐArchivePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.ArchivePoolPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ArchivePoolPayload!")
-		return graphql.Null
-	}
-	return ec._ArchivePoolPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNAttestor2string(ctx context.Context, v any) (string, error) {
@@ -6053,25 +6037,9 @@ func (ec *executionContext) unmarshalNCreateJoinTokenInput2githubᚗcomᚋbetter
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateJoinTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐCreatedJoinToken(ctx context.Context, sel ast.SelectionSet, v *nodes.CreatedJoinToken) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateJoinTokenPayload!")
-		return graphql.Null
-	}
-	return ec._CreateJoinTokenPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNDecideJoinRequestInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinRequestRefInput(ctx context.Context, v any) (nodes.JoinRequestRefInput, error) {
 	res, err := ec.unmarshalInputDecideJoinRequestInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNDecideJoinRequestPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDecideJoinRequestPayload(ctx context.Context, sel ast.SelectionSet, v *model.DecideJoinRequestPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "DecideJoinRequestPayload!")
-		return graphql.Null
-	}
-	return ec._DecideJoinRequestPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNDenyJoinRequestInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐDenyInput(ctx context.Context, v any) (nodes.DenyInput, error) {
@@ -6425,14 +6393,6 @@ func (ec *executionContext) marshalNNodeHardware2githubᚗcomᚋbettercomputeᚋ
 	return ec._NodeHardware(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNNodePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐNodePayload(ctx context.Context, sel ast.SelectionSet, v *model.NodePayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "NodePayload!")
-		return graphql.Null
-	}
-	return ec._NodePayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNNodeState2string(ctx context.Context, v any) (string, error) {
 	tmp, err := gqlscalar.UnmarshalString(v)
 	res := unmarshalNNodeState2string[tmp]
@@ -6466,33 +6426,9 @@ func (ec *executionContext) unmarshalNRegisterMachineInput2githubᚗcomᚋbetter
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRegisterMachinePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRegisterMachinePayload(ctx context.Context, sel ast.SelectionSet, v *model.RegisterMachinePayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RegisterMachinePayload!")
-		return graphql.Null
-	}
-	return ec._RegisterMachinePayload(ctx, sel, v)
-}
-
-func (ec *executionContext) marshalNRemovedPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐRemovedCount(ctx context.Context, sel ast.SelectionSet, v *nodes.RemovedCount) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RemovedPayload!")
-		return graphql.Null
-	}
-	return ec._RemovedPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNRevokeJoinTokenInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinTokenRefInput(ctx context.Context, v any) (nodes.JoinTokenRefInput, error) {
 	res, err := ec.unmarshalInputRevokeJoinTokenInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNRevokeJoinTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRevokeJoinTokenPayload(ctx context.Context, sel ast.SelectionSet, v *model.RevokeJoinTokenPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RevokeJoinTokenPayload!")
-		return graphql.Null
-	}
-	return ec._RevokeJoinTokenPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNTpmKeyKind2string(ctx context.Context, v any) (string, error) {
@@ -6526,14 +6462,6 @@ func (ec *executionContext) unmarshalNUnofferPoolInput2githubᚗcomᚋbettercomp
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNUnofferPoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐRemoved(ctx context.Context, sel ast.SelectionSet, v *pools.Removed) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "UnofferPoolPayload!")
-		return graphql.Null
-	}
-	return ec._UnofferPoolPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNUpdateNodeInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateNodeInput(ctx context.Context, v any) (model.UpdateNodeInput, error) {
 	res, err := ec.unmarshalInputUpdateNodeInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -6544,12 +6472,18 @@ func (ec *executionContext) unmarshalNUpdatePoolInput2githubᚗcomᚋbettercompu
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNUpdatePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdatePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdatePoolPayload) graphql.Marshaler {
+func (ec *executionContext) marshalOAllowTpmKeyPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowTpmKeyPayload(ctx context.Context, sel ast.SelectionSet, v *model.AllowTpmKeyPayload) graphql.Marshaler {
 	if v == nil {
-		graphql.AddInvalidNullError(ctx, "UpdatePoolPayload!")
 		return graphql.Null
 	}
-	return ec._UpdatePoolPayload(ctx, sel, v)
+	return ec._AllowTpmKeyPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOArchivePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐArchivePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.ArchivePoolPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ArchivePoolPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOComputeNode2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐNode(ctx context.Context, sel ast.SelectionSet, v *nodes.Node) graphql.Marshaler {
@@ -6557,6 +6491,20 @@ func (ec *executionContext) marshalOComputeNode2ᚖgithubᚗcomᚋbettercompute�
 		return graphql.Null
 	}
 	return ec._ComputeNode(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOCreateJoinTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐCreatedJoinToken(ctx context.Context, sel ast.SelectionSet, v *nodes.CreatedJoinToken) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreateJoinTokenPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODecideJoinRequestPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDecideJoinRequestPayload(ctx context.Context, sel ast.SelectionSet, v *model.DecideJoinRequestPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._DecideJoinRequestPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOInventoryDiff2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋinventoryᚐDiffResult(ctx context.Context, sel ast.SelectionSet, v *inventory.DiffResult) graphql.Marshaler {
@@ -6596,6 +6544,48 @@ func (ec *executionContext) marshalOLong2ᚖint64(ctx context.Context, sel ast.S
 	_ = ctx
 	res := graphql.MarshalInt64(*v)
 	return res
+}
+
+func (ec *executionContext) marshalONodePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐNodePayload(ctx context.Context, sel ast.SelectionSet, v *model.NodePayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._NodePayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORegisterMachinePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRegisterMachinePayload(ctx context.Context, sel ast.SelectionSet, v *model.RegisterMachinePayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RegisterMachinePayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORemovedPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐRemovedCount(ctx context.Context, sel ast.SelectionSet, v *nodes.RemovedCount) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RemovedPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORevokeJoinTokenPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐRevokeJoinTokenPayload(ctx context.Context, sel ast.SelectionSet, v *model.RevokeJoinTokenPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RevokeJoinTokenPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOUnofferPoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐRemoved(ctx context.Context, sel ast.SelectionSet, v *pools.Removed) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._UnofferPoolPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOUpdatePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdatePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdatePoolPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._UpdatePoolPayload(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

@@ -1858,25 +1858,9 @@ func (ec *executionContext) unmarshalNCreatePoolInput2githubᚗcomᚋbettercompu
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreatePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreatePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreatePoolPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreatePoolPayload!")
-		return graphql.Null
-	}
-	return ec._CreatePoolPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNOfferPoolInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐOfferPoolInput(ctx context.Context, v any) (model.OfferPoolInput, error) {
 	res, err := ec.unmarshalInputOfferPoolInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNOfferPoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐOfferPoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.OfferPoolPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "OfferPoolPayload!")
-		return graphql.Null
-	}
-	return ec._OfferPoolPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNPool2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐPool(ctx context.Context, sel ast.SelectionSet, v *pools.Pool) graphql.Marshaler {
@@ -2033,6 +2017,20 @@ var (
 		pools.Archived: "ARCHIVED",
 	}
 )
+
+func (ec *executionContext) marshalOCreatePoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreatePoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreatePoolPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreatePoolPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOOfferPoolPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐOfferPoolPayload(ctx context.Context, sel ast.SelectionSet, v *model.OfferPoolPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._OfferPoolPayload(ctx, sel, v)
+}
 
 func (ec *executionContext) marshalOPool2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐPool(ctx context.Context, sel ast.SelectionSet, v *pools.Pool) graphql.Marshaler {
 	if v == nil {

@@ -1550,25 +1550,9 @@ func (ec *executionContext) unmarshalNCreateProfileInput2githubᚗcomᚋbetterco
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateProfilePayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateProfilePayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateProfilePayload!")
-		return graphql.Null
-	}
-	return ec._CreateProfilePayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNDeleteProfileInput2githubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐDeleteProfileInput(ctx context.Context, v any) (model.DeleteProfileInput, error) {
 	res, err := ec.unmarshalInputDeleteProfileInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNDeleteProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐDeleted(ctx context.Context, sel ast.SelectionSet, v *profiles.Deleted) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "DeleteProfilePayload!")
-		return graphql.Null
-	}
-	return ec._DeleteProfilePayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNProfile2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐProfile(ctx context.Context, sel ast.SelectionSet, v *profiles.Profile) graphql.Marshaler {
@@ -1750,12 +1734,18 @@ func (ec *executionContext) unmarshalNUpdateProfileInput2githubᚗcomᚋbetterco
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNUpdateProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateProfilePayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdateProfilePayload) graphql.Marshaler {
+func (ec *executionContext) marshalOCreateProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateProfilePayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateProfilePayload) graphql.Marshaler {
 	if v == nil {
-		graphql.AddInvalidNullError(ctx, "UpdateProfilePayload!")
 		return graphql.Null
 	}
-	return ec._UpdateProfilePayload(ctx, sel, v)
+	return ec._CreateProfilePayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODeleteProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐDeleted(ctx context.Context, sel ast.SelectionSet, v *profiles.Deleted) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._DeleteProfilePayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOProfile2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprofilesᚐProfile(ctx context.Context, sel ast.SelectionSet, v *profiles.Profile) graphql.Marshaler {
@@ -1813,5 +1803,12 @@ var (
 		profiles.Public:  "PUBLIC",
 	}
 )
+
+func (ec *executionContext) marshalOUpdateProfilePayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateProfilePayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdateProfilePayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._UpdateProfilePayload(ctx, sel, v)
+}
 
 // endregion ***************************** type.gotpl *****************************

@@ -1746,38 +1746,14 @@ func (ec *executionContext) unmarshalNAddProjectMemberInput2githubᚗcomᚋbette
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAddProjectMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAddProjectMemberPayload(ctx context.Context, sel ast.SelectionSet, v *model.AddProjectMemberPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "AddProjectMemberPayload!")
-		return graphql.Null
-	}
-	return ec._AddProjectMemberPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNCreateProjectInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐCreateInput(ctx context.Context, v any) (projects.CreateInput, error) {
 	res, err := ec.unmarshalInputCreateProjectInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateProjectPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateProjectPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateProjectPayload!")
-		return graphql.Null
-	}
-	return ec._CreateProjectPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNDeleteProjectInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐRefInput(ctx context.Context, v any) (projects.RefInput, error) {
 	res, err := ec.unmarshalInputDeleteProjectInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalNDeleteProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐDeleted(ctx context.Context, sel ast.SelectionSet, v *projects.Deleted) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "DeleteProjectPayload!")
-		return graphql.Null
-	}
-	return ec._DeleteProjectPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNProject2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐProject(ctx context.Context, sel ast.SelectionSet, v *projects.Project) graphql.Marshaler {
@@ -1865,25 +1841,30 @@ func (ec *executionContext) unmarshalNRemoveProjectMemberInput2githubᚗcomᚋbe
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRemoveProjectMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐRemoved(ctx context.Context, sel ast.SelectionSet, v *projects.Removed) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "RemoveProjectMemberPayload!")
-		return graphql.Null
-	}
-	return ec._RemoveProjectMemberPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNUpdateProjectInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐUpdateInput(ctx context.Context, v any) (projects.UpdateInput, error) {
 	res, err := ec.unmarshalInputUpdateProjectInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNUpdateProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateProjectPayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdateProjectPayload) graphql.Marshaler {
+func (ec *executionContext) marshalOAddProjectMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAddProjectMemberPayload(ctx context.Context, sel ast.SelectionSet, v *model.AddProjectMemberPayload) graphql.Marshaler {
 	if v == nil {
-		graphql.AddInvalidNullError(ctx, "UpdateProjectPayload!")
 		return graphql.Null
 	}
-	return ec._UpdateProjectPayload(ctx, sel, v)
+	return ec._AddProjectMemberPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOCreateProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateProjectPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateProjectPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreateProjectPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalODeleteProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐDeleted(ctx context.Context, sel ast.SelectionSet, v *projects.Deleted) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._DeleteProjectPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOProject2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐProject(ctx context.Context, sel ast.SelectionSet, v *projects.Project) graphql.Marshaler {
@@ -1891,6 +1872,20 @@ func (ec *executionContext) marshalOProject2ᚖgithubᚗcomᚋbettercomputeᚋco
 		return graphql.Null
 	}
 	return ec._Project(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORemoveProjectMemberPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋprojectsᚐRemoved(ctx context.Context, sel ast.SelectionSet, v *projects.Removed) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RemoveProjectMemberPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOUpdateProjectPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐUpdateProjectPayload(ctx context.Context, sel ast.SelectionSet, v *model.UpdateProjectPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._UpdateProjectPayload(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

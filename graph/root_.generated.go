@@ -702,19 +702,19 @@ type ReservationPayload {
 
 extend type Mutation {
   "instances.create"
-  createInstance(input: CreateInstanceInput!): CreateInstancePayload!
+  createInstance(input: CreateInstanceInput!): CreateInstancePayload
   "instances.start"
-  startInstance(input: ChangeInstanceInput!): InstancePayload!
+  startInstance(input: ChangeInstanceInput!): InstancePayload
   "instances.stop"
-  stopInstance(input: ChangeInstanceInput!): InstancePayload!
+  stopInstance(input: ChangeInstanceInput!): InstancePayload
   "instances.reboot"
-  rebootInstance(input: ChangeInstanceInput!): InstancePayload!
+  rebootInstance(input: ChangeInstanceInput!): InstancePayload
   "instances.delete"
-  deleteInstance(input: ChangeInstanceInput!): InstancePayload!
+  deleteInstance(input: ChangeInstanceInput!): InstancePayload
   "reservations.create"
-  createReservation(input: CreateReservationInput!): ReservationPayload!
+  createReservation(input: CreateReservationInput!): ReservationPayload
   "reservations.cancel"
-  cancelReservation(input: CancelReservationInput!): ReservationPayload!
+  cancelReservation(input: CancelReservationInput!): ReservationPayload
 }
 
 "An instance's observed state; failed is left by a start or a delete, deleted is final. The method surface spells the values in lower case (pending, provisioning, running, stopping, stopped, rebooting, deleting, deleted, failed)."
@@ -1024,27 +1024,27 @@ type NodePayload {
 
 extend type Mutation {
   "pools.update"
-  updatePool(input: UpdatePoolInput!): UpdatePoolPayload!
+  updatePool(input: UpdatePoolInput!): UpdatePoolPayload
   "pools.archive"
-  archivePool(input: ArchivePoolInput!): ArchivePoolPayload!
+  archivePool(input: ArchivePoolInput!): ArchivePoolPayload
   "pools.unoffer"
-  unofferPool(input: UnofferPoolInput!): UnofferPoolPayload!
+  unofferPool(input: UnofferPoolInput!): UnofferPoolPayload
   "joinTokens.create"
-  createJoinToken(input: CreateJoinTokenInput!): CreateJoinTokenPayload!
+  createJoinToken(input: CreateJoinTokenInput!): CreateJoinTokenPayload
   "joinTokens.revoke"
-  revokeJoinToken(input: RevokeJoinTokenInput!): RevokeJoinTokenPayload!
+  revokeJoinToken(input: RevokeJoinTokenInput!): RevokeJoinTokenPayload
   "joinRequests.approve"
-  approveJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload!
+  approveJoinRequest(input: DecideJoinRequestInput!): DecideJoinRequestPayload
   "joinRequests.deny"
-  denyJoinRequest(input: DenyJoinRequestInput!): DecideJoinRequestPayload!
+  denyJoinRequest(input: DenyJoinRequestInput!): DecideJoinRequestPayload
   "nodes.update"
-  updateNode(input: UpdateNodeInput!): NodePayload!
+  updateNode(input: UpdateNodeInput!): NodePayload
   "nodes.cordon"
-  cordonNode(input: ChangeNodeInput!): NodePayload!
+  cordonNode(input: ChangeNodeInput!): NodePayload
   "nodes.uncordon"
-  uncordonNode(input: ChangeNodeInput!): NodePayload!
+  uncordonNode(input: ChangeNodeInput!): NodePayload
   "nodes.remove"
-  removeNode(input: ChangeNodeInput!): NodePayload!
+  removeNode(input: ChangeNodeInput!): NodePayload
 }
 
 "A machine the discovery attestor expects in a pool."
@@ -1112,13 +1112,13 @@ type RemovedPayload {
 
 extend type Mutation {
   "machines.register"
-  registerMachine(input: RegisterMachineInput!): RegisterMachinePayload!
+  registerMachine(input: RegisterMachineInput!): RegisterMachinePayload
   "machines.forget"
-  forgetMachine(input: ForgetMachineInput!): RemovedPayload!
+  forgetMachine(input: ForgetMachineInput!): RemovedPayload
   "tpmKeys.allow"
-  allowTpmKey(input: AllowTpmKeyInput!): AllowTpmKeyPayload!
+  allowTpmKey(input: AllowTpmKeyInput!): AllowTpmKeyPayload
   "tpmKeys.disallow"
-  disallowTpmKey(input: DisallowTpmKeyInput!): RemovedPayload!
+  disallowTpmKey(input: DisallowTpmKeyInput!): RemovedPayload
 }
 
 "Ready nodes take work; cordoned ones take no new work; removed ones have lost their credential. The method surface spells the values in lower case with - and . (ready, cordoned, removed)."
@@ -1251,9 +1251,9 @@ type OfferPoolPayload {
 
 extend type Mutation {
   "pools.create"
-  createPool(input: CreatePoolInput!): CreatePoolPayload!
+  createPool(input: CreatePoolInput!): CreatePoolPayload
   "pools.offer"
-  offerPool(input: OfferPoolInput!): OfferPoolPayload!
+  offerPool(input: OfferPoolInput!): OfferPoolPayload
 }
 
 "How the pool's GPUs are shared between instances. The method surface spells the values in lower case with - and . (exclusive, mig, time-sliced)."
@@ -1367,11 +1367,11 @@ type DeleteProfilePayload {
 
 extend type Mutation {
   "profiles.create"
-  createProfile(input: CreateProfileInput!): CreateProfilePayload!
+  createProfile(input: CreateProfileInput!): CreateProfilePayload
   "profiles.update"
-  updateProfile(input: UpdateProfileInput!): UpdateProfilePayload!
+  updateProfile(input: UpdateProfileInput!): UpdateProfilePayload
   "profiles.delete"
-  deleteProfile(input: DeleteProfileInput!): DeleteProfilePayload!
+  deleteProfile(input: DeleteProfileInput!): DeleteProfilePayload
 }
 
 "A public profile is visible to every tenant; a private one to its own. The method surface spells the values in lower case with - and . (private, public)."
@@ -1530,25 +1530,25 @@ type Query {
 
 type Mutation {
   "tenants.create"
-  createTenant(input: CreateTenantInput!): CreateTenantPayload!
+  createTenant(input: CreateTenantInput!): CreateTenantPayload
   "tokens.create"
-  createToken(input: CreateTokenInput!): CreateTokenPayload!
+  createToken(input: CreateTokenInput!): CreateTokenPayload
   "tokens.revoke"
-  revokeToken(input: RevokeTokenInput!): RevokeTokenPayload!
+  revokeToken(input: RevokeTokenInput!): RevokeTokenPayload
   "members.grant"
-  grantMember(input: GrantMemberInput!): GrantMemberPayload!
+  grantMember(input: GrantMemberInput!): GrantMemberPayload
   "members.revoke"
-  revokeMember(input: RevokeMemberInput!): RevokeMemberPayload!
+  revokeMember(input: RevokeMemberInput!): RevokeMemberPayload
   "projects.create"
-  createProject(input: CreateProjectInput!): CreateProjectPayload!
+  createProject(input: CreateProjectInput!): CreateProjectPayload
   "projects.update"
-  updateProject(input: UpdateProjectInput!): UpdateProjectPayload!
+  updateProject(input: UpdateProjectInput!): UpdateProjectPayload
   "projects.delete"
-  deleteProject(input: DeleteProjectInput!): DeleteProjectPayload!
+  deleteProject(input: DeleteProjectInput!): DeleteProjectPayload
   "projects.addMember"
-  addProjectMember(input: AddProjectMemberInput!): AddProjectMemberPayload!
+  addProjectMember(input: AddProjectMemberInput!): AddProjectMemberPayload
   "projects.removeMember"
-  removeProjectMember(input: RemoveProjectMemberInput!): RemoveProjectMemberPayload!
+  removeProjectMember(input: RemoveProjectMemberInput!): RemoveProjectMemberPayload
 }
 `, BuiltIn: false},
 	{Name: "../schema/tenants.graphqls", Input: `type Viewer {
@@ -1673,9 +1673,9 @@ type WorkflowPayload {
 
 extend type Mutation {
   "workflows.create"
-  createWorkflow(input: CreateWorkflowInput!): WorkflowPayload!
+  createWorkflow(input: CreateWorkflowInput!): WorkflowPayload
   "workflows.cancel"
-  cancelWorkflow(input: CancelWorkflowInput!): WorkflowPayload!
+  cancelWorkflow(input: CancelWorkflowInput!): WorkflowPayload
 }
 
 "Pending until the node's first step report; succeeded, failed and canceled are final. The method surface spells the values in lower case with - and . (pending, running, succeeded, failed, canceled)."

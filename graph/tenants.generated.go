@@ -1577,14 +1577,6 @@ func (ec *executionContext) unmarshalNCreateTenantInput2githubᚗcomᚋbettercom
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateTenantPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateTenantPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateTenantPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "CreateTenantPayload!")
-		return graphql.Null
-	}
-	return ec._CreateTenantPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) marshalNTenant2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋtenantsᚐTenant(ctx context.Context, sel ast.SelectionSet, v *tenants.Tenant) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Tenant!")
@@ -1631,6 +1623,13 @@ func (ec *executionContext) marshalNViewer2ᚖgithubᚗcomᚋbettercomputeᚋcom
 		return graphql.Null
 	}
 	return ec._Viewer(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOCreateTenantPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐCreateTenantPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateTenantPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._CreateTenantPayload(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOTenant2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋtenantsᚐTenant(ctx context.Context, sel ast.SelectionSet, v *tenants.Tenant) graphql.Marshaler {

@@ -1537,14 +1537,6 @@ func (ec *executionContext) marshalNWorkflowEdge2ᚖgithubᚗcomᚋbettercompute
 	return ec._WorkflowEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNWorkflowPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐWorkflowPayload(ctx context.Context, sel ast.SelectionSet, v *model.WorkflowPayload) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "WorkflowPayload!")
-		return graphql.Null
-	}
-	return ec._WorkflowPayload(ctx, sel, v)
-}
-
 func (ec *executionContext) unmarshalNWorkflowState2string(ctx context.Context, v any) (string, error) {
 	tmp, err := gqlscalar.UnmarshalString(v)
 	res := unmarshalNWorkflowState2string[tmp]
@@ -1605,6 +1597,13 @@ func (ec *executionContext) marshalOWorkflow2ᚖgithubᚗcomᚋbettercomputeᚋc
 		return graphql.Null
 	}
 	return ec._Workflow(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOWorkflowPayload2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐWorkflowPayload(ctx context.Context, sel ast.SelectionSet, v *model.WorkflowPayload) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WorkflowPayload(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

@@ -246,3 +246,28 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	}
 	gqlExpect(t, un, "UNAUTHENTICATED", anyPath)
 }
+
+// Mutations answer nullable payloads: in a document of several, one that
+// fails is null beside the others' results, which committed. With
+// non-null payloads one failure nulled the whole answer: a probe's first
+// join token was created (listed, active) and its one-time secret lost,
+// because the second mutation of the document was refused.
+func TestAFailedMutationKeepsTheOthersResults(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	pool := str(newPool(t, e, acme.Admin.Token, "acme", "racks")["poolId"])
+	r := e.GraphQL(acme.Admin.Token, `mutation($p: String!) {
+		a: createJoinToken(input: {tenantId: "acme", poolId: $p}) { secret joinToken { joinTokenId } }
+		b: createJoinToken(input: {tenantId: "acme", poolId: $p, maxUses: 0}) { secret }
+	}`, map[string]any{"p": pool})
+	gqlExpect(t, r, inv, "maxUses")
+	d, ok := r.Body["data"].(map[string]any)
+	if !ok || d["b"] != nil {
+		t.Fatalf("the failed mutation's field is not null beside the others: %s", r.Raw)
+	}
+	a, _ := d["a"].(map[string]any)
+	if a == nil || !strings.HasPrefix(str(a["secret"]), "bcj_") {
+		t.Fatalf("the first mutation's result, and its secret, are lost: %s", r.Raw)
+	}
+}
