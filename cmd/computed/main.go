@@ -189,6 +189,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	err = db.Migrate(ctx, mdb.DB.DB, m.Log)
+	if err == nil {
+		err = nodes.RecordNodeKeys(ctx, mdb, m.Log)
+	}
 	mdb.Close()
 	if err != nil {
 		return err

@@ -331,7 +331,11 @@ func previousRequest(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR
 		NodeID   string `db:"node_id"`
 		TenantID string `db:"tenant_id"`
 	}
-	err := q.GetContext(ctx, &live, `SELECT node_id, tenant_id FROM nodes WHERE csr_fingerprint = $1 AND state <> 'removed'`, csr.Fingerprint)
+	// By its key, whatever CSR carries it (a node that joined before
+	// migration 00025 and whose key the startup could not record is found
+	// by its CSR).
+	err := q.GetContext(ctx, &live, `SELECT node_id, tenant_id FROM nodes
+		WHERE (key_fingerprint = $1 OR csr_fingerprint = $2) AND state <> 'removed' LIMIT 1`, csr.KeyFingerprint, csr.Fingerprint)
 	if err == nil {
 		// A key is one live node's on the whole platform; the node is
 		// named only to its own tenant's joins.
@@ -580,11 +584,11 @@ func (s *service) admit(ctx context.Context, q store.Q, tok *tokenRow, hw Hardwa
 	}
 	var node Node
 	err = q.GetContext(ctx, &node, `INSERT INTO nodes (node_id, tenant_id, pool_id, name, attestor, system_uuid, serial, macs,
-			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id, ek_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING `+nodeCols,
+			csr_fingerprint, certificate, cert_expires_at, principal_id, join_request_id, ek_hash, key_fingerprint)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING `+nodeCols,
 		nodeID, tok.TenantID, tok.PoolID, name, attestor, hw.SystemUUID, hw.Serial, hw.MACs,
-		csr.Fingerprint, cert, notAfter, principalID, jr, ekHash)
-	if store.IsUnique(err, "nodes_csr_fingerprint_key") {
+		csr.Fingerprint, cert, notAfter, principalID, jr, ekHash, csr.KeyFingerprint)
+	if store.IsUnique(err, "nodes_csr_fingerprint_key") || store.IsUnique(err, "nodes_key_fingerprint_key") {
 		return nil, errs.E(errs.Conflict, "a node with this CSR's key already joined")
 	}
 	if err != nil {

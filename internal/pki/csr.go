@@ -29,6 +29,16 @@ type CSR struct {
 	// Fingerprint is the lowercase hex SHA-256 of the CSR's DER: the same
 	// key in another CSR has another fingerprint.
 	Fingerprint string
+	// KeyFingerprint is the lowercase hex SHA-256 of the CSR's public key
+	// (its SubjectPublicKeyInfo DER): the same in every CSR of the key.
+	KeyFingerprint string
+}
+
+// KeyFingerprint is the lowercase hex SHA-256 of a SubjectPublicKeyInfo's
+// DER, as CSR.KeyFingerprint and a certificate's key have it.
+func KeyFingerprint(spki []byte) string {
+	sum := sha256.Sum256(spki)
+	return hex.EncodeToString(sum[:])
 }
 
 // ParseCSR parses untrusted PEM text: exactly one "CERTIFICATE REQUEST"
@@ -56,7 +66,7 @@ func ParseCSR(path, pemText string) (*CSR, error) {
 		return nil, errs.Invalid(path, "CSR signature does not verify with its public key")
 	}
 	sum := sha256.Sum256(req.Raw)
-	return &CSR{Request: req, Fingerprint: hex.EncodeToString(sum[:])}, nil
+	return &CSR{Request: req, Fingerprint: hex.EncodeToString(sum[:]), KeyFingerprint: KeyFingerprint(req.RawSubjectPublicKeyInfo)}, nil
 }
 
 // csrKey accepts the key types nodes may use.
