@@ -15,29 +15,37 @@ import (
 // TestAuditMigrationDerivesTenants: migration 00012 gives the records
 // written before it their tenant where it can be derived, and the platform
 // ('@platform') where it cannot, as docs/design.md says.
-func TestAuditMigrationDerivesTenants(t *testing.T) {
-	ctx := context.Background()
+// migratedTo makes a database of its own, name, on the tests' cluster,
+// migrated up to version, and the provider that migrates it further.
+func migratedTo(t *testing.T, name string, version int64) (*sql.DB, *goose.Provider) {
+	t.Helper()
 	c := testkit.Cluster(t)
 	admin, err := sql.Open("pgx", c.AdminURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if _, err := admin.Exec(`CREATE DATABASE audit_backfill`); err != nil {
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
 		t.Fatal(err)
 	}
-	d, err := sql.Open("pgx", strings.Replace(c.AdminURL(), "/postgres?", "/audit_backfill?", 1))
+	d, err := sql.Open("pgx", strings.Replace(c.AdminURL(), "/postgres?", "/"+name+"?", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	p, err := goose.NewProvider(goose.DialectPostgres, d, db.Migrations())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, 11); err != nil {
+	if _, err := p.UpTo(context.Background(), version); err != nil {
 		t.Fatal(err)
 	}
+	return d, p
+}
+
+func TestAuditMigrationDerivesTenants(t *testing.T) {
+	ctx := context.Background()
+	d, p := migratedTo(t, "audit_backfill", 11)
 	for _, stmt := range []string{
 		`INSERT INTO tenants (tenant_id, name) VALUES ('acme', 'Acme'), ('evil', 'Evil')`,
 		`INSERT INTO principals (principal_id, kind, tenant_id, name) VALUES

@@ -2,14 +2,7 @@ package db_test
 
 import (
 	"context"
-	"database/sql"
-	"strings"
 	"testing"
-
-	"github.com/pressly/goose/v3"
-
-	"github.com/bettercompute/computed/db"
-	"github.com/bettercompute/computed/internal/testkit"
 )
 
 // TestMachinesMigrationKeepsTheFirst: migration 00024 keeps the first of
@@ -17,27 +10,7 @@ import (
 // of systemUuid, serial and mac the same, given or not), and no other.
 func TestMachinesMigrationKeepsTheFirst(t *testing.T) {
 	ctx := context.Background()
-	c := testkit.Cluster(t)
-	admin, err := sql.Open("pgx", c.AdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(`CREATE DATABASE machines_once`); err != nil {
-		t.Fatal(err)
-	}
-	d, err := sql.Open("pgx", strings.Replace(c.AdminURL(), "/postgres?", "/machines_once?", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, d, db.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 23); err != nil {
-		t.Fatal(err)
-	}
+	d, p := migratedTo(t, "machines_once", 23)
 	for _, stmt := range []string{
 		`INSERT INTO tenants (tenant_id, name) VALUES ('acme', 'Acme')`,
 		`INSERT INTO pools (pool_id, tenant_id, name, site, gpu_model, sharing_mode, kind) VALUES

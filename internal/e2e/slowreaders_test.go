@@ -52,6 +52,44 @@ func bigEventsSub(n int) string {
 	return b.String()
 }
 
+// publishRunning commits count instance.running events of acme in one
+// transaction of its own and tells the sequencer.
+func publishRunning(t *testing.T, e *testkit.Env, count int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < count; i++ {
+		if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "acme", PoolID: "pool_x",
+			ResourceID: "inst_x", Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e.DB.Committed(ctx, []string{"acme"}, -1) // a transaction of its own, not DB.Tx: tell the sequencer
+}
+
+// firstEventID waits until acme's first event is readable and returns its id.
+func firstEventID(t *testing.T, e *testkit.Env) string {
+	t.Helper()
+	var first []events.Event
+	wait.Eventually(t, 10*time.Second, func() error {
+		var err error
+		if first, err = events.Page(context.Background(), e.DB, events.Filter{TenantID: "acme"}, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(first) == 0 {
+			return errors.New("the events are not readable")
+		}
+		return nil
+	})
+	return first[0].EventID
+}
+
 // stuckSSE opens an event stream, reads the status line and then reads
 // nothing more until drained.
 type stuckSSE struct {
@@ -128,35 +166,9 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	ctx := context.Background()
 	// 150 events in the outbox; the subscriptions replay them from the first.
 	const n = 150
-	publish := func(count int) {
-		tx, err := e.DB.BeginTxx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < count; i++ {
-			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "acme", PoolID: "pool_x",
-				ResourceID: "inst_x", Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		e.DB.Committed(ctx, []string{"acme"}, -1) // a transaction of its own, not DB.Tx: tell the sequencer
-	}
+	publish := func(count int) { publishRunning(t, e, count) }
 	publish(n)
-	var first []events.Event
-	wait.Eventually(t, 10*time.Second, func() error {
-		var err error
-		if first, err = events.Page(ctx, e.DB, events.Filter{TenantID: "acme"}, 0, 1); err != nil {
-			t.Fatal(err)
-		}
-		if len(first) == 0 {
-			return errors.New("the events are not readable")
-		}
-		return nil
-	})
-	vars := map[string]any{"t": "acme", "a": first[0].EventID}
+	vars := map[string]any{"t": "acme", "a": firstEventID(t, e)}
 
 	// Healthy subscribers on both transports.
 	ws := dialWS(t, e)
@@ -288,32 +300,8 @@ func TestRevokedStreamsEndEvenUnread(t *testing.T) {
 	acme := newTenant(t, e, "acme")
 	victim := newToken(t, e, acme.Admin.Token, "acme", "victim", "viewer")
 	ctx := context.Background()
-	tx, err := e.DB.BeginTxx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 40; i++ {
-		if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "acme", PoolID: "pool_x",
-			ResourceID: "inst_x", Data: json.RawMessage(`{"state": "running", "desiredState": "running"}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	e.DB.Committed(ctx, []string{"acme"}, -1)
-	var first []events.Event
-	wait.Eventually(t, 10*time.Second, func() error {
-		var err error
-		if first, err = events.Page(ctx, e.DB, events.Filter{TenantID: "acme"}, 0, 1); err != nil {
-			t.Fatal(err)
-		}
-		if len(first) == 0 {
-			return errors.New("the events are not readable")
-		}
-		return nil
-	})
-	vars := map[string]any{"t": "acme", "a": first[0].EventID}
+	publishRunning(t, e, 40)
+	vars := map[string]any{"t": "acme", "a": firstEventID(t, e)}
 	big := bigEventsSub(1900) // about 75 KB an event: 3 MB to send, where the kernels hold far less
 
 	stuck := openStuckSSE(t, e, victim.Token, big, vars)
