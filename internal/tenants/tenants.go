@@ -46,7 +46,7 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Tenant, error) {
 	var t Tenant
 	err := q.GetContext(ctx, &t, `INSERT INTO tenants (tenant_id, name) VALUES ($1, $2) RETURNING tenant_id, name, created_at`, in.TenantID, in.Name)
 	if store.IsUnique(err, "") {
-		return nil, errs.E(errs.Conflict, "tenant %s already exists", in.TenantID)
+		return nil, errs.E(errs.Conflict, "tenant %s already exists", in.TenantID).With("path", "tenantId")
 	}
 	return &t, store.Wrap(err)
 }

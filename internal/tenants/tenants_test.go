@@ -28,7 +28,7 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("created: %+v", got)
 	}
 	_, err := fixture.Call[tenants.Tenant](f, op, "tenants.create", map[string]any{"tenantId": "beta", "name": "again"})
-	fixture.Code(t, err, errs.Conflict, "")
+	fixture.Code(t, err, errs.Conflict, "tenantId")
 	// builtin is reserved: no principal writes to it, the operator included.
 	_, err = fixture.Call[tenants.Tenant](f, op, "tenants.create", map[string]any{"tenantId": authz.BuiltinTenant, "name": "again"})
 	fixture.Code(t, err, errs.PermissionDenied, "")
