@@ -5,8 +5,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
 	"testing"
 
@@ -21,11 +19,11 @@ import (
 // csrOf is a CSR of key with the given subject.
 func csrOf(t *testing.T, key *ecdsa.PrivateKey, cn string) string {
 	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
+	csr, err := pki.CSRFor(key, cn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	return csr
 }
 
 // A key pair is one live node's on the whole platform, whatever CSR

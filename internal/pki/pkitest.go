@@ -16,10 +16,7 @@ func NewCSR(commonName string) (keyPEM, csrPEM string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: commonName},
-	}, key)
-	if err != nil {
+	if csrPEM, err = CSRFor(key, commonName); err != nil {
 		return "", "", err
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
@@ -27,8 +24,19 @@ func NewCSR(commonName string) (keyPEM, csrPEM string, err error) {
 		return "", "", err
 	}
 	keyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
-	csrPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 	return keyPEM, csrPEM, nil
+}
+
+// CSRFor makes a PEM CSR of key with the given subject (for tests: a new
+// CSR of a key that joined already).
+func CSRFor(key *ecdsa.PrivateKey, commonName string) (string, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: commonName},
+	}, key)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), nil
 }
 
 // NewEK makes a fresh ECDSA P-256 public key in PEM "PUBLIC KEY" form, as a

@@ -961,10 +961,6 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 	c.s.conns.Add(1)
 	safe.Go(c.ctx, c.s.Log, "websocket close", func() {
 		defer c.s.conns.Done()
-		// After the message being written, if it finishes in time: the
-		// close frame is the socket's last. A slow consumer's stuck write
-		// is ended at once (its client reads nothing anyway); the close
-		// frame then has coder/websocket's own time.
 		// A revoked credential's socket ends within revokeGrace, whatever
 		// its client reads: the message being written, the close frame and
 		// the client's answer get that long, then the connection is reset.
@@ -972,6 +968,10 @@ func (c *wsConn) close(code websocket.StatusCode, reason string) {
 			reset := time.AfterFunc(revokeGrace, safe.Func(c.ctx, c.s.Log, "websocket reset", func() { resetConn(c.raw) }))
 			defer reset.Stop()
 		}
+		// After the message being written, if it finishes in time: the
+		// close frame is the socket's last. A slow consumer's stuck write
+		// is ended at once (its client reads nothing anyway); the close
+		// frame then has coder/websocket's own time.
 		slow := code == closeSlowConsumer && c.raw != nil
 		if slow {
 			_ = c.raw.SetWriteDeadline(time.Now())
