@@ -73,13 +73,13 @@ func Diff(before, after *Sections) []Change {
 func diffGPUs(changes []keyed, before, after []GPU) []keyed {
 	old := make(map[string]*GPU, len(before))
 	for i := range before {
-		old[before[i].UUID] = &before[i]
+		old[deviceKey(before[i].UUID)] = &before[i]
 	}
 	seen := make(map[string]bool, len(after))
 	for i := range after {
 		a := &after[i]
-		seen[a.UUID] = true
-		b, ok := old[a.UUID]
+		seen[deviceKey(a.UUID)] = true
+		b, ok := old[deviceKey(a.UUID)]
 		if !ok {
 			changes = append(changes, keyed{Change: Change{Type: GPUAdded, DeviceID: a.UUID, Before: nil, After: *a}})
 			continue
@@ -89,7 +89,7 @@ func diffGPUs(changes []keyed, before, after []GPU) []keyed {
 		}
 	}
 	for i := range before {
-		if b := &before[i]; !seen[b.UUID] {
+		if b := &before[i]; !seen[deviceKey(b.UUID)] {
 			changes = append(changes, keyed{Change: Change{Type: GPUMissing, DeviceID: b.UUID, Before: *b, After: nil}})
 		}
 	}
@@ -111,15 +111,16 @@ func sameMIG(a, b *GPU) bool {
 	if a.MigMode != b.MigMode || len(a.MigDevices) != len(b.MigDevices) {
 		return false
 	}
+	key := func(m MIGDevice) MIGDevice { return MIGDevice{Profile: m.Profile, UUID: deviceKey(m.UUID)} }
 	set := make(map[MIGDevice]int, len(a.MigDevices))
 	for _, m := range a.MigDevices {
-		set[m]++
+		set[key(m)]++
 	}
 	for _, m := range b.MigDevices {
-		if set[m] == 0 {
+		if set[key(m)] == 0 {
 			return false
 		}
-		set[m]--
+		set[key(m)]--
 	}
 	return true
 }
@@ -134,7 +135,7 @@ func diffDisks(changes []keyed, before, after []Disk) []keyed {
 	at := func(d *Disk) *pos {
 		m, k := slots, d.Slot
 		if k == "" {
-			m, k = loose, d.WWN
+			m, k = loose, deviceKey(d.WWN)
 		}
 		p := m[k]
 		if p == nil {
@@ -152,7 +153,7 @@ func diffDisks(changes []keyed, before, after []Disk) []keyed {
 	emit := func(order string, p *pos) {
 		switch {
 		case p.b != nil && p.a != nil:
-			if p.b.WWN != p.a.WWN {
+			if deviceKey(p.b.WWN) != deviceKey(p.a.WWN) {
 				changes = append(changes, keyed{Change{Type: DiskReplaced, DeviceID: p.a.WWN, Before: *p.b, After: *p.a}, order})
 			}
 		case p.a != nil:

@@ -169,6 +169,19 @@ func TestDiffMIG(t *testing.T) {
 	}
 }
 
+// TestDiffDeviceIDsIgnoreCase: a daemon whose tool prints a device's id in
+// the other case (an upgrade of nvidia-smi or lsblk) reports the same
+// devices; nothing went missing and nothing was replaced.
+func TestDiffDeviceIDsIgnoreCase(t *testing.T) {
+	before := decoded(t, `{"gpus":[{"uuid":"GPU-5f3b2c1e-8a4d","migMode":"enabled","migDevices":[{"profile":"3g.40gb","uuid":"MIG-ab12"}]}],
+		"disks":[{"wwn":"naa.5000c500a1b2c3d4","slot":"nvme0"},{"wwn":"eui.00a1"}]}`)
+	after := decoded(t, `{"gpus":[{"uuid":"GPU-5F3B2C1E-8A4D","migMode":"enabled","migDevices":[{"profile":"3g.40gb","uuid":"MIG-AB12"}]}],
+		"disks":[{"wwn":"NAA.5000C500A1B2C3D4","slot":"nvme0"},{"wwn":"EUI.00A1"}]}`)
+	if got := Diff(before, after); len(got) != 0 {
+		t.Fatalf("a change of case is %s", changesJSON(t, got))
+	}
+}
+
 // TestDiffOrder checks every type in one diff comes out in the contract's
 // order, then by device id.
 func TestDiffOrder(t *testing.T) {

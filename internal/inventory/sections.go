@@ -980,7 +980,7 @@ func (p *parser) gpu(i int, g *GPU) error {
 		case "uuid":
 			g.UUID, err = p.ident(maxIDLen, isUUIDChar, uuidPattern)
 			if err == nil {
-				err = p.unique(&p.gpuUUIDs, g.UUID, "gpus", "uuid", g.UUID, i)
+				err = p.unique(&p.gpuUUIDs, deviceKey(g.UUID), "gpus", "uuid", g.UUID, i)
 				hasUUID = err == nil
 			}
 		case "index":
@@ -1038,6 +1038,12 @@ func array[T any](p *parser, max int, one func(i int, v *T) error) ([]T, error) 
 	}
 }
 
+// deviceKey is a device id as devices are told apart: GPU and MIG UUIDs,
+// WWNs and MACs are hexadecimal or registered names that tools print in
+// either case (nvidia-smi lower, some BMCs and lsblk upper), so one device
+// reported in two cases is one device, in a report and between reports.
+func deviceKey(id string) string { return strings.ToLower(id) }
+
 // unique records that item i of list holds id, or fails naming the earlier
 // item holding it.
 func (p *parser) unique(seen *map[string]int, id, list, field, shown string, i int) error {
@@ -1075,13 +1081,13 @@ func (p *parser) migDevice(gpu, i int, m *MIGDevice) error {
 		case "uuid":
 			m.UUID, err = p.ident(maxIDLen, isUUIDChar, uuidPattern)
 			if err == nil {
-				if r, dup := p.migUUIDs[m.UUID]; dup {
+				if r, dup := p.migUUIDs[deviceKey(m.UUID)]; dup {
 					err = p.fail("duplicates sections.gpus[%d].migDevices[%d].uuid %q", r.gpu, r.mig, m.UUID)
 				} else {
 					if p.migUUIDs == nil {
 						p.migUUIDs = make(map[string]migRef, 8)
 					}
-					p.migUUIDs[m.UUID] = migRef{gpu, i}
+					p.migUUIDs[deviceKey(m.UUID)] = migRef{gpu, i}
 					hasUUID = true
 				}
 			}
@@ -1123,7 +1129,7 @@ func (p *parser) disk(i int, d *Disk) error {
 		case "wwn":
 			d.WWN, err = p.ident(maxIDLen, isWWNChar, wwnPattern)
 			if err == nil {
-				err = p.unique(&p.wwns, d.WWN, "disks", "wwn", d.WWN, i)
+				err = p.unique(&p.wwns, deviceKey(d.WWN), "disks", "wwn", d.WWN, i)
 				hasWWN = err == nil
 			}
 		case "serial":
@@ -1174,7 +1180,7 @@ func (p *parser) nic(i int, n *NIC) error {
 				err = p.fail("must match %s", macPattern)
 			}
 			if err == nil {
-				err = p.unique(&p.macs, strings.ToLower(n.MAC), "nics", "mac", n.MAC, i)
+				err = p.unique(&p.macs, deviceKey(n.MAC), "nics", "mac", n.MAC, i)
 				hasMAC = err == nil
 			}
 		case "name":

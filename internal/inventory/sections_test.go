@@ -404,6 +404,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"mig empty profile", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"","uuid":"MIG-1"}]}]}`, "sections.gpus[0].migDevices[0].profile"},
 		{"mig bad uuid", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"MIG 1"}]}]}`, "sections.gpus[0].migDevices[0].uuid"},
 		{"duplicate mig uuid", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"MIG-1"},{"profile":"1g.10gb","uuid":"MIG-1"}]}]}`, "sections.gpus[0].migDevices[1].uuid"},
+		{"duplicate gpu uuid in another case", `{"gpus":[{"uuid":"GPU-5f3b2c1e-8a4d"},{"uuid":"gpu-5F3B2C1E-8A4D"}]}`, "sections.gpus[1].uuid"},
+		{"duplicate mig uuid in another case", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"MIG-ab"}]},{"uuid":"GPU-2","migDevices":[{"profile":"2g.20gb","uuid":"mig-AB"}]}]}`, "sections.gpus[1].migDevices[0].uuid"},
 		{"duplicate mig uuid across gpus", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"MIG-1"}]},{"uuid":"GPU-2","migDevices":[{"profile":"2g.20gb","uuid":"MIG-1"}]}]}`, "sections.gpus[1].migDevices[0].uuid"},
 
 		// disks.
@@ -412,6 +414,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"disk bad wwn", `{"disks":[{"wwn":"a/b"}]}`, "sections.disks[0].wwn"},
 		{"disk empty wwn", `{"disks":[{"wwn":""}]}`, "sections.disks[0].wwn"},
 		{"duplicate wwn", `{"disks":[{"wwn":"naa.5000c500a1b2c3d4"},{"wwn":"naa.5000c500a1b2c3d4"}]}`, "sections.disks[1].wwn"},
+		{"duplicate wwn in another case", `{"disks":[{"wwn":"naa.5000c500a1b2c3d4"},{"wwn":"NAA.5000C500A1B2C3D4"}]}`, "sections.disks[1].wwn"},
 		{"duplicate slot", `{"disks":[{"wwn":"a","slot":"nvme0"},{"slot":"nvme0","wwn":"b"}]}`, "sections.disks[1].slot"},
 
 		// nics.
