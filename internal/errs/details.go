@@ -48,6 +48,12 @@ func Details() []DetailInfo {
 		{"step", intg(), "`INVALID_STATE` of `workflows.reportStep`: the step whose status refuses the report"},
 		{"stepStatus", str(), "`INVALID_STATE` of `workflows.reportStep`: that step's status"},
 		{"lastEventId", str(), "`UNAVAILABLE` with `reason: \"slow-consumer\"`: the last event delivered; subscribe again after it"},
+		{"cost", intg(), "GraphQL, `reason: \"complexity\"`: the operation's complexity (docs/graphql.md says how it is counted)"},
+		{"fields", intg(), "GraphQL, `reason: \"fields\"`: the fields the document selects with its fragments expanded"},
+		{"depth", intg(), "GraphQL, `reason: \"depth\"`: how deep the operation, or its introspection, nests"},
+		{"count", intg(), "GraphQL, `reason: \"introspection\"`, `\"connections\"` or `\"batch\"`: the `__schema`/`__type` fields, connection fields or mutations the operation holds"},
+		{"name", str(), "GraphQL, `reason: \"fields\"`: the response name answered too many times"},
+		{"field", str(), "GraphQL, `reason: \"introspection\"`: the introspection field answered under two names"},
 	}
 }
 
@@ -58,6 +64,13 @@ func Reasons() []ReasonInfo {
 		{"persisted-queries-not-supported", InvalidInput, "a GraphQL request sent a persisted query's hash without its document"},
 		{"parse", InvalidInput, "a GraphQL document that does not parse"},
 		{"validation", InvalidInput, "a GraphQL document the schema's rules refuse"},
+		{"tokens", InvalidInput, "a GraphQL document of more tokens than the limit (`details.limit`)"},
+		{"fields", InvalidInput, "a GraphQL operation that selects more fields than the limit, or answers one response name too many times (`details.limit`)"},
+		{"depth", InvalidInput, "a GraphQL operation, or its introspection, nested deeper than the limit (`details.depth`, `details.limit`)"},
+		{"introspection", InvalidInput, "a GraphQL operation with too many `__schema`/`__type` fields, or an introspection field under two names"},
+		{"complexity", InvalidInput, "a GraphQL operation, or a subscription's selection, costs more than the limit (`details.cost`, `details.limit`)"},
+		{"connections", InvalidInput, "a GraphQL operation with more connection fields than the limit (`details.count`, `details.limit`)"},
+		{"batch", InvalidInput, "a GraphQL document with more mutations than the credential's burst (`details.count`, `details.limit`)"},
 		{"read-budget", InvalidInput, "the query, mutation or method call reads more than its budget of profile documents, workflows and inventory (`details.limit`, bytes): ask for smaller pages or fewer of them"},
 		{"challenge-unknown", Unauthenticated, "`nodes.join` (tpm): no open challenge has that id"},
 		{"challenge-used", Unauthenticated, "`nodes.join` (tpm): the challenge was already answered"},

@@ -35,6 +35,9 @@ func TestDetailsDocumented(t *testing.T) {
 	with := regexp.MustCompile(`With\("(\w+)",\s*("([^"]*)")?`)
 	assign := regexp.MustCompile(`details\["(\w+)"\]\s*=\s*("([^"]*)")?`)
 	constant := regexp.MustCompile(`(?m)^\s*Challenge\w+\s*=\s*"([^"]+)"`)
+	// The GraphQL layer's refusals: refusal("reason", message, map[string]any{"key": …}).
+	refusal := regexp.MustCompile(`(?s)refusal\("([\w-]+)",.*?map\[string\]any\{([^}]*)\}\)`)
+	mapKey := regexp.MustCompile(`"(\w+)":`)
 	found := 0
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -56,6 +59,17 @@ func TestDetailsDocumented(t *testing.T) {
 				}
 				if m[1] == "reason" && m[2] != "" && !reasons[m[3]] {
 					t.Errorf("%s: details.reason %q is in no row of Reasons", path, m[3])
+				}
+			}
+		}
+		for _, m := range refusal.FindAllStringSubmatch(src, -1) {
+			found++
+			if !reasons[m[1]] {
+				t.Errorf("%s: the GraphQL refusal's reason %q is in no row of Reasons", path, m[1])
+			}
+			for _, k := range mapKey.FindAllStringSubmatch(m[2], -1) {
+				if !keys[k[1]] {
+					t.Errorf("%s: the GraphQL refusal's details.%s is in no row of Details", path, k[1])
 				}
 			}
 		}
