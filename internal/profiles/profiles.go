@@ -574,7 +574,7 @@ const (
 
 // Methods are the profiles group's registry entries.
 // sizeNote states a document's size bounds, for the methods that store one.
-var sizeNote = fmt.Sprintf("A document is at most %d bytes of JSON (its insignificant whitespace aside; more is `INVALID_INPUT` at `document`), and its `userData` at most %d bytes of UTF-8.", MaxDocument, MaxUserData)
+var sizeNote = fmt.Sprintf("A document is at most %d bytes of JSON, counted as written compactly with its strings in UTF-8 (an escape such as `\\u00e9` counts as the character it stands for, whitespace between tokens not at all; more is `INVALID_INPUT` at `document`), and its `userData` at most %d bytes of UTF-8.", MaxDocument, MaxUserData)
 
 func Methods() []registry.Method {
 	m := func(name string, kind registry.Kind, perm authz.Permission, res, summary string, notes []string, in ...registry.Field) registry.Method {

@@ -99,21 +99,34 @@ func TestCreateChecksTheDocument(t *testing.T) {
 	}
 	// A document is at most MaxDocument bytes of compact JSON: at the
 	// bound it is stored, one byte past it refused at document.
-	sized := func(version, size int) json.RawMessage {
+	sizedWith := func(userData string, version, size int) json.RawMessage {
 		pad := func(n int) func(d map[string]any) {
 			return func(d map[string]any) {
-				d["userData"] = strings.Repeat("x", profiles.MaxUserData)
+				d["userData"] = userData
 				d["steps"].([]any)[1] = map[string]any{"use": "os.install", "with": map[string]any{"pad": strings.Repeat("p", n)}}
 			}
 		}
 		b := doc("sized", version, pad(0))
 		return doc("sized", version, pad(size-len(b)))
 	}
+	sized := func(version, size int) json.RawMessage {
+		return sizedWith(strings.Repeat("x", profiles.MaxUserData), version, size)
+	}
 	if b := sized(1, profiles.MaxDocument); len(b) != profiles.MaxDocument {
 		t.Fatalf("the document at the bound is %d bytes", len(b))
 	}
 	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: sized(1, profiles.MaxDocument)}))
 	_, err := profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: sized(2, profiles.MaxDocument+1)})
+	fixture.Code(t, err, errs.InvalidInput, "document")
+	// One document has one size, however it is spelled: "é" sent as the
+	// escape \u00e9 (Python's json.dumps writes that by default) counts
+	// as the character, 2 bytes, not the escape's 6.
+	accented := strings.Repeat("é", profiles.MaxUserData/2)
+	escaped := func(b json.RawMessage) json.RawMessage {
+		return json.RawMessage(strings.ReplaceAll(string(b), "é", `\u00e9`))
+	}
+	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: escaped(sizedWith(accented, 3, profiles.MaxDocument))}))
+	_, err = profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: escaped(sizedWith(accented, 4, profiles.MaxDocument+1))})
 	fixture.Code(t, err, errs.InvalidInput, "document")
 
 	p := e.create("acme", "gpu-base", 1, "")
