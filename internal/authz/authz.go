@@ -305,6 +305,15 @@ func Decide(ctx context.Context, q store.Q, p *reqctx.Principal, perm Permission
 		}
 		return nil
 	}
+	if p.IsOperator() && r.TenantID != "" {
+		// The same rule for a resource inside the tenant: a builtin or
+		// public profile is visible from any tenant, and the operator
+		// naming one that does not exist got it (profiles.get, validate,
+		// render) where profiles.list and the graph answered NOT_FOUND.
+		if err := tenantExists(ctx, q, r.TenantID); err != nil {
+			return err
+		}
+	}
 	return decideResource(ctx, q, p, effectiveRole(p, role, perm, r.TenantID), perm, r)
 }
 

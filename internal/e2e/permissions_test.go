@@ -480,6 +480,17 @@ func TestOperatorOnMissingTenant(t *testing.T) {
 	if checked < 8 {
 		t.Fatalf("only %d reads checked", checked)
 	}
+	// A resource every tenant sees (a builtin profile) is no exception:
+	// profiles.get, validate and render answered it for "ghost".
+	for _, m := range []string{"profiles/get", "profiles/validate", "profiles/render"} {
+		r := env(t, e).Call(e.Operator, m, map[string]any{"tenantId": "ghost", "profileId": "rocky-9-base"})
+		if r.Code() != "NOT_FOUND" || r.Path() != "tenantId" {
+			t.Errorf("%s of a builtin profile by the operator on a tenant that does not exist: %d %s", m, r.Status, r.Raw)
+		}
+		if r := env(t, e).Call(e.Operator, m, map[string]any{"tenantId": "builtin", "profileId": "rocky-9-base"}); r.Status != 200 {
+			t.Errorf("%s of a builtin profile by the operator in builtin: %d %s", m, r.Status, r.Raw)
+		}
+	}
 	// The graph's root says so at the same place.
 	gqlExpect(t, e.GraphQL(e.Operator, `{ tenant(tenantId: "ghost") { name } }`, nil), "NOT_FOUND", "tenantId")
 }
