@@ -52,7 +52,7 @@ func Files(root string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	var idx strings.Builder
 	idx.WriteString("# Method surface\n\nGenerated from the method registry by `make generate`; do not edit.\n\n")
-	idx.WriteString("Every method is `POST /api/compute/{group}/{method}` with a JSON object body and a bearer token (`Authorization: Bearer …`; only `nodes.join` takes none). `GET /api/compute` serves this index as JSON, with each method's input and output schemas, and `GET /openapi.json` the OpenAPI 3.1 document ([openapi.json](openapi.json)).\n\n")
+	idx.WriteString("Every method is `POST /api/compute/{group}/{method}` with a JSON object body and a bearer token (`Authorization: Bearer …`; only `nodes.join` takes none). `GET /api/compute` serves this index as JSON, with each method's input and output schemas, and `GET /openapi.json` the OpenAPI 3.1 document ([openapi.json](openapi.json)). An optional field sent as `null` is the field left out: its default applies, and an update leaves what it names as it is (send `\"\"` to clear a text); the schemas say so (`[\"string\", \"null\"]`). A field the method does not know, a key given twice, and anything after the JSON object are `INVALID_INPUT`.\n\n")
 	idx.WriteString("- [Errors](errors.md): the codes, their HTTP statuses and what a client should do.\n")
 	idx.WriteString("- [Named schemas](schemas.md): profile documents, inventory sections and the closed sets of strings.\n")
 	idx.WriteString("- [Handlers](handlers.md): the Go function that implements each method, with its input and output types.\n")

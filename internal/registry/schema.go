@@ -174,6 +174,12 @@ func objectSchema(fields []Field) (map[string]any, []string) {
 		props[c.Name] = c.JSONSchema()
 		if c.Required {
 			req = append(req, c.Name)
+		} else if c.Type != Any || c.Schema != "" {
+			// The decoder takes an optional field's null for the field
+			// left out (its default applies; complete): the schema says
+			// so, or a client validating against it, or typed by it,
+			// is told null is refused while the server takes it.
+			props[c.Name] = orNull(props[c.Name].(map[string]any))
 		}
 	}
 	return props, req
