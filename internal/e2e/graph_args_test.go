@@ -175,9 +175,14 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 				t.Errorf("$n = %v: %s", n, r.Raw)
 			}
 			// every refused variable is a validation error, whoever
-			// refused it (2147483648 had no reason; 2^63 had)
+			// refused it (2147483648 had no reason; 2^63 had), said at
+			// details.path and never at the response's path ("1" had
+			// none, 1.5 had ["variable", "n"])
 			if reason := gqlDetail(r, "reason"); reason != "validation" {
 				t.Errorf("$n = %v: details.reason %v: %s", n, reason, r.Raw)
+			}
+			if _, p := gqlErr(r); p != "variable.n" || bytes.Contains(r.Raw, []byte(`"path":[`)) {
+				t.Errorf("$n = %v: the variable's place: %s", n, r.Raw)
 			}
 		}
 		gqlOK(t, e.GraphQL(tok, qi, map[string]any{"n": 1}))

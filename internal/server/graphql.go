@@ -167,6 +167,11 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		if p, ok := details["path"].(string); ok {
 			details["path"] = errs.CutText(p)
 		}
+		// A request error has no place in the response, and the GraphQL
+		// spec's path is one: gqlgen put a variable's ["variable", "v"]
+		// there for some refusals of its value and not for others (the
+		// scalar checks'). details.path says where, for all of them.
+		out.Path = nil
 		out.Extensions = map[string]any{"code": string(errs.InvalidInput), "details": details}
 		return out
 	}
