@@ -92,6 +92,8 @@ func TestAuditLog(t *testing.T) {
 	acme := newTenant(t, e, "acme")
 	evil := newTenant(t, e, "evil")
 	web := newProject(t, e, acme.Member.Token, "acme", "web")
+	pool := newPool(t, e, acme.Admin.Token, "acme", "gpu")
+	jt := must(t, e.Call(acme.Admin.Token, "joinTokens/create", map[string]any{"tenantId": "acme", "poolId": pool["poolId"], "maxUses": 1})).Body["joinToken"].(map[string]any)["joinTokenId"].(string)
 	cases := []struct {
 		name, method, key string
 		caller            actor
@@ -113,6 +115,14 @@ func TestAuditLog(t *testing.T) {
 			map[string]any{"tenantId": "acme", "projectId": web}, pd, "acme", "compute-project/" + web},
 		{"other tenant's admin naming its own tenant", "projects/delete", "projects.delete", evil.Admin,
 			map[string]any{"tenantId": "evil", "projectId": web}, nf, "evil", "compute-project/" + web},
+		// Another tenant's id named in the caller's own tenant is the
+		// NOT_FOUND of a made-up id, and so is its record, which the
+		// caller's admins read: it named acme's pool (the join token's,
+		// found by its id alone), where a made-up id's named none.
+		{"other tenant's join token named in its own tenant", "joinTokens/revoke", "joinTokens.revoke", evil.Admin,
+			map[string]any{"tenantId": "evil", "joinTokenId": jt}, nf, "evil", "compute-pool/"},
+		{"a made-up join token", "joinTokens/revoke", "joinTokens.revoke", evil.Admin,
+			map[string]any{"tenantId": "evil", "joinTokenId": "jtok_01m97e82d9r2fh0xtkw2s7bbbb"}, nf, "evil", "compute-pool/"},
 		{"denied token create", "tokens/create", "tokens.create", acme.Member,
 			map[string]any{"tenantId": "acme", "name": "x", "role": "admin"}, pd, "acme", "compute-tenant/acme"},
 		{"a tenant that does not exist", "projects/create", "projects.create", acme.Admin,

@@ -413,17 +413,30 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		if m.Credential == JoinToken {
 			return authz.Resource{Type: m.Resource}, nil
 		}
-		res := defaultResource(m.Resource, in)
+		// A refusal is recorded (audit) with the resource as the caller
+		// named it: the located one (a join token's pool, found by the
+		// token's id alone) is another tenant's when the caller named
+		// another tenant's id, and its record, which the caller's admins
+		// read, told them the id existed and whose pool it was in, where
+		// the answer was the NOT_FOUND of a made-up id.
+		named := defaultResource(m.Resource, in)
+		res := named
 		if m.locate != nil {
 			var err error
 			if res, err = m.locate(ctx, q, in); err != nil {
-				return res, err
+				return named, err
 			}
 		}
+		var err error
 		if m.Kind == Mutation {
-			return res, authz.DecideInTx(ctx, q, p, m.Permission, res)
+			err = authz.DecideInTx(ctx, q, p, m.Permission, res)
+		} else {
+			err = authz.Decide(ctx, q, p, m.Permission, res)
 		}
-		return res, authz.Decide(ctx, q, p, m.Permission, res)
+		if err != nil {
+			return named, err
+		}
+		return res, nil
 	}
 	if m.Kind == Read {
 		if _, err := decide(r.db); err != nil {
