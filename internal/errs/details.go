@@ -88,6 +88,7 @@ func Reasons() []ReasonInfo {
 		{"deleted", InvalidState, "the instance is deleted"},
 		{"not-running", InvalidState, "`instances.reboot`: the instance is not running"},
 		{"not-a-move", InvalidState, "a host's report of a state the instance cannot move to from its own"},
+		{"operations", RateLimited, "a WebSocket's subscribe past the operations it may run at once (`details.limit`); the socket stays: complete one first"},
 		{"sessions", RateLimited, "the credential holds its sockets and streams on this replica"},
 		{"open-challenges", RateLimited, "`nodes.join` (tpm): the join token holds its open challenges (`details.limit`)"},
 		{"deadline", Unavailable, "the request ran past its deadline"},

@@ -38,6 +38,9 @@ func TestDetailsDocumented(t *testing.T) {
 	// The GraphQL layer's refusals: refusal("reason", message, map[string]any{"key": …}).
 	refusal := regexp.MustCompile(`(?s)refusal\("([\w-]+)",.*?map\[string\]any\{([^}]*)\}\)`)
 	mapKey := regexp.MustCompile(`"(\w+)":`)
+	// Details written as a literal: "details": map[string]any{"reason": …}.
+	literal := regexp.MustCompile(`"details":\s*map\[string\]any\{([^}]*)\}`)
+	literalReason := regexp.MustCompile(`"reason":\s*"([\w-]+)"`)
 	found := 0
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -71,6 +74,20 @@ func TestDetailsDocumented(t *testing.T) {
 				if !keys[k[1]] {
 					t.Errorf("%s: the GraphQL refusal's details.%s is in no row of Details", path, k[1])
 				}
+			}
+		}
+		for _, m := range literal.FindAllStringSubmatch(src, -1) {
+			if strings.HasSuffix(path, "registry/render.go") {
+				continue // Error.details' own JSON Schema, not an error's details
+			}
+			found++
+			for _, k := range mapKey.FindAllStringSubmatch(m[1], -1) {
+				if !keys[k[1]] {
+					t.Errorf("%s: details.%s is in no row of Details", path, k[1])
+				}
+			}
+			if r := literalReason.FindStringSubmatch(m[1]); r != nil && !reasons[r[1]] {
+				t.Errorf("%s: details.reason %q is in no row of Reasons", path, r[1])
 			}
 		}
 		if strings.HasSuffix(path, "nodes/tpm.go") {
