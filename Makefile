@@ -43,8 +43,11 @@ audit-deps:
 	@if command -v npm >/dev/null 2>&1 && { [ ! -d test/clients/node_modules ] || [ test/clients/package-lock.json -nt test/clients/node_modules ]; }; then \
 		(cd test/clients && npm ci --no-audit --no-fund --loglevel=error); fi
 
+# -timeout: the e2e package takes 4-7 minutes on a quiet machine; go test's
+# default of 10 minutes per package was reached once with other servers
+# loading the 2 cores (load average 15), and a timeout says nothing of the code.
 test: deps browser audit-deps tpm-deps
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 25m ./...
 
 generate:
 	$(GO) tool gqlgen generate
