@@ -55,15 +55,18 @@ func TestReservations(t *testing.T) {
 		t.Fatalf("reservation over quota: %s", q.Raw)
 	}
 	// After beta's window it fits.
-	must(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 6, 2*time.Hour, 3*time.Hour)))
+	later := must(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 6, 2*time.Hour, 3*time.Hour))).Str("reservationId")
 	// Capacity: beta holds 4; gamma may reserve 4 but not 5.
 	c := e.Call(gamma.Member.Token, "reservations/create", rsvIn("gamma", pool, 5, 0, time.Hour))
 	expect(t, c, "INVALID_STATE", anyPath)
 	if reason(t, c) != "capacity" {
 		t.Fatalf("reservation over capacity: %s", c.Raw)
 	}
-	// Placement honours beta's reservation: gamma gets 4 GPUs of instances
-	// and its fifth waits; beta's own instances use its reservation.
+	// Placement honours beta's reservations, the one to come too, since an
+	// instance has no end: beta will hold 6 GPUs in the third hour, so
+	// gamma gets 2 GPUs of instances and the rest wait (it got 4, and when
+	// the window opened the pool held 10 of its 8); beta's own instances
+	// use its reservation.
 	var gids []string
 	for k := 0; k < 5; k++ {
 		gids = append(gids, must(t, e.Call(gamma.Member.Token, "instances/create", instanceIn("gamma", pool, fmt.Sprintf("g%d", k), 1))).Str("instanceId"))
@@ -83,18 +86,27 @@ func TestReservations(t *testing.T) {
 				}
 			}
 		}
-		if run == 4 && pend == 1 {
+		if run == 2 && pend == 3 {
 			return nil
 		}
 		return fmt.Errorf("gamma: %d running, %d pending", run, pend)
 	})
-	// Cancel beta's reservation: the room beyond beta's instance is free,
-	// but beta's instance still holds 4, so gamma's fifth still waits.
+	// Cancel beta's reservation and delete its instance: the reservation
+	// to come still holds 6, and gamma's three still wait; once it is
+	// canceled too, they run.
 	cr := must(t, e.Call(b, "reservations/cancel", map[string]any{"tenantId": "beta", "reservationId": rid, "expectedVersion": 1}))
 	if cr.Str("state") != "canceled" || cr.Body["rowVersion"] != float64(2) {
 		t.Fatalf("cancel: %s", cr.Raw)
 	}
 	must(t, e.Call(b, "instances/delete", map[string]any{"tenantId": "beta", "instanceId": bid}))
+	waitState(t, e, b, "beta", bid, "deleted", 15*time.Second)
+	time.Sleep(time.Second) // the reconciler's passes over gamma's pending three
+	for _, id := range gids[2:] {
+		if g := must(t, e.Call(gamma.Viewer.Token, "instances/get", map[string]any{"tenantId": "gamma", "instanceId": id})); g.Str("state") != "pending" {
+			t.Fatalf("gamma's instance placed in the room beta reserved to come: %s", g.Raw)
+		}
+	}
+	must(t, e.Call(b, "reservations/cancel", map[string]any{"tenantId": "beta", "reservationId": later}))
 	for _, id := range gids {
 		waitState(t, e, gamma.Viewer.Token, "gamma", id, "running", 15*time.Second)
 	}
@@ -126,6 +138,11 @@ func TestReservations(t *testing.T) {
 	if len(items(t, l)) != 2 {
 		t.Fatalf("reservations.list: %s", l.Raw)
 	}
+	l = must(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta", "state": "canceled"}))
+	if len(items(t, l)) != 2 {
+		t.Fatalf("reservations.list canceled: %s", l.Raw)
+	}
+	must(t, e.Call(b, "reservations/create", rsvIn("beta", pool, 1, 2*time.Hour, 3*time.Hour)))
 	l = must(t, e.Call(beta.Viewer.Token, "reservations/list", map[string]any{"tenantId": "beta", "state": "scheduled"}))
 	if len(items(t, l)) != 1 {
 		t.Fatalf("reservations.list scheduled: %s", l.Raw)

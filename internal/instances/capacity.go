@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/inventory"
@@ -55,6 +56,21 @@ func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]fit.
 	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
 		FROM reservations WHERE pool_id = $1 AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id`, poolID)
 	return byTenant(rows), store.Wrap(err)
+}
+
+// roomFor decides, under the pool's lock, whether the pool of total has
+// room for the instance: with what every tenant's placed instances hold,
+// and every reservation not yet ended, those still to come included.
+func roomFor(ctx context.Context, q store.Q, i *Instance, poolID string, total fit.Resources) (bool, error) {
+	alloc, err := allocated(ctx, q, poolID, i.InstanceID)
+	if err != nil {
+		return false, err
+	}
+	ws, err := windows(ctx, q, poolID, "")
+	if err != nil {
+		return false, err
+	}
+	return fit.InstanceFits(total, alloc, ws, i.TenantID, sizeOf(i), time.Now()), nil
 }
 
 func sizeOf(i *Instance) fit.Resources {
@@ -137,7 +153,7 @@ const capacityChanged = "waiting for capacity: the pool's capacity changed while
 // total less what instances hold, its tenant's own included, and what
 // other tenants reserved) is too small for it. (It said "held or reserved
 // by other tenants" when the tenant's own instances held it.)
-const roomReason = "waiting for capacity: the pool's room is held by its instances or reserved"
+const roomReason = "waiting for capacity: the pool's room is held by its instances or reserved, now or by a reservation still to come"
 
 // providerRoom decides whether a pending instance of a provider pool may be
 // created now: within the pool's capacity (when its policy sets one) less
@@ -164,15 +180,9 @@ func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *p
 		// (a share lock raised to an update lock deadlocks two steps).
 		return false, capacityChanged, nil
 	}
-	alloc, err := allocated(ctx, q, p.PoolID, i.InstanceID)
-	if err != nil {
+	if ok, err := roomFor(ctx, q, i, p.PoolID, total); err != nil {
 		return false, "", err
-	}
-	res, err := reservedNow(ctx, q, p.PoolID)
-	if err != nil {
-		return false, "", err
-	}
-	if !fit.FreeFor(i.TenantID, total, alloc, res).Fits(sizeOf(i)) {
+	} else if !ok {
 		return false, roomReason, nil
 	}
 	return true, "", nil
@@ -260,15 +270,9 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	if len(hs) == 0 {
 		return false, "waiting for capacity: the pool has no ready host with inventory", nil
 	}
-	alloc, err := allocated(ctx, q, p.PoolID, i.InstanceID)
-	if err != nil {
+	if ok, err := roomFor(ctx, q, i, p.PoolID, fit.HostedTotal(p.SharingMode, pol.Slices, hs)); err != nil {
 		return false, "", err
-	}
-	res, err := reservedNow(ctx, q, p.PoolID)
-	if err != nil {
-		return false, "", err
-	}
-	if !fit.FreeFor(i.TenantID, fit.HostedTotal(p.SharingMode, pol.Slices, hs), alloc, res).Fits(sizeOf(i)) {
+	} else if !ok {
 		return false, roomReason, nil
 	}
 	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))

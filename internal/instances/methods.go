@@ -25,7 +25,7 @@ var (
 	ReservationStateEnum = registry.DefineEnum("ReservationState", "scheduled before its window, active in it, expired after it, or canceled", ReservationStates...)
 
 	Group             = registry.Group{Name: "instances", Summary: "Instances are VMs in a VPS pool: hosted pools place them on a host through capacity, and provider pools create them through the pool's provider account. After `create`, every call only changes `desiredState`; the `vps.instances` reconciler converges the instance and publishes `instance.*` events as its `state` moves. Instances are also the sandbox primitive today. `hostNodeId` names the host node once placed, except in a pool offered to the instance's tenant: the pool owner's nodes are not shown to the tenants it offers the pool to, so it is null there. See [Instances](../guides/vps/instances.md)."}
-	ReservationsGroup = registry.Group{Name: "reservations", Summary: "A reservation holds capacity (`gpus`, `vcpus`, `memoryGiB`) in one pool for `[startsAt, endsAt)`. It counts against the tenant's quota in that pool, no other tenant can place into the reserved room while it is active, and the reserving tenant's instances use it first."}
+	ReservationsGroup = registry.Group{Name: "reservations", Summary: "A reservation holds capacity (`gpus`, `vcpus`, `memoryGiB`) in one pool for `[startsAt, endsAt)`. It counts against the tenant's quota in that pool, no other tenant can place into the reserved room, and the reserving tenant's instances use it first. An instance has no end, so it is placed only where it leaves room for every reservation, those still to come included: a reservation made for next week keeps its room from other tenants' new instances from the moment it is made."}
 )
 
 // PoolRefInput names a pool.
@@ -187,7 +187,7 @@ func Methods(s *Service) []registry.Method {
 				"`startsAt` and `endsAt` are RFC 3339 times; `endsAt` must be after `startsAt` and in the future, and a window lasts at most 366 days (`INVALID_INPUT`).",
 				"An offered tenant's reserved GPUs in the pool never exceed the offer's `gpus` at any moment (`INVALID_STATE`, `details.reason` `quota`); its instances run inside its reservations first, so it holds the larger of the two.",
 				"In a pool with a capacity (hosted pools; provider pools whose policy sets `capacity`), what every tenant holds must fit at every moment of the window: `INVALID_STATE` with `details.reason` `capacity` otherwise.",
-				"While active, no other tenant's instance is placed into the reserved room."},
+				"No other tenant's instance is placed into the reserved room, whether the window has begun or not: an instance, which has no end, is placed only where it leaves room for every reservation not yet ended. Instances placed before the reservation was made count as held in its whole window."},
 			registry.TenantID(), poolID, resSize,
 			timeField("startsAt", "RFC 3339"), timeField("endsAt", "RFC 3339, after startsAt")), nil, CreateReservation).WithAuditOutput("reservationId"),
 		registry.Def(m("reservations", "get", registry.Read, authz.InstancesRead, authz.Tenant,

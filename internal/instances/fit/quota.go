@@ -99,27 +99,51 @@ func ReservationFitsQuota(quotaGPUs int, existing []Window, w Window) bool {
 	return PeakReserved(all, w.Start, w.End).GPUs <= quotaGPUs
 }
 
-// FreeFor is the room a tenant may place into now: the total, less what
-// every other tenant holds (its instances or its reserved room, whichever
-// is larger), less the tenant's own instances. A tenant's own reservation
-// is room only it may use.
-func FreeFor(tenantID string, total Resources, alloc, reserved map[string]Resources) Resources {
-	free := total
-	seen := map[string]bool{}
+// InstanceFits reports whether a tenant's new instance of need fits the
+// pool. An instance holds its room from its placement until it is deleted,
+// with no end, so it fits when what all tenants hold with it (per tenant
+// the larger of its instances and its reservations active then) stays
+// within the total now and at the start of every reservation still to
+// come. A tenant's own reservation is room only it may use. (Placements
+// counted only the reservations active now: other tenants' instances took
+// a reservation's room before its window, and when it opened the pool held
+// more than its capacity and the reserving tenant's instance waited.)
+func InstanceFits(total Resources, alloc map[string]Resources, ws []Window, tenantID string, need Resources, now time.Time) bool {
+	with := make(map[string]Resources, len(alloc)+1)
 	for t, a := range alloc {
-		seen[t] = true
-		if t == tenantID {
-			free = free.Sub(a)
-			continue
-		}
-		free = free.Sub(Held(a, reserved[t]))
+		with[t] = a
 	}
-	for t, r := range reserved {
-		if !seen[t] && t != tenantID {
-			free = free.Sub(r)
+	with[tenantID] = with[tenantID].Add(need)
+	for _, t := range breakpoints(ws, now, endOfTime) {
+		if !total.Fits(heldAt(with, ws, t)) {
+			return false
 		}
 	}
-	return free
+	return true
+}
+
+// endOfTime is later than any reservation's end.
+var endOfTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// heldAt is what all tenants hold at t: per tenant the larger of its
+// instances and its windows active at t.
+func heldAt(alloc map[string]Resources, ws []Window, t time.Time) Resources {
+	byTenant := map[string]Resources{}
+	for _, x := range ws {
+		if !t.Before(x.Start) && t.Before(x.End) {
+			byTenant[x.TenantID] = byTenant[x.TenantID].Add(x.Res)
+		}
+	}
+	var held Resources
+	for tn, a := range alloc {
+		held = held.Add(Held(a, byTenant[tn]))
+	}
+	for tn, r := range byTenant {
+		if _, ok := alloc[tn]; !ok {
+			held = held.Add(r)
+		}
+	}
+	return held
 }
 
 // ReservationFitsCapacity reports whether a new reservation fits the pool:
@@ -128,22 +152,7 @@ func FreeFor(tenantID string, total Resources, alloc, reserved map[string]Resour
 func ReservationFitsCapacity(total Resources, alloc map[string]Resources, existing []Window, w Window) bool {
 	all := append(append([]Window{}, existing...), w)
 	for _, t := range breakpoints(all, w.Start, w.End) {
-		byTenant := map[string]Resources{}
-		for _, x := range all {
-			if !t.Before(x.Start) && t.Before(x.End) {
-				byTenant[x.TenantID] = byTenant[x.TenantID].Add(x.Res)
-			}
-		}
-		var held Resources
-		for tn, a := range alloc {
-			held = held.Add(Held(a, byTenant[tn]))
-		}
-		for tn, r := range byTenant {
-			if _, ok := alloc[tn]; !ok {
-				held = held.Add(r)
-			}
-		}
-		if !total.Fits(held) {
+		if !total.Fits(heldAt(alloc, all, t)) {
 			return false
 		}
 	}

@@ -86,19 +86,62 @@ func TestReservationArithmetic(t *testing.T) {
 	}
 }
 
-func TestFreeFor(t *testing.T) {
+func TestInstanceFits(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := func(n int) time.Time { return now.Add(time.Duration(n) * time.Hour) }
 	total := Resources{GPUs: 8, VCPUs: 64, MemoryGiB: 512}
 	alloc := map[string]Resources{"a": {2, 8, 32}, "b": {1, 4, 16}}
-	reserved := map[string]Resources{"b": {4, 16, 64}, "c": {1, 0, 0}}
-	// b holds max(alloc, reserved) = 4 GPUs, c its reservation, a its instances.
-	if got := FreeFor("a", total, alloc, reserved); got != (Resources{1, 40, 416}) {
-		t.Errorf("free for a: %v", got)
+	active := []Window{
+		{TenantID: "b", Start: h(-1), End: h(2), Res: Resources{4, 16, 64}},
+		{TenantID: "c", Start: h(-1), End: h(2), Res: Resources{1, 0, 0}},
 	}
-	// b may use its own reserved room: others hold a 2 and c 1.
-	if got := FreeFor("b", total, alloc, reserved); got != (Resources{4, 52, 464}) {
-		t.Errorf("free for b: %v", got)
+	for _, c := range []struct {
+		tenant string
+		need   Resources
+		ok     bool
+	}{
+		// b holds max(instances, reserved) = 4 GPUs, c its reservation, a
+		// its instances: a has 1 GPU of room, 40 vCPUs, 416 GiB.
+		{"a", Resources{1, 40, 416}, true},
+		{"a", Resources{2, 1, 1}, false},
+		{"a", Resources{1, 41, 1}, false},
+		// b may use its own reserved room: others hold a 2 and c 1.
+		{"b", Resources{4, 52, 464}, true},
+		{"b", Resources{5, 1, 1}, false},
+		{"d", Resources{1, 40, 416}, true},
+		{"d", Resources{1, 40, 417}, false},
+	} {
+		if got := InstanceFits(total, alloc, active, c.tenant, c.need, now); got != c.ok {
+			t.Errorf("%s + %v: %v, want %v", c.tenant, c.need, got, c.ok)
+		}
 	}
-	if got := FreeFor("d", total, alloc, reserved); got != (Resources{1, 40, 416}) {
-		t.Errorf("free for d: %v", got)
+	// A reservation still to come holds its room from now on for
+	// instances, which have no end: c reserves 4 GPUs from the second
+	// hour, when the active windows have ended and a 2 + b 1 + c 4 = 7
+	// are held.
+	later := append(append([]Window{}, active...), Window{TenantID: "c", Start: h(2), End: h(5), Res: Resources{GPUs: 4}})
+	if !InstanceFits(total, alloc, later, "a", Resources{GPUs: 1}, now) {
+		t.Error("a's 1 GPU: room now, and 8 held when c's window opens")
+	}
+	if InstanceFits(total, alloc, later, "a", Resources{GPUs: 2}, now) {
+		t.Error("a's 2 GPUs would be 9 held when c's window opens")
+	}
+	// One that overlaps the active ones: at its start c holds 1 + 4.
+	overlapping := append(append([]Window{}, active...), Window{TenantID: "c", Start: h(1), End: h(5), Res: Resources{GPUs: 4}})
+	if InstanceFits(total, alloc, overlapping, "d", Resources{GPUs: 1}, now) {
+		t.Error("at the second window's start a 2 + b 4 + c 5 = 11 are held already")
+	}
+	// The reserving tenant's own instance runs inside its window to come.
+	mine := []Window{{TenantID: "d", Start: h(1), End: h(3), Res: Resources{GPUs: 5}}}
+	if !InstanceFits(total, alloc, mine, "d", Resources{GPUs: 5}, now) {
+		t.Error("d's instance inside d's own reservation to come")
+	}
+	if InstanceFits(total, alloc, mine, "a", Resources{GPUs: 1}, now) {
+		t.Error("a's instance in d's room to come: a 3 + b 1 + d 5 = 9")
+	}
+	// A window that has ended holds nothing.
+	ended := []Window{{TenantID: "c", Start: h(-3), End: h(-1), Res: Resources{GPUs: 8}}}
+	if !InstanceFits(total, alloc, ended, "a", Resources{GPUs: 5}, now) {
+		t.Error("an ended reservation still counted")
 	}
 }
