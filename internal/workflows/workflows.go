@@ -347,12 +347,15 @@ func Cancel(ctx context.Context, q store.Q, in *CancelInput) (*Workflow, error) 
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
-	if Finished(w.State) {
-		return nil, finishedErr(w)
-	}
+	// A stale expectedVersion first, as for instances and reservations:
+	// the repeat of a cancel that was applied is its CONFLICT (the retry
+	// errors.md promises is safe), not the finished state's INVALID_STATE.
 	if in.ExpectedVersion != nil && *in.ExpectedVersion != w.RowVersion {
 		return nil, errs.E(errs.Conflict, "workflow %s is at rowVersion %d, not %d", in.WorkflowID, w.RowVersion, *in.ExpectedVersion).
 			With("rowVersion", w.RowVersion)
+	}
+	if Finished(w.State) {
+		return nil, finishedErr(w)
 	}
 	msg := "canceled while running"
 	cancelSteps(w, now, &msg, nil)

@@ -422,6 +422,12 @@ func TestWorkflowsCancel(t *testing.T) {
 		}
 	}
 	expect(t, cancel(e, member, "acme", wf), "INVALID_STATE", anyPath)
+	// The same cancel again, its expectedVersion now stale: CONFLICT, as
+	// for instances and reservations (it was the finished state's
+	// INVALID_STATE), with the row's version.
+	if r := e.Call(member, "workflows/cancel", in); r.Code() != "CONFLICT" || r.Details()["rowVersion"] != float64(4) {
+		t.Fatalf("a repeated cancel: %s", r.Raw)
+	}
 	expect(t, report(e, nodeTok, node, wf, 1, "succeeded"), "INVALID_STATE", anyPath)
 
 	// A pending workflow cancels too, every step skipped.
