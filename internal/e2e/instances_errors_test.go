@@ -189,6 +189,23 @@ func TestInstancesChangeErrors(t *testing.T) {
 	// Deleting again is a no-op.
 	must(t, e.Call(m, "instances/delete", ref()))
 
+	// A failed instance desired stopped: a stop asks nothing more (its
+	// repeats bumped rowVersion each time, staling other clients'
+	// expectedVersion); a start asks the reconciler to act again.
+	failing := vpsPool(t, e, acme.Admin.Token, "acme", "failing", map[string]any{"maxTries": 1, "sim": map[string]any{"latencyMs": 0, "failureRate": 1}})
+	in := instanceIn("acme", failing, "f", 0)
+	in["desiredState"] = "stopped"
+	fid := must(t, e.Call(m, "instances/create", in)).Str("instanceId")
+	fv := waitState(t, e, m, "acme", fid, "failed", 10*time.Second)["rowVersion"]
+	for k := 0; k < 3; k++ {
+		if r := must(t, e.Call(m, "instances/stop", map[string]any{"tenantId": "acme", "instanceId": fid, "expectedVersion": fv})); r.Body["rowVersion"] != fv {
+			t.Fatalf("a stop of a failed instance desired stopped changed it: %s", r.Raw)
+		}
+	}
+	if r := must(t, e.Call(m, "instances/start", map[string]any{"tenantId": "acme", "instanceId": fid, "expectedVersion": fv})); r.Body["rowVersion"] == fv {
+		t.Fatalf("a start of a failed instance changed nothing: %s", r.Raw)
+	}
+
 	// Reads.
 	expect(t, e.Call(beta.Viewer.Token, "instances/get", map[string]any{"tenantId": "beta", "instanceId": id}), "NOT_FOUND", anyPath)
 	expect(t, e.Call(beta.Viewer.Token, "instances/get", map[string]any{"tenantId": "acme", "instanceId": id}), "PERMISSION_DENIED", anyPath)

@@ -513,7 +513,11 @@ func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, de
 		return nil, errs.E(errs.InvalidState, "instance %s is %s (desired %s); only a running instance reboots", i.InstanceID, i.State, i.DesiredState).
 			With("reason", "not-running").With("state", i.State).With("desiredState", i.DesiredState)
 	}
-	if !reboot && i.DesiredState == desired && i.State != Failed {
+	if !reboot && i.DesiredState == desired && (i.State != Failed || desired == Stopped) {
+		// (A stop of a failed instance already desired stopped asks
+		// nothing more of the reconciler: it bumped rowVersion, staling
+		// other clients' expectedVersion, and wrote a success for a
+		// change that was none.)
 		return i, nil
 	}
 	bump := 0
