@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,8 +134,25 @@ func TestHostedPlacement(t *testing.T) {
 		}
 		return fmt.Errorf("want 2 running and 4 pending, got %d and %d", len(run), len(pend))
 	})
-	// Distinct GPUs, as the host sees them.
+	// Distinct GPUs, as the host sees them, read with their instances in
+	// one statement: read in two, a deleted report committing between them
+	// left an instance still deleting with no devices in the answer.
+	var reads []string
+	var mu sync.Mutex
+	e.OnStatement(func(sql string) {
+		if strings.Contains(sql, "instance_allocations") || strings.Contains(sql, "FROM instances") {
+			mu.Lock()
+			reads = append(reads, sql)
+			mu.Unlock()
+		}
+	})
 	a := must(t, e.Call(credA, "instances/assigned", map[string]any{"nodeId": nodeA}))
+	e.OnStatement(nil)
+	mu.Lock()
+	if len(reads) != 1 || !strings.Contains(reads[0], "instance_allocations") {
+		t.Fatalf("instances.assigned read its instances and their devices in %d statements: %q", len(reads), reads)
+	}
+	mu.Unlock()
 	seen := map[string]bool{}
 	for _, it := range items(t, a) {
 		for _, d := range it["devices"].([]any) {

@@ -3,7 +3,9 @@ package instances
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
@@ -59,36 +61,30 @@ func AssignedTo(ctx context.Context, q store.Q, in *AssignedInput) (*page.Page[A
 	if _, err := Cursors.Decode(in.Cursor, &after); err != nil {
 		return nil, err
 	}
-	rows := []Instance{}
-	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+` FROM instances
-		WHERE host_node_id = $1 AND state <> 'deleted' AND instance_id > $2 ORDER BY instance_id LIMIT $3`, in.NodeID, after, in.Limit+1); err != nil {
+	// The instances and their devices in one statement, one snapshot: read
+	// in two, a deleted report committing between them freed the devices
+	// of an instance the first had read as deleting, and the daemon was
+	// told of an instance holding no devices (a probe saw it five times).
+	type withDevices struct {
+		Instance
+		Devices []byte `db:"devices"`
+	}
+	rows := []withDevices{}
+	if err := q.SelectContext(ctx, &rows, `SELECT `+cols+`, COALESCE((SELECT json_agg(json_build_object('deviceId', a.device_id, 'gpuUuid', a.gpu_uuid)
+			ORDER BY a.device_id) FROM instance_allocations a WHERE a.instance_id = instances.instance_id), '[]')::text AS devices
+		FROM instances WHERE host_node_id = $1 AND state <> 'deleted' AND instance_id > $2 ORDER BY instance_id LIMIT $3`,
+		in.NodeID, after, in.Limit+1); err != nil {
 		return nil, store.Wrap(err)
 	}
-	rows, cur := page.Trim(rows, in.Limit, func(i Instance) string { return Cursors.Encode(i.InstanceID) })
-	idList := make([]string, len(rows))
-	for k := range rows {
-		rows[k].Normalize()
-		rows[k].HostNodeID = rows[k].Host // the host itself, offered or not
-		idList[k] = rows[k].InstanceID
-	}
-	var devs []struct {
-		InstanceID string `db:"instance_id"`
-		DeviceID   string `db:"device_id"`
-		GPUUUID    string `db:"gpu_uuid"`
-	}
-	if err := q.SelectContext(ctx, &devs, `SELECT instance_id, device_id, gpu_uuid FROM instance_allocations
-		WHERE instance_id = ANY($1) ORDER BY instance_id, device_id`, idList); err != nil {
-		return nil, store.Wrap(err)
-	}
-	byID := map[string][]fit.Device{}
-	for _, d := range devs {
-		byID[d.InstanceID] = append(byID[d.InstanceID], fit.Device{DeviceID: d.DeviceID, GPUUUID: d.GPUUUID})
-	}
+	rows, cur := page.Trim(rows, in.Limit, func(i withDevices) string { return Cursors.Encode(i.InstanceID) })
 	out := make([]Assigned, len(rows))
-	for k, r := range rows {
-		out[k] = Assigned{Instance: r, Devices: byID[r.InstanceID]}
-		if out[k].Devices == nil {
-			out[k].Devices = []fit.Device{}
+	for k := range rows {
+		r := &rows[k].Instance
+		r.Normalize()
+		r.HostNodeID = r.Host // the host itself, offered or not
+		out[k] = Assigned{Instance: *r, Devices: []fit.Device{}}
+		if err := json.Unmarshal(rows[k].Devices, &out[k].Devices); err != nil {
+			return nil, fmt.Errorf("instance %s devices: %w", r.InstanceID, err)
 		}
 	}
 	return &page.Page[Assigned]{Items: out, Cursor: cur}, nil
