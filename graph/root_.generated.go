@@ -513,13 +513,13 @@ type Instance implements Node {
   image: String
   desiredState: InstanceDesiredState!
   state: InstanceState!
-  "Why the instance is in its state (waiting for room, a failure)."
+  "Why the instance is in its state (waiting for room, a provider call in flight, a failure). The reconciler rewrites it as it waits and works, without an event and without raising rowVersion; a start of a failed instance that then waits replaces the failure's reason with the wait's (the failure stays in the instance.failed event)."
   stateReason: String
   "The host node of a hosted pool's instance, once placed; null in a pool offered to the instance's tenant (the owner's nodes are not shown to the tenants it offers the pool to)."
   hostNodeId: String
   "Goes up by one with every reboot request."
   rebootGeneration: Int!
-  "What expectedVersion is compared with."
+  "What expectedVersion is compared with: raised by every change of state, desiredState or rebootGeneration (not by stateReason alone)."
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
