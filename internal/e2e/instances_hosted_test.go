@@ -264,7 +264,7 @@ func TestVanishedGPUStaysHeldAndANewOneIsFree(t *testing.T) {
 		}
 	}
 	wait.Eventually(t, 15*time.Second, func() error {
-		if s, why := state(ids[2]); s != "pending" || why != "waiting for capacity: the pool's room is held by its instances or reserved" {
+		if s, why := state(ids[2]); s != "pending" || why != "waiting for capacity: the pool's room is held by its instances or reserved, now or by a reservation still to come" {
 			return fmt.Errorf("the third is %s (%s), want pending with a reason", s, why)
 		}
 		return nil
