@@ -170,6 +170,7 @@ func Methods(s *Service) []registry.Method {
 			"Returns a pool's capacity: total, allocated (what instances hold), reserved (what active reservations hold beyond that) and free; the owner also sees what each tenant holds.",
 			[]string{"A hosted pool's total is its ready hosts' GPU devices (after the sharing mode), vCPUs and memory from their latest inventory; a provider pool's is its policy's `capacity` (`bounded: false` and no total when it sets none).",
 				"A dimension the policy leaves unbounded (`0` or absent) reads 2147483647, the largest integer, in `total` and `free`.",
+				"`reserved` and `free` are as of now: a reservation whose window is still to come is not in them, but it already keeps its room from new instances (an instance has no end), so an instance may wait while `free` shows room.",
 				"`free` is negative when the pool holds more than its total (a `pools.update` lowered `capacity` below what instances and reservations hold): nothing new fits until it is positive again; what runs keeps running.",
 				"The sim provider's `capacity.instances` (a count of instances) bounds the provider's own room, not this answer: past it a new instance waits `pending` (\"waiting for capacity: the provider has no room\").",
 				"Tenants the pool is offered to see the totals, never who holds what."},
