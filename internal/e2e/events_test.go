@@ -207,6 +207,11 @@ func TestTenantEventsEveryKind(t *testing.T) {
 	if len(inv) != 2 || !strings.Contains(fmt.Sprint(inv[1]["data"]), "gpu.missing") || inv[1]["resourceId"] != nodeID {
 		t.Fatalf("inventory.changed: %v", inv)
 	}
+	// The node's first snapshot has its event too, with no previous
+	// snapshot and no changes (the schema's text said it wrote none).
+	if d, _ := inv[0]["data"].(map[string]any); d == nil || d["previousSnapshotId"] != nil || d["snapshotId"] == nil || len(d["changes"].([]any)) != 0 {
+		t.Fatalf("the first inventory.changed: %v", inv[0])
+	}
 	// Over SSE with a type filter: node.* and inventory.changed only.
 	var nodeTypes []string
 	for _, typ := range want {
