@@ -114,47 +114,76 @@ func InstanceFits(total Resources, alloc map[string]Resources, ws []Window, tena
 		with[t] = a
 	}
 	with[tenantID] = with[tenantID].Add(need)
-	for _, t := range breakpoints(ws, now, endOfTime) {
-		if !total.Fits(heldAt(with, ws, t)) {
-			return false
-		}
-	}
-	return true
+	return fitsOver(total, with, ws, now, endOfTime)
 }
 
 // endOfTime is later than any reservation's end.
 var endOfTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// heldAt is what all tenants hold at t: per tenant the larger of its
-// instances and its windows active at t.
-func heldAt(alloc map[string]Resources, ws []Window, t time.Time) Resources {
-	byTenant := map[string]Resources{}
-	for _, x := range ws {
-		if !t.Before(x.Start) && t.Before(x.End) {
-			byTenant[x.TenantID] = byTenant[x.TenantID].Add(x.Res)
+// fitsOver reports whether, at every moment of [from, to), what all
+// tenants hold stays within total: per tenant the larger of its instances
+// (alloc) and its windows active then. It sweeps the windows' ends and
+// starts in time order, so a pool's placement under its lock costs
+// n log n in its reservations (a tenant may hold thousands), not n².
+func fitsOver(total Resources, alloc map[string]Resources, ws []Window, from, to time.Time) bool {
+	type edge struct {
+		at     time.Time
+		tenant string
+		res    Resources
+		start  bool
+	}
+	reserved := map[string]Resources{}
+	var edges []edge
+	for _, w := range ws {
+		if !w.End.After(from) || !w.Start.Before(to) {
+			continue
+		}
+		if w.Start.After(from) {
+			edges = append(edges, edge{w.Start, w.TenantID, w.Res, true})
+		} else {
+			reserved[w.TenantID] = reserved[w.TenantID].Add(w.Res)
+		}
+		if w.End.Before(to) {
+			edges = append(edges, edge{w.End, w.TenantID, w.Res, false})
 		}
 	}
 	var held Resources
-	for tn, a := range alloc {
-		held = held.Add(Held(a, byTenant[tn]))
+	for t, a := range alloc {
+		held = held.Add(Held(a, reserved[t]))
 	}
-	for tn, r := range byTenant {
-		if _, ok := alloc[tn]; !ok {
+	for t, r := range reserved {
+		if _, ok := alloc[t]; !ok {
 			held = held.Add(r)
 		}
 	}
-	return held
+	if !total.Fits(held) {
+		return false
+	}
+	sort.Slice(edges, func(i, j int) bool { return edges[i].at.Before(edges[j].at) })
+	for i := 0; i < len(edges); {
+		at := edges[i].at
+		for ; i < len(edges) && edges[i].at.Equal(at); i++ {
+			e := edges[i]
+			before := Held(alloc[e.tenant], reserved[e.tenant])
+			if e.start {
+				reserved[e.tenant] = reserved[e.tenant].Add(e.res)
+			} else {
+				reserved[e.tenant] = reserved[e.tenant].Sub(e.res)
+			}
+			held = held.Add(Held(alloc[e.tenant], reserved[e.tenant])).Sub(before)
+		}
+		// Every edge at one instant applied (windows are [start, end)):
+		// what is held from then on.
+		if !total.Fits(held) {
+			return false
+		}
+	}
+	return true
 }
 
 // ReservationFitsCapacity reports whether a new reservation fits the pool:
 // at every moment of its window, what all tenants hold (instances now, or
 // reservations then, per tenant the larger) stays within the total.
 func ReservationFitsCapacity(total Resources, alloc map[string]Resources, existing []Window, w Window) bool {
-	all := append(append([]Window{}, existing...), w)
-	for _, t := range breakpoints(all, w.Start, w.End) {
-		if !total.Fits(heldAt(alloc, all, t)) {
-			return false
-		}
-	}
-	return true
+	return fitsOver(total, alloc, append(append([]Window{}, existing...), w), w.Start, w.End)
 }

@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -143,5 +144,62 @@ func TestInstanceFits(t *testing.T) {
 	ended := []Window{{TenantID: "c", Start: h(-3), End: h(-1), Res: Resources{GPUs: 8}}}
 	if !InstanceFits(total, alloc, ended, "a", Resources{GPUs: 5}, now) {
 		t.Error("an ended reservation still counted")
+	}
+}
+
+// TestFitsOverAgreesWithEveryMoment: the sweep decides as checking what is
+// held at the start of the range and at every window start inside it,
+// over random windows, tenants and instances.
+func TestFitsOverAgreesWithEveryMoment(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	tenants := []string{"a", "b", "c", "d"}
+	brute := func(total Resources, alloc map[string]Resources, ws []Window, from, to time.Time) bool {
+		for _, m := range breakpoints(ws, from, to) {
+			byTenant := map[string]Resources{}
+			for _, x := range ws {
+				if !m.Before(x.Start) && m.Before(x.End) {
+					byTenant[x.TenantID] = byTenant[x.TenantID].Add(x.Res)
+				}
+			}
+			var held Resources
+			for _, tn := range tenants {
+				held = held.Add(Held(alloc[tn], byTenant[tn]))
+			}
+			if !total.Fits(held) {
+				return false
+			}
+		}
+		return true
+	}
+	yes := 0
+	for k := 0; k < 3000; k++ {
+		var ws []Window
+		for n := rng.IntN(12); n > 0; n-- {
+			s := rng.IntN(20)
+			ws = append(ws, Window{TenantID: tenants[rng.IntN(4)], Start: at(s), End: at(s + 1 + rng.IntN(6)),
+				Res: Resources{GPUs: rng.IntN(4), VCPUs: rng.IntN(8), MemoryGiB: rng.IntN(8)}})
+		}
+		alloc := map[string]Resources{}
+		for _, tn := range tenants[:rng.IntN(5)] {
+			alloc[tn] = Resources{GPUs: rng.IntN(3), VCPUs: rng.IntN(6), MemoryGiB: rng.IntN(6)}
+		}
+		total := Resources{GPUs: 4 + rng.IntN(8), VCPUs: 8 + rng.IntN(16), MemoryGiB: 8 + rng.IntN(16)}
+		from := at(rng.IntN(20))
+		to := from.Add(time.Duration(1+rng.IntN(10)) * time.Minute)
+		if rng.IntN(4) == 0 {
+			to = endOfTime
+		}
+		got, want := fitsOver(total, alloc, ws, from, to), brute(total, alloc, ws, from, to)
+		if got != want {
+			t.Fatalf("case %d: the sweep says %v, every moment %v: total %v alloc %v windows %v [%s, %s)", k, got, want, total, alloc, ws, from, to)
+		}
+		if got {
+			yes++
+		}
+	}
+	if yes < 300 || yes > 2700 {
+		t.Fatalf("%d of 3000 random cases fit: the cases do not test both answers", yes)
 	}
 }
