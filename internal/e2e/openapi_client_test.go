@@ -190,27 +190,6 @@ func TestMethodIndexSchemas(t *testing.T) {
 	}
 	for _, m := range idx.Methods {
 		key := m.Group + "." + m.Method
-		if in, ok := nulls[key]; ok {
-			b, _ := json.Marshal(in)
-			e.Must(e.Call(e.Operator, m.Group+"/"+m.Method, in))
-			c := jsonschema.NewCompiler()
-			doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(m.InputSchema)))
-			if err == nil {
-				err = c.AddResource("https://computed.invalid/nulls/"+key, doc)
-			}
-			var sch *jsonschema.Schema
-			if err == nil {
-				sch, err = c.Compile("https://computed.invalid/nulls/" + key)
-			}
-			v, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(b)))
-			if err == nil {
-				err = sch.Validate(v)
-			}
-			if err != nil {
-				t.Errorf("%s: the server takes %s, its input schema does not: %v", key, b, err)
-			}
-			delete(nulls, key)
-		}
 		for what, s := range map[string]json.RawMessage{"input": m.InputSchema, "output": m.OutputSchema} {
 			if strings.Contains(string(s), `"#/components/`) {
 				t.Errorf("%s: the %s schema refers out of the index: %.200s", key, what, s)
@@ -227,6 +206,15 @@ func TestMethodIndexSchemas(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: the %s schema does not compile: %v", key, what, err)
 				continue
+			}
+			if in, ok := nulls[key]; ok && what == "input" {
+				b, _ := json.Marshal(in)
+				e.Must(e.Call(e.Operator, m.Group+"/"+m.Method, in))
+				v, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(b)))
+				if err := sch.Validate(v); err != nil {
+					t.Errorf("%s: the server takes %s, its input schema does not: %v", key, b, err)
+				}
+				delete(nulls, key)
 			}
 			if a, ok := answers[key]; ok && what == "output" {
 				v, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(a)))
