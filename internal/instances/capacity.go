@@ -35,11 +35,18 @@ func byTenant(rows []tenantRes) map[string]fit.Resources {
 	return out
 }
 
-// HoldsRoom says which rows of instances hold room in their pool: every
-// placed or created one until it is deleted, except a failed one whose host
-// was removed (its VM went with the host, and its devices were freed).
-const HoldsRoom = `instances.state NOT IN ('pending', 'deleted')
-	AND NOT (instances.state = 'failed' AND EXISTS (SELECT 1 FROM nodes hn WHERE hn.node_id = instances.host_node_id AND hn.state = 'removed'))`
+// HoldsRoom says which rows of instances hold room in their pool's total:
+// every placed one until it is deleted (failed or not), and in a hosted
+// pool only while its host is ready. A hosted pool's total is its ready
+// hosts' room, so what instances hold on a cordoned host is in neither
+// (a probe's instances on a cordoned host took the ready hosts' room: a
+// new instance waited beside an empty host, and free went below zero), and
+// a failed one whose host was removed holds nothing (its VM went with the
+// host). One that failed before it was placed (instances.placed, migration
+// 00026) never held any.
+const HoldsRoom = `instances.state NOT IN ('pending', 'deleted') AND instances.placed
+	AND (instances.host_node_id IS NULL
+		OR EXISTS (SELECT 1 FROM nodes hn WHERE hn.node_id = instances.host_node_id AND hn.state = 'ready'))`
 
 // allocated sums what each tenant's placed instances hold in a pool
 // (except one instance, the one being placed).
@@ -260,9 +267,6 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 		return false, reason, err
 	}
 	pol := parsePolicy(p.Policy)
-	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
-		return false, "", store.Wrap(err)
-	}
 	hs, err := hosts(ctx, q, p.PoolID, i.InstanceID)
 	if err != nil {
 		return false, "", err
@@ -278,6 +282,14 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))
 	if node == "" {
 		return false, reason, nil
+	}
+	// A failed instance placed anew leaves the devices it held on its old
+	// host only now: one that waits for room keeps them, and so its place
+	// (a probe's failed instance, waiting beside a cordoned host, lost its
+	// GPU to another instance and was sent back to that host without one
+	// when the host was uncordoned).
+	if _, err := q.ExecContext(ctx, `DELETE FROM instance_allocations WHERE instance_id = $1`, i.InstanceID); err != nil {
+		return false, "", store.Wrap(err)
 	}
 	devIDs, gpus := make([]string, len(devs)), make([]string, len(devs))
 	for k, d := range devs {

@@ -464,6 +464,13 @@ func call(ctx context.Context, drv provider.Provider, pool provider.Pool, i *Ins
 func (s *Service) tried(ctx context.Context, q store.Q, i *Instance, pol Policy, err error) (stepResult, error) {
 	var perm *provider.Permanent
 	if errors.As(err, &perm) || i.StepTries+1 >= pol.MaxTries {
+		if i.State == Pending && perm == nil {
+			// Its create may have made a VM whose answer was lost: it
+			// holds its room as a placed one does, until it is deleted.
+			if _, err := q.ExecContext(ctx, `UPDATE instances SET placed = true WHERE instance_id = $1`, i.InstanceID); err != nil {
+				return stepResult{}, store.Wrap(err)
+			}
+		}
 		_, merr := move(ctx, q, i, Failed, ptr(fmt.Sprintf("%s failed after %d tries: %v", i.State, i.StepTries+1, err)))
 		return stepResult{outcome: progress}, merr
 	}

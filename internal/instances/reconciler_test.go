@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/instances/provider"
+	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit/pgtest"
@@ -231,6 +233,11 @@ func TestProviderStepRetriesThenFails(t *testing.T) {
 	i := r.get(id)
 	if i.State != Failed || !strings.Contains(deref(i.StateReason), "failed after 3 tries") || i.StepTries != 0 {
 		t.Fatalf("after the last try: %s %q (%d tries)", i.State, deref(i.StateReason), i.StepTries)
+	}
+	// Its create may have made a VM: it holds its room as a placed one.
+	var placed bool
+	if err := r.db.Get(&placed, `SELECT placed FROM instances WHERE instance_id = $1`, id); err != nil || !placed {
+		t.Fatalf("placed %v (%v)", placed, err)
 	}
 	// Failed is converged until a start or delete made after it.
 	if res := r.step(id); res.outcome != done {
@@ -612,5 +619,93 @@ func TestHostedStepDeletedInstanceOnRemovedHost(t *testing.T) {
 	r.converge(id, Deleted)
 	if res := r.step(id); res.outcome != done {
 		t.Fatalf("a later job: outcome %d", res.outcome)
+	}
+}
+
+// host adds a ready host to pool with the H100 node's inventory (8 GPUs)
+// as its latest snapshot.
+func (r *rig) host(pool string) string {
+	r.t.Helper()
+	raw, err := os.ReadFile("../inventory/testdata/h100-node.json")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_, canonical, hash, err := inventory.Decode(raw)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	id, snap := r.node(pool, "ready"), ids.New(ids.Inventory)
+	r.exec(`INSERT INTO inventory_snapshots (snapshot_id, node_id, hash, sections, collected_at) VALUES ($1, $2, $3, $4::json, now())`,
+		snap, id, hash, string(canonical))
+	r.exec(`UPDATE nodes SET latest_snapshot_id = $2 WHERE node_id = $1`, id, snap)
+	return id
+}
+
+// sized makes a pending instance of gpus GPUs wanting to run.
+func (r *rig) sized(pool string, gpus int) string {
+	id := r.instance(pool, Running)
+	r.exec(`UPDATE instances SET gpus = $2 WHERE instance_id = $1`, id, gpus)
+	return id
+}
+
+// freeGPUs is the pool's free GPUs as instances.capacity says.
+func (r *rig) freeGPUs(pool string) int {
+	r.t.Helper()
+	c, err := Capacity(r.ctx, r.db, pool, true)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c.Free.GPUs
+}
+
+// A hosted pool's room is its ready hosts': what instances hold on a
+// cordoned host counts in neither its total nor what is held, and a failed
+// instance that waits to be placed anew keeps its devices until it is.
+// A probe: instances on a cordoned host kept a new instance waiting beside
+// an empty ready host (free at -1), and a failed instance started again
+// lost its GPU while it waited, to come back to its uncordoned host
+// without one while another instance had its GPU.
+func TestHostedRoomIsTheReadyHosts(t *testing.T) {
+	r := newRig(t)
+	pool := r.pool("vps-hosted", "", `{}`)
+	a := r.host(pool)
+	y, x := r.sized(pool, 4), r.sized(pool, 4)
+	for _, id := range []string{y, x} {
+		if states, res := r.run(id); strings.Join(states, ",") != Provisioning || res.outcome != wait || deref(r.get(id).Host) != a {
+			t.Fatalf("%s: %v, outcome %d, on %q", id, states, res.outcome, deref(r.get(id).Host))
+		}
+		r.exec(`UPDATE instances SET state = 'running' WHERE instance_id = $1`, id) // the daemon's report
+	}
+	r.exec(`UPDATE instances SET state = 'failed' WHERE instance_id = $1`, x) // the daemon's report
+	r.exec(`UPDATE nodes SET state = 'cordoned' WHERE node_id = $1`, a)
+	b := r.host(pool)
+	if free := r.freeGPUs(pool); free != 8 {
+		t.Fatalf("free beside the cordoned host: %d GPUs, want b's 8", free)
+	}
+	z := r.sized(pool, 8)
+	if states, res := r.run(z); strings.Join(states, ",") != Provisioning || deref(r.get(z).Host) != b {
+		t.Fatalf("z: %v, outcome %d, on %q: %q", states, res.outcome, deref(r.get(z).Host), deref(r.get(z).StateReason))
+	}
+	// x, started again, is placed anew (its host is cordoned): b is full,
+	// so it waits, failed, holding its devices on a.
+	r.want(x, Running)
+	if states, res := r.run(x); len(states) != 0 || res.outcome != wait || deref(r.get(x).StateReason) != roomReason {
+		t.Fatalf("x: %v, outcome %d: %q", states, res.outcome, deref(r.get(x).StateReason))
+	}
+	if n := r.allocations(x); n != 4 || deref(r.get(x).Host) != a {
+		t.Fatalf("x waits with %d devices on %q, want 4 on a", n, deref(r.get(x).Host))
+	}
+	// Uncordoned, a is x's again, with the devices it held.
+	r.exec(`UPDATE nodes SET state = 'ready' WHERE node_id = $1`, a)
+	if states, _ := r.run(x); strings.Join(states, ",") != Provisioning || deref(r.get(x).Host) != a || r.allocations(x) != 4 {
+		t.Fatalf("x: %v on %q with %d devices", states, deref(r.get(x).Host), r.allocations(x))
+	}
+	var shared int
+	if err := r.db.Get(&shared, `SELECT count(*) FROM (SELECT gpu_uuid FROM instance_allocations WHERE node_id = $1
+		GROUP BY gpu_uuid HAVING count(*) > 1) d`, a); err != nil || shared != 0 {
+		t.Fatalf("%d GPUs of a held twice (%v)", shared, err)
+	}
+	if free := r.freeGPUs(pool); free != 0 {
+		t.Fatalf("free: %d GPUs, want 0 (a and b full)", free)
 	}
 }
