@@ -20,6 +20,7 @@ import (
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pki"
+	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -235,14 +236,41 @@ func (s *service) join(ctx context.Context, q store.Q, in *JoinInput) (*JoinResu
 	if err != nil {
 		return nil, err
 	}
-	// The tpm attestor's answer proves possession of the EK before
-	// anything else is decided (an approval included).
-	var proven *provenEK
-	if tpm != nil && tpm.answer() {
-		if proven, err = prove(ctx, q, tok, csr, hw, tpm); err != nil {
-			return nil, err
-		}
+	if tpm == nil || !tpm.answer() {
+		return s.decideJoin(ctx, q, in, tok, csr, hw, tpm, nil)
 	}
+	// The tpm attestor's answer proves possession of the EK before
+	// anything else is decided (an approval included), and spends the
+	// challenge. A refusal decided after the proof (the TPM or machine
+	// already joined, the token used up, a request made for another
+	// machine) leaves it spent: only the join's own writes are undone. It
+	// was rolled back with them, and a probe sent one answer, refused
+	// CONFLICT while the TPM's node was live, again after that node was
+	// removed, and was admitted, with the node's credential: anyone who
+	// saw the answer could have. (A failure of the database's, not a
+	// refusal, still rolls back all: the client may send the answer
+	// again.)
+	proven, err := prove(ctx, q, tok, csr, hw, tpm)
+	if err != nil {
+		return nil, err
+	}
+	var res *JoinResult
+	err = store.Savepoint(ctx, q, func() error {
+		var err error
+		res, err = s.decideJoin(ctx, q, in, tok, csr, hw, tpm, proven)
+		return err
+	})
+	if e, ok := errs.As(err); ok && e.Code != errs.Internal && e.Code != errs.Unavailable {
+		return nil, registry.KeepWrites(err)
+	}
+	return res, err
+}
+
+// decideJoin admits the machine, defers it into a join request, answers
+// with a TPM challenge, or refuses, once the token is locked and a TPM's
+// answer (proven) checked.
+func (s *service) decideJoin(ctx context.Context, q store.Q, in *JoinInput, tok *tokenRow, csr *pki.CSR, hw Hardware,
+	tpm *tpmEvidence, proven *provenEK) (*JoinResult, error) {
 	prev, err := previousRequest(ctx, q, tok, csr)
 	if err != nil {
 		return nil, err

@@ -173,3 +173,57 @@ func (j *tpmMachine) challenge(t *testing.T) (*nodes.JoinResult, string) {
 	}
 	return ch, base64.StdEncoding.EncodeToString(secret)
 }
+
+// A refusal decided after the proof leaves the challenge spent: the same
+// answer sent again is challenge-used, whatever changed meanwhile. (The
+// spend was rolled back with the refused join: a probe sent one answer,
+// refused CONFLICT while the TPM's node was live, again after that node
+// was removed, and was admitted with the node's credential; and an answer
+// refused for a used-up token could be sent again and again.)
+func TestARefusedAnswerSpendsTheChallenge(t *testing.T) {
+	e := newEnv(t)
+	spent := func(err error) {
+		t.Helper()
+		if got := fixture.Code(t, err, errs.Unauthenticated, ""); got.Details["reason"] != nodes.ChallengeUsed {
+			t.Fatalf("the answer again: %v", got.Details)
+		}
+	}
+	// The TPM already joined: CONFLICT, then spent, also once its node is gone.
+	j := newTPMMachine(t, e, 61, e.token(5))
+	ch, secret := j.challenge(t)
+	r := fixture.Must(j.join(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret})) // deferred, its EK proven
+	req := fixture.Must(nodes.GetJoinRequest(e.Ctx, e.DB, &nodes.JoinRequestRefInput{TenantID: "acme", JoinRequestID: r.JoinRequestID}))
+	fixture.Must(nodes.AllowKey(e.Ctx, e.DB, &nodes.KeyAllowInput{TenantID: "acme", PoolID: e.pool, EKHash: req.EKHash}))
+	j.m = testkit.NewMachine(t)
+	ch, secret = j.challenge(t)
+	node := fixture.Must(j.join(map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret}))
+	if node.Status != "admitted" {
+		t.Fatalf("an allowed EK: %+v", node)
+	}
+	j.m = testkit.NewMachine(t)
+	ch, secret = j.challenge(t)
+	answer := map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret}
+	_, err := j.join(answer)
+	fixture.Code(t, err, errs.Conflict, "")
+	_, err = j.join(answer)
+	spent(err)
+	fixture.Must(nodes.RemoveNode(e.Ctx, e.DB, &nodes.NodeChangeInput{TenantID: "acme", NodeID: node.NodeID}))
+	_, err = j.join(answer)
+	spent(err)
+
+	// The token used up after the challenge: refused, then spent.
+	j.tok, j.m = e.token(1), testkit.NewMachine(t) // one simulated TPM at a time
+	ch, secret = j.challenge(t)
+	fixture.Must(e.join(testkit.NewMachine(t), j.tok))
+	answer = map[string]any{"challengeId": ch.ChallengeID, "activatedSecret": secret}
+	_, err = j.join(answer)
+	if got := fixture.Code(t, err, errs.Unauthenticated, ""); got.Details["reason"] != nil {
+		t.Fatalf("a used-up token: %v", got.Details)
+	}
+	_, err = j.join(answer)
+	spent(err)
+	var nodesOfTheAnswers int
+	if err := e.DB.Get(&nodesOfTheAnswers, `SELECT count(*) FROM nodes WHERE ek_hash IS NOT NULL AND state <> 'removed'`); err != nil || nodesOfTheAnswers != 0 {
+		t.Fatalf("%d live nodes of TPMs (%v)", nodesOfTheAnswers, err)
+	}
+}

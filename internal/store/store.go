@@ -360,6 +360,41 @@ func ExecAtCommit(ctx context.Context, q Q, query string, args ...any) error {
 	return err
 }
 
+// Savepoint runs fn in a savepoint of the transaction q: when fn fails,
+// what it wrote is undone (ROLLBACK TO SAVEPOINT, which also ends the
+// aborted state a failed statement leaves) and so is what it noted for the
+// commit (statements deferred to it, tenants with events, a change of
+// authority), while what the transaction wrote before stands and it can
+// go on or commit. fn's error is returned (or the rollback's, when that
+// fails: then the transaction is lost). q must be a transaction.
+func Savepoint(ctx context.Context, q Q, fn func() error) error {
+	tx, ok := q.(*sqlx.Tx)
+	if !ok {
+		return errors.New("store: a savepoint needs a transaction")
+	}
+	n := &txNotes{}
+	if v, ok := noted.Load(tx); ok {
+		n = v.(*txNotes)
+	}
+	n.mu.Lock()
+	deferred, tenants, authority := len(n.deferred), len(n.tenants), n.authority
+	n.mu.Unlock()
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT store_savepoint`); err != nil {
+		return Wrap(err)
+	}
+	ferr := fn()
+	if ferr == nil {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT store_savepoint`); err != nil {
+		return Wrap(err)
+	}
+	n.mu.Lock()
+	n.deferred, n.tenants, n.authority = n.deferred[:deferred], n.tenants[:tenants], authority
+	n.mu.Unlock()
+	return ferr
+}
+
 // NoteEvents records that q wrote events of the tenant: inside a
 // transaction of DB.Tx, DB.Committed is told after it commits; on the
 // handle itself (the statement committed on its own), it is told now.

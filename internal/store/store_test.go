@@ -312,3 +312,63 @@ func TestAuthorityChangesAreToldAfterCommit(t *testing.T) {
 		t.Fatalf("told %v after a note on the handle itself", told)
 	}
 }
+
+// A savepoint's failure undoes what its function wrote, a failed
+// statement included, and drops what it deferred to the commit and the
+// tenants it noted, while what the transaction wrote before stands and
+// commits (nodes.join keeps a TPM challenge spent this way when the join
+// after the proof is refused).
+func TestSavepoint(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	table(t, db)
+	var told [][]string
+	db.Committed = func(_ context.Context, tenants []string, _ time.Duration) { told = append(told, tenants) }
+	ctx := context.Background()
+	refused := errs.E(errs.Conflict, "refused")
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO kv VALUES ('kept', 1, NULL)`); err != nil {
+			return err
+		}
+		store.NoteEvents(ctx, tx, "acme")
+		err := store.Savepoint(ctx, tx, func() error {
+			if _, err := tx.Exec(`INSERT INTO kv VALUES ('undone', 1, NULL)`); err != nil {
+				return err
+			}
+			if err := store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('deferred', 1, NULL)`); err != nil {
+				return err
+			}
+			store.NoteEvents(ctx, tx, "beta")
+			if _, err := tx.Exec(`INSERT INTO kv VALUES ('bad', -1, NULL)`); err == nil {
+				return errors.New("the check let -1 in")
+			}
+			return refused
+		})
+		if err != refused {
+			return fmt.Errorf("the savepoint answered %v", err)
+		}
+		// The transaction goes on after the failed statement.
+		_, err = tx.Exec(`INSERT INTO kv VALUES ('after', 1, NULL)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := db.Select(&keys, `SELECT k FROM kv ORDER BY k`); err != nil || fmt.Sprint(keys) != "[after kept]" {
+		t.Fatalf("committed %v, %v", keys, err)
+	}
+	if fmt.Sprint(told) != "[[acme]]" {
+		t.Fatalf("told of %v", told)
+	}
+	// A savepoint that succeeds keeps all.
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		return store.Savepoint(ctx, tx, func() error {
+			return store.ExecAtCommit(ctx, tx, `INSERT INTO kv VALUES ('later', 1, NULL)`)
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Select(&keys, `SELECT k FROM kv ORDER BY k`); err != nil || fmt.Sprint(keys) != "[after kept later]" {
+		t.Fatalf("committed %v, %v", keys, err)
+	}
+}
