@@ -420,6 +420,13 @@ func (d *decoder) array(f *Field, level int) (*value, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A null item is no item: refused as its type's (a field's null
+		// means the field left out, which an item cannot be; assigned, it
+		// was the zero value, and a null MAC was stored as "" past the
+		// pattern an item must match).
+		if cv.kind == kNull && item != nil && item.Type != Any {
+			return nil, d.typeError(item)
+		}
 		d.path = d.path[:len(d.path)-1]
 		v.vals = append(v.vals, cv)
 	}

@@ -220,3 +220,38 @@ func TestOpenObjectsAllowAnyProperty(t *testing.T) {
 		t.Fatalf("closed object schema %v", s)
 	}
 }
+
+// A null item of a typed array is refused as its type's, where a field's
+// null means the field left out: it was assigned as the zero value, and a
+// probe's `"macs": [null]` stored a MAC "" past the items' pattern. Free
+// content keeps its nulls.
+func TestDecodeRefusesNullItems(t *testing.T) {
+	fields := []Field{
+		TenantID(),
+		{Name: "macs", Type: Array, Items: &Field{Type: String, Pattern: "^[0-9a-f]{2}$"}},
+		{Name: "sizes", Type: Array, Items: &Field{Type: Object, Fields: []Field{{Name: "gpus", Type: Integer}}}},
+		{Name: "doc", Type: Object, Open: true},
+	}
+	for i := range fields {
+		fields[i].compile()
+	}
+	for raw, want := range map[string]string{
+		`{"tenantId":"a","macs":[null]}`:          "macs[0] must be a string",
+		`{"tenantId":"a","macs":["0a",null]}`:     "macs[1] must be a string",
+		`{"tenantId":"a","sizes":[{},null]}`:      "sizes[1] must be an object",
+		`{"tenantId":"a","macs":[""]}`:            "macs[0]",
+		`{"tenantId":"a","doc":{"x":[null,1]}}`:   "",
+		`{"tenantId":"a","macs":null,"sizes":[]}`: "",
+	} {
+		_, err := decode([]byte(raw), fields)
+		if want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", raw, err)
+			}
+			continue
+		}
+		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidInput || !strings.Contains(e.Message, want) {
+			t.Errorf("%s: %v, want INVALID_INPUT %q", raw, err, want)
+		}
+	}
+}
