@@ -553,10 +553,16 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 		}
 	}
 	// catchUp reads the filter's events after the last delivered one from
-	// the outbox, until it has read all there is.
+	// the outbox, until it has read all there is; a subscriber whose last
+	// event retention has overtaken meanwhile is ended (expired-cursor),
+	// since the read may have missed pruned events.
 	catchUp := func() bool {
 		for {
-			page, err := events.Page(ctx, h.db, *sub.filter.Load(), sub.last, h.cfg.ReplayPage)
+			f := *sub.filter.Load()
+			page, err := events.Page(ctx, h.db, f, sub.last, h.cfg.ReplayPage)
+			if err == nil {
+				err = events.Retained(ctx, h.db, f.TenantID, sub.last)
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					sub.end(err)

@@ -414,3 +414,56 @@ func TestStalledReplaysHoldLittle(t *testing.T) {
 	}
 	runtime.KeepAlive(subs)
 }
+
+// A subscriber that reads on by itself from the outbox (a replay from a
+// cursor, a catch-up behind the ring) while retention prunes what it has
+// not read yet is ended with expired-cursor, after the events it got in
+// order, instead of skipping the pruned ones silently (a probe's slow
+// readers, with retention at one minute, missed 2,477 of 6,000 events
+// and stayed open).
+func TestReplayEndsWhereRetentionTookEvents(t *testing.T) {
+	db := testkit.DB(t)
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Buffer: 4, Page: 5, ReplayPage: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(ctx)
+	for i := 0; i < 20; i++ {
+		write(t, db, "t", "p", fmt.Sprintf("i%d", i), 0)
+	}
+	evs := all(t, db, events.Filter{TenantID: "t"})
+	after := evs[1].Seq
+	sub, err := hub.Subscribe(ctx, events.Filter{TenantID: "t"}, &after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pump fills the subscriber's channel and waits with the next page.
+	wait.Eventually(t, 5*time.Second, func() error {
+		if len(sub.C) < cap(sub.C) {
+			return fmt.Errorf("%d of %d", len(sub.C), cap(sub.C))
+		}
+		return nil
+	})
+	if _, err := events.Prune(context.Background(), db, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var got []*events.Event
+	for open := true; open; {
+		select {
+		case ev, ok := <-sub.C:
+			if open = ok; ok {
+				got = append(got, ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("still open after %d events, the pruned ones skipped", len(got))
+		}
+	}
+	for i, ev := range got {
+		if ev.Seq != evs[2+i].Seq {
+			t.Fatalf("event %d is %d, want %d: a gap", i, ev.Seq, evs[2+i].Seq)
+		}
+	}
+	e, ok := errs.As(sub.Err())
+	if !ok || e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" {
+		t.Fatalf("after %d events: %v, want expired-cursor", len(got), sub.Err())
+	}
+}
