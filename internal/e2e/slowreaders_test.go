@@ -282,6 +282,18 @@ func TestSlowReadersAreEndedAndHarmNoOne(t *testing.T) {
 	if strings.Contains(logs.String(), "panic") {
 		t.Fatalf("the server logged a panic:\n%s", logs.String())
 	}
+	// The stuck event streams' ends, which their clients are not told, are
+	// logged with why and the request's id (they were not logged at all).
+	ended := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"event stream ended"`) && strings.Contains(l, `"reason":"write-timeout"`) &&
+			strings.Contains(l, `"requestId":"`) {
+			ended++
+		}
+	}
+	if ended < len(stuck) {
+		t.Fatalf("%d stuck event streams' ends logged, want %d:\n%s", ended, len(stuck), logs.String())
+	}
 	if os.Getenv("TEST_LOG") != "" {
 		t.Log(logs.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,6 +268,10 @@ func (t sseTransport) detached(ctx context.Context, cancel context.CancelFunc, s
 			}
 			if ending {
 				end()
+			} else {
+				// Ended without a word to the client: the log says why.
+				log.InfoContext(ctx, "event stream ended", "requestId", reqctx.RequestID(ctx),
+					"reason", st.endReason(), "events", st.nexts.Load())
 			}
 			st.close()
 			cancel()
@@ -527,6 +532,7 @@ type sseStream struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	failed  bool
+	werr    error        // the write that failed (under mu once hijacked)
 	nexts   atomic.Int64 // next events written
 	// lastCode is the error code of the last next event when it was a
 	// result without data (the operation failed as a whole: a
@@ -634,10 +640,26 @@ func (s *sseStream) writeChunk(parts [][]byte) bool {
 		_ = s.conn.SetWriteDeadline(s.deadline)
 	}
 	if _, err := s.conn.Write(b); err != nil {
-		s.failed = true // the connection is unusable after a timed-out write
+		s.failed, s.werr = true, err // the connection is unusable after a timed-out write
 		return false
 	}
 	return true
+}
+
+// endReason says why a detached stream ended without its ending written:
+// its write deadline passed (the client took nothing for that long: it
+// stopped reading, or reads slower than its events come), or the
+// connection failed or closed under a write.
+func (s *sseStream) endReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.werr == nil:
+		return "client-left"
+	case errors.Is(s.werr, os.ErrDeadlineExceeded):
+		return "write-timeout"
+	}
+	return "write-failed"
 }
 
 // close ends a hijacked stream's body (the last chunk) and its side of
