@@ -515,9 +515,18 @@ func TestTPMAttestor(t *testing.T) {
 	}
 	// The pending request stays pending; a fresh key pair attests anew.
 	m.Machine = testkit.NewMachine(t)
-	if r := e.Must(m.exchange(t, e, tok)); r.Str("status") != "admitted" {
-		t.Fatalf("allowed EK: %s", r.Raw)
+	adm := e.Must(m.exchange(t, e, tok))
+	if adm.Str("status") != "admitted" {
+		t.Fatalf("allowed EK: %s", adm.Raw)
 	}
+	// One TPM is one live node of the tenant: while it lives, the same TPM
+	// is CONFLICT, deferred or not; removed, the TPM joins (or is deferred)
+	// again.
+	m.Machine = testkit.NewMachine(t)
+	if r := m.exchange(t, e, tok); r.Code() != "CONFLICT" || r.Body["error"].(map[string]any)["details"].(map[string]any)["nodeId"] != adm.Str("nodeId") {
+		t.Fatalf("the TPM of a live node: %s", r.Raw)
+	}
+	e.Must(e.Call(admin, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": adm.Str("nodeId")}))
 	for _, tc := range []struct {
 		body map[string]any
 		path string

@@ -484,6 +484,12 @@ func deferJoin(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw H
 	if proven != nil {
 		ekHash = &proven.ekHash
 	}
+	// A machine or TPM with a live node of the tenant is CONFLICT before it
+	// is deferred too: queued, its request could only be approved into
+	// that CONFLICT (a probe's queue filled with such requests).
+	if err := oneLiveNode(ctx, q, tok.TenantID, hw, ekHash); err != nil {
+		return nil, err
+	}
 	rb, _ := json.Marshal(reasons)
 	hb, _ := json.Marshal(hw)
 	var id string

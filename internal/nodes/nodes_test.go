@@ -194,6 +194,15 @@ func TestJoinInputRules(t *testing.T) {
 	if fixture.Code(t, err, errs.Conflict, "").Details["nodeId"] != first.NodeID {
 		t.Fatalf("the conflict names no node: %v", err)
 	}
+	// Also when the join would be deferred (a placeholder serial): it was
+	// put in the approval queue, where an approval could only end in this
+	// CONFLICT (a probe).
+	again.Serial = "To Be Filled By O.E.M."
+	_, err = e.join(again, tok)
+	if fixture.Code(t, err, errs.Conflict, "").Details["nodeId"] != first.NodeID {
+		t.Fatalf("a deferred join of a live node's machine: %v", err)
+	}
+	again.Serial = testkit.NewMachine(t).Serial
 	// Once that node is removed, the machine joins again.
 	fixture.Must(nodes.RemoveNode(e.Ctx, e.DB, &nodes.NodeChangeInput{TenantID: "acme", NodeID: first.NodeID}))
 	if r := fixture.Must(e.join(again, tok)); r.Status != "admitted" {
