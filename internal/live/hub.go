@@ -574,7 +574,12 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 				page, all = kept, false // the rest is read again, next
 			}
 			for i := range page {
-				if !emit(&page[i]) {
+				// Each event its own: whoever keeps one (the server's
+				// renderings are keyed by the event) keeps only it, not
+				// the page (a probe's closed subscriptions left 61 MB of
+				// pages held by kept events).
+				ev := page[i]
+				if !emit(&ev) {
 					return false
 				}
 			}

@@ -467,3 +467,60 @@ func TestReplayEndsWhereRetentionTookEvents(t *testing.T) {
 		t.Fatalf("after %d events: %v, want expired-cursor", len(got), sub.Err())
 	}
 }
+
+// An event a subscriber received from its own read of the outbox holds
+// only itself: whoever keeps it (the server keeps the latest events'
+// renderings, keyed by the event) does not keep the page it was read in.
+// A probe's closed subscriptions left 61 MB of replayed pages held by a
+// few thousand kept events.
+func TestAReplayedEventHoldsOnlyItself(t *testing.T) {
+	db := testkit.DB(t)
+	pad := strings.Repeat("x", 16<<10)
+	ctx := store.ForRequest(context.Background())
+	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		for i := 0; i < 256; i++ {
+			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "t", PoolID: "p", ResourceID: fmt.Sprint("i", i),
+				Data: json.RawMessage(`{"state": "running", "pad": "` + pad + `"}`)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Eventually(t, 10*time.Second, func() error {
+		if n := len(all(t, db, events.Filter{TenantID: "t"})); n != 256 {
+			return fmt.Errorf("%d events numbered", n)
+		}
+		return nil
+	})
+	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{ReplayPage: 64, ReplayBytes: 4 << 20})
+	hctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.Run(hctx)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	var zero uint64
+	sub, err := hub.Subscribe(hctx, events.Filter{TenantID: "t"}, &zero)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect(sub, 256, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Stop()
+	kept := []*events.Event{got[0], got[64], got[128], got[192]} // one of each page
+	got = nil
+	grew := int64(heap()) - int64(before)
+	t.Logf("4 kept events of 16 KiB: the heap grew by %d KiB", grew>>10)
+	if grew > 1<<20 {
+		t.Fatalf("4 kept events hold %d KiB: their pages", grew>>10)
+	}
+	runtime.KeepAlive(kept)
+}
