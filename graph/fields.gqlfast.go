@@ -330,6 +330,17 @@ var objectFields = map[string]map[string]fieldInfo{
 		"tenantId":    {"String", false},
 		"uses":        {"Int", false},
 	},
+	"JoinTokenConnection": {
+		"__typename": {"", false},
+		"edges":      {"JoinTokenEdge", false},
+		"pageInfo":   {"PageInfo", false},
+		"totalCount": {"Int", false},
+	},
+	"JoinTokenEdge": {
+		"__typename": {"", false},
+		"cursor":     {"String", false},
+		"node":       {"JoinToken", false},
+	},
 	"MigDevice": {
 		"__typename": {"", false},
 		"profile":    {"String", false},
@@ -371,6 +382,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"id":              {"ID", true},
 		"instances":       {"InstanceConnection", true},
 		"joinRequests":    {"JoinRequestConnection", true},
+		"joinTokens":      {"JoinTokenConnection", true},
 		"kind":            {"PoolKind", false},
 		"name":            {"String", false},
 		"nodes":           {"ComputeNodeConnection", true},

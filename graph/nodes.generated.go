@@ -3248,6 +3248,154 @@ func (ec *executionContext) fieldContext_JoinToken_revokedAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("JoinToken", field, false, false, "Time")
 }
 
+func (ec *executionContext) _JoinTokenConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.JoinTokenConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinTokenConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.JoinTokenEdge) graphql.Marshaler {
+			return ec.marshalNJoinTokenEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinTokenConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JoinTokenConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JoinTokenEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JoinTokenConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.JoinTokenConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinTokenConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinTokenConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JoinTokenConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JoinTokenConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.JoinTokenConnection) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinTokenConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinTokenConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinTokenConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JoinTokenEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JoinTokenEdge) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinTokenEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinTokenEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinTokenEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _JoinTokenEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.JoinTokenEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinTokenEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.JoinToken) graphql.Marshaler {
+			return ec.marshalNJoinToken2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐJoinToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinTokenEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JoinTokenEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JoinToken(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _MigDevice_profile(ctx context.Context, field graphql.CollectedField, obj *inventory.MIGDevice) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.Profile)
@@ -5606,6 +5754,89 @@ func (ec *executionContext) _JoinToken(ctx context.Context, sel ast.SelectionSet
 	return marshalObject(fields, out)
 }
 
+var joinTokenConnectionImplementors = []string{"JoinTokenConnection"}
+
+func (ec *executionContext) _JoinTokenConnection(ctx context.Context, sel ast.SelectionSet, obj *model.JoinTokenConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, joinTokenConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JoinTokenConnection")
+		case "edges":
+			out.Values[i] = ec._JoinTokenConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._JoinTokenConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._JoinTokenConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var joinTokenEdgeImplementors = []string{"JoinTokenEdge"}
+
+func (ec *executionContext) _JoinTokenEdge(ctx context.Context, sel ast.SelectionSet, obj *model.JoinTokenEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, joinTokenEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JoinTokenEdge")
+		case "cursor":
+			out.Values[i] = ec._JoinTokenEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._JoinTokenEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
 var migDeviceImplementors = []string{"MigDevice"}
 
 func (ec *executionContext) _MigDevice(ctx context.Context, sel ast.SelectionSet, obj *inventory.MIGDevice) graphql.Marshaler {
@@ -6311,6 +6542,38 @@ func (ec *executionContext) marshalNJoinToken2ᚖgithubᚗcomᚋbettercomputeᚋ
 		return graphql.Null
 	}
 	return ec._JoinToken(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJoinTokenConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenConnection(ctx context.Context, sel ast.SelectionSet, v *model.JoinTokenConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JoinTokenConnection!")
+		return graphql.Null
+	}
+	return ec._JoinTokenConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJoinTokenEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.JoinTokenEdge) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJoinTokenEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNJoinTokenEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenEdge(ctx context.Context, sel ast.SelectionSet, v *model.JoinTokenEdge) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JoinTokenEdge!")
+		return graphql.Null
+	}
+	return ec._JoinTokenEdge(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNJoinTokenState2string(ctx context.Context, v any) (string, error) {

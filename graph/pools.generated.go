@@ -31,6 +31,7 @@ type PoolResolver interface {
 	Capacity(ctx context.Context, obj *pools.Pool) (*fit.PoolCapacity, error)
 	Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error)
 	JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error)
+	JoinTokens(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinTokenConnection, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -130,6 +131,28 @@ func (ec *executionContext) field_Pool_instances_args(ctx context.Context, rawAr
 }
 
 func (ec *executionContext) field_Pool_joinRequests_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Pool_joinTokens_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
@@ -933,6 +956,50 @@ func (ec *executionContext) fieldContext_Pool_joinRequests(ctx context.Context, 
 	return fc, nil
 }
 
+func (ec *executionContext) _Pool_joinTokens(ctx context.Context, field graphql.CollectedField, obj *pools.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_joinTokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Pool().JoinTokens(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JoinTokenConnection) graphql.Marshaler {
+			return ec.marshalNJoinTokenConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐJoinTokenConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_joinTokens(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Pool",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JoinTokenConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Pool_joinTokens_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PoolConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.PoolConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1659,6 +1726,12 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_joinRequests(ctx, field, obj)
+				})
+		case "joinTokens":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_joinTokens(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

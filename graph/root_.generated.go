@@ -911,6 +911,17 @@ type JoinRequest {
   updatedAt: Time!
 }
 
+type JoinTokenConnection {
+  edges: [JoinTokenEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type JoinTokenEdge {
+  cursor: String!
+  node: JoinToken!
+}
+
 type JoinRequestConnection {
   edges: [JoinRequestEdge!]!
   pageInfo: PageInfo!
@@ -927,6 +938,8 @@ extend type Pool {
   nodes(first: Int = 50, after: String): ComputeNodeConnection!
   "The pool's join requests (the owner's view; empty for others)."
   joinRequests(first: Int = 50, after: String): JoinRequestConnection!
+  "The pool's join tokens, as ` + "`" + `joinTokens.list` + "`" + ` gives them (the owner's view; empty for others). A token's secret is shown only by ` + "`" + `joinTokens.create` + "`" + `."
+  joinTokens(first: Int = 50, after: String): JoinTokenConnection!
 }
 
 extend type Tenant {
@@ -2351,6 +2364,28 @@ func (ec *executionContext) childFields_JoinToken(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type JoinToken", field.Name)
 }
 
+func (ec *executionContext) childFields_JoinTokenConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_JoinTokenConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_JoinTokenConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_JoinTokenConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinTokenConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_JoinTokenEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_JoinTokenEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_JoinTokenEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JoinTokenEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_MigDevice(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "profile":
@@ -2461,6 +2496,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_nodes(ctx, field)
 	case "joinRequests":
 		return ec.fieldContext_Pool_joinRequests(ctx, field)
+	case "joinTokens":
+		return ec.fieldContext_Pool_joinTokens(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }

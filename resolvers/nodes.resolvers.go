@@ -219,6 +219,20 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 	return &model.JoinRequestConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
+// JoinTokens is the resolver for the joinTokens field: the pool's join
+// tokens in joinTokens.list's order, read with its visibility (the owner's).
+func (r *poolResolver) JoinTokens(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinTokenConnection, error) {
+	edges, info, total, err := loadConn(ctx, nodes.TokenCursors, loaders.From(ctx).PoolJoinTokens, obj.PoolID, first, after,
+		func(j *nodes.JoinToken) string { return j.JoinTokenID },
+		func(cur string, j *nodes.JoinToken) *model.JoinTokenEdge {
+			return &model.JoinTokenEdge{Cursor: cur, Node: j}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &model.JoinTokenConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
 // ComputeNode is the resolver for the computeNode field: a node the caller
 // may read, when it is this tenant's (the field names one of the tenant's
 // nodes).

@@ -212,6 +212,17 @@ type JoinRequestEdge struct {
 	Node   *nodes.JoinRequest `json:"node"`
 }
 
+type JoinTokenConnection struct {
+	Edges      []*JoinTokenEdge `json:"edges"`
+	PageInfo   *PageInfo        `json:"pageInfo"`
+	TotalCount int              `json:"totalCount"`
+}
+
+type JoinTokenEdge struct {
+	Cursor string           `json:"cursor"`
+	Node   *nodes.JoinToken `json:"node"`
+}
+
 type Mutation struct {
 }
 

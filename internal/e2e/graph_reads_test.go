@@ -179,7 +179,8 @@ func TestGraphReadMatrix(t *testing.T) {
 	// Offered pools: guest reads the pool, and nothing of the owner's view
 	// of it (nodes, join requests, offers); acme reads everything.
 	poolsQ := `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId
-		nodes(first: 5) { totalCount edges { node { nodeId } } } joinRequests(first: 5) { totalCount } offers { toTenantId } } } } } }`
+		nodes(first: 5) { totalCount edges { node { nodeId } } } joinRequests(first: 5) { totalCount } offers { toTenantId }
+		joinTokens(first: 5) { totalCount edges { node { joinTokenId poolId state } } } } } } } }`
 	type poolView struct {
 		Tenant struct {
 			Pools struct {
@@ -193,6 +194,12 @@ func TestGraphReadMatrix(t *testing.T) {
 						}
 						JoinRequests struct{ TotalCount int }
 						Offers       []struct{ ToTenantID string }
+						JoinTokens   struct {
+							TotalCount int
+							Edges      []struct {
+								Node struct{ JoinTokenID, PoolID, State string }
+							}
+						}
 					}
 				}
 			}
@@ -211,7 +218,7 @@ func TestGraphReadMatrix(t *testing.T) {
 			t.Fatalf("guest's pools: %+v", v)
 		}
 		p := v.Tenant.Pools.Edges[0].Node
-		if p.Nodes.TotalCount != 0 || len(p.Nodes.Edges) != 0 || len(p.Offers) != 0 {
+		if p.Nodes.TotalCount != 0 || len(p.Nodes.Edges) != 0 || len(p.Offers) != 0 || p.JoinTokens.TotalCount != 0 || len(p.JoinTokens.Edges) != 0 {
 			t.Fatalf("guest sees the owner's view of the offered pool: %+v", p)
 		}
 	}
@@ -223,6 +230,17 @@ func TestGraphReadMatrix(t *testing.T) {
 		for _, edge := range v.Tenant.Pools.Edges {
 			if p := edge.Node; p.PoolID == w.offered && (p.Nodes.TotalCount != 1 || len(p.Nodes.Edges) != 1 || len(p.Offers) != 1 || p.Offers[0].ToTenantID != "guest") {
 				t.Fatalf("acme's offered pool: %+v", p)
+			}
+			// Its join tokens, as joinTokens.list gives them.
+			p := edge.Node
+			listed := items(t, e.Must(e.Call(tok, "joinTokens/list", map[string]any{"tenantId": "acme", "poolId": p.PoolID})))
+			if p.JoinTokens.TotalCount != len(listed) || len(p.JoinTokens.Edges) != len(listed) || (p.PoolID == w.offered && len(listed) == 0) {
+				t.Fatalf("acme's pool %s: %d join tokens listed, the graph %+v", p.PoolID, len(listed), p.JoinTokens)
+			}
+			for k, l := range listed {
+				if n := p.JoinTokens.Edges[k].Node; n.JoinTokenID != l["joinTokenId"] || n.PoolID != p.PoolID || n.State != strings.ToUpper(l["state"].(string)) {
+					t.Fatalf("acme's pool %s: join token %d is %+v, listed %v", p.PoolID, k, n, l)
+				}
 			}
 		}
 	}

@@ -57,6 +57,7 @@ type Loaders struct {
 	Node           *L[string, *nodes.Node]
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
 	PoolJoinReqs   *L[PageKey, *page.Conn[nodes.JoinRequest]]
+	PoolJoinTokens *L[PageKey, *page.Conn[nodes.JoinToken]]
 	JoinRequest    *L[string, *nodes.JoinRequest]
 	Snapshot       *L[string, *inventory.Snapshot]
 	NodeHistory    *L[PageKey, *page.Conn[inventory.Snapshot]]
@@ -129,6 +130,7 @@ func New(q store.Q) *Loaders {
 		return r, err
 	}, nodes.CountNodesByPool)
 	l.PoolJoinReqs = pages(l, authz.JoinTokensRead, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool)
+	l.PoolJoinTokens = pages(l, authz.JoinTokensRead, nodes.JoinTokenPagesByPool, nodes.CountJoinTokensByPool)
 	l.JoinRequest = byID(l, authz.JoinTokensRead, nodes.JoinRequestsByID)
 	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)
 	l.NodeHistory = pages(l, authz.NodesRead, inventory.PagesByNode, inventory.CountByNode)

@@ -170,3 +170,44 @@ func ownedPool(ctx context.Context, q store.Q, tenantID, poolID string, lock poo
 	}
 	return &p, nil
 }
+
+type poolTokenRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	JoinToken
+}
+
+// tokenVisible is the visibility predicate over join_tokens: the pool
+// owner's (compute:joinTokens:read), as joinTokens.list decides; tenants
+// the pool is offered to do not see them.
+func tokenVisible(tenants string) string { return `join_tokens.tenant_id = ANY(` + tenants + `)` }
+
+// JoinTokenPagesByPool returns one page of each pool's join tokens visible
+// in scope (the graph's Pool.joinTokens), in joinTokens.list's order.
+func JoinTokenPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinToken], error) {
+	var rows []poolTokenRow
+	err := q.SelectContext(ctx, &rows, `
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM join_tokens WHERE join_tokens.pool_id = t.parent AND `+authz.Where("$4", tokenVisible)+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count,
+		       x.*
+		FROM t
+		CROSS JOIN LATERAL (
+			SELECT `+tokenCols+` FROM join_tokens WHERE join_tokens.pool_id = t.parent AND join_token_id > $2
+			  AND `+authz.Where("$4", tokenVisible)+`
+			ORDER BY join_token_id LIMIT $3
+		) x`, poolIDs, after, limit+1, scope.Arg())
+	var r page.Rows[JoinToken]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.JoinToken)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountJoinTokensByPool counts each pool's join tokens visible in scope.
+func CountJoinTokensByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM join_tokens WHERE join_tokens.pool_id = t.parent AND `+authz.Where("$2", tokenVisible)+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
+}
