@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"reflect"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -106,6 +107,13 @@ func (k Kind) Decode(cursor string, dst ...any) (bool, error) {
 			return false, bad
 		}
 		vals[i] = reflect.ValueOf(dst[i]).Elem().Interface()
+		// An int part is a key of an integer column (a profile's version):
+		// one that column cannot hold is not one this server returned (a
+		// forged 2147483648 reached the statement, which failed as an
+		// INTERNAL error). A key of a bigint column decodes into int64.
+		if n, ok := vals[i].(int); ok && (n < math.MinInt32 || n > math.MaxInt32) {
+			return false, bad
+		}
 	}
 	// One this server returned is Encode's of what it holds: a part of
 	// null (which left its key empty: the first page again), a number

@@ -43,6 +43,29 @@ func TestDecodeTakesOnlyEncodesCursors(t *testing.T) {
 	}
 }
 
+// An int part holds what an integer column holds: a forged profile cursor
+// with version 2147483648 reached the statement and failed there as an
+// INTERNAL error (a probe); the column's bounds themselves decode.
+func TestDecodeKeepsIntPartsInTheirColumn(t *testing.T) {
+	raw := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	var s string
+	var n int
+	for _, bad := range []string{raw(`["thing","a",2147483648]`), raw(`["thing","a",-2147483649]`), raw(`["thing","a",99999999999]`)} {
+		if ok, err := kt.Decode(bad, &s, &n); ok || errs.CodeOf(err) != errs.InvalidInput {
+			t.Errorf("%q: %v %v", bad, ok, err)
+		}
+	}
+	for _, good := range []int{2147483647, -2147483648} {
+		if ok, err := kt.Decode(kt.Encode("a", good), &s, &n); !ok || err != nil || n != good {
+			t.Errorf("%d: %v %v %d", good, ok, err, n)
+		}
+	}
+	var big int64
+	if ok, err := kt.Decode(raw(`["thing","a",99999999999]`), &s, &big); !ok || err != nil || big != 99999999999 {
+		t.Errorf("an int64 part: %v %v %d", ok, err, big)
+	}
+}
+
 // A list refuses another list's cursor, saying so (it answered an empty
 // page: an instance id sorts where no pool id does).
 func TestDecodeRefusesAnotherKindsCursor(t *testing.T) {
