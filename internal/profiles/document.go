@@ -31,8 +31,13 @@ const (
 // SchemaURL names the profile document's JSON Schema.
 const SchemaURL = "https://schemas.bettercompute.dev/profile.json"
 
-// devicePath is the pattern of a block device path in a step's with.
-const devicePath = `^/dev/[A-Za-z0-9/_.-]{1,128}$`
+// devicePath is the pattern of a block device path in a step's with:
+// /dev and one or more names, none empty and none starting with a dot, so
+// no "." or ".." (a probe's "/dev/../../etc/passwd" passed as a disk to
+// wipe); at most 133 characters (deviceLen) in all, as before.
+const devicePath = `^/dev(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)+$`
+
+const deviceLen = `133`
 
 // stepNamePattern is a step name's rule: the product's name rule
 // (registry.Name: not empty, no leading or trailing space), so "   " or

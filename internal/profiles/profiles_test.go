@@ -431,6 +431,38 @@ func TestValidateAndRender(t *testing.T) {
 	if e2 := fixture.Code(t, err, errs.InvalidInput, fixture.AnyPath); e2.Details["issues"] == nil {
 		t.Fatalf("render's error carries no issues: %v", e2.Details)
 	}
+	// What a step's with could pass that it must not (a probe): a device
+	// path through "..", a userData over 65536 bytes in fewer characters,
+	// and image.write's verify false (set to true over it, silently).
+	for i, w := range []struct {
+		use  string
+		with map[string]any
+		path string
+	}{
+		{"disk.wipe", map[string]any{"devices": []any{"/dev/../../etc/passwd"}}, "document.steps[0].with.devices[0]"},
+		{"disk.wipe", map[string]any{"devices": []any{"/dev/nvme0n1", "/dev/disk/./x"}}, "document.steps[0].with.devices[1]"},
+		{"disk.wipe", map[string]any{"devices": []any{"/dev/" + strings.Repeat("a", 129)}}, "document.steps[0].with.devices[0]"},
+		{"cloud-init.write", map[string]any{"userData": strings.Repeat("é", 40000)}, "document.steps[0].with.userData"},
+		{"image.write", map[string]any{"verify": false}, "document.steps[0].with.verify"},
+	} {
+		id := fmt.Sprintf("loose-%d", i)
+		e.create("acme", id, 1, "", func(d map[string]any) {
+			d["steps"] = []any{map[string]any{"use": w.use, "with": w.with}}
+		})
+		v := fixture.Must(profiles.Validate(e.Ctx, e.DB, ref("acme", id, 1)))
+		if v.Valid || len(v.Issues) != 1 || v.Issues[0].Code != profiles.IssueInvalidWith || v.Issues[0].Path != w.path {
+			t.Fatalf("%s with %v: %+v", w.use, w.with, v.Issues)
+		}
+	}
+	for i, dev := range []string{"/dev/nvme0n1", "/dev/disk/by-id/nvme-Samsung_SSD_990.x", "/dev/" + strings.Repeat("a", 128)} {
+		id := fmt.Sprintf("tight-%d", i)
+		e.create("acme", id, 1, "", func(d map[string]any) {
+			d["steps"] = []any{map[string]any{"use": "disk.wipe", "with": map[string]any{"devices": []any{dev}}}}
+		})
+		if v := fixture.Must(profiles.Validate(e.Ctx, e.DB, ref("acme", id, 1))); !v.Valid {
+			t.Fatalf("%s: %+v", dev, v.Issues)
+		}
+	}
 	_, err = profiles.Validate(e.Ctx, e.DB, ref("beta", "bad", 1))
 	fixture.Code(t, err, errs.NotFound, "")
 	// Every shipped profile is valid.

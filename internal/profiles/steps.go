@@ -46,6 +46,9 @@ type StepDef struct {
 	// Source is the document field Fill reads (document.image); a field
 	// missing from both with and the document is reported there.
 	Source string
+	// MaxBytes bounds string fields of with in bytes of UTF-8, which a
+	// schema's maxLength (characters) does not.
+	MaxBytes map[string]int
 
 	schema *jsonschema.Schema
 }
@@ -76,8 +79,8 @@ type docView struct {
 	HostConfig map[string]any `json:"hostConfig"`
 }
 
-const devicesSchema = `{"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "string", "pattern": "` + devicePath + `"}}`
-const deviceSchema = `{"type": "string", "pattern": "` + devicePath + `"}`
+const deviceSchema = `{"type": "string", "maxLength": ` + deviceLen + `, "pattern": "` + devicePath + `"}`
+const devicesSchema = `{"type": "array", "minItems": 1, "maxItems": 64, "items": ` + deviceSchema + `}`
 
 // steps is the step registry, by name.
 var steps = map[string]*StepDef{}
@@ -124,7 +127,12 @@ func fillImage(d *docView, w map[string]any) map[string]any {
 			out["format"] = d.Image.Format
 		}
 	}
-	out["verify"] = true // the written image is checked against sha256
+	// The written image is checked against sha256: verify is true unless
+	// with says otherwise, which the schema then refuses (it was set to
+	// true over a with's false, silently).
+	if _, ok := out["verify"]; !ok {
+		out["verify"] = true
+	}
 	return out
 }
 
@@ -159,7 +167,7 @@ func init() {
 			}
 			return out
 		}})
-	register(&StepDef{Name: "cloud-init.write", Phase: "configure", Source: "document.userData", Schema: `{"type": "object", "required": ["userData"], "additionalProperties": false,
+	register(&StepDef{Name: "cloud-init.write", Phase: "configure", Source: "document.userData", MaxBytes: map[string]int{"userData": 65536}, Schema: `{"type": "object", "required": ["userData"], "additionalProperties": false,
 		"properties": {"userData": {"type": "string", "minLength": 1, "maxLength": 65536}}}`,
 		Fill: func(d *docView, w map[string]any) map[string]any {
 			out := copyWith(w)
@@ -362,7 +370,24 @@ func checkWith(def *StepDef, base string, with map[string]any) *Issue {
 		p, msg := firstProblem(base, v, err)
 		return &Issue{Path: p, Code: IssueInvalidWith, Message: fmt.Sprintf("%s rejects this with: %s", def.Name, msg)}
 	}
+	for _, k := range sortedKeys(def.MaxBytes) {
+		if s, ok := with[k].(string); ok && len(s) > def.MaxBytes[k] {
+			// The document's userData has the same bound in bytes; the
+			// step's with had it in characters (80,000 bytes of "é" passed).
+			return &Issue{Path: base + "." + k, Code: IssueInvalidWith,
+				Message: fmt.Sprintf("%s rejects this with: %s is longer than %d bytes of UTF-8", def.Name, k, def.MaxBytes[k])}
+		}
+	}
 	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // fromDocument reports whether an issue at path (under base) is about a
