@@ -730,12 +730,27 @@ func TestAuditDetailNamesWhatTheCallActedOn(t *testing.T) {
 	nodeID, _ := e.Node(acme.Admin.Token, "acme", pool)
 	must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
 	r = must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "gpu-node"}))
-	if d := detail(r); d["workflowId"] != r.Str("workflowId") || d["nodeId"] != nodeID {
+	if d := detail(r); d["workflowId"] != r.Str("workflowId") || d["nodeId"] != nodeID || d["profileId"] != "gpu-node" || d["profileVersion"] != float64(1) {
 		t.Fatalf("workflows.create detail %v", d)
 	}
 	r = must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("other", 3), ""))
 	if d := detail(r); d["profileId"] != "other" || d["profileVersion"] != float64(3) {
 		t.Fatalf("profiles.create detail %v", d)
+	}
+	// Which version an update or a delete named (a probe could not tell
+	// one version's delete from every version's), refused or not.
+	r = must(t, e.Call(acme.Member.Token, "profiles/update", map[string]any{"tenantId": "acme", "profileId": "other", "profileVersion": 3, "visibility": "private"}))
+	if d := detail(r); d["profileVersion"] != float64(3) {
+		t.Fatalf("profiles.update detail %v", d)
+	}
+	r = e.Call(acme.Member.Token, "profiles/update", map[string]any{"tenantId": "acme", "profileId": "other", "profileVersion": 4, "visibility": "private"})
+	expect(t, r, "NOT_FOUND", "")
+	if d := detail(r); d["profileVersion"] != float64(4) {
+		t.Fatalf("a refused profiles.update's detail %v", d)
+	}
+	r = must(t, e.Call(acme.Member.Token, "profiles/delete", map[string]any{"tenantId": "acme", "profileId": "other", "profileVersion": 3}))
+	if d := detail(r); d["profileVersion"] != float64(3) {
+		t.Fatalf("profiles.delete detail %v", d)
 	}
 	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
 	start := time.Now().UTC().Add(time.Hour)

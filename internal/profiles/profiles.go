@@ -624,13 +624,13 @@ func Methods() []registry.Method {
 				publicShipped, publicOwned},
 			registry.TenantID(), profileID(), version(true),
 			registry.Field{Name: "document", Type: registry.Any, Schema: DocumentSchema}, visibility,
-			registry.ExpectedVersion()), nil, Update),
+			registry.ExpectedVersion()), nil, Update).WithAuditFields("profileVersion"),
 		registry.Def(m("delete", registry.Mutation, authz.ProfilesManage, authz.Profile,
 			"Hides one version, or every version when `profileVersion` is omitted, from new workflows and returns the number deleted.",
 			[]string{"Workflows already started keep the profile document they snapshotted. Profiles that modules ship are not stored, so deleting one is `NOT_FOUND`, as is a profile the tenant does not have.",
 				"A deleted version stays hidden for good, and its id and version are never stored again: `profiles.create` refuses them as existing; create the next version instead.",
 				"Deleting the tenant's last public version of an id frees the id for another tenant to publish."},
-			ref()...), nil, Delete),
+			ref()...), nil, Delete).WithAuditFields("profileVersion"),
 	}
 }
 

@@ -534,7 +534,7 @@ func Methods() []registry.Method {
 				"A profile that does not render is `INVALID_INPUT` with `details.path` `profileId` and the problems in `details.issues` (as `profiles.render` gives them).",
 				"The node must be one the tenant owns and not removed (`NOT_FOUND` otherwise); a cordoned node is `INVALID_STATE`. A node runs one workflow at a time: `CONFLICT` while another is pending or running on it.",
 				"From then on the profile version is `used`: its document can no longer change. The first use bumps the stored version's `rowVersion` and `updatedAt`. An update of the document that races the first use either commits first (and the workflow snapshots the new document) or is refused with `INVALID_STATE`."},
-			registry.TenantID(), nodeID, profiles.IDField(), profiles.VersionField(false)), nil, Create).WithAuditOutput("workflowId"),
+			registry.TenantID(), nodeID, profiles.IDField(), profiles.VersionField(false)), nil, Create).WithAuditOutput("workflowId", "profileVersion").WithAuditFields("profileVersion"),
 		registry.Def(m("get", registry.Read, authz.WorkflowsRead, authz.Tenant,
 			"Returns one of the tenant's workflows.",
 			[]string{"`NOT_FOUND` when the tenant has no such workflow."}, ref()...), nil, Get),
