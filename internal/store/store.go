@@ -271,6 +271,16 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	notes := &txNotes{}
 	tx, err := db.BeginTxx(context.WithValue(ctx, notesKey{}, notes), nil)
+	if errors.Is(err, driver.ErrBadConn) {
+		// database/sql gave up finding a live connection: every one it
+		// took from the pool had been closed under an earlier call (a
+		// client's cancel closes its connection), and its last, "new"
+		// try can be handed one freed by another call, closed too (its
+		// session reset answered ErrBadConn). Nothing of the transaction
+		// ran: DB.Tx tries again (a plain transaction was answered
+		// UNAVAILABLE in TestExecAtCommitConcurrent, 1 run in 15).
+		return sessionLost{Wrap(err)}
+	}
 	if err != nil {
 		return Wrap(err)
 	}
