@@ -208,7 +208,7 @@ the operator reads every tenant's).
 """
 type AuditRecord {
   auditId: String!
-  "The tenant the call named (or the tenant of the credential's node or join token)."
+  "The tenant the call named (or, naming none, the tenant of the credential's join token, or else the credential's own tenant: a node's, a service token's, a user's home tenant)."
   tenantId: String!
   principal: AuditPrincipal!
   "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves."

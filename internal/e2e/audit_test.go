@@ -733,6 +733,14 @@ func TestAuditDetailNamesWhatTheCallActedOn(t *testing.T) {
 	if d := detail(r); d["workflowId"] != r.Str("workflowId") || d["nodeId"] != nodeID || d["profileId"] != "gpu-node" || d["profileVersion"] != float64(1) {
 		t.Fatalf("workflows.create detail %v", d)
 	}
+	// A call naming no tenant belongs to its credential's tenant: an admin
+	// token's refused inventory.report is in acme's trail (it went to the
+	// platform's, which acme's admins cannot read).
+	r = e.Call(acme.Admin.Token, "inventory/report", map[string]any{"nodeId": nodeID, "sections": machineReport(t, 1)})
+	expect(t, r, "PERMISSION_DENIED", "")
+	if a := recordOf(t, e, "acme", r.Header.Get("X-Request-Id")); a.Method != "inventory.report" || a.Outcome != "PERMISSION_DENIED" {
+		t.Fatalf("the refused report's record: %+v", a)
+	}
 	r = must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("other", 3), ""))
 	if d := detail(r); d["profileId"] != "other" || d["profileVersion"] != float64(3) {
 		t.Fatalf("profiles.create detail %v", d)

@@ -510,8 +510,9 @@ func (k keptWrites) Unwrap() error { return k.err }
 // auditEntry is the audit record of one mutation attempt (err nil: a
 // success). Its tenant is the tenant the call names (tenants.create: the
 // tenant created or asked for), else the tenant of the resource its
-// credential belongs to (a node credential's node, a join token's pool);
-// audit.Write records a tenant that does not exist under the platform.
+// credential belongs to (a join token's pool) or the credential's home
+// tenant (a node's, a service or user principal's); audit.Write records a
+// tenant that does not exist, or none, under the platform.
 func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Resource, out any, err error) audit.Entry {
 	e := audit.Entry{Method: m.Key(), Outcome: outcome(ctx, err), Detail: auditDetail(m, in, out, err)}
 	if m.holder != nil && in != nil {
@@ -529,7 +530,12 @@ func auditEntry(ctx context.Context, q store.Q, m *Method, in any, res authz.Res
 	}
 	e.TenantID = res.TenantID
 	if e.TenantID == "" {
-		if p := reqctx.PrincipalFrom(ctx); p != nil && p.Kind == "node" {
+		// A call naming no tenant (a node's own methods) belongs to its
+		// credential's home tenant: a node's, or a service or user
+		// principal's (a probe's admin token calling inventory.report was
+		// refused, and the record went to the platform, where the tenant's
+		// admins could not read it). The operator's are the platform's.
+		if p := reqctx.PrincipalFrom(ctx); p != nil {
 			e.TenantID = p.TenantID
 		}
 	}
