@@ -86,7 +86,7 @@ func Reasons() []ReasonInfo {
 		{"canceled", InvalidState, "the reservation is canceled"},
 		{"expired", InvalidState, "the reservation has ended"},
 		{"deleted", InvalidState, "the instance is deleted"},
-		{"not-running", InvalidState, "`instances.reboot`: the instance is not running"},
+		{"not-running", InvalidState, "`instances.reboot`: its desired state is not `running`, or it failed"},
 		{"not-a-move", InvalidState, "a host's report of a state the instance cannot move to from its own"},
 		{"operations", RateLimited, "a WebSocket's subscribe past the operations it may run at once (`details.limit`); the socket stays: complete one first"},
 		{"sessions", RateLimited, "the credential holds its sockets and streams on this replica"},

@@ -116,7 +116,7 @@ func Methods() []registry.Method {
 	return []registry.Method{
 		registry.Def(registry.Method{Group: "tenants", Name: "create", Kind: registry.Mutation,
 			Summary:    "Creates a tenant.",
-			Notes:      []string{"Only the operator creates tenants.", "`CONFLICT` when the id is taken; `builtin` is reserved."},
+			Notes:      []string{"Only the operator creates tenants.", "`CONFLICT` when the id is taken; `builtin` is reserved: naming it is `PERMISSION_DENIED` (the builtin tenant is read-only)."},
 			Permission: authz.TenantsCreate, Resource: authz.Platform, Module: "core", Phase: "v0.1",
 			Input: []registry.Field{registry.TenantID(), registry.Name(true)}}, nil, Create),
 		registry.Def(registry.Method{Group: "tenants", Name: "get", Kind: registry.Read,
