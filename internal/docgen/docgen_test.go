@@ -211,3 +211,20 @@ func TestGraphObjectsHoldTheMethodsFields(t *testing.T) {
 		t.Errorf("only %d objects of the method surface have a graph type", pairs)
 	}
 }
+
+// Every schema the named schemas refer to has its own section on
+// schemas.md: InventorySections referred to CPU, GPU, Disk, NIC, Memory,
+// OS and System, which only openapi.json held (a reader following the
+// inventory guide found no page saying memory is totalBytes).
+func TestSchemasPageDefinesWhatItRefersTo(t *testing.T) {
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(files["docs/api/schemas.md"])
+	for _, m := range regexp.MustCompile(`"#/components/schemas/([A-Za-z0-9_.-]+)"`).FindAllStringSubmatch(page, -1) {
+		if !strings.Contains(page, "\n## "+m[1]+"\n") {
+			t.Errorf("schemas.md refers to %s and has no section for it", m[1])
+		}
+	}
+}

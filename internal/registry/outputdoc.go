@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -187,7 +189,27 @@ func (r *Registry) SchemasMarkdown() string {
 	b.WriteString("# Named schemas\n\nGenerated from the method registry by `make generate`; do not edit.\n\n")
 	b.WriteString("Documents the server keeps as JSON (a profile document, inventory sections, a join request's hardware) and closed sets of strings, as the packages that check them define them. The same schemas are the `components.schemas` of [openapi.json](openapi.json); GraphQL enums carry the same values in upper case with `_` for `-`.\n")
 	comps := r.Components()
-	for _, n := range r.outputSchemas().defined {
+	// The named schemas, then every component they refer to, at any depth,
+	// that has no section yet (InventorySections' CPU, GPU, Disk...: a
+	// reader found them only in openapi.json).
+	names := slices.Clone(r.outputSchemas().defined)
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[n] = true
+	}
+	for i := 0; i < len(names); i++ {
+		j, _ := json.Marshal(comps[names[i]])
+		var more []string
+		for _, m := range componentRef.FindAllSubmatch(j, -1) {
+			if n := string(m[1]); !seen[n] && comps[n] != nil {
+				seen[n] = true
+				more = append(more, n)
+			}
+		}
+		sort.Strings(more)
+		names = append(names, more...)
+	}
+	for _, n := range names {
 		c, _ := comps[n].(map[string]any)
 		fmt.Fprintf(&b, "\n## %s\n\n", n)
 		if d, ok := c["description"].(string); ok {
@@ -202,6 +224,8 @@ func (r *Registry) SchemasMarkdown() string {
 	}
 	return b.String()
 }
+
+var componentRef = regexp.MustCompile(`"#/components/schemas/([A-Za-z0-9_.-]+)"`)
 
 // codeTable renders rows of the error table, each code with its anchor.
 func codeTable(b *strings.Builder, rows []errs.Info) {
