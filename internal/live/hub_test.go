@@ -352,16 +352,22 @@ func TestListenerReconnectsAndCatchesUp(t *testing.T) {
 	}
 }
 
-// Subscribers that replay from a cursor and then stop reading hold a
-// bounded part of the outbox each (ReplayPage events, ReplayBytes of their
-// data), not a whole page of 500: 40 of them over 300 events of 4 KiB
-// held about 48 MB; now about 40 × 40 KiB.
-func TestStalledReplaysHoldLittle(t *testing.T) {
-	db := testkit.DB(t)
-	pad := strings.Repeat("x", 4096)
+// heapAfterGC is the live heap once a collection has run.
+func heapAfterGC() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// writePadded commits n events of tenant t, each with size bytes of data
+// beside its state, and waits until they are numbered.
+func writePadded(t *testing.T, db *store.DB, n, size int) {
+	t.Helper()
+	pad := strings.Repeat("x", size)
 	ctx := store.ForRequest(context.Background())
 	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
-		for i := 0; i < 300; i++ {
+		for i := 0; i < n; i++ {
 			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "t", PoolID: "p", ResourceID: fmt.Sprint("i", i),
 				Data: json.RawMessage(`{"state": "running", "pad": "` + pad + `"}`)}); err != nil {
 				return err
@@ -372,22 +378,25 @@ func TestStalledReplaysHoldLittle(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.Eventually(t, 10*time.Second, func() error {
-		if n := len(all(t, db, events.Filter{TenantID: "t"})); n != 300 {
-			return fmt.Errorf("%d events numbered", n)
+		if got := len(all(t, db, events.Filter{TenantID: "t"})); got != n {
+			return fmt.Errorf("%d events numbered", got)
 		}
 		return nil
 	})
+}
+
+// Subscribers that replay from a cursor and then stop reading hold a
+// bounded part of the outbox each (ReplayPage events, ReplayBytes of their
+// data), not a whole page of 500: 40 of them over 300 events of 4 KiB
+// held about 48 MB; now about 40 × 40 KiB.
+func TestStalledReplaysHoldLittle(t *testing.T) {
+	db := testkit.DB(t)
+	writePadded(t, db, 300, 4096)
 	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{Stall: time.Minute})
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go hub.Run(hctx)
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAfterGC()
 	var subs []*live.Subscription
 	for i := 0; i < 40; i++ {
 		var zero uint64
@@ -407,7 +416,7 @@ func TestStalledReplaysHoldLittle(t *testing.T) {
 		}
 		return nil
 	})
-	grew := int64(heap()) - int64(before)
+	grew := int64(heapAfterGC()) - int64(before)
 	t.Logf("40 stalled replays: the heap grew by %d KiB", grew>>10)
 	if grew > 16<<20 {
 		t.Fatalf("40 stalled replays hold %d MiB", grew>>20)
@@ -475,36 +484,12 @@ func TestReplayEndsWhereRetentionTookEvents(t *testing.T) {
 // few thousand kept events.
 func TestAReplayedEventHoldsOnlyItself(t *testing.T) {
 	db := testkit.DB(t)
-	pad := strings.Repeat("x", 16<<10)
-	ctx := store.ForRequest(context.Background())
-	if err := db.Tx(ctx, func(tx *sqlx.Tx) error {
-		for i := 0; i < 256; i++ {
-			if err := events.Write(ctx, tx, events.Record{Type: events.Running, TenantID: "t", PoolID: "p", ResourceID: fmt.Sprint("i", i),
-				Data: json.RawMessage(`{"state": "running", "pad": "` + pad + `"}`)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	wait.Eventually(t, 10*time.Second, func() error {
-		if n := len(all(t, db, events.Filter{TenantID: "t"})); n != 256 {
-			return fmt.Errorf("%d events numbered", n)
-		}
-		return nil
-	})
+	writePadded(t, db, 256, 16<<10)
 	hub := live.New(db, slog.New(slog.NewTextHandler(io.Discard, nil)), live.Config{ReplayPage: 64, ReplayBytes: 4 << 20})
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go hub.Run(hctx)
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAfterGC()
 	var zero uint64
 	sub, err := hub.Subscribe(hctx, events.Filter{TenantID: "t"}, &zero)
 	if err != nil {
@@ -517,7 +502,7 @@ func TestAReplayedEventHoldsOnlyItself(t *testing.T) {
 	sub.Stop()
 	kept := []*events.Event{got[0], got[64], got[128], got[192]} // one of each page
 	got = nil
-	grew := int64(heap()) - int64(before)
+	grew := int64(heapAfterGC()) - int64(before)
 	t.Logf("4 kept events of 16 KiB: the heap grew by %d KiB", grew>>10)
 	if grew > 1<<20 {
 		t.Fatalf("4 kept events hold %d KiB: their pages", grew>>10)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -370,7 +372,7 @@ func checkWith(def *StepDef, base string, with map[string]any) *Issue {
 		p, msg := firstProblem(base, v, err)
 		return &Issue{Path: p, Code: IssueInvalidWith, Message: fmt.Sprintf("%s rejects this with: %s", def.Name, msg)}
 	}
-	for _, k := range sortedKeys(def.MaxBytes) {
+	for _, k := range slices.Sorted(maps.Keys(def.MaxBytes)) {
 		if s, ok := with[k].(string); ok && len(s) > def.MaxBytes[k] {
 			// The document's userData has the same bound in bytes; the
 			// step's with had it in characters (80,000 bytes of "é" passed).
@@ -379,15 +381,6 @@ func checkWith(def *StepDef, base string, with map[string]any) *Issue {
 		}
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // fromDocument reports whether an issue at path (under base) is about a
