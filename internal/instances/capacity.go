@@ -299,10 +299,14 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 		SELECT $1, d, $2, g FROM unnest($3::text[], $4::text[]) AS x(d, g)`, node, i.InstanceID, devIDs, gpus); err != nil {
 		return false, "", store.Wrap(err)
 	}
-	if _, err := q.ExecContext(ctx, `UPDATE instances SET host_node_id = $2 WHERE instance_id = $1`, i.InstanceID, node); err != nil {
+	// Placed, it holds room from now on: a failed instance placed for the
+	// first time (one an unoffer failed while it waited) is placed here,
+	// not by the move from pending (a probe's such instance ran on a GPU
+	// that capacity and reservations still counted as free).
+	if _, err := q.ExecContext(ctx, `UPDATE instances SET host_node_id = $2, placed = true WHERE instance_id = $1`, i.InstanceID, node); err != nil {
 		return false, "", store.Wrap(err)
 	}
-	i.Host = &node
+	i.Host, i.Placed = &node, true
 	i.Normalize()
 	return true, "", nil
 }

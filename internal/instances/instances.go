@@ -84,9 +84,11 @@ type Instance struct {
 	StepTries          int       `json:"-" db:"step_tries"`
 	// StepRequested: the provider took the current step's call;
 	// RebootTarget: the reboot generation the current boot or reboot ends
-	// (migration 00023).
+	// (migration 00023); Placed: it was ever placed, and so holds room
+	// (migration 00026).
 	StepRequested bool           `json:"-" db:"step_requested"`
 	RebootTarget  int            `json:"-" db:"reboot_target"`
+	Placed        bool           `json:"-" db:"placed"`
 	ClientToken   sql.NullString `json:"-" db:"client_token"`
 	RequestHash   sql.NullString `json:"-" db:"request_hash"`
 	GPUs          int            `json:"-" db:"gpus"`
@@ -114,7 +116,7 @@ func (i *Instance) Normalize() *Instance {
 
 const cols = `instance_id, tenant_id, pool_id, project_id, name, gpus, gpu_profile, vcpus, memory_gib, image,
 	desired_state, desired_at, state, state_reason, state_since, step_tries, step_requested, reboot_generation, rebooted_generation,
-	reboot_target, host_node_id, offered, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
+	reboot_target, placed, host_node_id, offered, client_token, request_hash, row_version, created_at, updated_at, deleted_at`
 
 // Inputs.
 type (

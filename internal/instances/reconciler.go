@@ -283,6 +283,27 @@ func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *p
 		return stepWithoutProvider(ctx, q, i, p)
 	}
 	pool := provider.Pool{PoolID: p.PoolID, Account: p.Account.String, Policy: json.RawMessage(p.Policy)}
+	if i.State == Failed && !i.Placed && Next(i) == Provisioning {
+		// Failed before it was ever placed (its pool archived or no longer
+		// offered while it waited), it holds no room: started again, it
+		// takes its room as a pending instance does before it provisions,
+		// or waits, failed, saying why (it went to provisioning past a full
+		// pool's capacity).
+		ok, reason, err := s.providerRoom(ctx, q, i, p)
+		if u := (unplaceable{}); errors.As(err, &u) {
+			return moved(failPlacement(ctx, q, i, u.reason))
+		}
+		if err != nil {
+			return stepResult{}, err
+		}
+		if !ok {
+			return waitForRoom(ctx, q, i, reason)
+		}
+		if _, err := q.ExecContext(ctx, `UPDATE instances SET placed = true WHERE instance_id = $1`, i.InstanceID); err != nil {
+			return stepResult{}, store.Wrap(err)
+		}
+		return moved(move(ctx, q, i, Provisioning, nil))
+	}
 	if !Transitional(i.State) && i.State != Pending {
 		next := Next(i)
 		if next == "" {

@@ -709,3 +709,46 @@ func TestHostedRoomIsTheReadyHosts(t *testing.T) {
 		t.Fatalf("free: %d GPUs, want 0 (a and b full)", free)
 	}
 }
+
+// An instance that failed before it was ever placed (an unoffer while it
+// waited) holds no room; started again, it takes its room as a pending one
+// does: in a hosted pool it is placed and then holds it (a probe's such
+// instance ran on a GPU that capacity and reservations still counted as
+// free), and in a provider pool it waits, failed, while the pool is full
+// (it went to provisioning past the capacity).
+func TestNeverPlacedInstanceTakesItsRoomWhenStarted(t *testing.T) {
+	r := newRig(t)
+	neverPlaced := func(pool string, gpus int) string {
+		id := r.sized(pool, gpus)
+		r.exec(`UPDATE instances SET state = 'failed', state_reason = 'the pool is no longer offered to the instance''s tenant' WHERE instance_id = $1`, id)
+		return id
+	}
+	hosted := r.pool("vps-hosted", "", `{}`)
+	host := r.host(hosted)
+	j := neverPlaced(hosted, 3)
+	if free := r.freeGPUs(hosted); free != 8 {
+		t.Fatalf("free beside a never placed instance: %d GPUs, want 8", free)
+	}
+	r.want(j, Running)
+	if states, _ := r.run(j); strings.Join(states, ",") != Provisioning || deref(r.get(j).Host) != host || r.allocations(j) != 3 {
+		t.Fatalf("j: %v on %q with %d devices", states, deref(r.get(j).Host), r.allocations(j))
+	}
+	if free := r.freeGPUs(hosted); free != 5 {
+		t.Fatalf("free once j is placed: %d GPUs, want 5", free)
+	}
+
+	prov := r.pool("vps-provider", "sim", `{"capacity": {"gpus": 1}, "sim": {"latencyMs": 0}}`)
+	holder := r.sized(prov, 1)
+	r.converge(holder, Provisioning, Running)
+	k := neverPlaced(prov, 1)
+	r.want(k, Running)
+	if states, res := r.run(k); len(states) != 0 || res.outcome != wait || deref(r.get(k).StateReason) != roomReason {
+		t.Fatalf("k past the full pool: %v, outcome %d: %q", states, res.outcome, deref(r.get(k).StateReason))
+	}
+	r.want(holder, Deleted)
+	r.converge(holder, Deleting, Deleted)
+	r.converge(k, Provisioning, Running)
+	if !r.get(k).Placed || r.freeGPUs(prov) != 0 {
+		t.Fatalf("k placed %v, free %d", r.get(k).Placed, r.freeGPUs(prov))
+	}
+}
