@@ -289,18 +289,11 @@ func (s *Service) stepProvider(ctx context.Context, q store.Q, i *Instance, p *p
 		// takes its room as a pending instance does before it provisions,
 		// or waits, failed, saying why (it went to provisioning past a full
 		// pool's capacity).
-		ok, reason, err := s.providerRoom(ctx, q, i, p)
-		if u := (unplaceable{}); errors.As(err, &u) {
-			return moved(failPlacement(ctx, q, i, u.reason))
+		if res, ok, err := s.takeRoom(ctx, q, i, p); !ok || err != nil {
+			return res, err
 		}
-		if err != nil {
+		if err := markPlaced(ctx, q, i); err != nil {
 			return stepResult{}, err
-		}
-		if !ok {
-			return waitForRoom(ctx, q, i, reason)
-		}
-		if _, err := q.ExecContext(ctx, `UPDATE instances SET placed = true WHERE instance_id = $1`, i.InstanceID); err != nil {
-			return stepResult{}, store.Wrap(err)
 		}
 		return moved(move(ctx, q, i, Provisioning, nil))
 	}
@@ -381,17 +374,10 @@ func vmOf(i *Instance) provider.VM {
 // (capacity held by other tenants' reservations is not ours) and moves it
 // to provisioning; without room it waits, saying why.
 func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolRow, pol Policy, drv provider.Provider, pool provider.Pool) (stepResult, error) {
-	ok, reason, err := s.providerRoom(ctx, q, i, p)
-	if u := (unplaceable{}); errors.As(err, &u) {
-		return moved(failPlacement(ctx, q, i, u.reason))
+	if res, ok, err := s.takeRoom(ctx, q, i, p); !ok || err != nil {
+		return res, err
 	}
-	if err != nil {
-		return stepResult{}, err
-	}
-	if !ok {
-		return waitForRoom(ctx, q, i, reason)
-	}
-	err = drv.Create(ctx, pool, vmOf(i))
+	err := drv.Create(ctx, pool, vmOf(i))
 	if errors.Is(err, provider.ErrNoCapacity) {
 		return waitForRoom(ctx, q, i, noRoom)
 	}
@@ -399,6 +385,30 @@ func (s *Service) createVM(ctx context.Context, q store.Q, i *Instance, p *poolR
 		return s.tried(ctx, q, i, pol, err)
 	}
 	return moved(move(ctx, q, i, Provisioning, nil))
+}
+
+// takeRoom decides whether a provider pool has room for the instance now
+// (providerRoom): ok false with the step's result when the pool no longer
+// takes it (it fails, saying why) or it waits for room.
+func (s *Service) takeRoom(ctx context.Context, q store.Q, i *Instance, p *poolRow) (res stepResult, ok bool, err error) {
+	ok, reason, err := s.providerRoom(ctx, q, i, p)
+	if u := (unplaceable{}); errors.As(err, &u) {
+		res, err = moved(failPlacement(ctx, q, i, u.reason))
+		return res, false, err
+	}
+	if err != nil || ok {
+		return stepResult{}, ok, err
+	}
+	res, err = waitForRoom(ctx, q, i, reason)
+	return res, false, err
+}
+
+// markPlaced records that the instance holds room from now on
+// (instances.placed, migration 00026).
+func markPlaced(ctx context.Context, q store.Q, i *Instance) error {
+	_, err := q.ExecContext(ctx, `UPDATE instances SET placed = true WHERE instance_id = $1`, i.InstanceID)
+	i.Placed = true
+	return store.Wrap(err)
 }
 
 // completes is the observed state that completes each transitional state.
@@ -488,8 +498,8 @@ func (s *Service) tried(ctx context.Context, q store.Q, i *Instance, pol Policy,
 		if i.State == Pending && perm == nil {
 			// Its create may have made a VM whose answer was lost: it
 			// holds its room as a placed one does, until it is deleted.
-			if _, err := q.ExecContext(ctx, `UPDATE instances SET placed = true WHERE instance_id = $1`, i.InstanceID); err != nil {
-				return stepResult{}, store.Wrap(err)
+			if err := markPlaced(ctx, q, i); err != nil {
+				return stepResult{}, err
 			}
 		}
 		_, merr := move(ctx, q, i, Failed, ptr(fmt.Sprintf("%s failed after %d tries: %v", i.State, i.StepTries+1, err)))
