@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -93,14 +94,10 @@ type Main struct {
 	inst *runner.Runner
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-// ParseFlags reads the environment, then flags that mirror it.
+// ParseFlags reads the environment, then flags that mirror it. A variable
+// goes through its flag's own parser, so a value that flag would refuse
+// (COMPUTE_RATE_LIMIT=1OO) stops the start instead of turning into the
+// zero value, which for the rate limit means "off".
 func (m *Main) ParseFlags(args []string) error {
 	m.Command = "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -110,32 +107,59 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("unknown command %q (serve, migrate)", m.Command)
 	}
 	fs := flag.NewFlagSet("computed "+m.Command, flag.ContinueOnError)
-	fs.StringVar(&m.Addr, "addr", env("COMPUTE_ADDR", "127.0.0.1:8080"), "listen address (COMPUTE_ADDR)")
-	fs.StringVar(&m.URL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL; empty starts the embedded default (DATABASE_URL)")
-	fs.StringVar(&m.DataDir, "data-dir", env("COMPUTE_DATA_DIR", ".data"), "embedded database and files (COMPUTE_DATA_DIR)")
-	rl, _ := strconv.ParseFloat(env("COMPUTE_RATE_LIMIT", "100"), 64)
-	fs.Float64Var(&m.RateLimit, "rate-limit", rl, "requests per second per credential, 0 disables (COMPUTE_RATE_LIMIT)")
-	reqTimeout, _ := time.ParseDuration(env("COMPUTE_REQUEST_TIMEOUT", "15s"))
-	fs.DurationVar(&m.RequestTimeout, "request-timeout", reqTimeout, "deadline of every request and socket operation (COMPUTE_REQUEST_TIMEOUT)")
-	stmtTimeout, _ := time.ParseDuration(env("COMPUTE_STATEMENT_TIMEOUT", "10s"))
-	fs.DurationVar(&m.StatementTimeout, "statement-timeout", stmtTimeout, "PostgreSQL statement_timeout of the pool (COMPUTE_STATEMENT_TIMEOUT)")
-	maxConns, _ := strconv.Atoi(env("COMPUTE_DB_MAX_CONNS", "30"))
-	fs.IntVar(&m.DBMaxConns, "db-max-conns", maxConns, "every database connection this replica opens, pool, listeners and provider together (COMPUTE_DB_MAX_CONNS)")
+	vars := map[string]string{} // flag name -> its environment variable
+	mirror := func(name, variable string) { vars[name] = variable }
+	fs.StringVar(&m.Addr, "addr", "127.0.0.1:8080", "listen address (COMPUTE_ADDR)")
+	mirror("addr", "COMPUTE_ADDR")
+	fs.StringVar(&m.URL, "database-url", "", "PostgreSQL URL; empty starts the embedded default (DATABASE_URL)")
+	mirror("database-url", "DATABASE_URL")
+	fs.StringVar(&m.DataDir, "data-dir", ".data", "embedded database and files (COMPUTE_DATA_DIR)")
+	mirror("data-dir", "COMPUTE_DATA_DIR")
+	fs.Float64Var(&m.RateLimit, "rate-limit", 100, "requests per second per credential, 0 disables (COMPUTE_RATE_LIMIT)")
+	mirror("rate-limit", "COMPUTE_RATE_LIMIT")
+	fs.DurationVar(&m.RequestTimeout, "request-timeout", 15*time.Second, "deadline of every request and socket operation (COMPUTE_REQUEST_TIMEOUT)")
+	mirror("request-timeout", "COMPUTE_REQUEST_TIMEOUT")
+	fs.DurationVar(&m.StatementTimeout, "statement-timeout", 10*time.Second, "PostgreSQL statement_timeout of the pool (COMPUTE_STATEMENT_TIMEOUT)")
+	mirror("statement-timeout", "COMPUTE_STATEMENT_TIMEOUT")
+	fs.IntVar(&m.DBMaxConns, "db-max-conns", 30, "every database connection this replica opens, pool, listeners and provider together (COMPUTE_DB_MAX_CONNS)")
+	mirror("db-max-conns", "COMPUTE_DB_MAX_CONNS")
 	host, _ := os.Hostname()
-	fs.StringVar(&m.ReplicaName, "replica-name", env("COMPUTE_REPLICA_NAME", fmt.Sprintf("%s-%d", host, os.Getpid())), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
-	origins := fs.String("allowed-origins", env("COMPUTE_ALLOWED_ORIGINS", ""), "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
-	retention := fs.String("event-retention", env("COMPUTE_EVENT_RETENTION", "7d"), "how long events, and deleted instances, are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
-	auditRetention := fs.String("audit-retention", env("COMPUTE_AUDIT_RETENTION", "400d"), "how long audit records are kept: a Go duration or a number of days such as 400d (COMPUTE_AUDIT_RETENTION)")
-	fs.StringVar(&m.DebugAddr, "debug-addr", env("COMPUTE_DEBUG_ADDR", ""), "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
-	gqlConc, _ := strconv.Atoi(env("COMPUTE_GRAPHQL_CONCURRENCY", "0"))
-	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", gqlConc, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
-	perCred, _ := strconv.Atoi(env("COMPUTE_SESSIONS_PER_CREDENTIAL", "256"))
-	fs.IntVar(&m.SessionsPerCredential, "sessions-per-credential", perCred, "WebSockets and event streams one credential may hold open on this replica (COMPUTE_SESSIONS_PER_CREDENTIAL)")
-	trusted := fs.String("trusted-proxies", env("COMPUTE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of the proxies whose forwarding header names the client address; empty: none (COMPUTE_TRUSTED_PROXIES)")
-	fwdHeader := fs.String("forwarded-header", env("COMPUTE_FORWARDED_HEADER", "X-Forwarded-For"), "the header the trusted proxies write: X-Forwarded-For or Forwarded (COMPUTE_FORWARDED_HEADER)")
-	workers, _ := strconv.Atoi(env("COMPUTE_RECONCILE_WORKERS", "10"))
-	fs.IntVar(&m.Instances.Workers, "reconcile-workers", workers, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
+	fs.StringVar(&m.ReplicaName, "replica-name", fmt.Sprintf("%s-%d", host, os.Getpid()), "this replica's name in application_name and the cluster lease, unique in the cluster (COMPUTE_REPLICA_NAME)")
+	mirror("replica-name", "COMPUTE_REPLICA_NAME")
+	origins := fs.String("allowed-origins", "", "comma-separated WebSocket origins besides the server's own (COMPUTE_ALLOWED_ORIGINS)")
+	mirror("allowed-origins", "COMPUTE_ALLOWED_ORIGINS")
+	retention := fs.String("event-retention", "7d", "how long events, and deleted instances, are kept: a Go duration or a number of days such as 7d (COMPUTE_EVENT_RETENTION)")
+	mirror("event-retention", "COMPUTE_EVENT_RETENTION")
+	auditRetention := fs.String("audit-retention", "400d", "how long audit records are kept: a Go duration or a number of days such as 400d (COMPUTE_AUDIT_RETENTION)")
+	mirror("audit-retention", "COMPUTE_AUDIT_RETENTION")
+	fs.StringVar(&m.DebugAddr, "debug-addr", "", "listen address of net/http/pprof; empty: off (COMPUTE_DEBUG_ADDR)")
+	mirror("debug-addr", "COMPUTE_DEBUG_ADDR")
+	fs.IntVar(&m.GraphQLConcurrency, "graphql-concurrency", 0, "GraphQL queries and mutations executing at once; 0: 4 per CPU (COMPUTE_GRAPHQL_CONCURRENCY)")
+	mirror("graphql-concurrency", "COMPUTE_GRAPHQL_CONCURRENCY")
+	fs.IntVar(&m.SessionsPerCredential, "sessions-per-credential", 256, "WebSockets and event streams one credential may hold open on this replica (COMPUTE_SESSIONS_PER_CREDENTIAL)")
+	mirror("sessions-per-credential", "COMPUTE_SESSIONS_PER_CREDENTIAL")
+	trusted := fs.String("trusted-proxies", "", "comma-separated CIDRs of the proxies whose forwarding header names the client address; empty: none (COMPUTE_TRUSTED_PROXIES)")
+	mirror("trusted-proxies", "COMPUTE_TRUSTED_PROXIES")
+	fwdHeader := fs.String("forwarded-header", "X-Forwarded-For", "the header the trusted proxies write: X-Forwarded-For or Forwarded (COMPUTE_FORWARDED_HEADER)")
+	mirror("forwarded-header", "COMPUTE_FORWARDED_HEADER")
+	fs.IntVar(&m.Instances.Workers, "reconcile-workers", 10, "instances this replica reconciles at once (COMPUTE_RECONCILE_WORKERS)")
+	mirror("reconcile-workers", "COMPUTE_RECONCILE_WORKERS")
+	var setErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := vars[f.Name]
+		if v := os.Getenv(name); v != "" && setErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				setErr = fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	})
+	if setErr != nil {
+		return setErr
+	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := m.checkBounds(vars); err != nil {
 		return err
 	}
 	d, err := parseRetention("COMPUTE_EVENT_RETENTION", *retention)
@@ -411,6 +435,31 @@ const maxRetentionDays = 36500
 // parseRetention reads a retention setting (name, for the error): a Go
 // duration of at least a minute or a number of days ("7d"), at most
 // maxRetentionDays either way.
+// checkBounds refuses values that parse but mean nothing sensible: a
+// negative or infinite rate (only 0 turns the limit off), timeouts and
+// counts that are not positive. (The connection budget and the retentions
+// are checked where they are parsed.)
+func (m *Main) checkBounds(vars map[string]string) error {
+	bad := func(name, want string, v any) error {
+		return fmt.Errorf("-%s (%s) %v: want %s", name, vars[name], v, want)
+	}
+	switch {
+	case math.IsNaN(m.RateLimit) || math.IsInf(m.RateLimit, 0) || m.RateLimit < 0:
+		return bad("rate-limit", "a finite number of requests per second, at least 0 (0 turns the limit off)", m.RateLimit)
+	case m.RequestTimeout <= 0:
+		return bad("request-timeout", "a positive duration", m.RequestTimeout)
+	case m.StatementTimeout <= 0:
+		return bad("statement-timeout", "a positive duration", m.StatementTimeout)
+	case m.GraphQLConcurrency < 0:
+		return bad("graphql-concurrency", "at least 0 (0: 4 per CPU)", m.GraphQLConcurrency)
+	case m.SessionsPerCredential < 1:
+		return bad("sessions-per-credential", "at least 1", m.SessionsPerCredential)
+	case m.Instances.Workers < 1:
+		return bad("reconcile-workers", "at least 1", m.Instances.Workers)
+	}
+	return nil
+}
+
 func parseRetention(name, s string) (time.Duration, error) {
 	bad := fmt.Errorf("%s %q: want a Go duration of at least 1m or a number of days such as 7d, at most %dd", name, s, maxRetentionDays)
 	if n, ok := strings.CutSuffix(s, "d"); ok {

@@ -325,3 +325,67 @@ func TestParseRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFlagsRefusesWhatItCannotUse: every variable goes through its
+// flag's parser, so a value the flag refuses stops the start. Before, the
+// environment's parse errors were dropped: COMPUTE_RATE_LIMIT=1OO became 0,
+// which turns the limit off, and COMPUTE_REQUEST_TIMEOUT=15 (no unit)
+// became the default. Values that parse but mean nothing (a negative or
+// infinite rate, no workers) are refused too, by flag or by variable.
+func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
+	for _, v := range []string{"COMPUTE_RATE_LIMIT", "COMPUTE_REQUEST_TIMEOUT", "COMPUTE_STATEMENT_TIMEOUT", "COMPUTE_DB_MAX_CONNS",
+		"COMPUTE_GRAPHQL_CONCURRENCY", "COMPUTE_SESSIONS_PER_CREDENTIAL", "COMPUTE_RECONCILE_WORKERS", "COMPUTE_ADDR"} {
+		t.Setenv(v, "")
+	}
+	parse := func(env map[string]string, args ...string) (*Main, error) {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		defer func() {
+			for k := range env {
+				t.Setenv(k, "")
+			}
+		}()
+		m := &Main{}
+		return m, m.ParseFlags(args)
+	}
+	refused := []struct {
+		env  map[string]string
+		args []string
+		want string // in the error: what was wrong, named as the operator set it
+	}{
+		{map[string]string{"COMPUTE_RATE_LIMIT": "1OO"}, nil, "COMPUTE_RATE_LIMIT"},
+		{map[string]string{"COMPUTE_RATE_LIMIT": "-1"}, nil, "rate-limit"},
+		{map[string]string{"COMPUTE_RATE_LIMIT": "NaN"}, nil, "rate-limit"},
+		{nil, []string{"-rate-limit", "-1"}, "rate-limit"},
+		{nil, []string{"-rate-limit", "+Inf"}, "rate-limit"},
+		{map[string]string{"COMPUTE_REQUEST_TIMEOUT": "15"}, nil, "COMPUTE_REQUEST_TIMEOUT"},
+		{nil, []string{"-request-timeout", "0s"}, "request-timeout"},
+		{nil, []string{"-request-timeout", "-1s"}, "request-timeout"},
+		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "ten"}, nil, "COMPUTE_STATEMENT_TIMEOUT"},
+		{nil, []string{"-statement-timeout", "0s"}, "statement-timeout"},
+		{map[string]string{"COMPUTE_DB_MAX_CONNS": "3O"}, nil, "COMPUTE_DB_MAX_CONNS"},
+		{map[string]string{"COMPUTE_DB_MAX_CONNS": "5"}, nil, "5"},
+		{map[string]string{"COMPUTE_GRAPHQL_CONCURRENCY": "-1"}, nil, "graphql-concurrency"},
+		{map[string]string{"COMPUTE_SESSIONS_PER_CREDENTIAL": "0"}, nil, "sessions-per-credential"},
+		{map[string]string{"COMPUTE_RECONCILE_WORKERS": "x"}, nil, "COMPUTE_RECONCILE_WORKERS"},
+		{nil, []string{"-reconcile-workers", "0"}, "reconcile-workers"},
+	}
+	for _, c := range refused {
+		if m, err := parse(c.env, c.args...); err == nil {
+			t.Errorf("%v %v: accepted (rate %v, timeout %v, workers %d)", c.env, c.args, m.RateLimit, m.RequestTimeout, m.Instances.Workers)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: %v; want it to name %s", c.env, c.args, err, c.want)
+		}
+	}
+	// The defaults, a variable, and a flag over a variable.
+	m, err := parse(nil)
+	if err != nil || m.RateLimit != 100 || m.RequestTimeout != 15*time.Second || m.StatementTimeout != 10*time.Second ||
+		m.DBMaxConns != 30 || m.SessionsPerCredential != 256 || m.Instances.Workers != 10 || m.Addr != "127.0.0.1:8080" {
+		t.Fatalf("defaults: %+v, %v", m, err)
+	}
+	m, err = parse(map[string]string{"COMPUTE_RATE_LIMIT": "0", "COMPUTE_REQUEST_TIMEOUT": "30s", "COMPUTE_ADDR": "127.0.0.1:9"}, "-addr", "127.0.0.1:10")
+	if err != nil || m.RateLimit != 0 || m.RequestTimeout != 30*time.Second || m.Addr != "127.0.0.1:10" {
+		t.Fatalf("set: rate %v, timeout %v, addr %s, %v", m.RateLimit, m.RequestTimeout, m.Addr, err)
+	}
+}
