@@ -86,7 +86,8 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		OriginPatterns: t.s.Config.AllowedOrigins,
 	})
 	if err != nil {
-		return // Accept has answered the request
+		t.refuse(w, r, sb.refused)
+		return
 	}
 	if c.Subprotocol() != wsProtocol {
 		_ = c.Close(4406, "Subprotocol not acceptable: use "+wsProtocol)
@@ -111,6 +112,29 @@ func (t wsTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		defer t.s.sessions.untrack(conn)
 		conn.serve()
 	}, func() { conn.close(closeInternal, "internal error") })
+}
+
+// refuse answers an upgrade Accept refused (status, which it held back)
+// with the contract's error, as every other refusal is answered, instead
+// of coder/websocket's plain text; it names what was wrong without
+// echoing the request's headers. Status 0: Accept failed after it had
+// taken the connection, and nothing can be written.
+func (t wsTransport) refuse(w http.ResponseWriter, r *http.Request, status int) {
+	var err error
+	switch status {
+	case 0:
+		return
+	case http.StatusForbidden:
+		err = errs.E(errs.PermissionDenied, "a WebSocket may be opened only from this server's own origin or one of COMPUTE_ALLOWED_ORIGINS; this request's Origin is neither").
+			With("reason", "origin")
+	case http.StatusMethodNotAllowed:
+		err = errs.E(errs.MethodNotAllowed, "a WebSocket upgrade is a GET request")
+	case http.StatusBadRequest, http.StatusUpgradeRequired:
+		err = errs.E(errs.InvalidInput, "not a valid WebSocket upgrade request (RFC 6455: Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key)")
+	default:
+		err = errs.E(errs.Internal, "internal error")
+	}
+	t.s.rest.WriteError(w, r, err)
 }
 
 // wsMessage is one protocol message.

@@ -67,9 +67,29 @@ func streamSocket(conn net.Conn) {
 // smallBuffers is the response writer handed to websocket.Accept: its
 // Hijack gives the connection the buffers above instead of net/http's,
 // and keeps the connection (conn) for the socket's own writes.
+//
+// A refusal Accept writes itself (net/http's plain-text http.Error: a
+// foreign Origin, a bad version or key) is held back instead: refused
+// keeps its status, and the transport answers with the contract's error.
 type smallBuffers struct {
 	http.ResponseWriter
-	conn net.Conn
+	conn    net.Conn
+	refused int
+}
+
+func (w *smallBuffers) WriteHeader(status int) {
+	if status >= 400 && w.conn == nil {
+		w.refused = status
+		return
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *smallBuffers) Write(b []byte) (int, error) {
+	if w.refused != 0 {
+		return len(b), nil // the refusal's text, replaced by the envelope
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 func (w *smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
