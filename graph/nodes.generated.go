@@ -6791,6 +6791,42 @@ func (ec *executionContext) marshalOJoinRequest2ᚖgithubᚗcomᚋbettercompute�
 	return ec._JoinRequest(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOJoinRequestState2ᚖstring(ctx context.Context, v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := gqlscalar.UnmarshalString(v)
+	res := unmarshalOJoinRequestState2ᚖstring[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOJoinRequestState2ᚖstring(ctx context.Context, sel ast.SelectionSet, v *string) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := gqlscalar.MarshalString(marshalOJoinRequestState2ᚖstring[*v])
+	return res
+}
+
+var (
+	unmarshalOJoinRequestState2ᚖstring = map[string]string{
+		"PENDING":  nodes.Pending,
+		"APPROVED": nodes.Approved,
+		"CONSUMED": nodes.Consumed,
+		"DENIED":   nodes.Denied,
+		"EXPIRED":  nodes.Expired,
+	}
+	marshalOJoinRequestState2ᚖstring = map[string]string{
+		nodes.Pending:  "PENDING",
+		nodes.Approved: "APPROVED",
+		nodes.Consumed: "CONSUMED",
+		nodes.Denied:   "DENIED",
+		nodes.Expired:  "EXPIRED",
+	}
+)
+
 func (ec *executionContext) unmarshalOLong2ᚖint64(ctx context.Context, v any) (*int64, error) {
 	if v == nil {
 		return nil, nil

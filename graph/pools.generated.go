@@ -30,7 +30,7 @@ type PoolResolver interface {
 	Reservations(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.ReservationConnection, error)
 	Capacity(ctx context.Context, obj *pools.Pool) (*fit.PoolCapacity, error)
 	Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error)
-	JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error)
+	JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.JoinRequestConnection, error)
 	JoinTokens(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinTokenConnection, error)
 }
 
@@ -149,6 +149,14 @@ func (ec *executionContext) field_Pool_joinRequests_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["after"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "state",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOJoinRequestState2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["state"] = arg2
 	return args, nil
 }
 
@@ -922,7 +930,7 @@ func (ec *executionContext) _Pool_joinRequests(ctx context.Context, field graphq
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Pool().JoinRequests(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
+			return ec.Resolvers.Pool().JoinRequests(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["state"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.JoinRequestConnection) graphql.Marshaler {

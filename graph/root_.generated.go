@@ -936,8 +936,8 @@ type JoinRequestEdge {
 extend type Pool {
   "The pool's live nodes (the owner's view; empty for tenants it is offered to)."
   nodes(first: Int = 50, after: String): ComputeNodeConnection!
-  "The pool's join requests (the owner's view; empty for others)."
-  joinRequests(first: Int = 50, after: String): JoinRequestConnection!
+  "The pool's join requests, as ` + "`" + `joinRequests.list` + "`" + ` gives them: by id, in one ` + "`" + `state` + "`" + ` when it is given (a pending or approved request past its time is ` + "`" + `EXPIRED` + "`" + `); the owner's view, empty for others."
+  joinRequests(first: Int = 50, after: String, state: JoinRequestState): JoinRequestConnection!
   "The pool's join tokens, as ` + "`" + `joinTokens.list` + "`" + ` gives them (the owner's view; empty for others). A token's secret is shown only by ` + "`" + `joinTokens.create` + "`" + `."
   joinTokens(first: Int = 50, after: String): JoinTokenConnection!
 }

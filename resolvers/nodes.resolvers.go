@@ -207,8 +207,12 @@ func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, a
 
 // JoinRequests is the resolver for the joinRequests field (the owner's
 // view; empty for tenants the pool is offered to).
-func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinRequestConnection, error) {
-	edges, info, total, err := loadConn(ctx, nodes.RequestCursors, loaders.From(ctx).PoolJoinReqs, obj.PoolID, first, after,
+func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.JoinRequestConnection, error) {
+	var in string
+	if state != nil {
+		in = *state
+	}
+	edges, info, total, err := loadConn(ctx, nodes.RequestCursors, loaders.From(ctx).PoolJoinRequests(in), obj.PoolID, first, after,
 		func(j *nodes.JoinRequest) string { return j.JoinRequestID },
 		func(cur string, j *nodes.JoinRequest) *model.JoinRequestEdge {
 			return &model.JoinRequestEdge{Cursor: cur, Node: j}

@@ -47,6 +47,10 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 	w.node, w.cred = e.Node(admin, "acme", w.offered)
 	w.snapshot = e.Must(e.Call(w.cred, "inventory/report", map[string]any{"nodeId": w.node, "sections": machineReport(t, 1)})).
 		Body["snapshot"].(map[string]any)["id"].(string)
+	// A join waiting for approval: a machine no one registered.
+	if r := e.Must(e.Call("", "nodes/join", joinBody(e.JoinToken(admin, "acme", w.offered, 1), testkit.NewMachine(t), "discovery"))); r.Str("status") != "pending" {
+		t.Fatalf("discovery join: %s", r.Raw)
+	}
 	w.project = newProject(t, e, admin, "acme", "web")
 	w.privProf, w.pubProf = "acme-private", "acme-public"
 	e.Must(createProfile(t, e, admin, "acme", profileDoc(w.privProf, 1), "private"))
@@ -180,6 +184,7 @@ func TestGraphReadMatrix(t *testing.T) {
 	// of it (nodes, join requests, offers); acme reads everything.
 	poolsQ := `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId
 		nodes(first: 5) { totalCount edges { node { nodeId } } } joinRequests(first: 5) { totalCount } offers { toTenantId }
+		pendingRequests: joinRequests(first: 5, state: PENDING) { totalCount edges { node { state } } }
 		joinTokens(first: 5) { totalCount edges { node { joinTokenId poolId state } } } } } } } }`
 	type poolView struct {
 		Tenant struct {
@@ -192,9 +197,13 @@ func TestGraphReadMatrix(t *testing.T) {
 							TotalCount int
 							Edges      []any
 						}
-						JoinRequests struct{ TotalCount int }
-						Offers       []struct{ ToTenantID string }
-						JoinTokens   struct {
+						JoinRequests    struct{ TotalCount int }
+						PendingRequests struct {
+							TotalCount int
+							Edges      []struct{ Node struct{ State string } }
+						}
+						Offers     []struct{ ToTenantID string }
+						JoinTokens struct {
 							TotalCount int
 							Edges      []struct {
 								Node struct{ JoinTokenID, PoolID, State string }
@@ -236,6 +245,15 @@ func TestGraphReadMatrix(t *testing.T) {
 			listed := items(t, e.Must(e.Call(tok, "joinTokens/list", map[string]any{"tenantId": "acme", "poolId": p.PoolID})))
 			if p.JoinTokens.TotalCount != len(listed) || len(p.JoinTokens.Edges) != len(listed) || (p.PoolID == w.offered && len(listed) == 0) {
 				t.Fatalf("acme's pool %s: %d join tokens listed, the graph %+v", p.PoolID, len(listed), p.JoinTokens)
+			}
+			pending := items(t, e.Must(e.Call(tok, "joinRequests/list", map[string]any{"tenantId": "acme", "poolId": p.PoolID, "state": "pending"})))
+			if p.PendingRequests.TotalCount != len(pending) || len(p.PendingRequests.Edges) != len(pending) || (p.PoolID == w.offered && len(pending) != 1) {
+				t.Fatalf("acme's pool %s: %d pending join requests listed, the graph %+v", p.PoolID, len(pending), p.PendingRequests)
+			}
+			for _, r := range p.PendingRequests.Edges {
+				if r.Node.State != "PENDING" {
+					t.Fatalf("acme's pool %s: a %s request under state: PENDING", p.PoolID, r.Node.State)
+				}
 			}
 			for k, l := range listed {
 				if n := p.JoinTokens.Edges[k].Node; n.JoinTokenID != l["joinTokenId"] || n.PoolID != p.PoolID || n.State != strings.ToUpper(l["state"].(string)) {

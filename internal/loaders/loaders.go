@@ -56,7 +56,7 @@ type Loaders struct {
 	Pool           *L[string, *pools.Pool]
 	Node           *L[string, *nodes.Node]
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
-	PoolJoinReqs   *L[PageKey, *page.Conn[nodes.JoinRequest]]
+	poolJoinReqs   map[string]*L[PageKey, *page.Conn[nodes.JoinRequest]] // by state, "" every state (PoolJoinRequests)
 	PoolJoinTokens *L[PageKey, *page.Conn[nodes.JoinToken]]
 	JoinRequest    *L[string, *nodes.JoinRequest]
 	Snapshot       *L[string, *inventory.Snapshot]
@@ -75,6 +75,25 @@ type Loaders struct {
 	callerErr  error
 
 	sib siblings
+
+	mu sync.Mutex // over the loaders made on demand (poolJoinReqs)
+}
+
+// PoolJoinRequests is the loader of pools' join requests in one state
+// ("" every state), made at its first use: keys of one state and page
+// share a statement.
+func (l *Loaders) PoolJoinRequests(state string) *L[PageKey, *page.Conn[nodes.JoinRequest]] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ld, ok := l.poolJoinReqs[state]; ok {
+		return ld
+	}
+	ld := pages(l, authz.JoinTokensRead, nodes.JoinRequestPagesIn(state), nodes.CountJoinRequestsIn(state))
+	if l.poolJoinReqs == nil {
+		l.poolJoinReqs = map[string]*L[PageKey, *page.Conn[nodes.JoinRequest]]{}
+	}
+	l.poolJoinReqs[state] = ld
+	return ld
 }
 
 type pageLoader[T any] = *L[PageKey, *page.Conn[T]]
@@ -129,7 +148,6 @@ func New(q store.Q) *Loaders {
 		l.recordNodes(r)
 		return r, err
 	}, nodes.CountNodesByPool)
-	l.PoolJoinReqs = pages(l, authz.JoinTokensRead, nodes.JoinRequestPagesByPool, nodes.CountJoinRequestsByPool)
 	l.PoolJoinTokens = pages(l, authz.JoinTokensRead, nodes.JoinTokenPagesByPool, nodes.CountJoinTokensByPool)
 	l.JoinRequest = byID(l, authz.JoinTokensRead, nodes.JoinRequestsByID)
 	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)

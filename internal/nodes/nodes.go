@@ -406,32 +406,52 @@ func requestVisible(tenants string) string { return `r.tenant_id = ANY(` + tenan
 // JoinRequestPagesByPool returns one page of each pool's join requests
 // visible in scope.
 func JoinRequestPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
-	var rows []poolReqRow
-	err := q.SelectContext(ctx, &rows, `
+	return JoinRequestPagesIn("")(ctx, q, scope, poolIDs, after, limit)
+}
+
+// JoinRequestPagesIn is JoinRequestPagesByPool of the requests in one state
+// (as joinRequests.list filters: "expired" is a pending or approved request
+// past its time too); "" is every state.
+func JoinRequestPagesIn(state string) func(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
+	return func(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[JoinRequest], error) {
+		var rows []poolReqRow
+		err := q.SelectContext(ctx, &rows, `
 		WITH t AS MATERIALIZED (
-			SELECT t.parent, (SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$4", requestVisible)+`) AS total_count
+			SELECT t.parent, (SELECT count(*) FROM (SELECT `+reqState+` FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$4", requestVisible)+`) c
+				WHERE $5 = '' OR c.req_state = $5) AS total_count
 			FROM unnest($1::text[]) AS t(parent))
 		SELECT t.parent AS parent_key, t.total_count,
 		       x.*
 		FROM t
 		CROSS JOIN LATERAL (
-			SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
-			  AND `+authz.Where("$4", requestVisible)+`
+			SELECT * FROM (SELECT `+reqCols+` FROM join_requests r WHERE r.pool_id = t.parent AND r.join_request_id > $2
+			  AND `+authz.Where("$4", requestVisible)+`) r
+			WHERE $5 = '' OR r.req_state = $5
 			ORDER BY r.join_request_id LIMIT $3
-		) x`, poolIDs, after, limit+1, scope.Arg())
-	var r page.Rows[JoinRequest]
-	for _, x := range rows {
-		x.JoinRequest.fix()
-		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.JoinRequest)
+		) x`, poolIDs, after, limit+1, scope.Arg(), state)
+		var r page.Rows[JoinRequest]
+		for _, x := range rows {
+			x.JoinRequest.fix()
+			r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.JoinRequest)
+		}
+		return r, store.Wrap(err)
 	}
-	return r, store.Wrap(err)
 }
 
 // CountJoinRequestsByPool counts each pool's join requests.
 func CountJoinRequestsByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
-	return store.CountBy(ctx, q, `SELECT t.parent AS k,
-			(SELECT count(*) FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$2", requestVisible)+`) AS n
-		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
+	return CountJoinRequestsIn("")(ctx, q, scope, poolIDs)
+}
+
+// CountJoinRequestsIn is CountJoinRequestsByPool of the requests in one
+// state ("" is every state).
+func CountJoinRequestsIn(state string) func(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return func(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+		return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM (SELECT `+reqState+` FROM join_requests r WHERE r.pool_id = t.parent AND `+authz.Where("$2", requestVisible)+`) c
+				WHERE $3 = '' OR c.req_state = $3) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg(), state)
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -693,6 +693,41 @@ func TestJoinRequestAndTokenPages(t *testing.T) {
 			t.Fatalf("scope %+v: %d requests, counted %d", c.scope, len(rows.Items), counts[e.pool])
 		}
 	}
+	// ... in one state (Pool.joinRequests(state:)), as joinRequests.list
+	// filters: a pending request past its time is expired in both.
+	fixture.Must(e.DB.ExecContext(e.Ctx, `UPDATE join_requests SET expires_at = now() - interval '1 second' WHERE join_request_id = $1`, reqs[4]))
+	for _, state := range []string{"", nodes.Pending, nodes.Approved, nodes.Denied, nodes.Expired, nodes.Consumed} {
+		var want []string
+		if state == "" {
+			want = list(nil, 50)
+		} else {
+			want = list(&state, 50)
+		}
+		var got []string
+		after := ""
+		for n := 0; n < 10; n++ {
+			rows := fixture.Must(nodes.JoinRequestPagesIn(state)(e.Ctx, e.DB, authz.TenantScope("acme"), []string{e.pool}, after, 1))
+			for i, r := range rows.Items {
+				if i < 1 {
+					got = append(got, r.JoinRequestID)
+					after = r.JoinRequestID
+				}
+				if state != "" && r.State != state {
+					t.Fatalf("%s paged under %s", r.State, state)
+				}
+			}
+			if len(rows.Items) <= 1 {
+				break
+			}
+		}
+		counts := fixture.Must(nodes.CountJoinRequestsIn(state)(e.Ctx, e.DB, authz.TenantScope("acme"), []string{e.pool}))
+		if fmt.Sprint(got) != fmt.Sprint(want) || counts[e.pool] != len(want) {
+			t.Fatalf("state %q: paged %v, counted %d; joinRequests.list gives %v", state, got, counts[e.pool], want)
+		}
+		if state == nodes.Expired && fmt.Sprint(got) != fmt.Sprint([]string{reqs[4]}) {
+			t.Fatalf("expired: %v", got)
+		}
+	}
 
 	// Tokens: revoked and used-up ones are listed with their state.
 	created := fixture.Must(nodes.CreateJoinToken(e.Ctx, e.DB, &nodes.JoinTokenCreateInput{TenantID: "acme", PoolID: e.pool, TTLSeconds: ptr(60), MaxUses: ptr(1)}))
