@@ -186,7 +186,7 @@ func Methods(s *Service) []registry.Method {
 		registry.Def(m("reservations", "create", registry.Mutation, authz.InstancesManage, authz.Tenant,
 			"Reserves capacity in a VPS pool the tenant owns or is offered for [startsAt, endsAt) and returns the reservation.",
 			[]string{"A pool the tenant cannot see is `NOT_FOUND`; a bare-metal or archived pool is `INVALID_STATE`.",
-				"`startsAt` and `endsAt` are RFC 3339 times; `endsAt` must be after `startsAt` and in the future, and a window lasts at most 366 days (`INVALID_INPUT`).",
+				"`startsAt` and `endsAt` are RFC 3339 times; `endsAt` must be after `startsAt` and in the future, and a window lasts at most 366 days (`INVALID_INPUT`). A `size` must hold at least one GPU, vCPU or GiB (`INVALID_INPUT` at `size` when all three are 0).",
 				"An offered tenant's reserved GPUs in the pool never exceed the offer's `gpus` at any moment (`INVALID_STATE`, `details.reason` `quota`); its instances run inside its reservations first, so it holds the larger of the two.",
 				"In a pool with a capacity (hosted pools; provider pools whose policy sets `capacity`), what every tenant holds must fit at every moment of the window: `INVALID_STATE` with `details.reason` `capacity` otherwise.",
 				"No other tenant's instance is placed into the reserved room, whether the window has begun or not: an instance, which has no end, is placed only where it leaves room for every reservation not yet ended. Instances placed before the reservation was made count as held in its whole window."},
