@@ -77,6 +77,7 @@ func Reasons() []ReasonInfo {
 		{"challenge-expired", Unauthenticated, "`nodes.join` (tpm): the challenge expired"},
 		{"challenge-mismatch", Unauthenticated, "`nodes.join` (tpm): the challenge was made for another join token, CSR, hardware or key"},
 		{"wrong-secret", Unauthenticated, "`nodes.join` (tpm): the activated secret does not answer the challenge"},
+		{"origin", PermissionDenied, "a WebSocket upgrade whose `Origin` is neither the server's own host nor one of `COMPUTE_ALLOWED_ORIGINS`"},
 		{"expired-cursor", InvalidState, "the cursor is older than the event retention"},
 		{"last-admin", InvalidState, "`members.grant`, `members.revoke`: the change would leave the tenant without an admin"},
 		{"quota", InvalidState, "the pool's offer to the tenant allows no more (`details.quota`)"},
