@@ -118,6 +118,27 @@ func RevokedInFlight(err error) error {
 	return err
 }
 
+// RevokedWhileRunning answers a mutation of p's that failed with err: when
+// p's token was revoked while the call ran, the call is answered as a
+// revoked token's are (UNAUTHENTICATED), not with what its handler found.
+// The commit's check (HoldCredential) catches a revocation only when the
+// handler gets that far, and a revocation that changes what the handler
+// reads stops it earlier: nodes.remove revokes the node's credential and
+// marks the node removed, so a report in flight answered INVALID_STATE
+// "node is removed" to a daemon whose credential no longer existed. Read
+// after the rollback, on q (a connection of the pool); when it cannot be
+// read, err stands.
+func RevokedWhileRunning(ctx context.Context, q store.Q, p *reqctx.Principal, err error) error {
+	if err == nil || p == nil || p.TokenID == "" || errs.CodeOf(err) == errs.Unauthenticated {
+		return err
+	}
+	var revoked bool
+	if qerr := q.GetContext(ctx, &revoked, `SELECT NOT EXISTS (SELECT 1 FROM tokens WHERE token_id = $1 AND revoked_at IS NULL)`, p.TokenID); qerr != nil || !revoked {
+		return err
+	}
+	return errs.E(errs.Unauthenticated, "unknown or revoked bearer token")
+}
+
 // revokedInFlight is credential_in_use's SQLSTATE.
 const revokedInFlight = "CR401"
 

@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/computed/internal/auth"
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/reqctx"
@@ -866,4 +867,31 @@ func TestConcurrentJoinsOfOneMachineAdmitOne(t *testing.T) {
 	if len(winners) != 1 || live != 1 {
 		t.Fatalf("one machine admitted as %d nodes (%d live): %v", len(winners), live, winners)
 	}
+}
+
+// A node's call in flight when the node is removed is answered as a
+// revoked credential's calls are: UNAUTHENTICATED. The call authenticated
+// before the removal committed, and its handler then found the node
+// removed: a probe's report racing nodes.remove was answered INVALID_STATE
+// "node is removed" (2 runs in 4), an answer inventory.report's page does
+// not list, to a daemon whose credential no longer existed. Here the
+// removal commits between the authentication and the call.
+func TestANodeCallInFlightAtRemovalIsUnauthenticated(t *testing.T) {
+	e := newEnv(t)
+	r := e.admit()
+	node := fixture.Must(auth.Authenticate(e.Ctx, e.DB, r.Credential))
+	report := map[string]any{"nodeId": r.NodeID, "sections": map[string]any{"gpus": []any{}}}
+	if _, err := fixture.Call[inventory.Reported](e.F, node, "inventory.report", report); err != nil {
+		t.Fatalf("a report before the removal: %v", err)
+	}
+	fixture.Must(fixture.Call[nodes.Node](e.F, e.acme.Admin, "nodes.remove", map[string]any{"tenantId": "acme", "nodeId": r.NodeID}))
+	report["sections"] = map[string]any{"gpus": []any{}, "drivers": map[string]any{"nvidia": "570.86.15"}}
+	_, err := fixture.Call[inventory.Reported](e.F, node, "inventory.report", report)
+	fixture.Code(t, err, errs.Unauthenticated, "")
+	// A refusal the removal does not explain stands: another node's id is
+	// PERMISSION_DENIED for a live credential.
+	other := e.admit()
+	live := fixture.Must(auth.Authenticate(e.Ctx, e.DB, other.Credential))
+	_, err = fixture.Call[inventory.Reported](e.F, live, "inventory.report", report)
+	fixture.Code(t, err, errs.PermissionDenied, "")
 }

@@ -484,7 +484,7 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		// rollback (the budget's statement takes a connection of its own),
 		// and is answered RATE_LIMITED once that is spent. The audit
 		// record says what the caller was answered.
-		err = auth.Charge(ctx, auth.RevokedInFlight(err))
+		err = auth.Charge(ctx, auth.RevokedWhileRunning(ctx, r.db, p, auth.RevokedInFlight(err)))
 		r.auditFailure(ctx, m, in, res, err)
 		return nil, store.Wrap(err)
 	}
