@@ -60,7 +60,12 @@ func (v *value) get(key string) *value {
 }
 
 // maxDepth bounds the nesting of any request body.
-const maxDepth = 32
+const maxDepth = MaxDepth
+
+// MaxDepth is how deep a method's input may nest: its body object is the
+// first level. The graph's variables are bound by it too (a mutation's
+// input is a method's body one level down).
+const MaxDepth = 32
 
 // decode parses and validates a body against a method's fields.
 func decode(raw []byte, fields []Field) (*value, error) {
