@@ -93,8 +93,8 @@ func Transport() []Info {
 	return withStatus([]Info{
 		{MethodNotAllowed, 0, "a method path asked with another HTTP method than `POST`; `/graphql` asked with another than `GET` or `POST`, or a mutation sent with `GET` (the `Allow` header lists what the path takes)",
 			"Do not retry as is: send the request with a method the `Allow` header lists."},
-		{UnsupportedMediaType, 0, "a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not `application/json`",
-			"Do not retry as is: send the body as `application/json`."},
+		{UnsupportedMediaType, 0, "a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not one header of `application/json`, with no charset or `utf-8`",
+			"Do not retry as is: send the body as `application/json` in UTF-8."},
 	})
 }
 

@@ -69,10 +69,8 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	if r.Method == http.MethodGet {
 		params, perr = paramsFromQuery(r.URL.RawQuery)
 	} else {
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || mt != mediaJSON {
-			writeRequestError(w, ct, http.StatusUnsupportedMediaType,
-				errs.E(errs.UnsupportedMediaType, "send the request as %s", mediaJSON))
+		if e := jsonBody(r); e != nil {
+			writeRequestError(w, ct, http.StatusUnsupportedMediaType, e)
 			return
 		}
 		body, err := io.ReadAll(r.Body)
@@ -120,6 +118,26 @@ func refusedGetMutation(w http.ResponseWriter, r *http.Request, ct string, oc *g
 	w.Header().Set("Allow", http.MethodPost)
 	writeRequestError(w, ct, http.StatusMethodNotAllowed, errs.E(errs.MethodNotAllowed, "mutations take POST; GET is for queries"))
 	return true
+}
+
+// jsonBody checks that a POST's body is declared as JSON in UTF-8: one
+// Content-Type, application/json, with no charset or utf-8. A second
+// Content-Type was ignored (the first won, where a proxy may read the
+// other), and a body declared as UTF-16 or Latin-1 was read as UTF-8.
+func jsonBody(r *http.Request) *errs.Error {
+	refused := errs.E(errs.UnsupportedMediaType, "send the request as %s (UTF-8), with one Content-Type header", mediaJSON)
+	values := r.Header.Values("Content-Type")
+	if len(values) != 1 {
+		return refused
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	if err != nil || mt != mediaJSON {
+		return refused
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return refused
+	}
+	return nil
 }
 
 // maxVariablesDepth bounds the nesting of variables (and extensions): the

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -54,10 +53,8 @@ func (t sseTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	if r.Method == http.MethodGet {
 		params, perr = paramsFromQuery(r.URL.RawQuery)
 	} else {
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || mt != mediaJSON {
-			writeRequestError(w, mediaJSON, http.StatusUnsupportedMediaType,
-				errs.E(errs.UnsupportedMediaType, "send the request as %s", mediaJSON))
+		if e := jsonBody(r); e != nil {
+			writeRequestError(w, mediaJSON, http.StatusUnsupportedMediaType, e)
 			return
 		}
 		body, err := io.ReadAll(r.Body)

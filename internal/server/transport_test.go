@@ -122,3 +122,31 @@ func TestSilenceLeavesOutPauses(t *testing.T) {
 		t.Fatal("a client silent 32 s after the stop is not judged")
 	}
 }
+
+// A GraphQL POST declares its body as JSON in UTF-8, once: a second
+// Content-Type was ignored (the first won; a proxy may read the other) and
+// a body declared in another charset was read as UTF-8.
+func TestJSONBodyDeclared(t *testing.T) {
+	for _, c := range []struct {
+		types []string
+		ok    bool
+	}{
+		{[]string{"application/json"}, true},
+		{[]string{"application/json; charset=utf-8"}, true},
+		{[]string{"Application/JSON; charset=UTF-8"}, true},
+		{[]string{"application/json; charset=utf-16"}, false},
+		{[]string{"application/json; charset=latin1"}, false},
+		{[]string{"application/json", "text/plain"}, false},
+		{[]string{"application/json", "application/json"}, false},
+		{[]string{"text/plain"}, false},
+		{nil, false},
+	} {
+		r := httptest.NewRequest("POST", "/graphql", nil)
+		for _, v := range c.types {
+			r.Header.Add("Content-Type", v)
+		}
+		if err := jsonBody(r); c.ok != (err == nil) {
+			t.Errorf("%q: %v", c.types, err)
+		}
+	}
+}
