@@ -2419,6 +2419,29 @@ func (ec *executionContext) fieldContext_InventorySnapshotEdge_node(_ context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _JoinRequest_id(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinRequest_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GlobalID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinRequest_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinRequest", field, true, false, "ID")
+}
+
 func (ec *executionContext) _JoinRequest_joinRequestId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinRequest) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.JoinRequestID)
@@ -3018,6 +3041,29 @@ func (ec *executionContext) fieldContext_JoinRequestEdge_node(_ context.Context,
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _JoinToken_id(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JoinToken_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GlobalID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JoinToken_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JoinToken", field, true, false, "ID")
 }
 
 func (ec *executionContext) _JoinToken_joinTokenId(ctx context.Context, field graphql.CollectedField, obj *nodes.JoinToken) (ret graphql.Marshaler) {
@@ -5476,7 +5522,7 @@ func (ec *executionContext) _InventorySnapshotEdge(ctx context.Context, sel ast.
 	return marshalObject(fields, out)
 }
 
-var joinRequestImplementors = []string{"JoinRequest"}
+var joinRequestImplementors = []string{"JoinRequest", "Node"}
 
 func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionSet, obj *nodes.JoinRequest) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinRequestImplementors)
@@ -5487,6 +5533,11 @@ func (ec *executionContext) _JoinRequest(ctx context.Context, sel ast.SelectionS
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("JoinRequest")
+		case "id":
+			out.Values[i] = ec._JoinRequest_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "joinRequestId":
 			out.Values[i] = ec._JoinRequest_joinRequestId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -5680,7 +5731,7 @@ func (ec *executionContext) _JoinRequestEdge(ctx context.Context, sel ast.Select
 	return marshalObject(fields, out)
 }
 
-var joinTokenImplementors = []string{"JoinToken"}
+var joinTokenImplementors = []string{"JoinToken", "Node"}
 
 func (ec *executionContext) _JoinToken(ctx context.Context, sel ast.SelectionSet, obj *nodes.JoinToken) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, joinTokenImplementors)
@@ -5691,6 +5742,11 @@ func (ec *executionContext) _JoinToken(ctx context.Context, sel ast.SelectionSet
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("JoinToken")
+		case "id":
+			out.Values[i] = ec._JoinToken_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "joinTokenId":
 			out.Values[i] = ec._JoinToken_joinTokenId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {

@@ -873,7 +873,9 @@ type InventoryChange {
   after: JSON
 }
 
-type JoinToken {
+"A pool's join token, without its secret (shown only by ` + "`" + `createJoinToken` + "`" + `): the owner's view, as ` + "`" + `joinTokens.list` + "`" + ` gives it."
+type JoinToken implements Node {
+  id: ID!
   joinTokenId: String!
   poolId: String!
   tenantId: String!
@@ -886,7 +888,8 @@ type JoinToken {
 }
 
 "A join an attestor deferred, waiting for the pool owner's decision."
-type JoinRequest {
+type JoinRequest implements Node {
+  id: ID!
   joinRequestId: String!
   poolId: String!
   tenantId: String!
@@ -2278,6 +2281,8 @@ func (ec *executionContext) childFields_InventorySnapshotEdge(ctx context.Contex
 
 func (ec *executionContext) childFields_JoinRequest(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_JoinRequest_id(ctx, field)
 	case "joinRequestId":
 		return ec.fieldContext_JoinRequest_joinRequestId(ctx, field)
 	case "poolId":
@@ -2342,6 +2347,8 @@ func (ec *executionContext) childFields_JoinRequestEdge(ctx context.Context, fie
 
 func (ec *executionContext) childFields_JoinToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_JoinToken_id(ctx, field)
 	case "joinTokenId":
 		return ec.fieldContext_JoinToken_joinTokenId(ctx, field)
 	case "poolId":

@@ -2736,6 +2736,20 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Pool(ctx, sel, obj)
+	case nodes.JoinToken:
+		return ec._JoinToken(ctx, sel, &obj)
+	case *nodes.JoinToken:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._JoinToken(ctx, sel, obj)
+	case nodes.JoinRequest:
+		return ec._JoinRequest(ctx, sel, &obj)
+	case *nodes.JoinRequest:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._JoinRequest(ctx, sel, obj)
 	case inventory.Snapshot:
 		return ec._InventorySnapshot(ctx, sel, &obj)
 	case *inventory.Snapshot:

@@ -146,6 +146,10 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		return nodeOf(l.Instances.Instance.Load(ctx, key[0])())
 	case typ == "InventorySnapshot":
 		return nodeOf(l.Snapshot.Load(ctx, key[0])())
+	case typ == "JoinRequest":
+		return nodeOf(l.JoinRequest.Load(ctx, key[0])())
+	case typ == "JoinToken":
+		return nodeOf(l.JoinToken.Load(ctx, key[0])())
 	}
 	return nil, nil
 }

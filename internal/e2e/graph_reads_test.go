@@ -48,9 +48,11 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 	w.snapshot = e.Must(e.Call(w.cred, "inventory/report", map[string]any{"nodeId": w.node, "sections": machineReport(t, 1)})).
 		Body["snapshot"].(map[string]any)["id"].(string)
 	// A join waiting for approval: a machine no one registered.
-	if r := e.Must(e.Call("", "nodes/join", joinBody(e.JoinToken(admin, "acme", w.offered, 1), testkit.NewMachine(t), "discovery"))); r.Str("status") != "pending" {
-		t.Fatalf("discovery join: %s", r.Raw)
+	joinReq := e.Must(e.Call("", "nodes/join", joinBody(e.JoinToken(admin, "acme", w.offered, 1), testkit.NewMachine(t), "discovery")))
+	if joinReq.Str("status") != "pending" {
+		t.Fatalf("discovery join: %s", joinReq.Raw)
 	}
+	joinTokens := items(t, e.Must(e.Call(admin, "joinTokens/list", map[string]any{"tenantId": "acme", "poolId": w.offered})))
 	w.project = newProject(t, e, admin, "acme", "web")
 	w.privProf, w.pubProf = "acme-private", "acme-public"
 	e.Must(createProfile(t, e, admin, "acme", profileDoc(w.privProf, 1), "private"))
@@ -68,6 +70,8 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 		"Profile":           {relay.ID("Profile", "acme", w.privProf, "1"), relay.ID("Profile", "acme", w.pubProf, "1"), relay.ID("Profile", "acme", w.pubProf, "2")},
 		"Workflow":          {relay.ID("Workflow", "acme", w.workflow)},
 		"Instance":          {relay.ID("Instance", w.instance)},
+		"JoinRequest":       {relay.ID("JoinRequest", joinReq.Str("joinRequestId"))},
+		"JoinToken":         {relay.ID("JoinToken", joinTokens[0]["joinTokenId"].(string))},
 	}
 	w.offeredID, w.publicID = relay.ID("Pool", w.offered), relay.ID("Profile", "acme", w.pubProf, "1")
 	for _, ids := range w.globalIDs {
@@ -105,7 +109,8 @@ const nodeFields = `__typename
 	... on Tenant { tenantId } ... on Project { projectId tenantId } ... on Pool { poolId tenantId }
 	... on ComputeNode { nodeId tenantId } ... on InventorySnapshot { snapshotId nodeId }
 	... on Profile { profileId profileVersion tenantId } ... on Workflow { workflowId tenantId nodeId }
-	... on Instance { instanceId tenantId poolId }`
+	... on Instance { instanceId tenantId poolId }
+	... on JoinRequest { joinRequestId poolId tenantId } ... on JoinToken { joinTokenId poolId tenantId }`
 
 // The permission matrix of the graph's reads, over every type the schema
 // says implements Node: through node(id:) a caller who may read an object

@@ -59,6 +59,7 @@ type Loaders struct {
 	poolJoinReqs   map[string]*L[PageKey, *page.Conn[nodes.JoinRequest]] // by state, "" every state (PoolJoinRequests)
 	PoolJoinTokens *L[PageKey, *page.Conn[nodes.JoinToken]]
 	JoinRequest    *L[string, *nodes.JoinRequest]
+	JoinToken      *L[string, *nodes.JoinToken]
 	Snapshot       *L[string, *inventory.Snapshot]
 	NodeHistory    *L[PageKey, *page.Conn[inventory.Snapshot]]
 	NodeDiff       *L[inventory.DiffKey, *inventory.DiffPair]
@@ -150,6 +151,7 @@ func New(q store.Q) *Loaders {
 	}, nodes.CountNodesByPool)
 	l.PoolJoinTokens = pages(l, authz.JoinTokensRead, nodes.JoinTokenPagesByPool, nodes.CountJoinTokensByPool)
 	l.JoinRequest = byID(l, authz.JoinTokensRead, nodes.JoinRequestsByID)
+	l.JoinToken = byID(l, authz.JoinTokensRead, nodes.JoinTokensByID)
 	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)
 	l.NodeHistory = pages(l, authz.NodesRead, inventory.PagesByNode, inventory.CountByNode)
 	l.NodeDiff = loader(func(ctx context.Context, keys []inventory.DiffKey) []*dataloader.Result[*inventory.DiffPair] {

@@ -470,6 +470,12 @@ func sortedKeys[V any](m map[string]V) []string {
 // GlobalID is the node's Relay id (the graph binds it directly).
 func (n *Node) GlobalID() string { return relay.ID("ComputeNode", n.NodeID) }
 
+// GlobalID is the join request's Relay id.
+func (r *JoinRequest) GlobalID() string { return relay.ID("JoinRequest", r.JoinRequestID) }
+
+// GlobalID is the join token's Relay id.
+func (t *JoinToken) GlobalID() string { return relay.ID("JoinToken", t.JoinTokenID) }
+
 // LabelsValue is the labels as a JSON value for the graph: the stored JSON
 // object itself when the node was read by the graph's batches (they do not
 // build the Labels map), else the map.

@@ -205,6 +205,20 @@ func JoinTokenPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poo
 	return r, store.Wrap(err)
 }
 
+// JoinTokensByID loads the join tokens of ids visible in scope (the pool
+// owner's readers of join tokens) in one statement, keyed by id.
+func JoinTokensByID(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]*JoinToken, error) {
+	var rows []JoinToken
+	if err := q.SelectContext(ctx, &rows, `SELECT `+tokenCols+` FROM join_tokens WHERE join_token_id = ANY($1) AND `+authz.Where("$2", tokenVisible), ids, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[string]*JoinToken, len(rows))
+	for i := range rows {
+		out[rows[i].JoinTokenID] = &rows[i]
+	}
+	return out, nil
+}
+
 // CountJoinTokensByPool counts each pool's join tokens visible in scope.
 func CountJoinTokensByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
 	return store.CountBy(ctx, q, `SELECT t.parent AS k,
