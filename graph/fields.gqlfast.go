@@ -388,7 +388,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"kind":            {"PoolKind", false},
 		"name":            {"String", false},
 		"nodes":           {"ComputeNodeConnection", true},
-		"offers":          {"PoolOffer", true},
+		"offers":          {"PoolOfferConnection", true},
 		"policy":          {"JSON", true},
 		"poolId":          {"String", false},
 		"provider":        {"String", false},
@@ -428,6 +428,17 @@ var objectFields = map[string]map[string]fieldInfo{
 		"poolId":     {"String", false},
 		"quota":      {"PoolQuota", false},
 		"toTenantId": {"String", false},
+	},
+	"PoolOfferConnection": {
+		"__typename": {"", false},
+		"edges":      {"PoolOfferEdge", false},
+		"pageInfo":   {"PageInfo", false},
+		"totalCount": {"Int", false},
+	},
+	"PoolOfferEdge": {
+		"__typename": {"", false},
+		"cursor":     {"String", false},
+		"node":       {"PoolOffer", false},
 	},
 	"PoolQuota": {
 		"__typename": {"", false},

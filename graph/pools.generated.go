@@ -24,7 +24,7 @@ type PoolResolver interface {
 
 	Policy(ctx context.Context, obj *pools.Pool) (any, error)
 
-	Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error)
+	Offers(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.PoolOfferConnection, error)
 	AuditLog(ctx context.Context, obj *pools.Pool, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
 	Instances(ctx context.Context, obj *pools.Pool, first *int, after *string, projectID *string, state *string) (*model.InstanceConnection, error)
 	Reservations(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.ReservationConnection, error)
@@ -183,6 +183,28 @@ func (ec *executionContext) field_Pool_joinTokens_args(ctx context.Context, rawA
 }
 
 func (ec *executionContext) field_Pool_nodes_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Pool_offers_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
@@ -689,25 +711,37 @@ func (ec *executionContext) _Pool_offers(ctx context.Context, field graphql.Coll
 			return ec.fieldContext_Pool_offers(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Pool().Offers(ctx, obj)
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Pool().Offers(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*pools.Offer) graphql.Marshaler {
-			return ec.marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOfferᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PoolOfferConnection) graphql.Marshaler {
+			return ec.marshalNPoolOfferConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferConnection(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Pool_offers(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Pool_offers(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Pool",
 		Field:      field,
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_PoolOffer(ctx, field)
+			return ec.childFields_PoolOfferConnection(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Pool_offers_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -1261,6 +1295,154 @@ func (ec *executionContext) _PoolOffer_createdAt(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_PoolOffer_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("PoolOffer", field, false, false, "Time")
+}
+
+func (ec *executionContext) _PoolOfferConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.PoolOfferConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOfferConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.PoolOfferEdge) graphql.Marshaler {
+			return ec.marshalNPoolOfferEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOfferConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PoolOfferConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PoolOfferEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PoolOfferConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.PoolOfferConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOfferConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOfferConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PoolOfferConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PoolOfferConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.PoolOfferConnection) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOfferConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOfferConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolOfferConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _PoolOfferEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.PoolOfferEdge) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOfferEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOfferEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolOfferEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _PoolOfferEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.PoolOfferEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOfferEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *pools.Offer) graphql.Marshaler {
+			return ec.marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOfferEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PoolOfferEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PoolOffer(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _PoolQuota_gpus(ctx context.Context, field graphql.CollectedField, obj *pools.Quota) (ret graphql.Marshaler) {
@@ -1891,6 +2073,89 @@ func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet
 	return marshalObject(fields, out)
 }
 
+var poolOfferConnectionImplementors = []string{"PoolOfferConnection"}
+
+func (ec *executionContext) _PoolOfferConnection(ctx context.Context, sel ast.SelectionSet, obj *model.PoolOfferConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, poolOfferConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PoolOfferConnection")
+		case "edges":
+			out.Values[i] = ec._PoolOfferConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._PoolOfferConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._PoolOfferConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var poolOfferEdgeImplementors = []string{"PoolOfferEdge"}
+
+func (ec *executionContext) _PoolOfferEdge(ctx context.Context, sel ast.SelectionSet, obj *model.PoolOfferEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, poolOfferEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PoolOfferEdge")
+		case "cursor":
+			out.Values[i] = ec._PoolOfferEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._PoolOfferEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
 var poolQuotaImplementors = []string{"PoolQuota"}
 
 func (ec *executionContext) _PoolQuota(ctx context.Context, sel ast.SelectionSet, obj *pools.Quota) graphql.Marshaler {
@@ -2012,11 +2277,27 @@ var (
 	}
 )
 
-func (ec *executionContext) marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOfferᚄ(ctx context.Context, sel ast.SelectionSet, v []*pools.Offer) graphql.Marshaler {
+func (ec *executionContext) marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx context.Context, sel ast.SelectionSet, v *pools.Offer) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "PoolOffer!")
+		return graphql.Null
+	}
+	return ec._PoolOffer(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNPoolOfferConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferConnection(ctx context.Context, sel ast.SelectionSet, v *model.PoolOfferConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "PoolOfferConnection!")
+		return graphql.Null
+	}
+	return ec._PoolOfferConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNPoolOfferEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.PoolOfferEdge) graphql.Marshaler {
 	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx, sel, v[i])
+		return ec.marshalNPoolOfferEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferEdge(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2028,12 +2309,12 @@ func (ec *executionContext) marshalNPoolOffer2ᚕᚖgithubᚗcomᚋbettercompute
 	return ret
 }
 
-func (ec *executionContext) marshalNPoolOffer2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐOffer(ctx context.Context, sel ast.SelectionSet, v *pools.Offer) graphql.Marshaler {
+func (ec *executionContext) marshalNPoolOfferEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPoolOfferEdge(ctx context.Context, sel ast.SelectionSet, v *model.PoolOfferEdge) graphql.Marshaler {
 	if v == nil {
-		graphql.AddInvalidNullError(ctx, "PoolOffer!")
+		graphql.AddInvalidNullError(ctx, "PoolOfferEdge!")
 		return graphql.Null
 	}
-	return ec._PoolOffer(ctx, sel, v)
+	return ec._PoolOfferEdge(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNPoolQuota2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐQuota(ctx context.Context, sel ast.SelectionSet, v pools.Quota) graphql.Marshaler {

@@ -1201,8 +1201,8 @@ type Pool implements Node {
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
-  "The tenants the pool is offered to, with their quotas (the owner's view; empty for others)."
-  offers: [PoolOffer!]!
+  "The tenants the pool is offered to, with their quotas, by tenant id (the owner's view; empty for others)."
+  offers(first: Int = 50, after: String): PoolOfferConnection!
 }
 
 type PoolQuota {
@@ -1215,6 +1215,17 @@ type PoolOffer {
   toTenantId: String!
   quota: PoolQuota!
   createdAt: Time!
+}
+
+type PoolOfferConnection {
+  edges: [PoolOfferEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type PoolOfferEdge {
+  cursor: String!
+  node: PoolOffer!
 }
 
 type PoolConnection {
@@ -2563,6 +2574,28 @@ func (ec *executionContext) childFields_PoolOffer(ctx context.Context, field gra
 		return ec.fieldContext_PoolOffer_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PoolOffer", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolOfferConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_PoolOfferConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_PoolOfferConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_PoolOfferConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolOfferConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolOfferEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_PoolOfferEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_PoolOfferEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolOfferEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_PoolQuota(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -55,18 +55,16 @@ func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error)
 
 // Offers is the resolver for the offers field: the owner's members see
 // them; a tenant the pool is offered to sees none (the loader's rule).
-func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool) ([]*pools.Offer, error) {
-	l := loaders.From(ctx)
-	l.PrefetchOffers(ctx, obj.PoolID)
-	list, err := l.PoolOffers.Load(ctx, obj.PoolID)()
+func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.PoolOfferConnection, error) {
+	edges, info, total, err := loadConn(ctx, pools.OfferCursors, loaders.From(ctx).PoolOffers, obj.PoolID, first, after,
+		func(o *pools.Offer) string { return o.ToTenantID },
+		func(cur string, o *pools.Offer) *model.PoolOfferEdge {
+			return &model.PoolOfferEdge{Cursor: cur, Node: o}
+		})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*pools.Offer, len(list))
-	for i := range list {
-		out[i] = &list[i]
-	}
-	return out, nil
+	return &model.PoolOfferConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
 // Pools is the resolver for the pools field.

@@ -264,6 +264,17 @@ type PoolEdge struct {
 	Node   *pools.Pool `json:"node"`
 }
 
+type PoolOfferConnection struct {
+	Edges      []*PoolOfferEdge `json:"edges"`
+	PageInfo   *PageInfo        `json:"pageInfo"`
+	TotalCount int              `json:"totalCount"`
+}
+
+type PoolOfferEdge struct {
+	Cursor string       `json:"cursor"`
+	Node   *pools.Offer `json:"node"`
+}
+
 type PoolQuotaInput struct {
 	Gpus      int `json:"gpus"`
 	Instances int `json:"instances"`

@@ -202,7 +202,7 @@ func TestDashboardQueryAfterJoinsAndReports(t *testing.T) {
 	}
 
 	q := `query($t: String!) { tenant(tenantId: $t) { tenantId
-	  pools(first: 10) { totalCount edges { node { id poolId name offers { toTenantId }
+	  pools(first: 10) { totalCount edges { node { id poolId name offers { edges { node { toTenantId } } }
 	    joinRequests(first: 10) { totalCount edges { node { joinRequestId state attestor reasons } } }
 	    nodes(first: 10) { totalCount edges { node { id nodeId state attestor hardware { systemUuid serial macs } pool { poolId }
 	      inventory { snapshotId hash gpus { uuid model memoryMiB } disks { wwn slot sizeBytes } nics { mac speedMbps } drivers { name version } }

@@ -41,7 +41,7 @@ func TestPoolsGraphQL(t *testing.T) {
 	if r.Status != 200 || !strings.Contains(string(r.Raw), `"gpus":8`) {
 		t.Fatalf("offerPool: %s", r.Raw)
 	}
-	q := `query($t: String!) { tenant(tenantId: $t) { pools(first: 50) { totalCount edges { node { poolId tenantId name offers { toTenantId quota { gpus } } } } } } }`
+	q := `query($t: String!) { tenant(tenantId: $t) { pools(first: 50) { totalCount edges { node { poolId tenantId name offers { totalCount edges { node { toTenantId quota { gpus } } } } } } } } }`
 	r = e.GraphQL(admin, q, map[string]any{"t": "acme"})
 	if r.Status != 200 || !strings.Contains(string(r.Raw), `"totalCount":6`) || !strings.Contains(string(r.Raw), `"toTenantId":"guest"`) {
 		t.Fatalf("owner's pools: %s", r.Raw)

@@ -50,7 +50,7 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		auditLog(first: 5) { totalCount edges { node { auditId method principal { kind } resource { id } } } }
 		profiles(first: 10) { totalCount edges { node { profileId versions(first: 3) { totalCount edges { node { profileVersion } } } } } } } } } } }`
 	const fleetQuery = `query($t: String!) { tenant(tenantId: $t) { pools(first: 10) { totalCount edges { node { poolId
-		offers { toTenantId }
+		offers { totalCount edges { node { toTenantId } } }
 		auditLog(first: 3) { totalCount edges { node { method } } }
 		joinRequests(first: 3) { totalCount edges { node { joinRequestId } } }
 		nodes(first: 10) { totalCount edges { node { nodeId pool { poolId } inventory { hash }

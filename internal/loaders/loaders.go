@@ -52,7 +52,7 @@ type Loaders struct {
 	TenantMembers  *L[PageKey, *page.Conn[iam.Binding]]
 	TenantPools    *L[PageKey, *page.Conn[pools.Pool]]
 	TenantProfiles *L[PageKey, *page.Conn[profiles.Profile]]
-	PoolOffers     *L[string, []pools.Offer]
+	PoolOffers     *L[PageKey, *page.Conn[pools.Offer]]
 	Pool           *L[string, *pools.Pool]
 	Node           *L[string, *nodes.Node]
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
@@ -141,7 +141,7 @@ func New(q store.Q) *Loaders {
 		l.recordProfiles(r)
 		return r, err
 	}, profiles.CountByTenant)
-	l.PoolOffers = byID(l, authz.PoolsRead, pools.OffersByPool)
+	l.PoolOffers = pages(l, authz.PoolsRead, pools.OfferPagesByPool, pools.CountOffersByPool)
 	l.Pool = byID(l, authz.PoolsRead, pools.ByIDs)
 	l.Node = byID(l, authz.NodesRead, nodes.NodesByID)
 	l.PoolNodes = pages(l, authz.NodesRead, func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[nodes.Node], error) {

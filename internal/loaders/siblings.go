@@ -174,11 +174,6 @@ func (l *Loaders) PrefetchSnapshots(ctx context.Context, nodeID string) {
 	l.sib.once(nodeID, "snapshots", func(g *group) { l.Snapshot.prime(ctx, g.latest) })
 }
 
-// PrefetchOffers loads the offers of every sibling of pool.
-func (l *Loaders) PrefetchOffers(ctx context.Context, poolID string) {
-	l.sib.once(poolID, "offers", func(g *group) { l.PoolOffers.prime(ctx, g.ids) })
-}
-
 // PrefetchDiffs loads the same diff of every sibling of node.
 func (l *Loaders) PrefetchDiffs(ctx context.Context, k DiffKeyArgs) {
 	l.sib.once(k.NodeID, diffKind{k.From, k.To}, func(g *group) {

@@ -26,6 +26,10 @@ import (
 // Cursors is the kind of the pool lists' cursors (both surfaces).
 const Cursors page.Kind = "pool"
 
+// OfferCursors is the kind of the cursors of a pool's offers (the graph's
+// Pool.offers), keyed by the tenant offered to.
+const OfferCursors page.Kind = "poolOffer"
+
 // Sharing modes and kinds of pools.
 const (
 	Exclusive  = "exclusive"
@@ -564,22 +568,41 @@ func CountByTenant(ctx context.Context, q store.Q, tenantIDs []string) (map[stri
 		FROM unnest($1::text[]) AS t(parent)`, tenantIDs)
 }
 
-// OffersByPool loads every offer of each pool in one statement, keyed by
-// pool id (a pool has a handful of offers, so they are not paged). Offers
-// are the owner's view: only pools whose owner is in scope (read under
-// compute:pools:read) have them; a tenant the pool is offered to sees none.
-func OffersByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string][]Offer, error) {
-	var rows []offerRow
-	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers WHERE pool_id = ANY($1)
-		AND pool_id IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$2", ownerIn)+`)
-		ORDER BY pool_id, to_tenant_id`, poolIDs, scope.Arg()); err != nil {
-		return nil, store.Wrap(err)
+type poolOfferRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	offerRow
+}
+
+// OfferPagesByPool returns one page of each pool's offers, by the tenant
+// offered to, in the owner's view (tenants the pool is offered to see
+// none, as they see none of its other tenants).
+func OfferPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[Offer], error) {
+	var rows []poolOfferRow
+	err := q.SelectContext(ctx, &rows, `
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM pool_offers o WHERE o.pool_id = t.parent) AS total_count
+			FROM unnest($1::text[]) AS t(parent)
+			WHERE t.parent IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$4", ownerIn)+`))
+		SELECT t.parent AS parent_key, t.total_count, x.*
+		FROM t
+		CROSS JOIN LATERAL (
+			SELECT `+offerCols+` FROM pool_offers o WHERE o.pool_id = t.parent AND o.to_tenant_id > $2
+			ORDER BY o.to_tenant_id LIMIT $3
+		) x`, poolIDs, after, limit+1, scope.Arg())
+	var r page.Rows[Offer]
+	for _, x := range rows {
+		r.Parents, r.Totals = append(r.Parents, x.Parent), append(r.Totals, x.Total)
+		r.Items = append(r.Items, Offer{PoolID: x.PoolID, ToTenantID: x.ToTenantID, Quota: Quota{GPUs: x.GPUs, Instances: x.Instances}, CreatedAt: x.CreatedAt})
 	}
-	out := map[string][]Offer{}
-	for _, r := range rows {
-		out[r.PoolID] = append(out[r.PoolID], Offer{PoolID: r.PoolID, ToTenantID: r.ToTenantID, Quota: Quota{GPUs: r.GPUs, Instances: r.Instances}, CreatedAt: r.CreatedAt})
-	}
-	return out, nil
+	return r, store.Wrap(err)
+}
+
+// CountOffersByPool counts each pool's offers in the owner's view.
+func CountOffersByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k, (SELECT count(*) FROM pool_offers o WHERE o.pool_id = t.parent) AS n
+		FROM unnest($1::text[]) AS t(parent)
+		WHERE t.parent IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$2", ownerIn)+`)`, poolIDs, scope.Arg())
 }
 
 // ownerIn is the owner's-view predicate over pools p.

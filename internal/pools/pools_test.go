@@ -150,13 +150,36 @@ func TestOfferRules(t *testing.T) {
 	if o := fixture.Must(offer("beta", 8)); o.Quota.GPUs != 8 {
 		t.Fatalf("re-offer: %+v", o)
 	}
-	offers := fixture.Must(pools.OffersByPool(e.Ctx, e.DB, authz.TenantScope("acme"), []string{p.PoolID}))
-	if len(offers[p.PoolID]) != 1 || offers[p.PoolID][0].Quota.GPUs != 8 {
-		t.Fatalf("offers: %+v", offers)
+	fixture.Must(offer("gamma", 2))
+	// The graph's pages of a pool's offers: by the tenant offered to, one
+	// at a time here, and the owner's only.
+	var got []string
+	after := ""
+	for n := 0; n < 5; n++ {
+		rows := fixture.Must(pools.OfferPagesByPool(e.Ctx, e.DB, authz.TenantScope("acme"), []string{p.PoolID}, after, 1))
+		if len(rows.Items) == 0 || rows.Totals[0] != 2 {
+			t.Fatalf("page after %q: %+v", after, rows)
+		}
+		o := rows.Items[0]
+		got = append(got, fmt.Sprintf("%s:%d", o.ToTenantID, o.Quota.GPUs))
+		after = o.ToTenantID
+		if len(rows.Items) == 1 {
+			break
+		}
 	}
-	// The offered tenant does not read the pool's offers (its own or others').
-	if o := fixture.Must(pools.OffersByPool(e.Ctx, e.DB, authz.TenantScope("beta"), []string{p.PoolID})); len(o[p.PoolID]) > 1 {
-		t.Fatalf("beta reads %d offers", len(o[p.PoolID]))
+	if fmt.Sprint(got) != "[beta:8 gamma:2]" {
+		t.Fatalf("offers: %v", got)
+	}
+	if n := fixture.Must(pools.CountOffersByPool(e.Ctx, e.DB, authz.TenantScope("acme"), []string{p.PoolID})); n[p.PoolID] != 2 {
+		t.Fatalf("counted %v", n)
+	}
+	// The offered tenants do not read the pool's offers (their own or others').
+	for _, tenant := range []string{"beta", "gamma"} {
+		rows := fixture.Must(pools.OfferPagesByPool(e.Ctx, e.DB, authz.TenantScope(tenant), []string{p.PoolID}, "", 10))
+		n := fixture.Must(pools.CountOffersByPool(e.Ctx, e.DB, authz.TenantScope(tenant), []string{p.PoolID}))
+		if len(rows.Items) != 0 || n[p.PoolID] != 0 {
+			t.Fatalf("%s reads %d offers, counts %d", tenant, len(rows.Items), n[p.PoolID])
+		}
 	}
 	// An archived pool takes no offers.
 	fixture.Must(pools.Archive(e.Ctx, e.DB, &pools.ArchiveInput{TenantID: "acme", PoolID: p.PoolID}))
