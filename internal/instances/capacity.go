@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/computed/internal/instances/fit"
@@ -69,6 +70,9 @@ func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]fit.
 // room for the instance: with what every tenant's placed instances hold,
 // and every reservation not yet ended, those still to come included.
 func roomFor(ctx context.Context, q store.Q, i *Instance, poolID string, total fit.Resources) (bool, error) {
+	if !total.Fits(sizeOf(i)) {
+		return false, nil // larger than the whole pool (roomReasonFor says so)
+	}
 	alloc, err := allocated(ctx, q, poolID, i.InstanceID)
 	if err != nil {
 		return false, err
@@ -162,6 +166,30 @@ const capacityChanged = "waiting for capacity: the pool's capacity changed while
 // by other tenants" when the tenant's own instances held it.)
 const roomReason = "waiting for capacity: the pool's room is held by its instances or reserved, now or by a reservation still to come"
 
+// roomReasonFor is a pending instance's reason when roomFor found no room:
+// roomReason, unless the instance is larger than the pool's whole
+// capacity, which no instance's deletion or reservation's end frees (a
+// probe's 5-GPU instance in a 4-GPU pool waited with roomReason while
+// the capacity showed all 4 free). It waits still: the owner may raise
+// the capacity, or make hosts ready.
+func roomReasonFor(i *Instance, total fit.Resources) string {
+	need := sizeOf(i)
+	if total.Fits(need) {
+		return roomReason
+	}
+	var over []string
+	for _, d := range []struct {
+		name       string
+		need, have int
+	}{{"GPUs", need.GPUs, total.GPUs}, {"vCPUs", need.VCPUs, total.VCPUs}, {"GiB of memory", need.MemoryGiB, total.MemoryGiB}} {
+		if d.need > d.have {
+			over = append(over, fmt.Sprintf("%d %s of %d", d.need, d.name, d.have))
+		}
+	}
+	return "waiting for capacity: the instance is larger than the pool's whole capacity (" + strings.Join(over, ", ") +
+		"); it waits until the pool's capacity grows"
+}
+
 // providerRoom decides whether a pending instance of a provider pool may be
 // created now: within the pool's capacity (when its policy sets one) less
 // what other tenants hold or have reserved. The pool row is locked so that
@@ -190,7 +218,7 @@ func (s *Service) providerRoom(ctx context.Context, q store.Q, i *Instance, p *p
 	if ok, err := roomFor(ctx, q, i, p.PoolID, total); err != nil {
 		return false, "", err
 	} else if !ok {
-		return false, roomReason, nil
+		return false, roomReasonFor(i, total), nil
 	}
 	return true, "", nil
 }
@@ -274,10 +302,11 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	if len(hs) == 0 {
 		return false, "waiting for capacity: the pool has no ready host with inventory", nil
 	}
-	if ok, err := roomFor(ctx, q, i, p.PoolID, fit.HostedTotal(p.SharingMode, pol.Slices, hs)); err != nil {
+	total := fit.HostedTotal(p.SharingMode, pol.Slices, hs)
+	if ok, err := roomFor(ctx, q, i, p.PoolID, total); err != nil {
 		return false, "", err
 	} else if !ok {
-		return false, roomReason, nil
+		return false, roomReasonFor(i, total), nil
 	}
 	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))
 	if node == "" {

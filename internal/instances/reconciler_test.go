@@ -752,3 +752,39 @@ func TestNeverPlacedInstanceTakesItsRoomWhenStarted(t *testing.T) {
 		t.Fatalf("k placed %v, free %d", r.get(k).Placed, r.freeGPUs(prov))
 	}
 }
+
+// An instance larger than the pool's whole capacity waits saying so: no
+// deletion or reservation's end frees that room, and the reason said the
+// room was held while capacity showed it all free (a probe's 5-GPU
+// instance in a 4-GPU pool). It is placed once the capacity grows. In a
+// hosted pool the whole is its ready hosts'.
+func TestAnInstanceLargerThanThePoolSaysSo(t *testing.T) {
+	r := newRig(t)
+	prov := r.pool("vps-provider", "sim", `{"capacity": {"gpus": 4}, "sim": {"latencyMs": 0}}`)
+	big := r.sized(prov, 5)
+	if states, res := r.run(big); len(states) != 0 || res.outcome != wait ||
+		deref(r.get(big).StateReason) != "waiting for capacity: the instance is larger than the pool's whole capacity (5 GPUs of 4); it waits until the pool's capacity grows" {
+		t.Fatalf("big: %v, outcome %d: %q", states, res.outcome, deref(r.get(big).StateReason))
+	}
+	if free := r.freeGPUs(prov); free != 4 {
+		t.Fatalf("free: %d", free)
+	}
+	r.exec(`UPDATE pools SET policy = '{"capacity": {"gpus": 8}, "sim": {"latencyMs": 0}}' WHERE pool_id = $1`, prov)
+	if states, _ := r.run(big); len(states) == 0 || states[0] != Provisioning {
+		t.Fatalf("big after the capacity grew: %v: %q", states, deref(r.get(big).StateReason))
+	}
+	hosted := r.pool("vps-hosted", "", `{}`)
+	r.host(hosted)
+	huge := r.sized(hosted, 9)
+	if states, res := r.run(huge); len(states) != 0 || res.outcome != wait ||
+		!strings.Contains(deref(r.get(huge).StateReason), "larger than the pool's whole capacity (9 GPUs of 8") {
+		t.Fatalf("huge: %v, outcome %d: %q", states, res.outcome, deref(r.get(huge).StateReason))
+	}
+	// One that fits the whole but not what is left waits for the room.
+	r.host(hosted)
+	small := r.sized(hosted, 8)
+	r.run(small)
+	if states, _ := r.run(huge); len(states) != 0 || deref(r.get(huge).StateReason) != roomReason {
+		t.Fatalf("huge beside a full host: %v: %q", states, deref(r.get(huge).StateReason))
+	}
+}
