@@ -110,7 +110,9 @@ func TestInstancesQuota(t *testing.T) {
 	must(t, e.Call(b, "instances/create", instanceIn("beta", pool, "b2", 1)))
 	r = e.Call(b, "instances/create", instanceIn("beta", pool, "b3", 0))
 	expect(t, r, "INVALID_STATE", anyPath)
-	if reason(t, r) != "quota" {
+	// The count binds here, and the message says what was asked: one more
+	// instance (it said "asks for 0 more GPUs").
+	if reason(t, r) != "quota" || r.Message() != "the pool's offer allows 2 instances and 4 GPUs; the tenant has 2 instances with 4 GPUs and asks for one more, of 0 GPUs" {
 		t.Fatalf("instance-count refusal: %s", r.Raw)
 	}
 	// The owner is bounded by capacity alone.

@@ -357,7 +357,7 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 			return nil, err
 		}
 		if !fit.InstanceFitsQuota(quota, used, in.Size.GPUs) {
-			return nil, quotaErr(fmt.Sprintf("the tenant has %d instances with %d GPUs and asks for %d more GPUs", used.Instances, used.GPUs, in.Size.GPUs),
+			return nil, quotaErr(fmt.Sprintf("the tenant has %d instances with %d GPUs and asks for one more, of %d GPUs", used.Instances, used.GPUs, in.Size.GPUs),
 				quota, used, in.Size.GPUs)
 		}
 	}
