@@ -425,6 +425,7 @@ var objectFields = map[string]map[string]fieldInfo{
 	"PoolOffer": {
 		"__typename": {"", false},
 		"createdAt":  {"Time", false},
+		"id":         {"ID", false},
 		"poolId":     {"String", false},
 		"quota":      {"PoolQuota", false},
 		"toTenantId": {"String", false},

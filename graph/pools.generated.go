@@ -1190,6 +1190,29 @@ func (ec *executionContext) fieldContext_PoolEdge_node(_ context.Context, field 
 	return fc, nil
 }
 
+func (ec *executionContext) _PoolOffer_id(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolOffer_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GlobalID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolOffer_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolOffer", field, true, false, "ID")
+}
+
 func (ec *executionContext) _PoolOffer_poolId(ctx context.Context, field graphql.CollectedField, obj *pools.Offer) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.PoolID)
@@ -2024,7 +2047,7 @@ func (ec *executionContext) _PoolEdge(ctx context.Context, sel ast.SelectionSet,
 	return marshalObject(fields, out)
 }
 
-var poolOfferImplementors = []string{"PoolOffer"}
+var poolOfferImplementors = []string{"PoolOffer", "Node"}
 
 func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet, obj *pools.Offer) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolOfferImplementors)
@@ -2035,6 +2058,11 @@ func (ec *executionContext) _PoolOffer(ctx context.Context, sel ast.SelectionSet
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("PoolOffer")
+		case "id":
+			out.Values[i] = ec._PoolOffer_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "poolId":
 			out.Values[i] = ec._PoolOffer_poolId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {

@@ -1210,7 +1210,9 @@ type PoolQuota {
   instances: Int!
 }
 
-type PoolOffer {
+"A pool's offer to another tenant: the owner's view (the tenant offered to reads the pool, not its offers)."
+type PoolOffer implements Node {
+  id: ID!
   poolId: String!
   toTenantId: String!
   quota: PoolQuota!
@@ -2564,6 +2566,8 @@ func (ec *executionContext) childFields_PoolEdge(ctx context.Context, field grap
 
 func (ec *executionContext) childFields_PoolOffer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_PoolOffer_id(ctx, field)
 	case "poolId":
 		return ec.fieldContext_PoolOffer_poolId(ctx, field)
 	case "toTenantId":

@@ -2729,6 +2729,13 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Profile(ctx, sel, obj)
+	case pools.Offer:
+		return ec._PoolOffer(ctx, sel, &obj)
+	case *pools.Offer:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._PoolOffer(ctx, sel, obj)
 	case pools.Pool:
 		return ec._Pool(ctx, sel, &obj)
 	case *pools.Pool:

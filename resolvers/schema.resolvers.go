@@ -132,6 +132,8 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		return nodeOf(l.Profile.Load(ctx, profiles.Key{TenantID: key[0], ProfileID: key[1], ProfileVersion: v})())
 	case typ == "Workflow" && len(key) == 2:
 		return nodeOf(l.TenantWorkflow(ctx, key[0], key[1]))
+	case typ == "PoolOffer" && len(key) == 2:
+		return nodeOf(l.Offer.Load(ctx, [2]string{key[0], key[1]})())
 	case len(key) != 1:
 		return nil, nil
 	case typ == "Tenant":

@@ -72,6 +72,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 		"Instance":          {relay.ID("Instance", w.instance)},
 		"JoinRequest":       {relay.ID("JoinRequest", joinReq.Str("joinRequestId"))},
 		"JoinToken":         {relay.ID("JoinToken", joinTokens[0]["joinTokenId"].(string))},
+		"PoolOffer":         {relay.ID("PoolOffer", w.offered, "guest")},
 	}
 	w.offeredID, w.publicID = relay.ID("Pool", w.offered), relay.ID("Profile", "acme", w.pubProf, "1")
 	for _, ids := range w.globalIDs {
@@ -110,7 +111,8 @@ const nodeFields = `__typename
 	... on ComputeNode { nodeId tenantId } ... on InventorySnapshot { snapshotId nodeId }
 	... on Profile { profileId profileVersion tenantId } ... on Workflow { workflowId tenantId nodeId }
 	... on Instance { instanceId tenantId poolId }
-	... on JoinRequest { joinRequestId poolId tenantId } ... on JoinToken { joinTokenId poolId tenantId }`
+	... on JoinRequest { joinRequestId poolId tenantId } ... on JoinToken { joinTokenId poolId tenantId }
+	... on PoolOffer { poolId toTenantId }`
 
 // The permission matrix of the graph's reads, over every type the schema
 // says implements Node: through node(id:) a caller who may read an object
@@ -419,7 +421,7 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	// (Authentication reads the role bindings with the token, before any
 	// field: the database stops after it, at the first object read.)
 	r = stopAt(admin, q.String(), "FROM tenants t", "FROM pools p", "FROM nodes n", "FROM projects pr",
-		"FROM inventory_snapshots s", "FROM profiles p", "FROM workflows w")
+		"FROM inventory_snapshots s", "FROM profiles p", "FROM workflows w", "FROM join_tokens", "FROM join_requests r", "FROM pool_offers o")
 	unavailable(r, names...)
 
 	// A node's children: the database stops once the node is read.

@@ -786,6 +786,10 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 	pool := e.Pool(acme.Admin.Token, "acme", "p")
 	nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
 	must(t, invReport(t, e, cred, nodeID, `{"drivers":{"nvidia":"570.86.15"}}`))
+	// An offer (to a third tenant: evil must read nothing of acme's).
+	newTenant(t, e, "third")
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "third",
+		"quota": map[string]any{"gpus": 1, "instances": 1}}))
 	// A join waiting for approval (a machine no one registered).
 	must(t, e.Call("", "nodes/join", joinBody(e.JoinToken(acme.Admin.Token, "acme", pool, 1), testkit.NewMachine(t), "discovery")))
 	newProject(t, e, acme.Member.Token, "acme", "web")
@@ -796,7 +800,7 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 	d := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") {
 		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id } instances(first: 5) { edges { node { id } } }
 		pools(first: 5) { edges { node { id joinTokens(first: 5) { edges { node { id } } } joinRequests(first: 5) { edges { node { id } } }
-		nodes(first: 5) { edges { node { id inventory { id } workflows(first: 5) { edges { node { id } } } } } } } } } } }`, nil))
+		offers { edges { node { id } } } nodes(first: 5) { edges { node { id inventory { id } workflows(first: 5) { edges { node { id } } } } } } } } } } }`, nil))
 	ids := map[string]string{}
 	var walk func(typ string, v any)
 	walk = func(typ string, v any) {
@@ -809,7 +813,7 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 				}
 				walk(map[string]string{"projects": "Project", "profile": "Profile", "pools": "Pool", "nodes": "ComputeNode",
 					"inventory": "InventorySnapshot", "workflows": "Workflow", "tenant": "Tenant", "instances": "Instance",
-					"joinTokens": "JoinToken", "joinRequests": "JoinRequest"}[k]+"|"+typ, c)
+					"joinTokens": "JoinToken", "joinRequests": "JoinRequest", "offers": "PoolOffer"}[k]+"|"+typ, c)
 			}
 		case []any:
 			for _, c := range x {

@@ -53,6 +53,7 @@ type Loaders struct {
 	TenantPools    *L[PageKey, *page.Conn[pools.Pool]]
 	TenantProfiles *L[PageKey, *page.Conn[profiles.Profile]]
 	PoolOffers     *L[PageKey, *page.Conn[pools.Offer]]
+	Offer          *L[[2]string, *pools.Offer] // by pool id and the tenant offered to
 	Pool           *L[string, *pools.Pool]
 	Node           *L[string, *nodes.Node]
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
@@ -142,6 +143,7 @@ func New(q store.Q) *Loaders {
 		return r, err
 	}, profiles.CountByTenant)
 	l.PoolOffers = pages(l, authz.PoolsRead, pools.OfferPagesByPool, pools.CountOffersByPool)
+	l.Offer = byKey(l, authz.PoolsRead, pools.OffersByKey)
 	l.Pool = byID(l, authz.PoolsRead, pools.ByIDs)
 	l.Node = byID(l, authz.NodesRead, nodes.NodesByID)
 	l.PoolNodes = pages(l, authz.NodesRead, func(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[nodes.Node], error) {
@@ -356,9 +358,14 @@ func opts[K comparable, V any]() []dataloader.Option[K, V] {
 // (perm's); results go back in key order, nil for ids that do not exist or
 // that the caller may not read.
 func byID[V any](l *Loaders, perm authz.Permission, fetch func(ctx context.Context, q store.Q, scope authz.Scope, ids []string) (map[string]V, error)) *L[string, V] {
-	return loader(func(ctx context.Context, keys []string) []*dataloader.Result[V] {
+	return byKey(l, perm, fetch)
+}
+
+// byKey is byID over keys of any comparable type.
+func byKey[K comparable, V any](l *Loaders, perm authz.Permission, fetch func(ctx context.Context, q store.Q, scope authz.Scope, keys []K) (map[K]V, error)) *L[K, V] {
+	return loader(func(ctx context.Context, keys []K) []*dataloader.Result[V] {
 		scope, err := l.scope(ctx, perm)
-		var found map[string]V
+		var found map[K]V
 		if err == nil && !scope.Nothing() {
 			found, err = fetch(ctx, l.q, scope, keys)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pgtext"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -91,6 +92,9 @@ type Offer struct {
 	Quota      Quota     `json:"quota"`
 	CreatedAt  time.Time `json:"createdAt"`
 }
+
+// GlobalID is the offer's Relay id: its pool and the tenant offered to.
+func (o *Offer) GlobalID() string { return relay.ID("PoolOffer", o.PoolID, o.ToTenantID) }
 
 type offerRow struct {
 	PoolID     string    `db:"pool_id"`
@@ -596,6 +600,26 @@ func OfferPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs
 		r.Items = append(r.Items, Offer{PoolID: x.PoolID, ToTenantID: x.ToTenantID, Quota: Quota{GPUs: x.GPUs, Instances: x.Instances}, CreatedAt: x.CreatedAt})
 	}
 	return r, store.Wrap(err)
+}
+
+// OffersByKey loads the offers of keys (relay keys: pool id, tenant
+// offered to) in the owner's view, in one statement.
+func OffersByKey(ctx context.Context, q store.Q, scope authz.Scope, keys [][2]string) (map[[2]string]*Offer, error) {
+	pools, tos := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		pools[i], tos[i] = k[0], k[1]
+	}
+	var rows []offerRow
+	if err := q.SelectContext(ctx, &rows, `SELECT `+offerCols+` FROM pool_offers o
+		WHERE (o.pool_id, o.to_tenant_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		  AND o.pool_id IN (SELECT p.pool_id FROM pools p WHERE p.pool_id = ANY($1) AND `+authz.Where("$3", ownerIn)+`)`, pools, tos, scope.Arg()); err != nil {
+		return nil, store.Wrap(err)
+	}
+	out := make(map[[2]string]*Offer, len(rows))
+	for _, r := range rows {
+		out[[2]string{r.PoolID, r.ToTenantID}] = &Offer{PoolID: r.PoolID, ToTenantID: r.ToTenantID, Quota: Quota{GPUs: r.GPUs, Instances: r.Instances}, CreatedAt: r.CreatedAt}
+	}
+	return out, nil
 }
 
 // CountOffersByPool counts each pool's offers in the owner's view.
