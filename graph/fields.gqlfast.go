@@ -558,6 +558,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"canceledAt":    {"Time", false},
 		"createdAt":     {"Time", false},
 		"endsAt":        {"Time", false},
+		"id":            {"ID", false},
 		"poolId":        {"String", false},
 		"reservationId": {"String", false},
 		"rowVersion":    {"Int", false},

@@ -1420,6 +1420,29 @@ func (ec *executionContext) fieldContext_PoolCapacity_byTenant(_ context.Context
 	return fc, nil
 }
 
+func (ec *executionContext) _Reservation_id(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reservation_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GlobalID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reservation_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reservation", field, true, false, "ID")
+}
+
 func (ec *executionContext) _Reservation_reservationId(ctx context.Context, field graphql.CollectedField, obj *instances.Reservation) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.ReservationID)
@@ -2913,7 +2936,7 @@ func (ec *executionContext) _PoolCapacity(ctx context.Context, sel ast.Selection
 	return marshalObject(fields, out)
 }
 
-var reservationImplementors = []string{"Reservation"}
+var reservationImplementors = []string{"Reservation", "Node"}
 
 func (ec *executionContext) _Reservation(ctx context.Context, sel ast.SelectionSet, obj *instances.Reservation) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, reservationImplementors)
@@ -2924,6 +2947,11 @@ func (ec *executionContext) _Reservation(ctx context.Context, sel ast.SelectionS
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("Reservation")
+		case "id":
+			out.Values[i] = ec._Reservation_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "reservationId":
 			out.Values[i] = ec._Reservation_reservationId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {

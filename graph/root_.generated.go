@@ -573,7 +573,8 @@ type ResourceAmounts {
 }
 
 "Capacity held in one pool for [startsAt, endsAt), counted against the tenant's quota and honoured by placement."
-type Reservation {
+type Reservation implements Node {
+  id: ID!
   reservationId: String!
   tenantId: String!
   poolId: String!
@@ -2828,6 +2829,8 @@ func (ec *executionContext) childFields_RemovedPayload(ctx context.Context, fiel
 
 func (ec *executionContext) childFields_Reservation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_Reservation_id(ctx, field)
 	case "reservationId":
 		return ec.fieldContext_Reservation_reservationId(ctx, field)
 	case "tenantId":

@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/iam"
+	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/nodes"
@@ -2715,6 +2716,13 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 			return graphql.Null
 		}
 		return ec._Tenant(ctx, sel, obj)
+	case instances.Reservation:
+		return ec._Reservation(ctx, sel, &obj)
+	case *instances.Reservation:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Reservation(ctx, sel, obj)
 	case projects.Project:
 		return ec._Project(ctx, sel, &obj)
 	case *projects.Project:

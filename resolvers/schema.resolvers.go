@@ -150,6 +150,8 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 		return nodeOf(l.Snapshot.Load(ctx, key[0])())
 	case typ == "JoinRequest":
 		return nodeOf(l.JoinRequest.Load(ctx, key[0])())
+	case typ == "Reservation":
+		return nodeOf(l.Instances.Reservation.Load(ctx, key[0])())
 	case typ == "JoinToken":
 		return nodeOf(l.JoinToken.Load(ctx, key[0])())
 	}

@@ -60,6 +60,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 	e.Must(createProfile(t, e, admin, "acme", profileDoc(w.pubProf, 2), "private"))
 	w.workflow = e.Must(e.Call(admin, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": w.node, "profileId": w.privProf})).Str("workflowId")
 	w.instance = e.Must(e.Call(w.acme.Member.Token, "instances/create", instanceIn("acme", w.private, "vm", 0))).Str("instanceId")
+	reservation := e.Must(e.Call(w.acme.Member.Token, "reservations/create", rsvIn("acme", w.private, 1, time.Hour, 2*time.Hour))).Str("reservationId")
 
 	w.globalIDs = map[string][]string{
 		"Tenant":            {relay.ID("Tenant", "acme")},
@@ -73,6 +74,7 @@ func newCrossTenantWorld(t *testing.T, e *testkit.Env) *crossTenantWorld {
 		"JoinRequest":       {relay.ID("JoinRequest", joinReq.Str("joinRequestId"))},
 		"JoinToken":         {relay.ID("JoinToken", joinTokens[0]["joinTokenId"].(string))},
 		"PoolOffer":         {relay.ID("PoolOffer", w.offered, "guest")},
+		"Reservation":       {relay.ID("Reservation", reservation)},
 	}
 	w.offeredID, w.publicID = relay.ID("Pool", w.offered), relay.ID("Profile", "acme", w.pubProf, "1")
 	for _, ids := range w.globalIDs {
@@ -112,7 +114,7 @@ const nodeFields = `__typename
 	... on Profile { profileId profileVersion tenantId } ... on Workflow { workflowId tenantId nodeId }
 	... on Instance { instanceId tenantId poolId }
 	... on JoinRequest { joinRequestId poolId tenantId } ... on JoinToken { joinTokenId poolId tenantId }
-	... on PoolOffer { poolId toTenantId }`
+	... on PoolOffer { poolId toTenantId } ... on Reservation { reservationId tenantId poolId }`
 
 // The permission matrix of the graph's reads, over every type the schema
 // says implements Node: through node(id:) a caller who may read an object
@@ -421,7 +423,7 @@ func TestGraphOutageIsAnErrorNotEmpty(t *testing.T) {
 	// (Authentication reads the role bindings with the token, before any
 	// field: the database stops after it, at the first object read.)
 	r = stopAt(admin, q.String(), "FROM tenants t", "FROM pools p", "FROM nodes n", "FROM projects pr",
-		"FROM inventory_snapshots s", "FROM profiles p", "FROM workflows w", "FROM join_tokens", "FROM join_requests r", "FROM pool_offers o")
+		"FROM inventory_snapshots s", "FROM profiles p", "FROM workflows w", "FROM join_tokens", "FROM join_requests r", "FROM pool_offers o", "FROM reservations")
 	unavailable(r, names...)
 
 	// A node's children: the database stops once the node is read.

@@ -795,10 +795,12 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 	newProject(t, e, acme.Member.Token, "acme", "web")
 	must(t, e.Call(acme.Member.Token, "profiles/create", map[string]any{"tenantId": "acme", "document": profileDoc("base", 1)}))
 	must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "base"}))
-	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil), "vm", 0)))
+	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", vps, "vm", 0)))
+	must(t, e.Call(acme.Member.Token, "reservations/create", rsvIn("acme", vps, 1, time.Hour, 2*time.Hour)))
 
 	d := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") {
-		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id } instances(first: 5) { edges { node { id } } }
+		id projects(first: 5) { edges { node { id } } } profile(profileId: "base") { id } instances(first: 5) { edges { node { id } } } reservations(first: 5) { edges { node { id } } }
 		pools(first: 5) { edges { node { id joinTokens(first: 5) { edges { node { id } } } joinRequests(first: 5) { edges { node { id } } }
 		offers { edges { node { id } } } nodes(first: 5) { edges { node { id inventory { id } workflows(first: 5) { edges { node { id } } } } } } } } } } }`, nil))
 	ids := map[string]string{}
@@ -813,7 +815,7 @@ func TestNodeResolvesEveryNodeType(t *testing.T) {
 				}
 				walk(map[string]string{"projects": "Project", "profile": "Profile", "pools": "Pool", "nodes": "ComputeNode",
 					"inventory": "InventorySnapshot", "workflows": "Workflow", "tenant": "Tenant", "instances": "Instance",
-					"joinTokens": "JoinToken", "joinRequests": "JoinRequest", "offers": "PoolOffer"}[k]+"|"+typ, c)
+					"joinTokens": "JoinToken", "joinRequests": "JoinRequest", "offers": "PoolOffer", "reservations": "Reservation"}[k]+"|"+typ, c)
 			}
 		case []any:
 			for _, c := range x {

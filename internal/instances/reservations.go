@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/internal/instances/fit"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pools"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/rfc3339"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -55,6 +56,9 @@ type Reservation struct {
 	MemoryGiB int       `json:"-" db:"memory_gib"`
 	Now       time.Time `json:"-" db:"tx_now"`
 }
+
+// GlobalID is the reservation's Relay id.
+func (r *Reservation) GlobalID() string { return relay.ID("Reservation", r.ReservationID) }
 
 // Normalize finishes a reservation read from its row: Size from the size
 // columns, times in UTC, State from the stored state and the
