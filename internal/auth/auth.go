@@ -100,9 +100,24 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 // waits for it (RevokingCredentials). So once tokens.revoke has answered,
 // nothing more of the token's commits. A principal without a token (none
 // here but in tests) holds nothing.
+//
+// A node's credential is held from the start instead, before the call
+// locks anything: its revocation (nodes.remove) locks the node's rows
+// after it takes the credential, and a call that locked one of them first
+// (workflows.reportStep, its workflow row) and asked for the credential at
+// commit closed a cycle: a probe's reports racing a removal deadlocked 202
+// times in 7 removals, and 3 removals failed. Held first, a call either
+// runs before the revocation, which waits for it, or after, and finds the
+// credential revoked before it reads anything. (A user's or service's
+// revocation locks none of the rows their calls lock, and their hold stays
+// in the commit's round trip.)
 func HoldCredential(ctx context.Context, q store.Q, p *reqctx.Principal) error {
 	if p == nil || p.TokenID == "" {
 		return nil
+	}
+	if p.Kind == "node" {
+		_, err := q.ExecContext(ctx, `SELECT credential_in_use($1)`, p.TokenID)
+		return err
 	}
 	return store.ExecAtCommit(ctx, q, `SELECT credential_in_use($1)`, p.TokenID)
 }

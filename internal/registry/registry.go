@@ -452,7 +452,8 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 	err = r.db.Tx(ctx, func(tx *sqlx.Tx) error {
 		var rerr error
 		kept = nil
-		// First of what the commit sends: the commit fails if the
+		// First of what the commit sends (a node's credential: before
+		// anything else, auth.HoldCredential): the commit fails if the
 		// credential is revoked by then.
 		if rerr = auth.HoldCredential(ctx, tx, p); rerr != nil {
 			return rerr

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/bettercompute/computed/internal/testkit"
+)
+
+// A node removed while it reports: nodes.remove revokes the node's
+// credential and then cancels its workflow, and each report of a step held
+// the workflow's row and asked for the credential at commit, the other
+// order: a probe's 80 reports racing a removal deadlocked (202 times in 7
+// removals), and 3 removals failed UNAVAILABLE, leaving the node ready and
+// its credential working. A node's call now holds its credential first.
+// Every report is answered as it ran (OK) or as a revoked credential's
+// (UNAUTHENTICATED), and every removal succeeds.
+func TestRemovingANodeWhileItReports(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	pool := e.Pool(acme.Admin.Token, "acme", "metal")
+	must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
+	for round := 0; round < 3; round++ {
+		nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
+		wf := must(t, e.Call(acme.Member.Token, "workflows/create", map[string]any{"tenantId": "acme", "nodeId": nodeID, "profileId": "gpu-node"})).Str("workflowId")
+		const reporters = 24
+		var wg sync.WaitGroup
+		answers := make(chan string, reporters*20)
+		start := make(chan struct{})
+		for g := 0; g < reporters; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for k := 0; k < 20; k++ {
+					r := e.Call(cred, "workflows/reportStep", map[string]any{"nodeId": nodeID, "workflowId": wf, "index": 0,
+						"status": "running", "message": fmt.Sprint("report ", g, "/", k)})
+					answers <- fmt.Sprint(r.Status, " ", r.Code())
+					if r.Status == 401 {
+						return
+					}
+				}
+			}()
+		}
+		close(start)
+		rm := e.Call(acme.Admin.Token, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": nodeID})
+		wg.Wait()
+		close(answers)
+		if rm.Status != 200 {
+			t.Fatalf("round %d: nodes.remove while the node reports: %d %s", round, rm.Status, rm.Raw)
+		}
+		seen := map[string]int{}
+		for a := range answers {
+			seen[a]++
+		}
+		for a, n := range seen {
+			if a != "200 " && a != "401 UNAUTHENTICATED" {
+				t.Fatalf("round %d: %d reports answered %s (all: %v)", round, n, a, seen)
+			}
+		}
+		got := must(t, e.Call(acme.Admin.Token, "workflows/get", map[string]any{"tenantId": "acme", "workflowId": wf}))
+		if got.Str("state") != "failed" && got.Str("state") != "canceled" {
+			t.Fatalf("round %d: the removed node's workflow is %s", round, got.Str("state"))
+		}
+		t.Logf("round %d: %v", round, seen)
+	}
+}
