@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -182,6 +184,10 @@ func (m *Main) ParseFlags(args []string) error {
 	m.Bootstrap = os.Getenv("COMPUTE_BOOTSTRAP_TOKEN")
 	for _, o := range strings.Split(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
+			// Matched as coder/websocket matches them (path.Match, lower case).
+			if _, err := path.Match(strings.ToLower(o), ""); err != nil {
+				return fmt.Errorf("COMPUTE_ALLOWED_ORIGINS: %q is not a pattern (path.Match syntax: * ? [a-z], \\ escapes): %v", o, err)
+			}
 			m.Origins = append(m.Origins, o)
 		}
 	}
@@ -435,27 +441,58 @@ const maxRetentionDays = 36500
 // parseRetention reads a retention setting (name, for the error): a Go
 // duration of at least a minute or a number of days ("7d"), at most
 // maxRetentionDays either way.
-// checkBounds refuses values that parse but mean nothing sensible: a
-// negative or infinite rate (only 0 turns the limit off), timeouts and
-// counts that are not positive. (The connection budget and the retentions
-// are checked where they are parsed.)
+// checkBounds refuses values that parse but mean nothing sensible, or
+// something else than they say: a negative or infinite rate (only 0 turns
+// the limit off), one so large that its burst overflows (1e19 became a
+// burst of 1), timeouts below what they can be measured in (a statement
+// timeout under 1 ms is sent as 0, which PostgreSQL reads as none), counts
+// that are not positive or past what a replica can hold, an address that
+// is no host:port, an origin pattern that does not parse (coder/websocket
+// then refused every origin after it, logging only per request). (The
+// connection budget and the retentions are checked where they are
+// parsed.)
 func (m *Main) checkBounds(vars map[string]string) error {
 	bad := func(name, want string, v any) error {
 		return fmt.Errorf("-%s (%s) %v: want %s", name, vars[name], v, want)
 	}
+	const (
+		maxRate    = 1e6
+		minRate    = 0.01
+		maxTimeout = 24 * time.Hour
+	)
+	between := func(name string, v, lo, hi int) error {
+		if v < lo || v > hi {
+			return bad(name, fmt.Sprintf("%d to %d", lo, hi), v)
+		}
+		return nil
+	}
 	switch {
-	case math.IsNaN(m.RateLimit) || math.IsInf(m.RateLimit, 0) || m.RateLimit < 0:
-		return bad("rate-limit", "a finite number of requests per second, at least 0 (0 turns the limit off)", m.RateLimit)
-	case m.RequestTimeout <= 0:
-		return bad("request-timeout", "a positive duration", m.RequestTimeout)
-	case m.StatementTimeout <= 0:
-		return bad("statement-timeout", "a positive duration", m.StatementTimeout)
-	case m.GraphQLConcurrency < 0:
-		return bad("graphql-concurrency", "at least 0 (0: 4 per CPU)", m.GraphQLConcurrency)
-	case m.SessionsPerCredential < 1:
-		return bad("sessions-per-credential", "at least 1", m.SessionsPerCredential)
-	case m.Instances.Workers < 1:
-		return bad("reconcile-workers", "at least 1", m.Instances.Workers)
+	case math.IsNaN(m.RateLimit) || m.RateLimit < 0 || m.RateLimit > maxRate || (m.RateLimit > 0 && m.RateLimit < minRate):
+		return bad("rate-limit", fmt.Sprintf("0 (the limit off) or %g to %g requests per second", minRate, maxRate), m.RateLimit)
+	case m.RequestTimeout < 100*time.Millisecond || m.RequestTimeout > maxTimeout:
+		return bad("request-timeout", "a duration of 100ms to 24h", m.RequestTimeout)
+	case m.StatementTimeout < time.Millisecond || m.StatementTimeout > maxTimeout:
+		return bad("statement-timeout", "a duration of 1ms to 24h", m.StatementTimeout)
+	}
+	for _, err := range []error{
+		between("graphql-concurrency", m.GraphQLConcurrency, 0, 10000),
+		between("sessions-per-credential", m.SessionsPerCredential, 1, 1_000_000),
+		between("reconcile-workers", m.Instances.Workers, 1, 1000),
+		between("db-max-conns", m.DBMaxConns, 6, 10000),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if host, port, err := net.SplitHostPort(m.Addr); err != nil || strings.ContainsAny(host, " /") {
+		return bad("addr", "host:port, such as 127.0.0.1:8080 or :8080", m.Addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return bad("addr", "a port of 0 to 65535", m.Addr)
+	}
+	if m.DebugAddr != "" {
+		if _, _, err := net.SplitHostPort(m.DebugAddr); err != nil {
+			return bad("debug-addr", "host:port", m.DebugAddr)
+		}
 	}
 	return nil
 }

@@ -334,7 +334,8 @@ func TestParseRetention(t *testing.T) {
 // infinite rate, no workers) are refused too, by flag or by variable.
 func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 	for _, v := range []string{"COMPUTE_RATE_LIMIT", "COMPUTE_REQUEST_TIMEOUT", "COMPUTE_STATEMENT_TIMEOUT", "COMPUTE_DB_MAX_CONNS",
-		"COMPUTE_GRAPHQL_CONCURRENCY", "COMPUTE_SESSIONS_PER_CREDENTIAL", "COMPUTE_RECONCILE_WORKERS", "COMPUTE_ADDR"} {
+		"COMPUTE_GRAPHQL_CONCURRENCY", "COMPUTE_SESSIONS_PER_CREDENTIAL", "COMPUTE_RECONCILE_WORKERS", "COMPUTE_ADDR",
+		"COMPUTE_DEBUG_ADDR", "COMPUTE_ALLOWED_ORIGINS"} {
 		t.Setenv(v, "")
 	}
 	parse := func(env map[string]string, args ...string) (*Main, error) {
@@ -370,6 +371,19 @@ func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 		{map[string]string{"COMPUTE_SESSIONS_PER_CREDENTIAL": "0"}, nil, "sessions-per-credential"},
 		{map[string]string{"COMPUTE_RECONCILE_WORKERS": "x"}, nil, "COMPUTE_RECONCILE_WORKERS"},
 		{nil, []string{"-reconcile-workers", "0"}, "reconcile-workers"},
+		// Values that parse but mean something else than they say (a probe):
+		{map[string]string{"COMPUTE_RATE_LIMIT": "1e19"}, nil, "rate-limit"},                // its burst overflowed to 1
+		{map[string]string{"COMPUTE_RATE_LIMIT": "1e-300"}, nil, "rate-limit"},              // a Retry-After of 1 s
+		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "500us"}, nil, "statement-timeout"}, // sent as 0: no timeout
+		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "1000h"}, nil, "statement-timeout"},
+		{map[string]string{"COMPUTE_REQUEST_TIMEOUT": "1ns"}, nil, "request-timeout"},
+		{map[string]string{"COMPUTE_RECONCILE_WORKERS": "10001"}, nil, "reconcile-workers"},
+		{map[string]string{"COMPUTE_DB_MAX_CONNS": "100000"}, nil, "db-max-conns"},
+		{map[string]string{"COMPUTE_GRAPHQL_CONCURRENCY": "100000"}, nil, "graphql-concurrency"},
+		{map[string]string{"COMPUTE_ADDR": "garbage"}, nil, "addr"},
+		{map[string]string{"COMPUTE_ADDR": "127.0.0.1:99999"}, nil, "addr"},
+		{map[string]string{"COMPUTE_DEBUG_ADDR": "nope"}, nil, "debug-addr"},
+		{map[string]string{"COMPUTE_ALLOWED_ORIGINS": "dash.example.com,[bad,late.example.com"}, nil, "COMPUTE_ALLOWED_ORIGINS"},
 	}
 	for _, c := range refused {
 		if m, err := parse(c.env, c.args...); err == nil {
@@ -384,8 +398,17 @@ func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 		m.DBMaxConns != 30 || m.SessionsPerCredential != 256 || m.Instances.Workers != 10 || m.Addr != "127.0.0.1:8080" {
 		t.Fatalf("defaults: %+v, %v", m, err)
 	}
-	m, err = parse(map[string]string{"COMPUTE_RATE_LIMIT": "0", "COMPUTE_REQUEST_TIMEOUT": "30s", "COMPUTE_ADDR": "127.0.0.1:9"}, "-addr", "127.0.0.1:10")
+	m, err = parse(map[string]string{"COMPUTE_RATE_LIMIT": "0", "COMPUTE_REQUEST_TIMEOUT": "30s", "COMPUTE_ADDR": "127.0.0.1:9",
+		"COMPUTE_ALLOWED_ORIGINS": "dash.example.com, https://*.corp.example"}, "-addr", "127.0.0.1:10")
 	if err != nil || m.RateLimit != 0 || m.RequestTimeout != 30*time.Second || m.Addr != "127.0.0.1:10" {
 		t.Fatalf("set: rate %v, timeout %v, addr %s, %v", m.RateLimit, m.RequestTimeout, m.Addr, err)
+	}
+	if len(m.Origins) != 2 || m.Origins[1] != "https://*.corp.example" {
+		t.Fatalf("origins: %q", m.Origins)
+	}
+	for _, addr := range []string{":8080", "[::1]:8080", "localhost:0"} {
+		if _, err := parse(map[string]string{"COMPUTE_ADDR": addr}); err != nil {
+			t.Errorf("COMPUTE_ADDR=%s: %v", addr, err)
+		}
 	}
 }
