@@ -152,3 +152,23 @@ func FuzzLoneSurrogate(f *testing.F) {
 		}
 	})
 }
+
+// HoldsMore counts objects, arrays and the commas between items and
+// members, never what is inside strings (escaped quotes included).
+func TestHoldsMore(t *testing.T) {
+	for _, c := range []struct {
+		doc string
+		n   int // what it counts
+	}{
+		{`1`, 0},
+		{`[]`, 1},
+		{`[1,2,3]`, 3},
+		{`{"a":[1,2],"b":{}}`, 5},
+		{`{"a":"x,y,[z]"}`, 1},
+		{`{"a":"\",[","b":1}`, 2},
+	} {
+		if HoldsMore([]byte(c.doc), c.n) || !HoldsMore([]byte(c.doc), c.n-1) && c.n > 0 {
+			t.Errorf("%s: want a count of %d", c.doc, c.n)
+		}
+	}
+}

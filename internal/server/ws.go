@@ -274,6 +274,13 @@ func (c *wsConn) hear(now time.Time) {
 
 // handle processes one message; false ends the connection.
 func (c *wsConn) handle(data []byte) bool {
+	// Bounded before anything decodes it, as a POST body is (DecodeParams):
+	// a message is a body one level down; a connection_init or a ping
+	// nested 10,000 deep, before any authentication, was decoded whole.
+	if jsonkeys.NestsDeeper(data, maxBodyDepth+1) || jsonkeys.HoldsMore(data, maxBodyValues+8) {
+		c.close(closeBadRequest, fmt.Sprintf("Invalid message received: it nests deeper than %d levels or holds more than %d values", maxBodyDepth+1, maxBodyValues+8))
+		return false
+	}
 	var m wsMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&m); err != nil || m.Type == "" || dec.More() {
@@ -420,7 +427,10 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 	// the words the client looks for before sending the whole query; the
 	// socket stays.
 	apq := perr != nil && perr.Details["reason"] == "persisted-queries-not-supported"
-	if perr != nil && !apq {
+	// Variables or extensions past their bounds are the operation's error,
+	// as over HTTP; the socket and its other operations stay.
+	opErr := apq || (perr != nil && (perr.Details["path"] == "variables" || perr.Details["path"] == "extensions"))
+	if perr != nil && !opErr {
 		c.close(closeBadRequest, "Invalid message received: "+perr.Message)
 		return false
 	}
@@ -430,7 +440,7 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.close(closeDuplicateID, "Subscriber for "+truncate(m.ID, 64)+" already exists")
 		return false
 	}
-	if apq {
+	if opErr {
 		c.mu.Unlock()
 		b, _ := json.Marshal(gqlerror.List{{Message: perr.Message, Extensions: map[string]any{"code": string(perr.Code), "details": perr.Details}}})
 		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
