@@ -31,6 +31,11 @@ func TestPolicyChecksKnownKeys(t *testing.T) {
 		// (they were "policy must be an object").
 		{`{"timeSlices": 1e400}`, "policy.timeSlices"},
 		{`{"capacity": {"gpus": 1` + strings.Repeat("0", 400) + `}}`, "policy.capacity.gpus"},
+		// At most MaxPolicyBytes as sent (a probe's 680 KB policy of
+		// 340,000 numbers cost 0.6 s of CPU, and came back on every read).
+		{`{"x": "` + strings.Repeat("a", MaxPolicyBytes-10) + `"}`, ""},
+		{`{"x": "` + strings.Repeat("a", MaxPolicyBytes-8) + `"}`, "policy"},
+		{`{"x": [` + strings.Repeat("1,", 340000) + `1]}`, "policy"},
 	} {
 		_, err := policyJSON("policy", json.RawMessage(c.policy))
 		switch {

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/bettercompute/computed/internal/authz"
@@ -200,9 +201,18 @@ func Visible(tenants string) string {
 func notFound(poolID string) error { return errs.E(errs.NotFound, "pool %s not found", poolID) }
 
 // policyJSON checks a policy object and returns it as text ("" for none).
+// MaxPolicyBytes bounds a pool's policy, as the client wrote it.
+const MaxPolicyBytes = 64 << 10
+
 func policyJSON(path string, raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
+	}
+	// Bounded before it is decoded, checked against its schema and stored:
+	// a 680 KB policy of 340,000 numbers cost 0.6 s of CPU to create, and
+	// every read of the pool (pools.list, the graph) answered all of it.
+	if len(raw) > MaxPolicyBytes {
+		return "", errs.Invalid(path, "%s is over %d bytes of JSON", path, MaxPolicyBytes)
 	}
 	// Numbers as written: 1e400 or a 400-digit integer overflowed a
 	// float64 and was refused as "not an object"; the schema judges them.
@@ -469,7 +479,7 @@ func Methods() []registry.Method {
 			Description: desc}
 	}
 	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema,
-		Description: "free-form policy object; {} when omitted"}
+		Description: fmt.Sprintf("free-form policy object of at most %d bytes of JSON (as sent); {} when omitted", MaxPolicyBytes)}
 	expected := registry.ExpectedVersion()
 	toTenant := registry.TenantID()
 	toTenant.Name, toTenant.Description = "toTenantId", "the tenant the pool is offered to"
