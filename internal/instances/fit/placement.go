@@ -100,6 +100,19 @@ func freeDevices(mode string, slices int, h Host) int {
 	return n
 }
 
+// anyHostHolds reports whether one of hosts, with nothing placed on it,
+// would hold an instance of size.
+func anyHostHolds(mode string, slices int, hosts []Host, size Resources, profile string) bool {
+	for _, h := range hosts {
+		empty := h
+		empty.Taken, empty.UsedVCPUs, empty.UsedMemoryGiB = map[string]bool{}, 0, 0
+		if empty.VCPUs >= size.VCPUs && empty.MemoryGiB >= size.MemoryGiB && pick(mode, slices, empty, size.GPUs, profile) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Place chooses a host and devices for an instance: among the hosts with
 // enough free devices, vCPUs and memory, the one left with the fewest free
 // devices (best fit, so large requests keep finding whole hosts), then the
@@ -131,6 +144,12 @@ func Place(mode string, slices int, hosts []Host, size Resources, profile string
 			what = fmt.Sprintf("%d MIG devices of profile %s", size.GPUs, profile)
 		case mode == TimeSliced:
 			what = fmt.Sprintf("%d GPU time slices", size.GPUs)
+		}
+		if !anyHostHolds(mode, slices, hosts, size, profile) {
+			// No instance's deletion frees that much on one host (a probe's
+			// 3-GPU instance waited beside two empty 2-GPU hosts, told that
+			// none had 3 GPUs free).
+			return "", nil, fmt.Sprintf("waiting for capacity: no ready host holds %s, %d vCPUs and %d GiB even when empty; it waits until a large enough host is ready", what, size.VCPUs, size.MemoryGiB)
 		}
 		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %d vCPUs and %d GiB free", what, size.VCPUs, size.MemoryGiB)
 	}

@@ -119,3 +119,28 @@ func TestVanishedDevicesStayCountedWhileHeld(t *testing.T) {
 		t.Fatalf("total %d, want 2", got)
 	}
 }
+
+// The reason a placement waits says whether freeing room can help: an
+// instance larger than every ready host, even empty, waits for a larger
+// host, not for room (a probe's 3-GPU instance beside two empty 2-GPU
+// hosts was told that none had 3 GPUs free).
+func TestPlaceSaysWhenNoHostIsLargeEnough(t *testing.T) {
+	two := []Host{host("a", gpus("a", 2)), host("b", gpus("b", 2))}
+	for _, c := range []struct {
+		name  string
+		hosts []Host
+		size  Resources
+		want  string
+	}{
+		{"more GPUs than a host", two, Resources{GPUs: 3, VCPUs: 2, MemoryGiB: 4},
+			"waiting for capacity: no ready host holds 3 GPUs, 2 vCPUs and 4 GiB even when empty; it waits until a large enough host is ready"},
+		{"more vCPUs than a host", two, Resources{GPUs: 0, VCPUs: 65, MemoryGiB: 4},
+			"waiting for capacity: no ready host holds 0 GPUs, 65 vCPUs and 4 GiB even when empty; it waits until a large enough host is ready"},
+		{"room held", []Host{host("a", gpus("a", 2), "GPU-a-0")}, Resources{GPUs: 2, VCPUs: 2, MemoryGiB: 4},
+			"waiting for capacity: no ready host has 2 GPUs, 2 vCPUs and 4 GiB free"},
+	} {
+		if node, _, reason := Place(Exclusive, 0, c.hosts, c.size, ""); node != "" || reason != c.want {
+			t.Errorf("%s: %q, %q", c.name, node, reason)
+		}
+	}
+}
