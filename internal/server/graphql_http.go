@@ -134,8 +134,13 @@ func jsonBody(r *http.Request) *errs.Error {
 	if err != nil || mt != mediaJSON {
 		return refused
 	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return refused
+	// UTF-8 by any of its usual names, or ASCII, which is UTF-8.
+	if cs, ok := params["charset"]; ok {
+		switch strings.ToLower(cs) {
+		case "utf-8", "utf8", "us-ascii":
+		default:
+			return refused
+		}
 	}
 	return nil
 }

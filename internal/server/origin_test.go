@@ -85,4 +85,20 @@ func TestWebSocketOrigins(t *testing.T) {
 			t.Fatalf("the refusal echoes the Origin: %s", b)
 		}
 	}
+
+	// Only a GET upgrades: a POST a proxy tagged with Upgrade is a GraphQL
+	// request like any other (it was refused 405, without Allow).
+	req, _ := http.NewRequest("POST", hs.URL+"/graphql", strings.NewReader(`{"query":"{ __typename }"}`))
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusMethodNotAllowed || !strings.Contains(string(b), "UNAUTHENTICATED") {
+		t.Fatalf("a POST with Upgrade: %d %s", res.StatusCode, b)
+	}
 }

@@ -451,6 +451,11 @@ type beforeDeadlineKey struct{}
 // connection_init) and go to the WebSocket transport. Any other Upgrade
 // (h2c, which a server may ignore) is an ordinary request.
 func isWebSocketUpgrade(r *http.Request) bool {
+	// Only a GET upgrades (RFC 6455 4.1): a POST that a proxy tagged with
+	// Upgrade was refused 405, and went without the request deadline.
+	if r.Method != http.MethodGet {
+		return false
+	}
 	for _, v := range r.Header.Values("Upgrade") {
 		for _, p := range strings.Split(v, ",") {
 			if strings.EqualFold(strings.TrimSpace(p), "websocket") {

@@ -141,6 +141,8 @@ func TestJSONBodyDeclared(t *testing.T) {
 		{[]string{"Application/JSON; charset=UTF-8"}, true},
 		{[]string{"application/json; charset=utf-16"}, false},
 		{[]string{"application/json; charset=latin1"}, false},
+		{[]string{"application/json; charset=utf8"}, true},
+		{[]string{"application/json; charset=US-ASCII"}, true},
 		{[]string{"application/json", "text/plain"}, false},
 		{[]string{"application/json", "application/json"}, false},
 		{[]string{"text/plain"}, false},
