@@ -102,8 +102,8 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 // here but in tests) holds nothing.
 //
 // A node's credential is held from the start instead, before the call
-// locks anything: its revocation (nodes.remove) locks the node's rows
-// after it takes the credential, and a call that locked one of them first
+// locks anything: its revocation (nodes.remove) takes the credential
+// before it locks the node's rows, and a call that locked one of them first
 // (workflows.reportStep, its workflow row) and asked for the credential at
 // commit closed a cycle: a probe's reports racing a removal deadlocked 202
 // times in 7 removals, and 3 removals failed. Held first, a call either

@@ -293,20 +293,27 @@ func Uncordon(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error
 // transaction, so it can report nothing more, and its unfinished workflow
 // is canceled in it too (nothing could end it afterwards); its inventory
 // history stays.
+//
+// The node's credential is taken first, before the node's row: a node's
+// calls hold their credential before they lock anything (auth.HoldCredential),
+// so every transaction takes the credential, then the rows. (Taken after
+// the node's row, a removal deadlocked with the node's inventory.report,
+// which holds the credential and then locks the row.)
 func RemoveNode(ctx context.Context, q store.Q, in *NodeChangeInput) (*Node, error) {
+	creds, err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens
+		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1 AND tenant_id = $2)`,
+		in.NodeID, in.TenantID)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion); err != nil {
 		return nil, err
 	}
 	var n Node
-	err := q.GetContext(ctx, &n, `UPDATE nodes SET state = 'removed', removed_at = now(), row_version = row_version + 1, updated_at = now()
+	err = q.GetContext(ctx, &n, `UPDATE nodes SET state = 'removed', removed_at = now(), row_version = row_version + 1, updated_at = now()
 		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID)
 	if err != nil {
 		return nil, store.Wrap(err)
-	}
-	creds, err := auth.RevokingCredentials(ctx, q, `SELECT token_id FROM tokens
-		WHERE revoked_at IS NULL AND principal_id IN (SELECT principal_id FROM principals WHERE kind = 'node' AND node_id = $1)`, in.NodeID)
-	if err != nil {
-		return nil, err
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE tokens SET revoked_at = now() WHERE token_id = ANY($1) AND revoked_at IS NULL`, creds); err != nil {
 		return nil, store.Wrap(err)
