@@ -272,7 +272,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"id":          {"ID", false},
 		"nics":        {"Nic", false},
 		"nodeId":      {"String", false},
-		"sections":    {"JSON", false},
+		"sections":    {"JSON", true},
 		"snapshotId":  {"String", false},
 	},
 	"InventorySnapshotConnection": {

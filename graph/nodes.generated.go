@@ -2257,7 +2257,7 @@ func (ec *executionContext) _InventorySnapshot_sections(ctx context.Context, fie
 			return ec.fieldContext_InventorySnapshot_sections(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.SectionsValue()
+			return obj.SectionsValue(ctx)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v any) graphql.Marshaler {
@@ -5369,58 +5369,59 @@ func (ec *executionContext) _InventorySnapshot(ctx context.Context, sel ast.Sele
 		case "id":
 			out.Values[i] = ec._InventorySnapshot_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "snapshotId":
 			out.Values[i] = ec._InventorySnapshot_snapshotId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "nodeId":
 			out.Values[i] = ec._InventorySnapshot_nodeId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "hash":
 			out.Values[i] = ec._InventorySnapshot_hash(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "collectedAt":
 			out.Values[i] = ec._InventorySnapshot_collectedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._InventorySnapshot_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "gpus":
 			out.Values[i] = ec._InventorySnapshot_gpus(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "disks":
 			out.Values[i] = ec._InventorySnapshot_disks(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "nics":
 			out.Values[i] = ec._InventorySnapshot_nics(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "drivers":
 			out.Values[i] = ec._InventorySnapshot_drivers(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "sections":
-			out.Values[i] = ec._InventorySnapshot_sections(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._InventorySnapshot_sections(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

@@ -50,7 +50,7 @@ func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error)
 	if len(obj.Policy) == 0 {
 		return map[string]any{}, nil
 	}
-	return rawJSON(obj.Policy)
+	return largeJSON(ctx, obj.Policy)
 }
 
 // Offers is the resolver for the offers field: the owner's members see

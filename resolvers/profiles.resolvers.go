@@ -54,7 +54,7 @@ func (r *profileResolver) ID(ctx context.Context, obj *profiles.Profile) (string
 
 // Document is the resolver for the document field.
 func (r *profileResolver) Document(ctx context.Context, obj *profiles.Profile) (any, error) {
-	return rawJSON(obj.Document)
+	return largeJSON(ctx, obj.Document)
 }
 
 // Validation is the resolver for the validation field: the loaded document

@@ -71,7 +71,7 @@ func (r *workflowResolver) ID(ctx context.Context, obj *workflows.Workflow) (str
 
 // ProfileDocument is the resolver for the profileDocument field.
 func (r *workflowResolver) ProfileDocument(ctx context.Context, obj *workflows.Workflow) (any, error) {
-	return rawJSON(obj.ProfileDocument)
+	return largeJSON(ctx, obj.ProfileDocument)
 }
 
 // Node is the resolver for the node field.

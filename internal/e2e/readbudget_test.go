@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
@@ -43,8 +44,51 @@ func TestAQueryReadsAtMostTheReadBudget(t *testing.T) {
 	if raw := string(r.Raw); !strings.Contains(raw, `"reason":"read-budget"`) || !strings.Contains(raw, fmt.Sprint(store.ReadBudget)) {
 		t.Fatalf("six pages: %.2000s", r.Raw)
 	}
+	// The same page under six aliases is loaded once, and was answered six
+	// times for nothing: what the answer holds is spent too.
+	pages = pages[:0]
+	for i := 0; i < 6; i++ {
+		pages = append(pages, page(fmt.Sprint("s", i), n))
+	}
+	r = e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+strings.Join(pages, " ")+` } }`, nil)
+	if raw := string(r.Raw); !strings.Contains(raw, `"reason":"read-budget"`) {
+		t.Fatalf("six aliases of one page: %.2000s", r.Raw)
+	}
 	l := must(t, e.Call(acme.Viewer.Token, "profiles/list", map[string]any{"tenantId": "acme", "limit": 200}))
 	if got := len(items(t, l)); got < n {
 		t.Fatalf("profiles.list: %d items", got)
+	}
+}
+
+// Pools' policies are large values too (64 KiB each): they spend the read
+// budget as they are loaded and as the answer holds them. A probe's 100
+// aliases of one page of 40 pools answered 269 MB, loaded once.
+func TestPoolPoliciesSpendTheReadBudget(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	const n = 40
+	policy := map[string]any{"pad": strings.Repeat("p", pools.MaxPolicyBytes-16)}
+	for i := 0; i < n; i++ {
+		must(t, e.Call(acme.Admin.Token, "pools/create", map[string]any{"tenantId": "acme", "name": fmt.Sprintf("p%02d", i), "site": "fra1",
+			"gpuModel": "H100", "sharingMode": "exclusive", "kind": "bare-metal", "policy": policy}))
+	}
+	page := func(alias string) string {
+		return fmt.Sprintf(`%s: pools(first: 50) { edges { node { poolId policy } } }`, alias)
+	}
+	one := gqlOK(t, e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+page("a")+` } }`, nil))
+	if got := len(dig(t, one, "tenant", "a", "edges").([]any)); got != n {
+		t.Fatalf("one page: %d pools", got)
+	}
+	var aliases []string
+	for i := 0; i < 30; i++ { // 30 × 40 × 64 KiB: 75 MiB
+		aliases = append(aliases, page(fmt.Sprint("a", i)))
+	}
+	r := e.GraphQL(acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+strings.Join(aliases, " ")+` } }`, nil)
+	if raw := string(r.Raw); !strings.Contains(raw, `"reason":"read-budget"`) || len(raw) > 70<<20 {
+		t.Fatalf("30 aliases of one page of policies: %d bytes, %.1000s", len(raw), r.Raw)
+	}
+	if l := must(t, e.Call(acme.Viewer.Token, "pools/list", map[string]any{"tenantId": "acme", "limit": 200})); len(items(t, l)) != n {
+		t.Fatalf("pools.list: %d items", len(items(t, l)))
 	}
 }

@@ -71,7 +71,7 @@ func Reasons() []ReasonInfo {
 		{"complexity", InvalidInput, "a GraphQL operation, or a subscription's selection, costs more than the limit (`details.cost`, `details.limit`)"},
 		{"connections", InvalidInput, "a GraphQL operation with more connection fields than the limit (`details.count`, `details.limit`)"},
 		{"batch", InvalidInput, "a GraphQL document with more mutations than the credential's burst (`details.count`, `details.limit`)"},
-		{"read-budget", InvalidInput, "the query, mutation or method call reads more than its budget of profile documents, workflows and inventory (`details.limit`, bytes): ask for smaller pages or fewer of them"},
+		{"read-budget", InvalidInput, "the query, mutation or method call reads or answers more than its budget of profile documents, workflows, pool policies and inventory (`details.limit`, bytes): ask for smaller pages, fewer of them, or fewer aliases of one"},
 		{"challenge-unknown", Unauthenticated, "`nodes.join` (tpm): no open challenge has that id"},
 		{"challenge-used", Unauthenticated, "`nodes.join` (tpm): the challenge was already answered"},
 		{"challenge-expired", Unauthenticated, "`nodes.join` (tpm): the challenge expired"},

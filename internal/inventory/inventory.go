@@ -624,8 +624,13 @@ func (s *Snapshot) DriverList() ([]Driver, error) {
 	return out, nil
 }
 
-// SectionsValue is the raw sections as a JSON value for the graph.
-func (s *Snapshot) SectionsValue() (any, error) {
+// SectionsValue is the raw sections as a JSON value for the graph, spent
+// from the request's read budget each time the answer holds it (aliases of
+// one loaded page answered it again for nothing).
+func (s *Snapshot) SectionsValue(ctx context.Context) (any, error) {
+	if err := store.Spend(ctx, len(s.Sections)); err != nil {
+		return nil, err
+	}
 	var v any
 	err := json.Unmarshal(s.Sections, &v)
 	return v, err

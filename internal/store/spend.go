@@ -20,6 +20,16 @@ const ReadBudget = 64 << 20
 // Sized is a row that says how many bytes of large values it holds.
 type Sized interface{ ReadSize() int }
 
+// Spend spends n bytes of the request's read budget: the read-budget
+// refusal once it is spent.
+func Spend(ctx context.Context, n int) error {
+	if !reqctx.Spend(ctx, n) {
+		return errs.E(errs.InvalidInput, "this request reads more than %d MiB of documents, policies and inventory: ask for smaller pages (first, limit) or fewer of them", ReadBudget>>20).
+			With("reason", "read-budget").With("limit", ReadBudget)
+	}
+	return nil
+}
+
 // SelectSpending is SelectContext for rows of large values: each row is
 // spent from the request's read budget (reqctx.WithReadBudget) as it is
 // scanned, and once the budget is spent the statement stops there and the
@@ -39,9 +49,8 @@ func SelectSpending[T any, PT interface {
 		if err := rows.StructScan(&t); err != nil {
 			return Wrap(err)
 		}
-		if !reqctx.Spend(ctx, PT(&t).ReadSize()) {
-			return errs.E(errs.InvalidInput, "this request reads more than %d MiB of documents and inventory: ask for smaller pages (first, limit) or fewer of them", ReadBudget>>20).
-				With("reason", "read-budget").With("limit", ReadBudget)
+		if err := Spend(ctx, PT(&t).ReadSize()); err != nil {
+			return err
 		}
 		*dest = append(*dest, t)
 	}
