@@ -306,6 +306,9 @@ func (s *Service) placeHosted(ctx context.Context, q store.Q, i *Instance, p *po
 	if ok, err := roomFor(ctx, q, i, p.PoolID, total); err != nil {
 		return false, "", err
 	} else if !ok {
+		if reason, tooLarge := fit.LargerThanAnyHost(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile)); tooLarge && total.Fits(sizeOf(i)) {
+			return false, reason, nil // within the pool's whole, larger than each of its hosts
+		}
 		return false, roomReasonFor(i, total), nil
 	}
 	node, devs, reason := fit.Place(p.SharingMode, pol.Slices, hs, sizeOf(i), deref(i.GPUProfile))

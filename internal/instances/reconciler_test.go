@@ -780,11 +780,23 @@ func TestAnInstanceLargerThanThePoolSaysSo(t *testing.T) {
 		!strings.Contains(deref(r.get(huge).StateReason), "larger than the pool's whole capacity (9 GPUs of 8") {
 		t.Fatalf("huge: %v, outcome %d: %q", states, res.outcome, deref(r.get(huge).StateReason))
 	}
-	// One that fits the whole but not what is left waits for the room.
+	// Within the pool's whole (two hosts of 8) but larger than each host,
+	// even empty: it waits for a larger host, not for room (a probe's 4-GPU
+	// instance beside two 2-GPU hosts was told the room was held).
 	r.host(hosted)
 	small := r.sized(hosted, 8)
 	r.run(small)
-	if states, _ := r.run(huge); len(states) != 0 || deref(r.get(huge).StateReason) != roomReason {
-		t.Fatalf("huge beside a full host: %v: %q", states, deref(r.get(huge).StateReason))
+	if states, _ := r.run(huge); len(states) != 0 ||
+		deref(r.get(huge).StateReason) != "waiting for capacity: no ready host holds 9 GPUs, 4 vCPUs and 16 GiB even when empty; it waits until a large enough host is ready" {
+		t.Fatalf("huge beside two hosts of 8: %v: %q", states, deref(r.get(huge).StateReason))
+	}
+	// One a host holds when empty waits for the room.
+	fill := r.sized(hosted, 8)
+	if states, _ := r.run(fill); len(states) == 0 || states[0] != Provisioning {
+		t.Fatalf("8 GPUs on the second host: %v: %q", states, deref(r.get(fill).StateReason))
+	}
+	eight := r.sized(hosted, 8)
+	if states, _ := r.run(eight); len(states) != 0 || deref(r.get(eight).StateReason) != roomReason {
+		t.Fatalf("8 GPUs beside two full hosts: %v: %q", states, deref(r.get(eight).StateReason))
 	}
 }

@@ -100,17 +100,32 @@ func freeDevices(mode string, slices int, h Host) int {
 	return n
 }
 
-// anyHostHolds reports whether one of hosts, with nothing placed on it,
-// would hold an instance of size.
-func anyHostHolds(mode string, slices int, hosts []Host, size Resources, profile string) bool {
+// LargerThanAnyHost reports whether no one of hosts, even with nothing
+// placed on it, would hold an instance of size, and the reason it waits
+// then: no instance's deletion frees that much on one host (a probe's
+// 3-GPU instance waited beside two empty 2-GPU hosts, told that none had 3
+// GPUs free, or that the pool's room was held).
+func LargerThanAnyHost(mode string, slices int, hosts []Host, size Resources, profile string) (string, bool) {
 	for _, h := range hosts {
 		empty := h
 		empty.Taken, empty.UsedVCPUs, empty.UsedMemoryGiB = map[string]bool{}, 0, 0
 		if empty.VCPUs >= size.VCPUs && empty.MemoryGiB >= size.MemoryGiB && pick(mode, slices, empty, size.GPUs, profile) != nil {
-			return true
+			return "", false
 		}
 	}
-	return false
+	return fmt.Sprintf("waiting for capacity: no ready host holds %s, %d vCPUs and %d GiB even when empty; it waits until a large enough host is ready",
+		sizeWords(mode, size, profile), size.VCPUs, size.MemoryGiB), true
+}
+
+// sizeWords names an instance's GPUs in the pool's mode.
+func sizeWords(mode string, size Resources, profile string) string {
+	switch {
+	case mode == MIG && profile != "":
+		return fmt.Sprintf("%d MIG devices of profile %s", size.GPUs, profile)
+	case mode == TimeSliced:
+		return fmt.Sprintf("%d GPU time slices", size.GPUs)
+	}
+	return fmt.Sprintf("%d GPUs", size.GPUs)
 }
 
 // Place chooses a host and devices for an instance: among the hosts with
@@ -138,20 +153,10 @@ func Place(mode string, slices int, hosts []Host, size Resources, profile string
 		cands = append(cands, cand{h, d, freeDevices(mode, slices, h) - len(d), h.VCPUs - h.UsedVCPUs - size.VCPUs})
 	}
 	if len(cands) == 0 {
-		what := fmt.Sprintf("%d GPUs", size.GPUs)
-		switch {
-		case mode == MIG && profile != "":
-			what = fmt.Sprintf("%d MIG devices of profile %s", size.GPUs, profile)
-		case mode == TimeSliced:
-			what = fmt.Sprintf("%d GPU time slices", size.GPUs)
+		if reason, ok := LargerThanAnyHost(mode, slices, hosts, size, profile); ok {
+			return "", nil, reason
 		}
-		if !anyHostHolds(mode, slices, hosts, size, profile) {
-			// No instance's deletion frees that much on one host (a probe's
-			// 3-GPU instance waited beside two empty 2-GPU hosts, told that
-			// none had 3 GPUs free).
-			return "", nil, fmt.Sprintf("waiting for capacity: no ready host holds %s, %d vCPUs and %d GiB even when empty; it waits until a large enough host is ready", what, size.VCPUs, size.MemoryGiB)
-		}
-		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %d vCPUs and %d GiB free", what, size.VCPUs, size.MemoryGiB)
+		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %d vCPUs and %d GiB free", sizeWords(mode, size, profile), size.VCPUs, size.MemoryGiB)
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
