@@ -484,7 +484,7 @@ func Methods() []registry.Method {
 			Description: desc}
 	}
 	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema,
-		Description: fmt.Sprintf("free-form policy object of at most %d bytes of JSON (as sent); {} when omitted", MaxPolicyBytes)}
+		Description: fmt.Sprintf("free-form policy object of at most %d bytes of JSON (over GraphQL, as the server writes the variable out again); {} when omitted", MaxPolicyBytes)}
 	expected := registry.ExpectedVersion()
 	toTenant := registry.TenantID()
 	toTenant.Name, toTenant.Description = "toTenantId", "the tenant the pool is offered to"
