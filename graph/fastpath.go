@@ -1,7 +1,10 @@
 package graph
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"sync"
@@ -10,6 +13,10 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/executor"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/store"
 )
 
 // unpatched turns internal/gqlfast's rewrites off one by one, each back to
@@ -182,6 +189,66 @@ func rememberResponseSize(query string, n int) {
 		sizeHints.Clear()
 		sizeHintsN.Store(0)
 	}
+}
+
+// maxAnswer bounds what one query or mutation answers: the read budget
+// (store.ReadBudget), which the loaders and the large fields spend, bounds
+// what is read and what the large values answer; this bounds the answer
+// itself, whatever fields and aliases make it up, before it is held whole.
+// (A probe's aliases of a workflow's steps answered 720 MB: each step
+// repeats its profile's userData, and the steps were spent once, when
+// loaded; JSON's escapes of <, > and & answer six bytes for one stored.)
+const maxAnswer = store.ReadBudget
+
+// errAnswerTooLarge stops marshalBounded's writes.
+var errAnswerTooLarge = errors.New("graph: the answer is over its bound")
+
+// boundedWriter writes to buf until maxAnswer bytes, then stops the
+// marshalling (a panic marshalBounded recovers): nothing more is written,
+// escaped or held.
+type boundedWriter struct {
+	buf  *bytes.Buffer
+	left int
+}
+
+func (w *boundedWriter) Write(p []byte) (int, error) {
+	if w.left -= len(p); w.left < 0 {
+		panic(errAnswerTooLarge)
+	}
+	return w.buf.Write(p)
+}
+
+func (w *boundedWriter) WriteString(s string) (int, error) {
+	if w.left -= len(s); w.left < 0 {
+		panic(errAnswerTooLarge)
+	}
+	return w.buf.WriteString(s)
+}
+
+// marshalBounded writes data's answer to buf, at most maxAnswer bytes; false
+// when it was larger (buf then holds a part of it).
+func marshalBounded(data graphql.Marshaler, buf *bytes.Buffer) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errAnswerTooLarge { //nolint:errorlint // the sentinel itself
+				panic(r)
+			}
+			buf.Reset()
+			ok = false
+		}
+	}()
+	data.MarshalGQL(&boundedWriter{buf: buf, left: maxAnswer})
+	return true
+}
+
+// answerTooLarge is the answer to an operation whose answer went past
+// maxAnswer: its error alone, as the read budget's refusal says it.
+func answerTooLarge(ctx context.Context) *graphql.Response {
+	return &graphql.Response{Errors: gqlerror.List{{
+		Message: fmt.Sprintf("this operation answers more than %d MiB: ask for smaller pages (first), fewer of them, or fewer aliases of one", maxAnswer>>20),
+		Extensions: map[string]any{"code": string(errs.InvalidInput),
+			"details": map[string]any{"reason": "read-budget", "limit": maxAnswer}},
+	}}}
 }
 
 // marshalObject is an object's answer, written as graphql.FieldSet's

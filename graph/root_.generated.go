@@ -130,7 +130,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 				}
 			}
 			buf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))
-			data.MarshalGQL(buf)
+			if !marshalBounded(data, buf) {
+				return answerTooLarge(ctx)
+			}
 			response.Data = buf.Bytes()
 			rememberResponseSize(opCtx.RawQuery, len(response.Data))
 			if atomic.LoadInt32(&ec.Deferred) > 0 {
@@ -149,7 +151,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			ctx = graphql.WithLazyInputUnmarshalerIndex(ctx, inputUnmarshalers)
 			data := ec._Mutation(ctx, opCtx.Operation.SelectionSet)
 			var buf bytes.Buffer
-			data.MarshalGQL(&buf)
+			if !marshalBounded(data, &buf) {
+				return answerTooLarge(ctx)
+			}
 
 			return &graphql.Response{
 				Data: buf.Bytes(),

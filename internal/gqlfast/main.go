@@ -96,7 +96,11 @@ var scalars = map[string]bool{"String": true, "Int": true, "Long": true, "Boolea
 // The query's response buffer, sized from the last answer to the same
 // query text (graph.responseSizeHint).
 const bufferOld = "\t\t\tvar buf bytes.Buffer\n\t\t\tdata.MarshalGQL(&buf)\n\t\t\tresponse.Data = buf.Bytes()\n"
-const bufferNew = "\t\t\tbuf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))\n\t\t\tdata.MarshalGQL(buf)\n\t\t\tresponse.Data = buf.Bytes()\n\t\t\trememberResponseSize(opCtx.RawQuery, len(response.Data))\n"
+const bufferNew = "\t\t\tbuf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))\n\t\t\tif !marshalBounded(data, buf) {\n\t\t\t\treturn answerTooLarge(ctx)\n\t\t\t}\n\t\t\tresponse.Data = buf.Bytes()\n\t\t\trememberResponseSize(opCtx.RawQuery, len(response.Data))\n"
+
+// A mutation's answer is bounded as a query's is (graph.marshalBounded).
+const mutationBufferOld = "\t\t\tvar buf bytes.Buffer\n\t\t\tdata.MarshalGQL(&buf)\n\n\t\t\treturn &graphql.Response{\n\t\t\t\tData: buf.Bytes(),\n\t\t\t}\n"
+const mutationBufferNew = "\t\t\tvar buf bytes.Buffer\n\t\t\tif !marshalBounded(data, &buf) {\n\t\t\t\treturn answerTooLarge(ctx)\n\t\t\t}\n\n\t\t\treturn &graphql.Response{\n\t\t\t\tData: buf.Bytes(),\n\t\t\t}\n"
 
 // An object without deferred fields is marshalled by graph.marshalObject
 // instead of graphql.FieldSet's MarshalGQL, which copies every field to the
@@ -227,6 +231,8 @@ func rewrite(in map[string]string, schema *gql.Schema) (*result, error) {
 		})
 		n.buffers += strings.Count(src, bufferOld)
 		src = strings.ReplaceAll(src, bufferOld, bufferNew)
+		n.mutationBuffers += strings.Count(src, mutationBufferOld)
+		src = strings.ReplaceAll(src, mutationBufferOld, mutationBufferNew)
 		src = elementCall.ReplaceAllStringFunc(src, func(m string) string {
 			g := elementCall.FindStringSubmatch(m)
 			obj, ok := byValue[g[1]]
@@ -255,7 +261,7 @@ func rewrite(in map[string]string, schema *gql.Schema) (*result, error) {
 		n.leaves, n.groups, n.objects, n.elements, n.lists, n.autos)}, nil
 }
 
-type counts struct{ leaves, groups, objects, elements, lists, autos, buffers int }
+type counts struct{ leaves, groups, objects, elements, lists, autos, buffers, mutationBuffers int }
 
 // expect holds each rewrite to what the schema and gqlgen's own output
 // (raw) say it must reach, and returns every shortfall.
@@ -389,6 +395,11 @@ func expectBuffer(sf *shortfalls, schema *gql.Schema, out map[string]string, n c
 	if schema.Query != nil {
 		if k := strings.Count(out["Exec"], bufferNew); k != 1 || n.buffers != 1 {
 			sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected one query response buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(bufferOld, "\n", `\n`), n.buffers))
+		}
+	}
+	if schema.Mutation != nil {
+		if k := strings.Count(out["Exec"], mutationBufferNew); k != 1 || n.mutationBuffers != 1 {
+			sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected one mutation response buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(mutationBufferOld, "\n", `\n`), n.mutationBuffers))
 		}
 	}
 }
