@@ -225,9 +225,20 @@ func (w *boundedWriter) WriteString(s string) (int, error) {
 	return w.buf.WriteString(s)
 }
 
+// maxEventAnswer bounds one event of a subscription: an event and its
+// resource are kilobytes, and a subscription's selection runs again for
+// every event (its complexity, at most 2000, let it repeat a pool's 64 KiB
+// policy a thousand times per event).
+const maxEventAnswer = 4 << 20
+
 // marshalBounded writes data's answer to buf, at most maxAnswer bytes; false
 // when it was larger (buf then holds a part of it).
-func marshalBounded(data graphql.Marshaler, buf *bytes.Buffer) (ok bool) {
+func marshalBounded(data graphql.Marshaler, buf *bytes.Buffer) bool {
+	return marshalBoundedTo(data, buf, maxAnswer)
+}
+
+// marshalBoundedTo is marshalBounded to limit bytes.
+func marshalBoundedTo(data graphql.Marshaler, buf *bytes.Buffer, limit int) (ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			if r != errAnswerTooLarge { //nolint:errorlint // the sentinel itself
@@ -237,8 +248,18 @@ func marshalBounded(data graphql.Marshaler, buf *bytes.Buffer) (ok bool) {
 			ok = false
 		}
 	}()
-	data.MarshalGQL(&boundedWriter{buf: buf, left: maxAnswer})
+	data.MarshalGQL(&boundedWriter{buf: buf, left: limit})
 	return true
+}
+
+// eventTooLarge is a subscription's event past maxEventAnswer: the event's
+// error in its place.
+func eventTooLarge(ctx context.Context) *graphql.Response {
+	return &graphql.Response{Errors: gqlerror.List{{
+		Message: fmt.Sprintf("this event's answer is over %d MiB: select less of its resource", maxEventAnswer>>20),
+		Extensions: map[string]any{"code": string(errs.InvalidInput),
+			"details": map[string]any{"reason": "read-budget", "limit": maxEventAnswer}},
+	}}}
 }
 
 // answerTooLarge is the answer to an operation whose answer went past

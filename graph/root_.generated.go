@@ -170,7 +170,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			if data == nil {
 				return nil
 			}
-			data.MarshalGQL(&buf)
+			if !marshalBoundedTo(data, &buf, maxEventAnswer) {
+				return eventTooLarge(ctx)
+			}
 
 			return &graphql.Response{
 				Data: buf.Bytes(),

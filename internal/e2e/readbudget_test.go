@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/computed/internal/pools"
 	"github.com/bettercompute/computed/internal/profiles"
@@ -96,5 +98,41 @@ func TestPoolPoliciesSpendTheReadBudget(t *testing.T) {
 	}
 	if l := must(t, e.Call(acme.Viewer.Token, "pools/list", map[string]any{"tenantId": "acme", "limit": 200})); len(items(t, l)) != n {
 		t.Fatalf("pools.list: %d items", len(items(t, l)))
+	}
+}
+
+// A subscription's event is bounded too: its selection runs again for
+// every event, and its complexity (at most 2000) let it answer a pool's
+// 64 KiB policy a hundred times per event. Past graph.maxEventAnswer the
+// event is an error in its place.
+func TestASubscriptionEventIsBounded(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	policy := `{"pad": "` + strings.Repeat("<", pools.MaxPolicyBytes-16) + `"}`
+	pool := must(t, e.Call(acme.Admin.Token, "pools/create", `{"tenantId": "acme", "name": "vps", "site": "fra1", "gpuModel": "H100",
+		"sharingMode": "exclusive", "kind": "vps-provider", "policy": `+policy+`}`)).Str("poolId")
+	var sel []string
+	for i := 0; i < 20; i++ { // 20 × 64 KiB × 6 bytes per "<": 7.5 MiB
+		sel = append(sel, fmt.Sprintf("p%d: policy", i))
+	}
+	w := dialWS(t, e)
+	w.init(acme.Admin.Token)
+	w.send(map[string]any{"id": "s", "type": "subscribe", "payload": map[string]any{
+		"query": `subscription { tenantEvents(tenantId: "acme", types: ["instance."]) { eventId instance { pool { ` + strings.Join(sel, " ") + ` } } } }`}})
+	// The subscription starts live from when the server has subscribed,
+	// which the protocol does not say: create instances until one's event
+	// comes.
+	var m map[string]any
+	for i := 0; m == nil && i < 20; i++ {
+		must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, fmt.Sprint("vm", i), 0)))
+		var err error
+		if m, err = w.read(time.Second); err != nil && err != errQuiet {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(m)
+	if !strings.Contains(string(b), `"read-budget"`) || len(b) > 1<<20 {
+		t.Fatalf("an event of 7.5 MiB: %d bytes, %.500s", len(b), b)
 	}
 }

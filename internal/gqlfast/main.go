@@ -98,6 +98,10 @@ var scalars = map[string]bool{"String": true, "Int": true, "Long": true, "Boolea
 const bufferOld = "\t\t\tvar buf bytes.Buffer\n\t\t\tdata.MarshalGQL(&buf)\n\t\t\tresponse.Data = buf.Bytes()\n"
 const bufferNew = "\t\t\tbuf := bytes.NewBuffer(make([]byte, 0, responseSizeHint(opCtx.RawQuery)))\n\t\t\tif !marshalBounded(data, buf) {\n\t\t\t\treturn answerTooLarge(ctx)\n\t\t\t}\n\t\t\tresponse.Data = buf.Bytes()\n\t\t\trememberResponseSize(opCtx.RawQuery, len(response.Data))\n"
 
+// A subscription's event is bounded too, each event to graph.maxEventAnswer.
+const eventBufferOld = "\t\t\tif data == nil {\n\t\t\t\treturn nil\n\t\t\t}\n\t\t\tdata.MarshalGQL(&buf)\n"
+const eventBufferNew = "\t\t\tif data == nil {\n\t\t\t\treturn nil\n\t\t\t}\n\t\t\tif !marshalBoundedTo(data, &buf, maxEventAnswer) {\n\t\t\t\treturn eventTooLarge(ctx)\n\t\t\t}\n"
+
 // A mutation's answer is bounded as a query's is (graph.marshalBounded).
 const mutationBufferOld = "\t\t\tvar buf bytes.Buffer\n\t\t\tdata.MarshalGQL(&buf)\n\n\t\t\treturn &graphql.Response{\n\t\t\t\tData: buf.Bytes(),\n\t\t\t}\n"
 const mutationBufferNew = "\t\t\tvar buf bytes.Buffer\n\t\t\tif !marshalBounded(data, &buf) {\n\t\t\t\treturn answerTooLarge(ctx)\n\t\t\t}\n\n\t\t\treturn &graphql.Response{\n\t\t\t\tData: buf.Bytes(),\n\t\t\t}\n"
@@ -233,6 +237,8 @@ func rewrite(in map[string]string, schema *gql.Schema) (*result, error) {
 		src = strings.ReplaceAll(src, bufferOld, bufferNew)
 		n.mutationBuffers += strings.Count(src, mutationBufferOld)
 		src = strings.ReplaceAll(src, mutationBufferOld, mutationBufferNew)
+		n.eventBuffers += strings.Count(src, eventBufferOld)
+		src = strings.ReplaceAll(src, eventBufferOld, eventBufferNew)
 		src = elementCall.ReplaceAllStringFunc(src, func(m string) string {
 			g := elementCall.FindStringSubmatch(m)
 			obj, ok := byValue[g[1]]
@@ -261,7 +267,7 @@ func rewrite(in map[string]string, schema *gql.Schema) (*result, error) {
 		n.leaves, n.groups, n.objects, n.elements, n.lists, n.autos)}, nil
 }
 
-type counts struct{ leaves, groups, objects, elements, lists, autos, buffers, mutationBuffers int }
+type counts struct{ leaves, groups, objects, elements, lists, autos, buffers, mutationBuffers, eventBuffers int }
 
 // expect holds each rewrite to what the schema and gqlgen's own output
 // (raw) say it must reach, and returns every shortfall.
@@ -395,6 +401,11 @@ func expectBuffer(sf *shortfalls, schema *gql.Schema, out map[string]string, n c
 	if schema.Query != nil {
 		if k := strings.Count(out["Exec"], bufferNew); k != 1 || n.buffers != 1 {
 			sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected one query response buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(bufferOld, "\n", `\n`), n.buffers))
+		}
+	}
+	if schema.Subscription != nil {
+		if k := strings.Count(out["Exec"], eventBufferNew); k != 1 || n.eventBuffers != 1 {
+			sf.errs = append(sf.errs, fmt.Errorf("rewrite %q: expected one subscription event buffer in Exec written as `%s`; found %d", rwBuffer, strings.ReplaceAll(eventBufferOld, "\n", `\n`), n.eventBuffers))
 		}
 	}
 	if schema.Mutation != nil {

@@ -57,6 +57,7 @@ func gqlgenOutput(files map[string]string) map[string]string {
 		src = strings.ReplaceAll(src, deferredNew, deferredOld)
 		src = strings.ReplaceAll(src, bufferNew, bufferOld)
 		src = strings.ReplaceAll(src, mutationBufferNew, mutationBufferOld)
+		src = strings.ReplaceAll(src, eventBufferNew, eventBufferOld)
 		out[name] = src
 	}
 	return out
