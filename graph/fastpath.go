@@ -254,21 +254,22 @@ func marshalBoundedTo(data graphql.Marshaler, buf *bytes.Buffer, limit int) (ok 
 
 // eventTooLarge is a subscription's event past maxEventAnswer: the event's
 // error in its place.
-func eventTooLarge(ctx context.Context) *graphql.Response {
-	return &graphql.Response{Errors: gqlerror.List{{
-		Message: fmt.Sprintf("this event's answer is over %d MiB: select less of its resource", maxEventAnswer>>20),
-		Extensions: map[string]any{"code": string(errs.InvalidInput),
-			"details": map[string]any{"reason": "read-budget", "limit": maxEventAnswer}},
-	}}}
+func eventTooLarge(context.Context) *graphql.Response {
+	return readBudgetRefusal(fmt.Sprintf("this event's answer is over %d MiB: select less of its resource", maxEventAnswer>>20), maxEventAnswer)
 }
 
 // answerTooLarge is the answer to an operation whose answer went past
 // maxAnswer: its error alone, as the read budget's refusal says it.
-func answerTooLarge(ctx context.Context) *graphql.Response {
+func answerTooLarge(context.Context) *graphql.Response {
+	return readBudgetRefusal(fmt.Sprintf("this operation answers more than %d MiB: ask for smaller pages (first), fewer of them, or fewer aliases of one", maxAnswer>>20), maxAnswer)
+}
+
+// readBudgetRefusal is a response of one INVALID_INPUT error with the read
+// budget's reason and limit.
+func readBudgetRefusal(msg string, limit int) *graphql.Response {
 	return &graphql.Response{Errors: gqlerror.List{{
-		Message: fmt.Sprintf("this operation answers more than %d MiB: ask for smaller pages (first), fewer of them, or fewer aliases of one", maxAnswer>>20),
-		Extensions: map[string]any{"code": string(errs.InvalidInput),
-			"details": map[string]any{"reason": "read-budget", "limit": maxAnswer}},
+		Message:    msg,
+		Extensions: map[string]any{"code": string(errs.InvalidInput), "details": map[string]any{"reason": "read-budget", "limit": limit}},
 	}}}
 }
 
