@@ -270,7 +270,8 @@ func quotaUse(ctx context.Context, q store.Q, tenantID, poolID string) (fit.Quot
 }
 
 func quotaErr(what string, quota, used fit.QuotaUse, extra int) error {
-	return errs.E(errs.InvalidState, "the pool's offer allows %d instances and %d GPUs; %s", quota.Instances, quota.GPUs, what).
+	return errs.E(errs.InvalidState, "the pool's offer allows %s and %s; %s",
+		fit.Count(quota.Instances, "instance", "instances"), fit.Count(quota.GPUs, "GPU", "GPUs"), what).
 		With("reason", "quota").With("quota", quota).With("used", used).With("requested", extra)
 }
 
@@ -357,7 +358,8 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 			return nil, err
 		}
 		if !fit.InstanceFitsQuota(quota, used, in.Size.GPUs) {
-			return nil, quotaErr(fmt.Sprintf("the tenant has %d instances with %d GPUs and asks for one more, of %d GPUs", used.Instances, used.GPUs, in.Size.GPUs),
+			return nil, quotaErr(fmt.Sprintf("the tenant has %s with %s and asks for one more, of %s",
+				fit.Count(used.Instances, "instance", "instances"), fit.Count(used.GPUs, "GPU", "GPUs"), fit.Count(in.Size.GPUs, "GPU", "GPUs")),
 				quota, used, in.Size.GPUs)
 		}
 	}

@@ -180,8 +180,8 @@ func CreateReservation(ctx context.Context, q store.Q, in *ReservationCreateInpu
 		}
 		if !fit.ReservationFitsQuota(quota.GPUs, mine, w) {
 			peak := fit.PeakReserved(append(mine, w), start, end)
-			return nil, errs.E(errs.InvalidState, "the pool's offer allows %d GPUs; with this reservation the tenant would reserve %d at once",
-				quota.GPUs, peak.GPUs).With("reason", "quota").With("quota", quota).With("peakReservedGpus", peak.GPUs)
+			return nil, errs.E(errs.InvalidState, "the pool's offer allows %s; with this reservation the tenant would reserve %d at once",
+				fit.Count(quota.GPUs, "GPU", "GPUs"), peak.GPUs).With("reason", "quota").With("quota", quota).With("peakReservedGpus", peak.GPUs)
 		}
 	}
 	var total fit.Resources

@@ -3,6 +3,7 @@ package fit
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/bettercompute/computed/internal/inventory"
@@ -113,19 +114,28 @@ func LargerThanAnyHost(mode string, slices int, hosts []Host, size Resources, pr
 			return "", false
 		}
 	}
-	return fmt.Sprintf("waiting for capacity: no ready host holds %s, %d vCPUs and %d GiB even when empty; it waits until a large enough host is ready",
-		sizeWords(mode, size, profile), size.VCPUs, size.MemoryGiB), true
+	return fmt.Sprintf("waiting for capacity: no ready host holds %s, %s and %d GiB even when empty; it waits until a large enough host is ready",
+		sizeWords(mode, size, profile), Count(size.VCPUs, "vCPU", "vCPUs"), size.MemoryGiB), true
 }
 
 // sizeWords names an instance's GPUs in the pool's mode.
 func sizeWords(mode string, size Resources, profile string) string {
 	switch {
 	case mode == MIG && profile != "":
-		return fmt.Sprintf("%d MIG devices of profile %s", size.GPUs, profile)
+		return Count(size.GPUs, "MIG device", "MIG devices") + " of profile " + profile
 	case mode == TimeSliced:
-		return fmt.Sprintf("%d GPU time slices", size.GPUs)
+		return Count(size.GPUs, "GPU time slice", "GPU time slices")
 	}
-	return fmt.Sprintf("%d GPUs", size.GPUs)
+	return Count(size.GPUs, "GPU", "GPUs")
+}
+
+// Count writes n with its noun in the singular or the plural, for the
+// messages that count what a size or a quota holds ("1 GPU", "2 GPUs").
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // Place chooses a host and devices for an instance: among the hosts with
@@ -156,7 +166,7 @@ func Place(mode string, slices int, hosts []Host, size Resources, profile string
 		if reason, ok := LargerThanAnyHost(mode, slices, hosts, size, profile); ok {
 			return "", nil, reason
 		}
-		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %d vCPUs and %d GiB free", sizeWords(mode, size, profile), size.VCPUs, size.MemoryGiB)
+		return "", nil, fmt.Sprintf("waiting for capacity: no ready host has %s, %s and %d GiB free", sizeWords(mode, size, profile), Count(size.VCPUs, "vCPU", "vCPUs"), size.MemoryGiB)
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]

@@ -138,6 +138,8 @@ func TestPlaceSaysWhenNoHostIsLargeEnough(t *testing.T) {
 			"waiting for capacity: no ready host holds 0 GPUs, 65 vCPUs and 4 GiB even when empty; it waits until a large enough host is ready"},
 		{"room held", []Host{host("a", gpus("a", 2), "GPU-a-0")}, Resources{GPUs: 2, VCPUs: 2, MemoryGiB: 4},
 			"waiting for capacity: no ready host has 2 GPUs, 2 vCPUs and 4 GiB free"},
+		{"one of each, counted in the singular", []Host{host("a", gpus("a", 1), "GPU-a-0")}, Resources{GPUs: 1, VCPUs: 1, MemoryGiB: 4},
+			"waiting for capacity: no ready host has 1 GPU, 1 vCPU and 4 GiB free"},
 	} {
 		if node, _, reason := Place(Exclusive, 0, c.hosts, c.size, ""); node != "" || reason != c.want {
 			t.Errorf("%s: %q, %q", c.name, node, reason)
