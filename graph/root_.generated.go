@@ -617,7 +617,7 @@ type PoolCapacity {
   allocated: ResourceAmounts!
   reserved: ResourceAmounts!
   free: ResourceAmounts
-  "What each tenant holds (numbers only), for the pool owner's members; null for tenants the pool is offered to."
+  "What each tenant holds (numbers only), for the readers of the pool's owner (empty when none holds any); null under a tenant the pool is offered to."
   byTenant: [TenantHolding!]
 }
 
@@ -635,9 +635,9 @@ extend type Tenant {
 }
 
 extend type Pool {
-  "The caller's own instances in the pool (those of the tenants it holds a role on), never another tenant's."
+  "The instances in the pool of the tenant the pool was reached through (of every tenant the caller reads, by ` + "`" + `node(id:)` + "`" + `)."
   instances(first: Int = 50, after: String, projectId: String, state: InstanceState): InstanceConnection!
-  "The caller's own reservations in the pool."
+  "The reservations in the pool of the tenant the pool was reached through (of every tenant the caller reads, by ` + "`" + `node(id:)` + "`" + `)."
   reservations(first: Int = 50, after: String, state: ReservationState): ReservationConnection!
   "The pool's room; null for a pool the caller cannot read."
   capacity: PoolCapacity
@@ -1190,7 +1190,15 @@ enum InventoryChangeType {
   MIG_LAYOUT_CHANGED
 }
 `, BuiltIn: false},
-	{Name: "../schema/pools.graphqls", Input: `"A pool groups the nodes of one site under one GPU model, one sharing mode and one policy."
+	{Name: "../schema/pools.graphqls", Input: `"""
+A pool groups the nodes of one site under one GPU model, one sharing mode and one policy.
+
+A pool reached through a tenant (` + "`" + `tenant(tenantId:) { pools }` + "`" + `, an instance's or a node's ` + "`" + `pool` + "`" + `)
+shows what that tenant's readers read, as the methods naming that tenant do: under a tenant the
+pool is offered to, its nodes, join tokens, join requests, offers, audit log and capacity's
+` + "`" + `byTenant` + "`" + ` are empty, and its instances and reservations are that tenant's. Reached by
+` + "`" + `node(id:)` + "`" + ` or in a mutation's payload, it shows what the caller reads in all its tenants.
+"""
 type Pool implements Node {
   id: ID!
   poolId: String!

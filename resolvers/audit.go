@@ -19,8 +19,9 @@ func auditLoaders(ctx context.Context) *loaders.AuditLoaders { return loaders.Fr
 
 // auditConn reads one parent's filtered page of records (the parent's
 // tenant is tenantID), asking for the same page of every sibling parent at
-// once. Its filters are audit.list's, checked by its rules.
-func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record], tenantID, parent string, resourceID, principalID, method *string, since, until *time.Time, first *int, after *string) (*model.AuditRecordConnection, error) {
+// once. Its filters are audit.list's, checked by its rules. view is
+// PageKey's: the tenant a shared parent (a pool) was reached through.
+func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record], tenantID, view, parent string, resourceID, principalID, method *string, since, until *time.Time, first *int, after *string) (*model.AuditRecordConnection, error) {
 	n, k, err := pageArgs(audit.Cursors, first, after)
 	if err == nil {
 		err = audit.CheckCursorKey("after", k)
@@ -37,8 +38,8 @@ func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record],
 	if err != nil {
 		return nil, err
 	}
-	loaders.PrefetchAudit(ctx, loaders.From(ctx), ld, f, n, k)
-	c, err := ld.Load(ctx, loaders.PageKey{Parent: f.Key(), First: n, After: k})()
+	loaders.PrefetchAudit(ctx, loaders.From(ctx), ld, f, view, n, k)
+	c, err := ld.Load(ctx, loaders.PageKey{Parent: f.Key(), First: n, After: k, View: view})()
 	if err != nil {
 		return nil, err
 	}

@@ -18,20 +18,20 @@ import (
 
 // AuditLog is the resolver for the auditLog field.
 func (r *computeNodeResolver) AuditLog(ctx context.Context, obj *nodes.Node, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
-	return r.auditConn(ctx, auditLoaders(ctx).Node, obj.TenantID, obj.NodeID, nil, principalID, method, since, until, first, after)
+	return r.auditConn(ctx, auditLoaders(ctx).Node, obj.TenantID, "", obj.NodeID, nil, principalID, method, since, until, first, after)
 }
 
 // AuditLog is the resolver for the auditLog field.
 func (r *instanceResolver) AuditLog(ctx context.Context, obj *graphread.View, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
-	return r.auditConn(ctx, auditLoaders(ctx).Instance, obj.TenantID, obj.InstanceID, nil, principalID, method, since, until, first, after)
+	return r.auditConn(ctx, auditLoaders(ctx).Instance, obj.TenantID, "", obj.InstanceID, nil, principalID, method, since, until, first, after)
 }
 
 // AuditLog is the resolver for the auditLog field.
 func (r *poolResolver) AuditLog(ctx context.Context, obj *pools.Pool, first *int, after *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
-	return r.auditConn(ctx, auditLoaders(ctx).Pool, obj.TenantID, obj.PoolID, nil, principalID, method, since, until, first, after)
+	return r.auditConn(ctx, auditLoaders(ctx).Pool, obj.TenantID, obj.View, obj.PoolID, nil, principalID, method, since, until, first, after)
 }
 
 // AuditLog is the resolver for the auditLog field.
 func (r *tenantResolver) AuditLog(ctx context.Context, obj *tenants.Tenant, first *int, after *string, resourceID *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error) {
-	return r.auditConn(ctx, auditLoaders(ctx).Tenant, obj.TenantID, obj.TenantID, resourceID, principalID, method, since, until, first, after)
+	return r.auditConn(ctx, auditLoaders(ctx).Tenant, obj.TenantID, "", obj.TenantID, resourceID, principalID, method, since, until, first, after)
 }

@@ -21,7 +21,7 @@ type scopedLoader[T any] = *loaders.L[loaders.PageKey, *page.Conn[T]]
 
 // scopedPage reads one parent's filtered page, asking for the same page of
 // every sibling parent at once.
-func scopedPage[T any](ctx context.Context, kind page.Kind, ld scopedLoader[T], parent string, poolID, projectID, state *string, first *int, after *string) (*page.Conn[T], error) {
+func scopedPage[T any](ctx context.Context, kind page.Kind, ld scopedLoader[T], parent, view string, poolID, projectID, state *string, first *int, after *string) (*page.Conn[T], error) {
 	s, err := graphread.NewScope(parent, poolID, projectID, state)
 	if err != nil {
 		return nil, err
@@ -30,12 +30,12 @@ func scopedPage[T any](ctx context.Context, kind page.Kind, ld scopedLoader[T], 
 	if err != nil {
 		return nil, err
 	}
-	loaders.PrefetchScoped(ctx, loaders.From(ctx), ld, s, n, k)
-	return ld.Load(ctx, loaders.PageKey{Parent: s.Key(), First: n, After: k})()
+	loaders.PrefetchScoped(ctx, loaders.From(ctx), ld, s, view, n, k)
+	return ld.Load(ctx, loaders.PageKey{Parent: s.Key(), First: n, After: k, View: view})()
 }
 
-func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent string, poolID, projectID, state *string, first *int, after *string) (*model.InstanceConnection, error) {
-	c, err := scopedPage(ctx, instances.Cursors, ld, parent, poolID, projectID, state, first, after)
+func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent, view string, poolID, projectID, state *string, first *int, after *string) (*model.InstanceConnection, error) {
+	c, err := scopedPage(ctx, instances.Cursors, ld, parent, view, poolID, projectID, state, first, after)
 	if err != nil {
 		return nil, err
 	}
@@ -46,8 +46,8 @@ func instanceConn(ctx context.Context, ld scopedLoader[graphread.View], parent s
 	return &model.InstanceConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
-func reservationConn(ctx context.Context, ld scopedLoader[instances.Reservation], parent string, poolID, state *string, first *int, after *string) (*model.ReservationConnection, error) {
-	c, err := scopedPage(ctx, instances.ReservationCursors, ld, parent, poolID, nil, state, first, after)
+func reservationConn(ctx context.Context, ld scopedLoader[instances.Reservation], parent, view string, poolID, state *string, first *int, after *string) (*model.ReservationConnection, error) {
+	c, err := scopedPage(ctx, instances.ReservationCursors, ld, parent, view, poolID, nil, state, first, after)
 	if err != nil {
 		return nil, err
 	}

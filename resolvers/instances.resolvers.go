@@ -36,7 +36,8 @@ func (r *instanceResolver) Pool(ctx context.Context, obj *graphread.View) (*pool
 	}
 	l := loaders.From(ctx)
 	l.PrefetchInstanceLinks(ctx, obj.InstanceID, "pool")
-	return l.Pool.Load(ctx, obj.PoolID)()
+	p, err := l.Pool.Load(ctx, obj.PoolID)()
+	return p.Seen(obj.TenantID), err // as the instance's tenant sees it
 }
 
 // Project is the resolver for the project field.
@@ -51,7 +52,10 @@ func (r *instanceResolver) Project(ctx context.Context, obj *graphread.View) (*p
 
 // Host is the resolver for the host field.
 func (r *instanceResolver) Host(ctx context.Context, obj *graphread.View) (*nodes.Node, error) {
-	if !obj.HostVisible || obj.Host == nil {
+	// hostNodeId's rule: the host of an instance in a pool offered to its
+	// tenant is the owner's node, not shown (it showed to a principal who
+	// also read the owner, beside a null hostNodeId).
+	if !obj.HostVisible || obj.HostNodeID == nil {
 		return nil, nil
 	}
 	l := loaders.From(ctx)
@@ -136,19 +140,27 @@ func (r *mutationResolver) CancelReservation(ctx context.Context, input model.Ca
 
 // Instances is the resolver for the instances field.
 func (r *poolResolver) Instances(ctx context.Context, obj *pools.Pool, first *int, after *string, projectID *string, state *string) (*model.InstanceConnection, error) {
-	return instanceConn(ctx, loaders.From(ctx).Instances.PoolInstances, obj.PoolID, nil, projectID, state, first, after)
+	return instanceConn(ctx, loaders.From(ctx).Instances.PoolInstances, obj.PoolID, obj.View, nil, projectID, state, first, after)
 }
 
 // Reservations is the resolver for the reservations field.
 func (r *poolResolver) Reservations(ctx context.Context, obj *pools.Pool, first *int, after *string, state *string) (*model.ReservationConnection, error) {
-	return reservationConn(ctx, loaders.From(ctx).Instances.PoolReservations, obj.PoolID, nil, state, first, after)
+	return reservationConn(ctx, loaders.From(ctx).Instances.PoolReservations, obj.PoolID, obj.View, nil, state, first, after)
 }
 
 // Capacity is the resolver for the capacity field.
 func (r *poolResolver) Capacity(ctx context.Context, obj *pools.Pool) (*fit.PoolCapacity, error) {
 	l := loaders.From(ctx)
 	l.PrefetchCapacity(ctx, obj.PoolID)
-	return l.Instances.Capacity.Load(ctx, obj.PoolID)()
+	c, err := l.Instances.Capacity.Load(ctx, obj.PoolID)()
+	if c != nil && c.ByTenant != nil && obj.View != "" && obj.View != obj.TenantID {
+		// Seen by a tenant the pool is offered to: no owner's breakdown,
+		// as instances.capacity answers that tenant.
+		cc := *c
+		cc.ByTenant = nil
+		return &cc, err
+	}
+	return c, err
 }
 
 // ByTenant is the resolver for the byTenant field.
@@ -166,17 +178,17 @@ func (r *poolCapacityResolver) ByTenant(ctx context.Context, obj *fit.PoolCapaci
 
 // Instances is the resolver for the instances field.
 func (r *projectResolver) Instances(ctx context.Context, obj *projects.Project, first *int, after *string, poolID *string, state *string) (*model.InstanceConnection, error) {
-	return instanceConn(ctx, loaders.From(ctx).Instances.ProjectInstances, obj.ProjectID, poolID, nil, state, first, after)
+	return instanceConn(ctx, loaders.From(ctx).Instances.ProjectInstances, obj.ProjectID, "", poolID, nil, state, first, after)
 }
 
 // Instances is the resolver for the instances field.
 func (r *tenantResolver) Instances(ctx context.Context, obj *tenants.Tenant, first *int, after *string, poolID *string, projectID *string, state *string) (*model.InstanceConnection, error) {
-	return instanceConn(ctx, loaders.From(ctx).Instances.TenantInstances, obj.TenantID, poolID, projectID, state, first, after)
+	return instanceConn(ctx, loaders.From(ctx).Instances.TenantInstances, obj.TenantID, "", poolID, projectID, state, first, after)
 }
 
 // Reservations is the resolver for the reservations field.
 func (r *tenantResolver) Reservations(ctx context.Context, obj *tenants.Tenant, first *int, after *string, poolID *string, state *string) (*model.ReservationConnection, error) {
-	return reservationConn(ctx, loaders.From(ctx).Instances.TenantReservations, obj.TenantID, poolID, state, first, after)
+	return reservationConn(ctx, loaders.From(ctx).Instances.TenantReservations, obj.TenantID, "", poolID, state, first, after)
 }
 
 // Instance returns graph.InstanceResolver implementation.

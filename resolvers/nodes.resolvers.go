@@ -27,7 +27,7 @@ func (r *computeNodeResolver) Pool(ctx context.Context, obj *nodes.Node) (*pools
 	if err == nil && p == nil {
 		return nil, errs.E(errs.NotFound, "pool %s not found", obj.PoolID)
 	}
-	return p, err
+	return p.Seen(obj.TenantID), err // as the node's tenant, the owner, sees it
 }
 
 // Inventory is the resolver for the inventory field.
@@ -194,7 +194,7 @@ func (r *mutationResolver) RemoveNode(ctx context.Context, input nodes.NodeChang
 // Nodes is the resolver for the nodes field: the owner's members see the
 // pool's nodes; a tenant the pool is offered to sees none.
 func (r *poolResolver) Nodes(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ComputeNodeConnection, error) {
-	edges, info, total, err := loadConn(ctx, nodes.Cursors, loaders.From(ctx).PoolNodes, obj.PoolID, first, after,
+	edges, info, total, err := loadConnIn(ctx, nodes.Cursors, loaders.From(ctx).PoolNodes, obj.PoolID, obj.View, first, after,
 		func(n *nodes.Node) string { return n.NodeID },
 		func(cur string, n *nodes.Node) *model.ComputeNodeEdge {
 			return &model.ComputeNodeEdge{Cursor: cur, Node: n}
@@ -212,7 +212,7 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 	if state != nil {
 		in = *state
 	}
-	edges, info, total, err := loadConn(ctx, nodes.RequestCursors, loaders.From(ctx).PoolJoinRequests(in), obj.PoolID, first, after,
+	edges, info, total, err := loadConnIn(ctx, nodes.RequestCursors, loaders.From(ctx).PoolJoinRequests(in), obj.PoolID, obj.View, first, after,
 		func(j *nodes.JoinRequest) string { return j.JoinRequestID },
 		func(cur string, j *nodes.JoinRequest) *model.JoinRequestEdge {
 			return &model.JoinRequestEdge{Cursor: cur, Node: j}
@@ -226,7 +226,7 @@ func (r *poolResolver) JoinRequests(ctx context.Context, obj *pools.Pool, first 
 // JoinTokens is the resolver for the joinTokens field: the pool's join
 // tokens in joinTokens.list's order, read with its visibility (the owner's).
 func (r *poolResolver) JoinTokens(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.JoinTokenConnection, error) {
-	edges, info, total, err := loadConn(ctx, nodes.TokenCursors, loaders.From(ctx).PoolJoinTokens, obj.PoolID, first, after,
+	edges, info, total, err := loadConnIn(ctx, nodes.TokenCursors, loaders.From(ctx).PoolJoinTokens, obj.PoolID, obj.View, first, after,
 		func(j *nodes.JoinToken) string { return j.JoinTokenID },
 		func(cur string, j *nodes.JoinToken) *model.JoinTokenEdge {
 			return &model.JoinTokenEdge{Cursor: cur, Node: j}

@@ -56,7 +56,7 @@ func (r *poolResolver) Policy(ctx context.Context, obj *pools.Pool) (any, error)
 // Offers is the resolver for the offers field: the owner's members see
 // them; a tenant the pool is offered to sees none (the loader's rule).
 func (r *poolResolver) Offers(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.PoolOfferConnection, error) {
-	edges, info, total, err := loadConn(ctx, pools.OfferCursors, loaders.From(ctx).PoolOffers, obj.PoolID, first, after,
+	edges, info, total, err := loadConnIn(ctx, pools.OfferCursors, loaders.From(ctx).PoolOffers, obj.PoolID, obj.View, first, after,
 		func(o *pools.Offer) string { return o.ToTenantID },
 		func(cur string, o *pools.Offer) *model.PoolOfferEdge {
 			return &model.PoolOfferEdge{Cursor: cur, Node: o}

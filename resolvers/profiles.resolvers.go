@@ -104,7 +104,7 @@ func (r *tenantResolver) Profiles(ctx context.Context, obj *tenants.Tenant, firs
 		return nil, err
 	}
 	l := loaders.From(ctx)
-	loaders.PrefetchPages(ctx, l, l.TenantProfiles, obj.TenantID, n, cursor)
+	loaders.PrefetchPages(ctx, l, l.TenantProfiles, obj.TenantID, "", n, cursor)
 	c, err := l.TenantProfiles.Load(ctx, loaders.PageKey{Parent: obj.TenantID, First: n, After: cursor})()
 	if err != nil {
 		return nil, err

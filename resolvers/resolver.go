@@ -179,13 +179,20 @@ func selects(set ast.SelectionSet, name string, then func(*ast.Field) bool) bool
 // edges, page info and total: what every batched connection field does.
 func loadConn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
+	return loadConnIn(ctx, kind, l, parent, "", first, after, key, edge)
+}
+
+// loadConnIn is loadConn for a parent reached through tenant view (a
+// pool's View): the page holds what the caller reads of that tenant.
+func loadConnIn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent, view string,
+	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
 	n, k, err := pageArgs(kind, first, after)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	// Ask for this page of every sibling at once: a level is one batch.
-	loaders.PrefetchPages(ctx, loaders.From(ctx), l, parent, n, k)
-	c, err := l.Load(ctx, loaders.PageKey{Parent: parent, First: n, After: k})()
+	loaders.PrefetchPages(ctx, loaders.From(ctx), l, parent, view, n, k)
+	c, err := l.Load(ctx, loaders.PageKey{Parent: parent, First: n, After: k, View: view})()
 	if err != nil {
 		return nil, nil, 0, err
 	}

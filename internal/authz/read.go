@@ -119,6 +119,22 @@ func (s Scope) Principal() string { return s.principal }
 // TenantScope is the scope of a method-surface read, decided on one tenant.
 func TenantScope(tenantID string) Scope { return Scope{tenants: []string{tenantID}} }
 
+// Within narrows the scope to one tenant, the one a graph object was
+// reached through (a pool under tenant(tenantId:)): what the scope reads of
+// that tenant and nothing of the others, as a method call naming that
+// tenant reads; "" leaves the scope whole. A principal with roles in two
+// tenants read one tenant's pool and saw, under the other tenant's path,
+// the first one's nodes, tokens and instances.
+func (s Scope) Within(tenantID string) Scope {
+	switch {
+	case tenantID == "":
+		return s
+	case s.none || !s.Has(tenantID):
+		return Scope{tenants: []string{}, none: true}
+	}
+	return Scope{tenants: []string{tenantID}, principal: s.principal}
+}
+
 // Has says whether the scope holds the tenant.
 func (s Scope) Has(tenantID string) bool { return s.all || slices.Contains(s.tenants, tenantID) }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/instances"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
@@ -205,5 +206,63 @@ func TestOfferedTenantOnAHost(t *testing.T) {
 	}
 	if n := gqlOK(t, e.GraphQL(acme.Admin.Token, `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": gi[0]["id"]}))["node"]; n != nil {
 		t.Fatalf("the owner reads the guest's instance: %v", n)
+	}
+
+	// A principal with roles in both tenants (acme's admin, made a viewer
+	// of guest), and the operator, read under tenant(tenantId: X) what the
+	// methods naming X answer: the pool reached through guest holds guest's
+	// instance only, none of acme's nodes, tokens, join requests, offers,
+	// records or breakdown, and guest's instance shows no host beside its
+	// null hostNodeId. Under acme, the pool holds acme's instance only.
+	// (They read every tenant's, through either path, before.)
+	must(t, e.Call(e.Operator, "members/grant", map[string]any{"tenantId": "guest", "principalId": acme.Admin.PrincipalID, "role": "viewer"}))
+	e.Node(acme.Admin.Token, "acme", pool) // a join token and a node more, for the owner's counts
+	views := `query($t: String!) { tenant(tenantId: $t) {
+		instances(first: 5) { edges { node { instanceId hostNodeId host { nodeId } pool { instances(first: 5) { totalCount } nodes(first: 5) { totalCount } } } } }
+		pools(first: 5) { edges { node { instances(first: 5) { totalCount edges { node { instanceId } } } reservations(first: 5) { totalCount }
+			nodes(first: 5) { totalCount } joinTokens(first: 5) { totalCount } joinRequests(first: 5) { totalCount } offers(first: 5) { totalCount }
+			auditLog(first: 50) { edges { node { tenantId } } } capacity { byTenant { tenantId } } } } } } }`
+	for who, token := range map[string]string{"acme's admin, a viewer of guest": acme.Admin.Token, "the operator": e.Operator} {
+		gd := gqlOK(t, e.GraphQL(token, views, map[string]any{"t": "guest"}))
+		gi := nodesOf(t, dig(t, gd, "tenant", "instances"))
+		if len(gi) != 1 || gi[0]["instanceId"] != g || gi[0]["hostNodeId"] != nil || gi[0]["host"] != nil ||
+			dig(t, gi[0], "pool", "instances", "totalCount") != float64(1) || dig(t, gi[0], "pool", "nodes", "totalCount") != float64(0) {
+			t.Errorf("%s, guest's instances: %v", who, gi)
+		}
+		gp := nodesOf(t, dig(t, gd, "tenant", "pools"))
+		if len(gp) != 1 {
+			t.Fatalf("%s, guest's pools: %v", who, gp)
+		}
+		for _, f := range []string{"nodes", "joinTokens", "joinRequests", "offers"} {
+			if n := dig(t, gp[0], f, "totalCount"); n != float64(0) {
+				t.Errorf("%s reads %v of acme's %s under guest", who, n, f)
+			}
+		}
+		if n := nodesOf(t, gp[0]["instances"]); len(n) != 1 || n[0]["instanceId"] != g || dig(t, gp[0], "capacity", "byTenant") != nil ||
+			strings.Contains(fmt.Sprint(gp[0]["auditLog"]), "acme") {
+			t.Errorf("%s, the pool under guest: %v", who, gp[0])
+		}
+		ad := gqlOK(t, e.GraphQL(token, views, map[string]any{"t": "acme"}))
+		ap := nodesOf(t, dig(t, ad, "tenant", "pools"))
+		if len(ap) != 1 {
+			t.Fatalf("%s, acme's pools: %v", who, ap)
+		}
+		if n := nodesOf(t, ap[0]["instances"]); len(n) != 1 || n[0]["instanceId"] != a || dig(t, ap[0], "nodes", "totalCount") != float64(2) ||
+			dig(t, ap[0], "joinTokens", "totalCount") != float64(2) || dig(t, ap[0], "offers", "totalCount") != float64(1) ||
+			len(dig(t, ap[0], "capacity", "byTenant").([]any)) != 2 || strings.Contains(fmt.Sprint(ap[0]["auditLog"]), "guest") {
+			t.Errorf("%s, the pool under acme: %v", who, ap[0])
+		}
+		// Each surface says the same of the pool, under each tenant.
+		for _, tid := range []string{"guest", "acme"} {
+			if r := must(t, e.Call(token, "instances/list", map[string]any{"tenantId": tid, "poolId": pool})); len(items(t, r)) != 1 {
+				t.Errorf("%s, instances.list of %s: %s", who, tid, r.Raw)
+			}
+		}
+	}
+	// By node(id:), the pool holds what the caller reads in all its tenants.
+	nd := gqlOK(t, e.GraphQL(acme.Admin.Token, `query($id: ID!) { node(id: $id) { ... on Pool { instances(first: 5) { totalCount } nodes(first: 5) { totalCount } } } }`,
+		map[string]any{"id": relay.ID("Pool", pool)}))
+	if dig(t, nd, "node", "instances", "totalCount") != float64(2) || dig(t, nd, "node", "nodes", "totalCount") != float64(2) {
+		t.Errorf("the pool by node(id:): %v", nd)
 	}
 }

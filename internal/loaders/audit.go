@@ -45,20 +45,21 @@ type auditKind struct {
 	f      audit.Filter // Parent cleared
 	after  string
 	first  int
+	view   string
 }
 
 // PrefetchAudit asks an audit page loader for the same page, with the same
 // filters, of every sibling of f.Parent, once per loader and arguments: a
 // level of audit logs is one statement.
-func PrefetchAudit(ctx context.Context, l *Loaders, ld pageLoader[audit.Record], f audit.Filter, first int, after string) {
+func PrefetchAudit(ctx context.Context, l *Loaders, ld pageLoader[audit.Record], f audit.Filter, view string, first int, after string) {
 	shared := f
 	shared.Parent = ""
-	l.sib.once(f.Parent, auditKind{ld, shared, after, first}, func(g *group) {
+	l.sib.once(f.Parent, auditKind{ld, shared, after, first, view}, func(g *group) {
 		keys := make([]PageKey, len(g.ids))
 		for i, id := range g.ids {
 			k := f
 			k.Parent = id
-			keys[i] = PageKey{Parent: k.Key(), First: first, After: after}
+			keys[i] = PageKey{Parent: k.Key(), First: first, After: after, View: view}
 		}
 		ld.prime(ctx, keys)
 	})

@@ -187,18 +187,19 @@ type scopedKind struct {
 	pool, proj   string
 	state, after string
 	first        int
+	view         string
 }
 
 // PrefetchScoped asks a scoped page loader for the same page, with the
 // same filters, of every sibling of s.Parent, once per loader and
 // arguments: a level of instance or reservation pages is one statement.
-func PrefetchScoped[T any](ctx context.Context, l *Loaders, ld pageLoader[T], s graphread.Scope, first int, after string) {
-	l.sib.once(s.Parent, scopedKind{ld, s.PoolID, s.ProjectID, s.State, after, first}, func(g *group) {
+func PrefetchScoped[T any](ctx context.Context, l *Loaders, ld pageLoader[T], s graphread.Scope, view string, first int, after string) {
+	l.sib.once(s.Parent, scopedKind{ld, s.PoolID, s.ProjectID, s.State, after, first, view}, func(g *group) {
 		keys := make([]PageKey, len(g.ids))
 		for i, id := range g.ids {
 			k := s
 			k.Parent = id
-			keys[i] = PageKey{Parent: k.Key(), First: first, After: after}
+			keys[i] = PageKey{Parent: k.Key(), First: first, After: after, View: view}
 		}
 		ld.prime(ctx, keys)
 	})

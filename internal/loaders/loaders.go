@@ -35,11 +35,14 @@ import (
 	"github.com/bettercompute/computed/internal/workflows"
 )
 
-// PageKey asks for one page of a parent's connection.
+// PageKey asks for one page of a parent's connection. View, when set, is
+// the tenant the parent was reached through (a pool's View): the page then
+// holds what the caller reads of that tenant only (authz.Scope.Within).
 type PageKey struct {
 	Parent string
 	First  int
 	After  string
+	View   string
 }
 
 // Loaders is one request's set.
@@ -134,6 +137,9 @@ func New(q store.Q) *Loaders {
 	l.TenantMembers = tenantPages(l, authz.IAMRead, iam.BindingPagesByTenant, iam.CountBindingsByTenant)
 	l.TenantPools = tenantPages(l, authz.PoolsRead, func(ctx context.Context, q store.Q, parents []string, after string, limit int) (page.Rows[pools.Pool], error) {
 		r, err := pools.PagesByTenant(ctx, q, parents, after, limit)
+		for i := range r.Items {
+			r.Items[i].View = r.Parents[i] // a tenant's pools are seen as that tenant sees them
+		}
 		l.recordPools(r)
 		return r, err
 	}, pools.CountByTenant)
@@ -418,27 +424,38 @@ func pagesOf[T any](l *Loaders, perm authz.Permission, gate func(parent string) 
 			}
 			return out
 		}
-		scope := c.Scope(perm)
+		whole := c.Scope(perm)
 		type args struct {
 			first int
 			after string
+			view  string
 		}
 		groups := map[args][]string{}
 		results := map[PageKey]*dataloader.Result[*page.Conn[T]]{}
+		// A tenant's own connection is decided on that tenant: a view
+		// changes nothing in it.
+		norm := func(k PageKey) PageKey {
+			if gate != nil {
+				k.View = ""
+			}
+			return k
+		}
 		for _, k := range keys {
+			k = norm(k)
 			if gate != nil {
 				if err := c.Check(perm, gate(k.Parent)); err != nil {
 					results[k] = &dataloader.Result[*page.Conn[T]]{Error: err}
 					continue
 				}
 			}
-			a := args{k.First, k.After}
+			a := args{k.First, k.After, k.View}
 			groups[a] = append(groups[a], k.Parent)
 		}
 		for a, parents := range groups {
+			scope := whole.Within(a.view)
 			if scope.Nothing() {
 				for _, p := range parents {
-					results[PageKey{p, a.first, a.after}] = &dataloader.Result[*page.Conn[T]]{Data: &page.Conn[T]{Items: []T{}}}
+					results[PageKey{p, a.first, a.after, a.view}] = &dataloader.Result[*page.Conn[T]]{Data: &page.Conn[T]{Items: []T{}}}
 				}
 				continue
 			}
@@ -459,11 +476,11 @@ func pagesOf[T any](l *Loaders, perm authz.Permission, gate func(parent string) 
 				if c == nil {
 					c = &page.Conn[T]{Items: []T{}, Total: totals[p]}
 				}
-				results[PageKey{p, a.first, a.after}] = &dataloader.Result[*page.Conn[T]]{Data: c, Error: err}
+				results[PageKey{p, a.first, a.after, a.view}] = &dataloader.Result[*page.Conn[T]]{Data: c, Error: err}
 			}
 		}
 		for i, k := range keys {
-			out[i] = results[k]
+			out[i] = results[norm(k)]
 		}
 		return out
 	})

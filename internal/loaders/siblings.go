@@ -78,6 +78,7 @@ type pageKind struct {
 	loader any
 	first  int
 	after  string
+	view   string
 }
 
 // recordPools groups pools by owner: a pool's children (nodes, join
@@ -158,12 +159,12 @@ func uniq[K comparable](keys []K) []K {
 }
 
 // PrefetchPages asks a page loader for the same page of every sibling of
-// parent, once per loader and arguments.
-func PrefetchPages[T any](ctx context.Context, l *Loaders, ld pageLoader[T], parent string, first int, after string) {
-	l.sib.once(parent, pageKind{ld, first, after}, func(g *group) {
+// parent, once per loader and arguments (view is PageKey's).
+func PrefetchPages[T any](ctx context.Context, l *Loaders, ld pageLoader[T], parent, view string, first int, after string) {
+	l.sib.once(parent, pageKind{ld, first, after, view}, func(g *group) {
 		keys := make([]PageKey, len(g.ids))
 		for i, id := range g.ids {
-			keys[i] = PageKey{Parent: id, First: first, After: after}
+			keys[i] = PageKey{Parent: id, First: first, After: after, View: view}
 		}
 		ld.prime(ctx, keys)
 	})

@@ -69,6 +69,23 @@ type Pool struct {
 	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
 
 	PolicyText string `json:"-" db:"policy"`
+
+	// View is the tenant the graph reached the pool through (its
+	// tenant(tenantId:) path, an instance's tenant), "" for node(id:) and
+	// payloads: the pool's connections then hold what that tenant's
+	// readers read, as the methods naming that tenant do (loaders.PageKey).
+	View string `json:"-" db:"-"`
+}
+
+// Seen is the pool as reached through tenant view ("" leaves it as it is):
+// a copy, since the loaders share one pool between the paths to it.
+func (p *Pool) Seen(view string) *Pool {
+	if p == nil || view == "" || p.View == view {
+		return p
+	}
+	c := *p
+	c.View = view
+	return &c
 }
 
 // ReadSize is what a pool spends of a request's read budget: its policy

@@ -73,3 +73,18 @@ func CapacityOf(poolID string, total Resources, bounded bool, alloc, res map[str
 	}
 	return c
 }
+
+// MarshalJSON writes byTenant whenever ByTenant is set, an empty object
+// when no tenant holds any: its absence says the reader is not the owner's
+// (instances.capacity left it out for an owner's empty pool too, where the
+// graph answered an empty list).
+func (c PoolCapacity) MarshalJSON() ([]byte, error) {
+	type plain PoolCapacity
+	if c.ByTenant == nil {
+		return json.Marshal(plain(c))
+	}
+	return json.Marshal(struct {
+		plain
+		ByTenant map[string]Resources `json:"byTenant"`
+	}{plain(c), c.ByTenant})
+}
