@@ -312,6 +312,19 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 			return nil, store.Wrap(err)
 		}
 	}
+	if in.ProjectID != nil {
+		// The project is held before the pool is locked (authorities
+		// first, then rows), as a project's own mutations hold it: a
+		// stream of creates does not keep the deletion waiting
+		// (authz.HoldAuthority). Held after the pool's share lock, a
+		// create waited for a deletion of the project that waited for an
+		// instance row a placement held, whose lock of the pool waited for
+		// the create: a probe's calls stalled for seconds, some until
+		// their statement timeout.
+		if err := authz.HoldAuthority(ctx, q, authz.ProjectRelations(*in.ProjectID)); err != nil {
+			return nil, err
+		}
+	}
 	// Decisions first: what the tenant cannot see is NOT_FOUND before any
 	// rule about it. The share lock keeps the pool from being archived or
 	// its offer withdrawn until commit.
@@ -327,11 +340,6 @@ func (s *Service) Create(ctx context.Context, q store.Q, in *CreateInput) (*Inst
 		// not found here, with its path. Checked without it, the delete
 		// could commit between this check and the insert, whose foreign
 		// key then failed with a generic NOT_FOUND.
-		// Held first (authz.HoldAuthority), as a project's own mutations
-		// hold it: a stream of creates does not keep the deletion waiting.
-		if err := authz.HoldAuthority(ctx, q, authz.ProjectRelations(*in.ProjectID)); err != nil {
-			return nil, err
-		}
 		var found []string
 		if err := q.SelectContext(ctx, &found, `SELECT project_id FROM projects WHERE project_id = $1 AND tenant_id = $2 FOR KEY SHARE`, *in.ProjectID, in.TenantID); err != nil {
 			return nil, store.Wrap(err)
