@@ -953,7 +953,7 @@ extend type Pool {
 }
 
 extend type Tenant {
-  "One of the tenant's nodes."
+  "One of the tenant's nodes, as ` + "`" + `nodes.get` + "`" + ` reads it: ` + "`" + `NOT_FOUND` + "`" + ` for a node the tenant does not hold (or the caller may not read), as for one that does not exist."
   computeNode(nodeId: String!): ComputeNode
 }
 

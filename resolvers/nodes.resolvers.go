@@ -244,7 +244,13 @@ func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, n
 	if err := registry.Validate(r.Registry, "nodes.get", &nodes.NodeRefInput{TenantID: obj.TenantID, NodeID: nodeID}); err != nil {
 		return nil, err
 	}
-	return loaders.From(ctx).TenantNode(ctx, obj.TenantID, nodeID)
+	n, err := loaders.From(ctx).TenantNode(ctx, obj.TenantID, nodeID)
+	if err == nil && n == nil {
+		// nodes.get's answer, as Tenant.profile answers profiles.get's (it
+		// was null with no error, where the method says NOT_FOUND).
+		return nil, nodes.NodeNotFound(nodeID)
+	}
+	return n, err
 }
 
 // ComputeNode returns graph.ComputeNodeResolver implementation.

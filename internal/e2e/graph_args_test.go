@@ -47,10 +47,13 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			r := e.GraphQL(tok, q, map[string]any{"n": bad})
 			gqlExpect(t, r, "INVALID_INPUT", "nodeId")
 		}
-		// a well-formed id of no node of the tenant: null, as before
-		d := gqlOK(t, e.GraphQL(tok, q, map[string]any{"n": "node_01jd0000000000000000000000"}))
-		if ten, _ := d["tenant"].(map[string]any); ten == nil || ten["computeNode"] != nil {
-			t.Fatalf("%v", d)
+		// a well-formed id of no node of the tenant: NOT_FOUND, as
+		// nodes.get answers and Tenant.profile does (it was null with no
+		// error), the field null beside it
+		r := e.GraphQL(tok, q, map[string]any{"n": "node_01jd0000000000000000000000"})
+		gqlExpect(t, r, "NOT_FOUND", "")
+		if !strings.Contains(string(r.Raw), `"message":"node node_01jd0000000000000000000000 not found"`) || !strings.Contains(string(r.Raw), `"computeNode":null`) {
+			t.Fatalf("%s", r.Raw)
 		}
 	})
 

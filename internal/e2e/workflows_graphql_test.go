@@ -233,11 +233,13 @@ func TestWorkflowGraphNodeWorkflows(t *testing.T) {
 		num(bw["totalCount"]) != 0 || len(wfgList(t, bw["edges"])) != 0 {
 		t.Fatalf("two nodes in one query: %v", d)
 	}
-	// Another tenant does not see acme's node (so neither its workflows).
-	d = gqlOK(t, e.GraphQL(otherAdmin, `query($n: String!) { tenant(tenantId: "other") { computeNode(nodeId: $n) { workflows { totalCount } } } }`,
-		map[string]any{"n": nodeA}))
-	if obj(t, d, "tenant")["computeNode"] != nil {
-		t.Fatalf("another tenant reads acme's node: %v", d)
+	// Another tenant does not see acme's node (so neither its workflows):
+	// NOT_FOUND, as for a node that does not exist.
+	r := e.GraphQL(otherAdmin, `query($n: String!) { tenant(tenantId: "other") { computeNode(nodeId: $n) { workflows { totalCount } } } }`,
+		map[string]any{"n": nodeA})
+	gqlExpect(t, r, "NOT_FOUND", "")
+	if strings.Contains(string(r.Raw), "totalCount") {
+		t.Fatalf("another tenant reads acme's node: %s", r.Raw)
 	}
 	// A cursor the server did not return.
 	gqlExpect(t, e.GraphQL(viewer, wfgNodeWorkflows, map[string]any{"t": "acme", "n": nodeA, "first": 1, "after": "garbage"}), "INVALID_INPUT", "after")

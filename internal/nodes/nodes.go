@@ -151,14 +151,15 @@ func checkLabels(path string, labels map[string]any) (string, error) {
 // offered to do not see nodes). tenants is a text[] expression.
 func Visible(tenants string) string { return `n.tenant_id = ANY(` + tenants + `)` }
 
-func nodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
+// NodeNotFound is nodes.get's answer for a node the caller cannot read.
+func NodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
 
 // GetNode returns a node the tenant owns.
 func GetNode(ctx context.Context, q store.Q, in *NodeRefInput) (*Node, error) {
 	var n Node
 	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes n WHERE node_id = $1 AND `+Visible("ARRAY[$2]"), in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nodeNotFound(in.NodeID)
+		return nil, NodeNotFound(in.NodeID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -208,7 +209,7 @@ func lockNode(ctx context.Context, q store.Q, tenantID, nodeID string, expected 
 	var n Node
 	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR UPDATE`, nodeID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nodeNotFound(nodeID)
+		return nil, NodeNotFound(nodeID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
