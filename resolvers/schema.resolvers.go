@@ -125,8 +125,11 @@ func (r *queryResolver) Node(ctx context.Context, id string) (relay.Node, error)
 	l := loaders.From(ctx)
 	switch {
 	case typ == "Profile" && len(key) == 3:
+		// The version as the id writes it, no other spelling of it: "01",
+		// "+1" and "0001" named version 1 under ids that are not its id, so
+		// one object had many ids in a client's cache.
 		v, err := strconv.Atoi(key[2])
-		if err != nil {
+		if err != nil || strconv.Itoa(v) != key[2] {
 			return nil, nil
 		}
 		return nodeOf(l.Profile.Load(ctx, profiles.Key{TenantID: key[0], ProfileID: key[1], ProfileVersion: v})())

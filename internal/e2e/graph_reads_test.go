@@ -175,6 +175,13 @@ func TestGraphReadMatrix(t *testing.T) {
 	if gqlOK(t, r)["node"] != nil {
 		t.Fatalf("a workflow under another tenant's id: %s", r.Raw)
 	}
+	// An object has one id: another spelling of a profile's version is none.
+	for _, v := range []string{"01", "+1", "0001", " 1", "1.0"} {
+		r := e.GraphQL(w.acme.Admin.Token, fmt.Sprintf(`{ node(id: %q) { id } }`, relay.ID("Profile", "acme", w.privProf, v)), nil)
+		if gqlOK(t, r)["node"] != nil {
+			t.Fatalf("profile version %q: %s", v, r.Raw)
+		}
+	}
 
 	// viewer.tenants: the tenants the caller holds a role on, all of them
 	// for the operator (through the predicate tenants.list uses).
