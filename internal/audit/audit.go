@@ -205,16 +205,30 @@ func NewFilter(parent string, resourceID, principalID, method *string, since, un
 			*dst = *src
 		}
 	}
+	// Records are timed to the microsecond (PostgreSQL's timestamptz),
+	// and a finer bound was rounded to one: a record just before since
+	// was listed, one just before until was not. Rounded up, each bound
+	// keeps exactly the records at or after since and before until.
 	if since != nil {
-		f.Since = since.UTC().Format(time.RFC3339Nano)
+		f.Since = microsUp(*since).Format(time.RFC3339Nano)
 	}
 	if until != nil {
-		f.Until = until.UTC().Format(time.RFC3339Nano)
+		f.Until = microsUp(*until).Format(time.RFC3339Nano)
 	}
 	if since != nil && until != nil && !until.After(*since) {
 		return f, errs.Invalid("until", "until must be after since")
 	}
 	return f, nil
+}
+
+// microsUp is t in UTC, rounded up to the next microsecond when it has a
+// finer part.
+func microsUp(t time.Time) time.Time {
+	t = t.UTC()
+	if r := t.Truncate(time.Microsecond); r.Before(t) {
+		return r.Add(time.Microsecond)
+	}
+	return t
 }
 
 // Cursors is the kind of the audit lists' cursors (both surfaces), whose

@@ -335,6 +335,13 @@ func TestAuditListFilters(t *testing.T) {
 			func(a auditRecord) bool { return !a.OccurredAt.Before(all[3].OccurredAt) }},
 		{"until is exclusive", map[string]any{"until": all[3].OccurredAt.Format(time.RFC3339Nano)},
 			func(a auditRecord) bool { return a.OccurredAt.Before(all[3].OccurredAt) }},
+		// Bounds finer than the records' microseconds keep what they say
+		// (they were cut to the microsecond: the record just
+		// before since was kept, the one just before until was not).
+		{"since a fraction after a record", map[string]any{"since": all[3].OccurredAt.Add(100 * time.Nanosecond).Format(time.RFC3339Nano)},
+			func(a auditRecord) bool { return !a.OccurredAt.Before(all[3].OccurredAt.Add(100 * time.Nanosecond)) }},
+		{"until a fraction after a record", map[string]any{"until": all[3].OccurredAt.Add(100 * time.Nanosecond).Format(time.RFC3339Nano)},
+			func(a auditRecord) bool { return a.OccurredAt.Before(all[3].OccurredAt.Add(100 * time.Nanosecond)) }},
 		{"a window", map[string]any{"since": all[4].OccurredAt.Format(time.RFC3339Nano), "until": all[1].OccurredAt.Format(time.RFC3339Nano)},
 			func(a auditRecord) bool {
 				return !a.OccurredAt.Before(all[4].OccurredAt) && a.OccurredAt.Before(all[1].OccurredAt)

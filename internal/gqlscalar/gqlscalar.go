@@ -63,7 +63,7 @@ func UnmarshalJSONValue(v any) (any, error) {
 func MarshalTime(t time.Time) graphql.Marshaler { return graphql.MarshalTime(t) }
 
 // UnmarshalTime accepts what the method surface's time fields accept
-// (rfc3339.Parse) and answers the rest INVALID_INPUT with the same words;
+// (rfc3339.ParseExact) and answers the rest INVALID_INPUT with the same words;
 // gqlgen's own also took "2006-01-02 15:04:05" and "" (as no time), and
 // answered anything else with an error of its own, INTERNAL to a client.
 func UnmarshalTime(v any) (time.Time, error) {
@@ -71,7 +71,9 @@ func UnmarshalTime(v any) (time.Time, error) {
 	if !ok {
 		return time.Time{}, errs.E(errs.InvalidInput, "must be an RFC 3339 time, as a string")
 	}
-	t, problem := rfc3339.Parse(s)
+	// To the nanosecond: the graph's times in are audit logs' since and
+	// until, which audit.NewFilter rounds up to the records' microsecond.
+	t, problem := rfc3339.ParseExact(s)
 	if problem != "" {
 		return time.Time{}, errs.E(errs.InvalidInput, "%s", problem)
 	}

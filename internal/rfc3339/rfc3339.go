@@ -29,6 +29,14 @@ var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?
 // year 0, and PostgreSQL's timestamps and Go's encoders of them do not
 // agree about it.
 func Parse(s string) (t time.Time, problem string) {
+	t, problem = ParseExact(s)
+	return t.Truncate(time.Microsecond), problem
+}
+
+// ParseExact is Parse to the nanosecond, for a bound whose reader rounds
+// it (audit.list's since and until round up to the microsecond: truncated,
+// a bound a fraction after a record kept it).
+func ParseExact(s string) (t time.Time, problem string) {
 	if !syntax.MatchString(s) {
 		return time.Time{}, "must be an RFC 3339 time"
 	}
@@ -42,13 +50,19 @@ func Parse(s string) (t time.Time, problem string) {
 	if t.UTC().Year() < 1 || t.UTC().Year() > 9999 {
 		return time.Time{}, "must be a time in the years 0001 to 9999"
 	}
-	return t.Truncate(time.Microsecond), ""
+	return t, ""
 }
 
 // Field reads the time of the input field at path: INVALID_INPUT naming it
 // when s is not one.
 func Field(path, s string) (time.Time, error) {
-	t, problem := Parse(s)
+	t, err := FieldExact(path, s)
+	return t.Truncate(time.Microsecond), err
+}
+
+// FieldExact is Field to the nanosecond (ParseExact).
+func FieldExact(path, s string) (time.Time, error) {
+	t, problem := ParseExact(s)
 	if problem != "" {
 		return time.Time{}, errs.Invalid(path, "%s %s", path, problem)
 	}

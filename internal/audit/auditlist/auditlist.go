@@ -44,7 +44,7 @@ func parseTime(path string, s *string) (*time.Time, error) {
 	if s == nil {
 		return nil, nil
 	}
-	t, err := rfc3339.Field(path, *s)
+	t, err := rfc3339.FieldExact(path, *s) // audit.NewFilter rounds it up
 	if err != nil {
 		return nil, err
 	}
