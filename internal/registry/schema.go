@@ -99,6 +99,13 @@ func (f Field) Constraints() string {
 	if f.MaxItems > 0 {
 		parts = append(parts, fmt.Sprintf("at most %d items", f.MaxItems))
 	}
+	// A list of scalars has no rows of its own: its items' rules go here
+	// (a MAC's pattern, an event type's length showed nowhere).
+	if f.Items != nil && len(f.Items.Fields) == 0 {
+		if c := f.Items.Constraints(); c != "" {
+			parts = append(parts, "each item: "+c)
+		}
+	}
 	if f.Default != nil {
 		b, _ := json.Marshal(f.Default)
 		parts = append(parts, "default "+string(b))
