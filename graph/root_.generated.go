@@ -239,6 +239,7 @@ type AuditPrincipal {
   name: String!
 }
 
+"Who made a call: the operator, a user, a service token, a node's credential, the server itself (the reconciler, retention jobs), a join token (nodes.join), or a credential not known."
 enum AuditPrincipalKind {
   OPERATOR
   USER
@@ -389,6 +390,7 @@ type TenantEvent {
   reservation: Reservation
 }
 
+"Live events, over WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events at /graphql/stream; each resumes from an ` + "`" + `after` + "`" + ` without gap or duplicate."
 type Subscription {
   """
   A tenant's instance events as they happen, decided as
@@ -400,7 +402,16 @@ type Subscription {
   details.reason "expired-cursor". Over WebSocket (graphql-transport-ws) at
   /graphql or Server-Sent Events (graphql-sse) at /graphql/stream.
   """
-  instanceEvents(tenantId: String!, instanceId: String, poolId: String, after: String): InstanceEvent!
+  instanceEvents(
+    "The tenant whose instances' events to follow."
+    tenantId: String!
+    "Only this instance's events."
+    instanceId: String
+    "Only the events of the tenant's instances in this pool."
+    poolId: String
+    "The ` + "`" + `eventId` + "`" + ` of the last event read: the stream resumes after it."
+    after: String
+  ): InstanceEvent!
   """
   Every event of the tenant's stream the caller may read (see TenantEvent),
   as they happen, in commit order. ` + "`" + `types` + "`" + ` keeps the events of those types,
@@ -411,10 +422,18 @@ type Subscription {
   refused as on the tenant's reads. An ` + "`" + `after` + "`" + ` older than the retention is
   INVALID_STATE with details.reason "expired-cursor".
   """
-  tenantEvents(tenantId: String!, types: [String!], after: String): TenantEvent!
+  tenantEvents(
+    "The tenant whose events to follow."
+    tenantId: String!
+    "Only these types: each an exact type (` + "`" + `node.removed` + "`" + `) or a prefix ending in a dot (` + "`" + `node.` + "`" + `); at most 32."
+    types: [String!]
+    "The ` + "`" + `eventId` + "`" + ` of the last event read: the stream resumes after it."
+    after: String
+  ): TenantEvent!
 }
 `, BuiltIn: false},
-	{Name: "../schema/iam.graphqls", Input: `type Token {
+	{Name: "../schema/iam.graphqls", Input: `"A bearer token of a service principal of the tenant, without its secret (shown only by ` + "`" + `tokens.create` + "`" + `)."
+type Token {
   tokenId: String!
   tenantId: String!
   principalId: String!
@@ -435,6 +454,7 @@ type TokenEdge {
   node: Token!
 }
 
+"A principal's role on a tenant, as ` + "`" + `members.list` + "`" + ` gives it."
 type RoleBinding {
   tenantId: String!
   principalId: String!
@@ -540,6 +560,7 @@ type Instance implements Node {
   events(first: Int = 50, after: String): InstanceEventConnection!
 }
 
+"What an instance holds of its pool: GPUs (in the pool's sharing mode), vCPUs and memory."
 type InstanceSize {
   "Whole GPUs, MIG devices of gpuProfile or GPU time slices, after the pool's sharing mode."
   gpus: Int!
@@ -621,6 +642,7 @@ type PoolCapacity {
   byTenant: [TenantHolding!]
 }
 
+"What one tenant holds of a pool, in the owner's view of its capacity."
 type TenantHolding {
   tenantId: String!
   "The larger of what the tenant's instances hold and what its active reservations hold."
@@ -780,11 +802,22 @@ type ComputeNode implements Node {
   "The latest inventory snapshot; null before the first report."
   inventory: InventorySnapshot
   "Snapshots newest first."
-  inventoryHistory(first: Int = 20, after: String): InventorySnapshotConnection!
+  inventoryHistory(
+    "How many snapshots the page holds: 1 to 100."
+    first: Int = 20
+    "Read the snapshots after this one: an edge's ` + "`" + `cursor` + "`" + ` (or ` + "`" + `pageInfo.endCursor` + "`" + `) of this node's history; the newest first when omitted."
+    after: String
+  ): InventorySnapshotConnection!
   "Changes between two snapshots named by id or hash (defaults: the latest, and the one before it); null when the node has no inventory."
-  inventoryDiff(from: String, to: String): InventoryDiff
+  inventoryDiff(
+    "The snapshot to compare from (its id or hash); the one before ` + "`" + `to` + "`" + ` when omitted."
+    from: String
+    "The snapshot to compare to (its id or hash); the latest when omitted."
+    to: String
+  ): InventoryDiff
 }
 
+"The identifiers a machine joined with: what a join's hardware said, for telling machines apart."
 type NodeHardware {
   systemUuid: String!
   serial: String!
@@ -819,6 +852,7 @@ type InventorySnapshot implements Node {
   sections: JSON!
 }
 
+"A GPU of a snapshot's gpus section, typed."
 type Gpu {
   uuid: String!
   index: Int
@@ -830,11 +864,13 @@ type Gpu {
   migDevices: [MigDevice!]!
 }
 
+"A MIG device (a slice of a GPU in MIG mode) of a snapshot."
 type MigDevice {
   profile: String!
   uuid: String!
 }
 
+"A disk of a snapshot's disks section, typed."
 type Disk {
   wwn: String!
   serial: String!
@@ -843,12 +879,14 @@ type Disk {
   slot: String!
 }
 
+"A network interface of a snapshot's nics section, typed."
 type Nic {
   mac: String!
   name: String!
   speedMbps: Long
 }
 
+"A driver of a snapshot's drivers section (name and version)."
 type Driver {
   name: String!
   version: String!
@@ -865,6 +903,7 @@ type InventorySnapshotEdge {
   node: InventorySnapshot!
 }
 
+"What changed between two of a node's snapshots, as ` + "`" + `inventory.diff` + "`" + ` answers."
 type InventoryDiff {
   "The snapshot compared from; empty when the node has a single snapshot."
   from: String!
@@ -954,7 +993,7 @@ extend type Pool {
 
 extend type Tenant {
   "One of the tenant's nodes, as ` + "`" + `nodes.get` + "`" + ` reads it: ` + "`" + `NOT_FOUND` + "`" + ` for a node the tenant does not hold (or the caller may not read), as for one that does not exist."
-  computeNode(nodeId: String!): ComputeNode
+  computeNode("The node's ` + "`" + `nodeId` + "`" + `." nodeId: String!): ComputeNode
 }
 
 input UpdatePoolInput {
@@ -1193,11 +1232,13 @@ enum InventoryChangeType {
 	{Name: "../schema/pools.graphqls", Input: `"""
 A pool groups the nodes of one site under one GPU model, one sharing mode and one policy.
 
-A pool reached through a tenant (` + "`" + `tenant(tenantId:) { pools }` + "`" + `, an instance's or a node's ` + "`" + `pool` + "`" + `)
-shows what that tenant's readers read, as the methods naming that tenant do: under a tenant the
-pool is offered to, its nodes, join tokens, join requests, offers, audit log and capacity's
-` + "`" + `byTenant` + "`" + ` are empty, and its instances and reservations are that tenant's. Reached by
-` + "`" + `node(id:)` + "`" + ` or in a mutation's payload, it shows what the caller reads in all its tenants.
+A pool reached through a tenant shows what that tenant's readers read, as the methods naming that
+tenant do: in ` + "`" + `tenant(tenantId:) { pools }` + "`" + ` that tenant, as an instance's ` + "`" + `pool` + "`" + ` the instance's
+tenant, as a node's ` + "`" + `pool` + "`" + ` the node's (the owner), wherever the instance or node was reached
+from. Under a tenant the pool is offered to, its nodes, join tokens, join requests, offers, audit
+log and capacity's ` + "`" + `byTenant` + "`" + ` are empty, and its instances and reservations are that tenant's.
+The pool itself by ` + "`" + `node(id:)` + "`" + `, or in a mutation's payload, shows what the caller reads in all
+its tenants.
 """
 type Pool implements Node {
   id: ID!
@@ -1220,6 +1261,7 @@ type Pool implements Node {
   offers(first: Int = 50, after: String): PoolOfferConnection!
 }
 
+"What an offer lets the tenant offered to hold in the pool at once: GPUs and instances."
 type PoolQuota {
   gpus: Int!
   instances: Int!
@@ -1338,17 +1380,20 @@ type Profile implements Node {
   rendered: [ProfileStep!]
 }
 
+"Whether a profile version resolves, and what is wrong with it, as ` + "`" + `profiles.validate` + "`" + ` answers."
 type ProfileValidation {
   valid: Boolean!
   issues: [ProfileIssue!]!
 }
 
+"One problem of a profile document: where (a JSON path), which kind, and in words."
 type ProfileIssue {
   path: String!
   code: ProfileIssueCode!
   message: String!
 }
 
+"One step a workflow of a profile version runs, as ` + "`" + `profiles.render` + "`" + ` gives it."
 type ProfileStep {
   index: Int!
   name: String!
@@ -1373,7 +1418,7 @@ extend type Tenant {
   "The tenant's own, public and builtin profiles, ordered by id and version."
   profiles(first: Int = 50, after: String): ProfileConnection!
   "One profile version as profiles.get finds it (latest when profileVersion is omitted)."
-  profile(profileId: String!, profileVersion: Int): Profile
+  profile("The profile's ` + "`" + `profileId` + "`" + `." profileId: String!, "The version; the latest when omitted." profileVersion: Int): Profile
 }
 
 input CreateProfileInput {
@@ -1446,7 +1491,8 @@ enum ProfileIssueCode {
   INVALID_DOCUMENT
 }
 `, BuiltIn: false},
-	{Name: "../schema/projects.graphqls", Input: `type Project implements Node {
+	{Name: "../schema/projects.graphqls", Input: `"A project of a tenant: a group of instances, with members of its own (a principal related to it reads it without a role on the tenant)."
+type Project implements Node {
   id: ID!
   projectId: String!
   tenantId: String!
@@ -1471,6 +1517,7 @@ type ProjectEdge {
   node: Project!
 }
 
+"A principal's relation to a project (` + "`" + `member` + "`" + ` or ` + "`" + `owner` + "`" + `), as ` + "`" + `projects.listMembers` + "`" + ` gives it."
 type ProjectMember {
   projectId: String!
   principalId: String!
@@ -1563,15 +1610,17 @@ type PageInfo {
   endCursor: String
 }
 
+"The reads. Every list is a cursor connection (` + "`" + `first` + "`" + `, ` + "`" + `after` + "`" + `), and every object with an id of its own is reachable by ` + "`" + `node(id:)` + "`" + `."
 type Query {
   "The caller."
   viewer: Viewer!
-  "One tenant the caller holds a role on."
-  tenant(tenantId: String!): Tenant
+  "One tenant, by id, as ` + "`" + `tenants.get` + "`" + ` reads it: one the caller holds a role on (any, for the operator), or ` + "`" + `builtin` + "`" + `, whose public profiles everyone reads."
+  tenant("The tenant's ` + "`" + `tenantId` + "`" + `." tenantId: String!): Tenant
   "Any object by its global id; null when the caller cannot see it."
-  node(id: ID!): Node
+  node("A global ` + "`" + `id` + "`" + `, as every Node type's ` + "`" + `id` + "`" + ` field gives it." id: ID!): Node
 }
 
+"The changes: each mutation runs the method its description names, with the same rules, errors and audit record as ` + "`" + `POST /api/compute/{group}/{method}` + "`" + `."
 type Mutation {
   "tenants.create"
   createTenant(input: CreateTenantInput!): CreateTenantPayload
@@ -1595,7 +1644,8 @@ type Mutation {
   removeProjectMember(input: RemoveProjectMemberInput!): RemoveProjectMemberPayload
 }
 `, BuiltIn: false},
-	{Name: "../schema/tenants.graphqls", Input: `type Viewer {
+	{Name: "../schema/tenants.graphqls", Input: `"The caller: the principal its credential names."
+type Viewer {
   principalId: String!
   kind: String!
   name: String!
@@ -1605,6 +1655,7 @@ type Mutation {
   tenants(first: Int = 50, after: String): TenantConnection!
 }
 
+"A tenant: the owner of projects, pools, nodes, profiles and instances, and the scope of roles. Its connections are decided on the tenant: PERMISSION_DENIED without the permission they are read under."
 type Tenant implements Node {
   id: ID!
   tenantId: String!
@@ -1659,6 +1710,7 @@ type Workflow implements Node {
   profile: Profile
 }
 
+"One step of a workflow: what the profile said to run, and how it went as the node reported it."
 type WorkflowStep {
   index: Int!
   name: String!

@@ -223,6 +223,7 @@ type JoinTokenEdge struct {
 	Node   *nodes.JoinToken `json:"node"`
 }
 
+// The changes: each mutation runs the method its description names, with the same rules, errors and audit record as `POST /api/compute/{group}/{method}`.
 type Mutation struct {
 }
 
@@ -292,6 +293,7 @@ type ProfileEdge struct {
 	Node   *profiles.Profile `json:"node"`
 }
 
+// Whether a profile version resolves, and what is wrong with it, as `profiles.validate` answers.
 type ProfileValidation struct {
 	Valid  bool              `json:"valid"`
 	Issues []*profiles.Issue `json:"issues"`
@@ -325,6 +327,7 @@ type ProjectMemberEdge struct {
 	Node   *projects.Member `json:"node"`
 }
 
+// The reads. Every list is a cursor connection (`first`, `after`), and every object with an id of its own is reachable by `node(id:)`.
 type Query struct {
 }
 
@@ -372,6 +375,7 @@ type RoleBindingEdge struct {
 	Node   *iam.Binding `json:"node"`
 }
 
+// Live events, over WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events at /graphql/stream; each resumes from an `after` without gap or duplicate.
 type Subscription struct {
 }
 
@@ -386,6 +390,7 @@ type TenantEdge struct {
 	Node   *tenants.Tenant `json:"node"`
 }
 
+// What one tenant holds of a pool, in the owner's view of its capacity.
 type TenantHolding struct {
 	TenantID string `json:"tenantId"`
 	// The larger of what the tenant's instances hold and what its active reservations hold.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
 )
 
@@ -84,7 +85,68 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 		mut.Fields[i] = &nf
 	}
 	describeShapes(&c)
+	describeListArguments(&c)
 	return &c
+}
+
+// listArguments are the words of a list field's arguments that the schema
+// leaves undescribed, by name: a connection's page and the filters the
+// lists share with their methods' inputs. Their bounds (1 to page.MaxLimit
+// items, page.DefaultLimit unless asked) showed nowhere in the Docs pane.
+var listArguments = map[string]string{
+	"first":       fmt.Sprintf("How many items the page holds: 1 to %d (the default is the field's).", page.MaxLimit),
+	"after":       "Read the items after this one: an edge's `cursor` (or `pageInfo.endCursor`) of this same list; the list's start when omitted.",
+	"poolId":      "Only those in this pool (its `poolId`).",
+	"projectId":   "Only those of this project (its `projectId`).",
+	"state":       "Only those in this state.",
+	"principalId": "Only the records of this principal (its `principalId`).",
+	"method":      "Only the records of this method, as on the method surface (`instances.stop`).",
+	"since":       "Only the records at or after this time (RFC 3339).",
+	"until":       "Only the records before this time (RFC 3339); after `since`.",
+	"resourceId":  "Only the records about this resource (its id).",
+}
+
+// describeListArguments gives the arguments of connection fields their
+// listArguments words where the schema has none of its own.
+func describeListArguments(s *ast.Schema) {
+	for name, def := range s.Types {
+		if def.BuiltIn || (def.Kind != ast.Object && def.Kind != ast.Interface) {
+			continue
+		}
+		var nd *ast.Definition
+		for i, f := range def.Fields {
+			if f.Type == nil || !strings.HasSuffix(f.Type.Name(), "Connection") {
+				continue
+			}
+			var nf *ast.FieldDefinition
+			for j, a := range f.Arguments {
+				d := listArguments[a.Name]
+				if d == "" || a.Description != "" {
+					continue
+				}
+				if nd == nil {
+					nd = copyDef(def)
+				}
+				if nf == nil {
+					c := *f
+					c.Arguments = append(ast.ArgumentDefinitionList(nil), f.Arguments...)
+					nf = &c
+					nd.Fields[i] = nf
+				}
+				na := *a
+				na.Description = d
+				nf.Arguments[j] = &na
+			}
+		}
+		if nd != nil {
+			s.Types[name] = nd
+			for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
+				if *root != nil && (*root).Name == name {
+					*root = nd
+				}
+			}
+		}
+	}
 }
 
 // describeShapes describes the types the schema leaves undescribed whose

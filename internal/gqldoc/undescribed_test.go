@@ -1,0 +1,58 @@
+package gqldoc_test
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/gqldoc"
+)
+
+// undescribed lists what GraphiQL's Docs pane would show without words:
+// object, interface, enum and input types, and the arguments of fields
+// (first and after of every connection among them: their bounds showed
+// nowhere).
+func undescribed(s *ast.Schema) (types, args []string) {
+	for name, def := range s.Types {
+		if def.BuiltIn || strings.HasPrefix(name, "__") {
+			continue
+		}
+		switch def.Kind {
+		case ast.Object, ast.Interface, ast.Enum, ast.InputObject, ast.Scalar, ast.Union:
+			if def.Description == "" {
+				types = append(types, name)
+			}
+		}
+		if def.Kind != ast.Object && def.Kind != ast.Interface {
+			continue
+		}
+		for _, f := range def.Fields {
+			if strings.HasPrefix(f.Name, "__") {
+				continue // introspection's own
+			}
+			for _, a := range f.Arguments {
+				if a.Description == "" {
+					args = append(args, name+"."+f.Name+"("+a.Name+")")
+				}
+			}
+		}
+	}
+	sort.Strings(types)
+	sort.Strings(args)
+	return types, args
+}
+
+// The served schema describes every type and every argument: a new type
+// or argument without words fails here.
+func TestTheDocsPaneDescribesEveryTypeAndArgument(t *testing.T) {
+	types, args := undescribed(gqldoc.Describe(parsed(), app.Registry(nil, nil, nil, nil)))
+	if len(types) > 0 {
+		t.Errorf("%d types without a description: %s", len(types), strings.Join(types, ", "))
+	}
+	if len(args) > 0 {
+		t.Errorf("%d arguments without a description: %s", len(args), strings.Join(args, ", "))
+	}
+}
