@@ -92,6 +92,22 @@ func Authenticate(ctx context.Context, q store.Q, secret string) (*reqctx.Princi
 	return p, nil
 }
 
+// Revoked is the principal behind a revoked bearer token, as it was, with
+// the token's id; nil for a secret that names no token at all. It is read
+// only after Authenticate failed, to record who used a revoked token
+// (audit): a stolen token used after its revocation is worth knowing of.
+func Revoked(ctx context.Context, q store.Q, secret string) (*reqctx.Principal, error) {
+	var p *reqctx.Principal
+	err := store.EachRow(ctx, q, `
+		SELECT t.token_id, p.principal_id, p.kind, COALESCE(p.tenant_id, ''), p.name
+		FROM tokens t JOIN principals p ON p.principal_id = t.principal_id
+		WHERE t.secret_hash = $1 AND t.revoked_at IS NOT NULL`, []any{Hash(secret)}, func(scan func(dest ...any) error) error {
+		p = &reqctx.Principal{}
+		return scan(&p.TokenID, &p.ID, &p.Kind, &p.TenantID, &p.Name)
+	})
+	return p, store.Wrap(err)
+}
+
 // HoldCredential makes the commit of a mutation's transaction q depend on
 // p's token being unrevoked as it commits, not only as the request
 // arrived: the commit runs credential_in_use (migration 00019) first, in

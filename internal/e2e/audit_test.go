@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -773,5 +774,54 @@ func TestAuditDetailNamesWhatTheCallActedOn(t *testing.T) {
 		"size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1}, "startsAt": start.Format(time.RFC3339), "endsAt": start.Add(time.Hour).Format(time.RFC3339)}))
 	if d := detail(r); d["reservationId"] != r.Str("reservationId") {
 		t.Fatalf("reservations.create detail %v", d)
+	}
+}
+
+// A revoked token's use is recorded in its principal's tenant's trail, on
+// every surface: its holder is known, and a token used after its
+// revocation may have been stolen (it left no record; a revoked join
+// token's did). An unknown secret names no one and is not recorded.
+func TestARevokedTokensUseIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	old := newToken(t, e, acme.Admin.Token, "acme", "old-ci", "admin")
+	must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": old.TokenID}))
+
+	if r := e.Call(old.Token, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": "node_01jd0000000000000000000000"}); r.Status != 401 {
+		t.Fatalf("nodes.remove with a revoked token: %d %s", r.Status, r.Raw)
+	}
+	if r := e.Call(old.Token, "nosuch/method", map[string]any{}); r.Status != 401 {
+		t.Fatalf("an unknown method with a revoked token: %d %s", r.Status, r.Raw)
+	}
+	if r := e.GraphQL(old.Token, `{ viewer { principalId } }`, nil); r.Status != 401 {
+		t.Fatalf("a query with a revoked token: %d %s", r.Status, r.Raw)
+	}
+	w := dialWS(t, e)
+	w.send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + old.Token}})
+	if code, _ := w.closed(5 * time.Second); code != 4403 {
+		t.Fatalf("connection_init with a revoked token: close %d", code)
+	}
+	if r := e.Call("cmp_not-a-token-anyone-holds", "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": "node_01jd0000000000000000000000"}); r.Status != 401 {
+		t.Fatalf("an unknown token: %d %s", r.Status, r.Raw)
+	}
+
+	all, _ := auditList(t, e, acme.Admin.Token, map[string]any{"tenantId": "acme", "limit": 200})
+	var methods []string
+	for _, a := range all {
+		if a.Outcome != "UNAUTHENTICATED" {
+			continue
+		}
+		if a.principal() != old.PrincipalID || a.Principal.Kind != "service" || a.Principal.Name != "old-ci" ||
+			a.ClientAddress == nil || *a.ClientAddress != "127.0.0.1" || a.RequestID == "" ||
+			a.Resource.Type != "compute-tenant" || a.Resource.ID != "acme" ||
+			!strings.Contains(string(a.Detail), `"tokenId":"`+old.TokenID+`"`) || !strings.Contains(string(a.Detail), `"reason":"revoked-token"`) {
+			t.Errorf("the record of a revoked token's use: %+v %s", a, a.Detail)
+		}
+		methods = append(methods, a.Method)
+	}
+	sort.Strings(methods)
+	if strings.Join(methods, ",") != "graphql,graphql,nodes.remove,unknown" {
+		t.Fatalf("revoked token's uses recorded: %v (all: %d records)", methods, len(all))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,7 +26,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bettercompute/computed/db"
+	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/auth"
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
@@ -632,7 +635,22 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 	if !ok {
 		return nil, s.failed(r, errs.E(errs.Unauthenticated, "the Authorization header must be \"Bearer <token>\""))
 	}
-	return s.authenticateSecret(r.Context(), clientIP(r), tok)
+	return s.authenticateSecret(r.Context(), clientIP(r), tok, s.calledMethod(r))
+}
+
+// calledMethod names what a request calls, for the audit record of a
+// revoked token's use: a method's key, or "graphql" for the graph's
+// endpoints (the operation is not read before authentication).
+func (s *Server) calledMethod(r *http.Request) string {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/api/compute/"); ok {
+		if g, n, ok := strings.Cut(rest, "/"); ok {
+			if m, ok := s.Registry.Lookup(g, n); ok {
+				return m.Key()
+			}
+		}
+		return "unknown"
+	}
+	return "graphql"
 }
 
 // failed is err, a failed authentication, once charged to the client
@@ -654,14 +672,38 @@ func (s *Server) failed(r *http.Request, err error) error {
 // UNAUTHENTICATED, however many are in flight at once. (Reserving before
 // the lookup and giving the reservation back on success decides the same,
 // but would spend budget on every request, including the valid ones.)
-func (s *Server) authenticateSecret(ctx context.Context, ip, secret string) (*reqctx.Principal, error) {
+//
+// A revoked token's use is recorded in its principal's tenant's audit trail
+// (method what it called, outcome UNAUTHENTICATED, the token's id in the
+// detail): its holder is known, and a token used after its revocation may
+// have been stolen. Within the budget only, so a flood of them writes no
+// more records than the budget lets through; unknown secrets name no one
+// and are not recorded.
+func (s *Server) authenticateSecret(ctx context.Context, ip, secret, method string) (*reqctx.Principal, error) {
 	p, err := auth.Authenticate(ctx, s.DB, secret)
 	if auth.IsFailed(err) {
 		if refused := s.authFailure(ctx, ip); refused != nil {
 			return nil, refused
 		}
+		s.auditRevoked(ctx, secret, method)
 	}
 	return p, err
+}
+
+// auditRevoked records the use of secret when it is a revoked token's.
+func (s *Server) auditRevoked(ctx context.Context, secret, method string) {
+	ctx = context.WithoutCancel(ctx)
+	holder, err := auth.Revoked(ctx, s.DB, secret)
+	if err == nil && holder != nil {
+		actor := audit.ActorOf(holder)
+		detail, _ := json.Marshal(map[string]string{"tokenId": holder.TokenID, "reason": "revoked-token"})
+		err = audit.Write(ctx, s.DB, audit.Entry{TenantID: holder.TenantID, Method: method,
+			Resource: audit.Resource{Type: authz.Tenant, ID: holder.TenantID}, Outcome: string(errs.Unauthenticated),
+			Detail: detail, Actor: &actor})
+	}
+	if err != nil {
+		s.Log.ErrorContext(ctx, "audit of a revoked token's use failed", "requestId", reqctx.RequestID(ctx), "err", err)
+	}
 }
 
 // authFailure charges one failed authentication to the address's budget:

@@ -361,7 +361,7 @@ func (c *wsConn) init(payload json.RawMessage) bool {
 		return false
 	}
 	actx, cancel := context.WithTimeout(c.ctx, c.s.Config.RequestTimeout)
-	pr, err := c.s.authenticateSecret(actx, c.ip, tok)
+	pr, err := c.s.authenticateSecret(actx, c.ip, tok, "graphql")
 	cancel()
 	if err != nil {
 		code := errs.CodeOf(err)
