@@ -23,6 +23,17 @@ var objectFields = map[string]map[string]fieldInfo{
 		"kind":          {"TpmKeyKind", false},
 		"poolId":        {"String", false},
 	},
+	"AllowedTpmKeyConnection": {
+		"__typename": {"", false},
+		"edges":      {"AllowedTpmKeyEdge", false},
+		"pageInfo":   {"PageInfo", false},
+		"totalCount": {"Int", false},
+	},
+	"AllowedTpmKeyEdge": {
+		"__typename": {"", false},
+		"cursor":     {"String", false},
+		"node":       {"AllowedTpmKey", false},
+	},
 	"ArchivePoolPayload": {
 		"__typename": {"", false},
 		"pool":       {"Pool", false},
@@ -161,6 +172,17 @@ var objectFields = map[string]map[string]fieldInfo{
 		"poolId":     {"String", false},
 		"serial":     {"String", false},
 		"systemUuid": {"String", false},
+	},
+	"ExpectedMachineConnection": {
+		"__typename": {"", false},
+		"edges":      {"ExpectedMachineEdge", false},
+		"pageInfo":   {"PageInfo", false},
+		"totalCount": {"Int", false},
+	},
+	"ExpectedMachineEdge": {
+		"__typename": {"", false},
+		"cursor":     {"String", false},
+		"node":       {"ExpectedMachine", false},
 	},
 	"Gpu": {
 		"__typename": {"", false},
@@ -386,6 +408,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"joinRequests":    {"JoinRequestConnection", true},
 		"joinTokens":      {"JoinTokenConnection", true},
 		"kind":            {"PoolKind", false},
+		"machines":        {"ExpectedMachineConnection", true},
 		"name":            {"String", false},
 		"nodes":           {"ComputeNodeConnection", true},
 		"offers":          {"PoolOfferConnection", true},
@@ -399,6 +422,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"site":            {"String", false},
 		"state":           {"PoolState", false},
 		"tenantId":        {"String", false},
+		"tpmKeys":         {"AllowedTpmKeyConnection", true},
 		"updatedAt":       {"Time", false},
 	},
 	"PoolCapacity": {

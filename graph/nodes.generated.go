@@ -351,6 +351,154 @@ func (ec *executionContext) fieldContext_AllowedTpmKey_createdAt(_ context.Conte
 	return graphql.NewScalarFieldContext("AllowedTpmKey", field, false, false, "Time")
 }
 
+func (ec *executionContext) _AllowedTpmKeyConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.AllowedTpmKeyConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKeyConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.AllowedTpmKeyEdge) graphql.Marshaler {
+			return ec.marshalNAllowedTpmKeyEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowedTpmKeyEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKeyConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AllowedTpmKeyConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AllowedTpmKeyEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AllowedTpmKeyConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.AllowedTpmKeyConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKeyConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKeyConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AllowedTpmKeyConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AllowedTpmKeyConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.AllowedTpmKeyConnection) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKeyConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKeyConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKeyConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _AllowedTpmKeyEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.AllowedTpmKeyEdge) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKeyEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKeyEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AllowedTpmKeyEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _AllowedTpmKeyEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.AllowedTpmKeyEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AllowedTpmKeyEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.AllowedKey) graphql.Marshaler {
+			return ec.marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐAllowedKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AllowedTpmKeyEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AllowedTpmKeyEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AllowedTpmKey(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _ArchivePoolPayload_pool(ctx context.Context, field graphql.CollectedField, obj *model.ArchivePoolPayload) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1601,6 +1749,154 @@ func (ec *executionContext) _ExpectedMachine_createdAt(ctx context.Context, fiel
 }
 func (ec *executionContext) fieldContext_ExpectedMachine_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ExpectedMachine", field, false, false, "Time")
+}
+
+func (ec *executionContext) _ExpectedMachineConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ExpectedMachineConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachineConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ExpectedMachineEdge) graphql.Marshaler {
+			return ec.marshalNExpectedMachineEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐExpectedMachineEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachineConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ExpectedMachineConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExpectedMachineEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ExpectedMachineConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.ExpectedMachineConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachineConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachineConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ExpectedMachineConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ExpectedMachineConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.ExpectedMachineConnection) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNInt2int(ctx, field.Selections, obj.TotalCount)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachineConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachineConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachineConnection", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ExpectedMachineEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ExpectedMachineEdge) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachineEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachineEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ExpectedMachineEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _ExpectedMachineEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.ExpectedMachineEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ExpectedMachineEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *nodes.ExpectedMachine) graphql.Marshaler {
+			return ec.marshalNExpectedMachine2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐExpectedMachine(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ExpectedMachineEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ExpectedMachineEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExpectedMachine(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Gpu_uuid(ctx context.Context, field graphql.CollectedField, obj *inventory.GPU) (ret graphql.Marshaler) {
@@ -4709,6 +5005,89 @@ func (ec *executionContext) _AllowedTpmKey(ctx context.Context, sel ast.Selectio
 	return marshalObject(fields, out)
 }
 
+var allowedTpmKeyConnectionImplementors = []string{"AllowedTpmKeyConnection"}
+
+func (ec *executionContext) _AllowedTpmKeyConnection(ctx context.Context, sel ast.SelectionSet, obj *model.AllowedTpmKeyConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, allowedTpmKeyConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AllowedTpmKeyConnection")
+		case "edges":
+			out.Values[i] = ec._AllowedTpmKeyConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._AllowedTpmKeyConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._AllowedTpmKeyConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var allowedTpmKeyEdgeImplementors = []string{"AllowedTpmKeyEdge"}
+
+func (ec *executionContext) _AllowedTpmKeyEdge(ctx context.Context, sel ast.SelectionSet, obj *model.AllowedTpmKeyEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, allowedTpmKeyEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AllowedTpmKeyEdge")
+		case "cursor":
+			out.Values[i] = ec._AllowedTpmKeyEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._AllowedTpmKeyEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
 var archivePoolPayloadImplementors = []string{"ArchivePoolPayload"}
 
 func (ec *executionContext) _ArchivePoolPayload(ctx context.Context, sel ast.SelectionSet, obj *model.ArchivePoolPayload) graphql.Marshaler {
@@ -5175,6 +5554,89 @@ func (ec *executionContext) _ExpectedMachine(ctx context.Context, sel ast.Select
 			}
 		case "createdAt":
 			out.Values[i] = ec._ExpectedMachine_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var expectedMachineConnectionImplementors = []string{"ExpectedMachineConnection"}
+
+func (ec *executionContext) _ExpectedMachineConnection(ctx context.Context, sel ast.SelectionSet, obj *model.ExpectedMachineConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, expectedMachineConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ExpectedMachineConnection")
+		case "edges":
+			out.Values[i] = ec._ExpectedMachineConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._ExpectedMachineConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._ExpectedMachineConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var expectedMachineEdgeImplementors = []string{"ExpectedMachineEdge"}
+
+func (ec *executionContext) _ExpectedMachineEdge(ctx context.Context, sel ast.SelectionSet, obj *model.ExpectedMachineEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, expectedMachineEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ExpectedMachineEdge")
+		case "cursor":
+			out.Values[i] = ec._ExpectedMachineEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._ExpectedMachineEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -6242,6 +6704,38 @@ func (ec *executionContext) marshalNAllowedTpmKey2ᚖgithubᚗcomᚋbettercomput
 	return ec._AllowedTpmKey(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNAllowedTpmKeyConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowedTpmKeyConnection(ctx context.Context, sel ast.SelectionSet, v *model.AllowedTpmKeyConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AllowedTpmKeyConnection!")
+		return graphql.Null
+	}
+	return ec._AllowedTpmKeyConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAllowedTpmKeyEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowedTpmKeyEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.AllowedTpmKeyEdge) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAllowedTpmKeyEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowedTpmKeyEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAllowedTpmKeyEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐAllowedTpmKeyEdge(ctx context.Context, sel ast.SelectionSet, v *model.AllowedTpmKeyEdge) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AllowedTpmKeyEdge!")
+		return graphql.Null
+	}
+	return ec._AllowedTpmKeyEdge(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNArchivePoolInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋpoolsᚐArchiveInput(ctx context.Context, v any) (pools.ArchiveInput, error) {
 	res, err := ec.unmarshalInputArchivePoolInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -6392,6 +6886,38 @@ func (ec *executionContext) marshalNExpectedMachine2ᚖgithubᚗcomᚋbettercomp
 		return graphql.Null
 	}
 	return ec._ExpectedMachine(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNExpectedMachineConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐExpectedMachineConnection(ctx context.Context, sel ast.SelectionSet, v *model.ExpectedMachineConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ExpectedMachineConnection!")
+		return graphql.Null
+	}
+	return ec._ExpectedMachineConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNExpectedMachineEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐExpectedMachineEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ExpectedMachineEdge) graphql.Marshaler {
+	ret := marshalSliceInline(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNExpectedMachineEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐExpectedMachineEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNExpectedMachineEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐExpectedMachineEdge(ctx context.Context, sel ast.SelectionSet, v *model.ExpectedMachineEdge) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ExpectedMachineEdge!")
+		return graphql.Null
+	}
+	return ec._ExpectedMachineEdge(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNForgetMachineInput2githubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋnodesᚐMachineRefInput(ctx context.Context, v any) (nodes.MachineRefInput, error) {

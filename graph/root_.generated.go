@@ -989,6 +989,10 @@ extend type Pool {
   joinRequests(first: Int = 50, after: String, state: JoinRequestState): JoinRequestConnection!
   "The pool's join tokens, as ` + "`" + `joinTokens.list` + "`" + ` gives them (the owner's view; empty for others). A token's secret is shown only by ` + "`" + `joinTokens.create` + "`" + `."
   joinTokens(first: Int = 50, after: String): JoinTokenConnection!
+  "The machines the discovery attestor expects in the pool, as ` + "`" + `machines.list` + "`" + ` gives them (the owner's view; empty for others)."
+  machines(first: Int = 50, after: String): ExpectedMachineConnection!
+  "The pool's TPM allow-list, as ` + "`" + `tpmKeys.list` + "`" + ` gives it (the owner's view; empty for others)."
+  tpmKeys(first: Int = 50, after: String): AllowedTpmKeyConnection!
 }
 
 extend type Tenant {
@@ -1129,6 +1133,28 @@ type AllowedTpmKey {
   caCertificate: String
   description: String!
   createdAt: Time!
+}
+
+type ExpectedMachineConnection {
+  edges: [ExpectedMachineEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type ExpectedMachineEdge {
+  cursor: String!
+  node: ExpectedMachine!
+}
+
+type AllowedTpmKeyConnection {
+  edges: [AllowedTpmKeyEdge!]!
+  pageInfo: PageInfo!
+  totalCount: Int!
+}
+
+type AllowedTpmKeyEdge {
+  cursor: String!
+  node: AllowedTpmKey!
 }
 
 input RegisterMachineInput {
@@ -1833,6 +1859,28 @@ func (ec *executionContext) childFields_AllowedTpmKey(ctx context.Context, field
 	return nil, fmt.Errorf("no field named %q was found under type AllowedTpmKey", field.Name)
 }
 
+func (ec *executionContext) childFields_AllowedTpmKeyConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_AllowedTpmKeyConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_AllowedTpmKeyConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_AllowedTpmKeyConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AllowedTpmKeyConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_AllowedTpmKeyEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_AllowedTpmKeyEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_AllowedTpmKeyEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AllowedTpmKeyEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_ArchivePoolPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "pool":
@@ -2109,6 +2157,28 @@ func (ec *executionContext) childFields_ExpectedMachine(ctx context.Context, fie
 		return ec.fieldContext_ExpectedMachine_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ExpectedMachine", field.Name)
+}
+
+func (ec *executionContext) childFields_ExpectedMachineConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ExpectedMachineConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ExpectedMachineConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ExpectedMachineConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExpectedMachineConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ExpectedMachineEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ExpectedMachineEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ExpectedMachineEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExpectedMachineEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Gpu(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2585,6 +2655,10 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_joinRequests(ctx, field)
 	case "joinTokens":
 		return ec.fieldContext_Pool_joinTokens(ctx, field)
+	case "machines":
+		return ec.fieldContext_Pool_machines(ctx, field)
+	case "tpmKeys":
+		return ec.fieldContext_Pool_tpmKeys(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }

@@ -237,6 +237,34 @@ func (r *poolResolver) JoinTokens(ctx context.Context, obj *pools.Pool, first *i
 	return &model.JoinTokenConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
 }
 
+// Machines is the resolver for the machines field: machines.list's page
+// (the owner's view; empty for tenants the pool is offered to).
+func (r *poolResolver) Machines(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.ExpectedMachineConnection, error) {
+	edges, info, total, err := loadConnIn(ctx, nodes.MachineCursors, loaders.From(ctx).PoolMachines, obj.PoolID, obj.View, first, after,
+		func(m *nodes.ExpectedMachine) string { return m.MachineID },
+		func(cur string, m *nodes.ExpectedMachine) *model.ExpectedMachineEdge {
+			return &model.ExpectedMachineEdge{Cursor: cur, Node: m}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &model.ExpectedMachineConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
+// TpmKeys is the resolver for the tpmKeys field: tpmKeys.list's page (the
+// owner's view; empty for tenants the pool is offered to).
+func (r *poolResolver) TpmKeys(ctx context.Context, obj *pools.Pool, first *int, after *string) (*model.AllowedTpmKeyConnection, error) {
+	edges, info, total, err := loadConnIn(ctx, nodes.KeyCursors, loaders.From(ctx).PoolTpmKeys, obj.PoolID, obj.View, first, after,
+		func(k *nodes.AllowedKey) string { return k.EKHash },
+		func(cur string, k *nodes.AllowedKey) *model.AllowedTpmKeyEdge {
+			return &model.AllowedTpmKeyEdge{Cursor: cur, Node: k}
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &model.AllowedTpmKeyConnection{Edges: edges, PageInfo: info, TotalCount: total}, nil
+}
+
 // ComputeNode is the resolver for the computeNode field: a node the caller
 // may read, when it is this tenant's (the field names one of the tenant's
 // nodes).

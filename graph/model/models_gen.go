@@ -38,6 +38,17 @@ type AllowTpmKeyPayload struct {
 	Key *nodes.AllowedKey `json:"key"`
 }
 
+type AllowedTpmKeyConnection struct {
+	Edges      []*AllowedTpmKeyEdge `json:"edges"`
+	PageInfo   *PageInfo            `json:"pageInfo"`
+	TotalCount int                  `json:"totalCount"`
+}
+
+type AllowedTpmKeyEdge struct {
+	Cursor string            `json:"cursor"`
+	Node   *nodes.AllowedKey `json:"node"`
+}
+
 type ArchivePoolPayload struct {
 	Pool *pools.Pool `json:"pool"`
 }
@@ -151,6 +162,17 @@ type DeleteProfileInput struct {
 	TenantID       string `json:"tenantId"`
 	ProfileID      string `json:"profileId"`
 	ProfileVersion *int   `json:"profileVersion,omitempty"`
+}
+
+type ExpectedMachineConnection struct {
+	Edges      []*ExpectedMachineEdge `json:"edges"`
+	PageInfo   *PageInfo              `json:"pageInfo"`
+	TotalCount int                    `json:"totalCount"`
+}
+
+type ExpectedMachineEdge struct {
+	Cursor string                 `json:"cursor"`
+	Node   *nodes.ExpectedMachine `json:"node"`
 }
 
 type GrantMemberPayload struct {

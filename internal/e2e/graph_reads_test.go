@@ -681,3 +681,67 @@ func TestReadsAgreeOnBothSurfaces(t *testing.T) {
 		t.Fatalf("after its relation is removed: projects.get %v, node(id:) %v", m, g)
 	}
 }
+
+// Pool.machines and Pool.tpmKeys are machines.list's and tpmKeys.list's
+// pages in the graph (the two lists had no connection): the same items in
+// the same order, paged by the same cursors, for the owner's readers; empty
+// under a tenant the pool is offered to, whose methods answer NOT_FOUND.
+func TestPoolMachinesAndTpmKeysInTheGraph(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	w := newCrossTenantWorld(t, e)
+	admin := w.acme.Admin.Token
+	for k := 0; k < 3; k++ {
+		e.Must(e.Call(admin, "machines/register", map[string]any{"tenantId": "acme", "poolId": w.offered, "serial": fmt.Sprintf("SN-%d", k)}))
+		e.Must(e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": w.offered,
+			"ekHash": strings.Repeat(fmt.Sprint(k+1), 64), "description": fmt.Sprint("key ", k)}))
+	}
+	q := `query($t: String!, $after: String, $first: Int) { tenant(tenantId: $t) { pools(first: 10) { edges { node { poolId
+		machines(first: $first, after: $after) { totalCount edges { cursor node { machineId serial } } pageInfo { hasNextPage endCursor } }
+		tpmKeys(first: 50) { totalCount edges { node { ekHash kind description } } } } } } } }`
+	poolOf := func(d map[string]any) map[string]any {
+		for _, p := range nodesOf(t, dig(t, d, "tenant", "pools")) {
+			if p["poolId"] == w.offered {
+				return p
+			}
+		}
+		t.Fatalf("no offered pool: %v", d)
+		return nil
+	}
+	for _, reader := range []string{admin, w.acme.Viewer.Token} {
+		p := poolOf(gqlOK(t, e.GraphQL(reader, q, map[string]any{"t": "acme", "first": 50})))
+		ms := items(t, e.Must(e.Call(reader, "machines/list", map[string]any{"tenantId": "acme", "poolId": w.offered})))
+		ks := items(t, e.Must(e.Call(reader, "tpmKeys/list", map[string]any{"tenantId": "acme", "poolId": w.offered})))
+		gm, gk := nodesOf(t, p["machines"]), nodesOf(t, p["tpmKeys"])
+		if len(ms) != 3 || len(gm) != 3 || dig(t, p, "machines", "totalCount") != float64(3) || len(ks) != 3 || len(gk) != 3 {
+			t.Fatalf("machines %v / %v, keys %v / %v", ms, gm, ks, gk)
+		}
+		for i := range ms {
+			if gm[i]["machineId"] != ms[i]["machineId"] || gk[i]["ekHash"] != ks[i]["ekHash"] || gk[i]["kind"] != "EK" {
+				t.Fatalf("item %d: %v %v, %v %v", i, gm[i], ms[i], gk[i], ks[i])
+			}
+		}
+		// Paged one at a time by the graph's cursors: the same walk.
+		var walked []any
+		var after any
+		for range 4 {
+			p := poolOf(gqlOK(t, e.GraphQL(reader, q, map[string]any{"t": "acme", "first": 1, "after": after})))
+			for _, m := range nodesOf(t, p["machines"]) {
+				walked = append(walked, m["machineId"])
+			}
+			if dig(t, p, "machines", "pageInfo", "hasNextPage") != true {
+				break
+			}
+			after = dig(t, p, "machines", "pageInfo", "endCursor")
+		}
+		if fmt.Sprint(walked) != fmt.Sprint([]any{ms[0]["machineId"], ms[1]["machineId"], ms[2]["machineId"]}) {
+			t.Fatalf("paged: %v", walked)
+		}
+	}
+	// The tenant the pool is offered to: none of them, as its methods say.
+	p := poolOf(gqlOK(t, e.GraphQL(w.guest.Admin.Token, q, map[string]any{"t": "guest", "first": 50})))
+	if dig(t, p, "machines", "totalCount") != float64(0) || dig(t, p, "tpmKeys", "totalCount") != float64(0) {
+		t.Fatalf("the offered tenant reads the owner's machines or keys: %v", p)
+	}
+	expect(t, e.Call(w.guest.Admin.Token, "machines/list", map[string]any{"tenantId": "guest", "poolId": w.offered}), "NOT_FOUND", anyPath)
+}

@@ -62,6 +62,8 @@ type Loaders struct {
 	PoolNodes      *L[PageKey, *page.Conn[nodes.Node]]
 	poolJoinReqs   map[string]*L[PageKey, *page.Conn[nodes.JoinRequest]] // by state, "" every state (PoolJoinRequests)
 	PoolJoinTokens *L[PageKey, *page.Conn[nodes.JoinToken]]
+	PoolMachines   *L[PageKey, *page.Conn[nodes.ExpectedMachine]]
+	PoolTpmKeys    *L[PageKey, *page.Conn[nodes.AllowedKey]]
 	JoinRequest    *L[string, *nodes.JoinRequest]
 	JoinToken      *L[string, *nodes.JoinToken]
 	Snapshot       *L[string, *inventory.Snapshot]
@@ -158,6 +160,8 @@ func New(q store.Q) *Loaders {
 		return r, err
 	}, nodes.CountNodesByPool)
 	l.PoolJoinTokens = pages(l, authz.JoinTokensRead, nodes.JoinTokenPagesByPool, nodes.CountJoinTokensByPool)
+	l.PoolMachines = pages(l, authz.NodesRead, nodes.MachinePagesByPool, nodes.CountMachinesByPool)
+	l.PoolTpmKeys = pages(l, authz.NodesRead, nodes.KeyPagesByPool, nodes.CountKeysByPool)
 	l.JoinRequest = byID(l, authz.JoinTokensRead, nodes.JoinRequestsByID)
 	l.JoinToken = byID(l, authz.JoinTokensRead, nodes.JoinTokensByID)
 	l.Snapshot = byID(l, authz.NodesRead, inventory.ByID)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
@@ -289,4 +290,86 @@ func normUUID(s string) string {
 		return s
 	}
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+// --- the graph's pages (Pool.machines, Pool.tpmKeys) ---------------------
+
+// ownerReads is the visibility of a pool's expected machines and allowed
+// keys (table alias x): the pool owner's readers of nodes (scope bound at
+// param), as machines.list and tpmKeys.list decide on the owner.
+func ownerReads(param string) string {
+	return authz.Where(param, func(t string) string {
+		return `EXISTS (SELECT 1 FROM pools p WHERE p.pool_id = x.pool_id AND p.tenant_id = ANY(` + t + `))`
+	})
+}
+
+type poolMachineRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	ExpectedMachine
+}
+
+// MachinePagesByPool is machines.list's page of each pool (the owner's
+// view), in one statement.
+func MachinePagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[ExpectedMachine], error) {
+	var rows []poolMachineRow
+	err := q.SelectContext(ctx, &rows, `
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM expected_machines x WHERE x.pool_id = t.parent AND `+ownerReads("$4")+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count, y.*
+		FROM t
+		CROSS JOIN LATERAL (
+			SELECT `+machineCols+` FROM expected_machines x WHERE x.pool_id = t.parent AND x.machine_id > $2
+			  AND `+ownerReads("$4")+`
+			ORDER BY x.machine_id LIMIT $3
+		) y`, poolIDs, after, limit+1, scope.Arg())
+	var r page.Rows[ExpectedMachine]
+	for _, x := range rows {
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.ExpectedMachine)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountMachinesByPool counts each pool's expected machines visible in scope.
+func CountMachinesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM expected_machines x WHERE x.pool_id = t.parent AND `+ownerReads("$2")+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
+}
+
+type poolKeyRow struct {
+	Parent string `db:"parent_key"`
+	Total  int    `db:"total_count"`
+	AllowedKey
+}
+
+// KeyPagesByPool is tpmKeys.list's page of each pool (the owner's view),
+// in one statement.
+func KeyPagesByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string, after string, limit int) (page.Rows[AllowedKey], error) {
+	var rows []poolKeyRow
+	err := q.SelectContext(ctx, &rows, `
+		WITH t AS MATERIALIZED (
+			SELECT t.parent, (SELECT count(*) FROM tpm_allowed_keys x WHERE x.pool_id = t.parent AND `+ownerReads("$4")+`) AS total_count
+			FROM unnest($1::text[]) AS t(parent))
+		SELECT t.parent AS parent_key, t.total_count, y.*
+		FROM t
+		CROSS JOIN LATERAL (
+			SELECT `+keyCols+` FROM tpm_allowed_keys x WHERE x.pool_id = t.parent AND x.ek_hash > $2
+			  AND `+ownerReads("$4")+`
+			ORDER BY x.ek_hash LIMIT $3
+		) y`, poolIDs, after, limit+1, scope.Arg())
+	var r page.Rows[AllowedKey]
+	for _, x := range rows {
+		x.AllowedKey.fix()
+		r.Parents, r.Totals, r.Items = append(r.Parents, x.Parent), append(r.Totals, x.Total), append(r.Items, x.AllowedKey)
+	}
+	return r, store.Wrap(err)
+}
+
+// CountKeysByPool counts each pool's allowed keys visible in scope.
+func CountKeysByPool(ctx context.Context, q store.Q, scope authz.Scope, poolIDs []string) (map[string]int, error) {
+	return store.CountBy(ctx, q, `SELECT t.parent AS k,
+			(SELECT count(*) FROM tpm_allowed_keys x WHERE x.pool_id = t.parent AND `+ownerReads("$2")+`) AS n
+		FROM unnest($1::text[]) AS t(parent)`, poolIDs, scope.Arg())
 }
