@@ -45,6 +45,21 @@ func (r *computeNodeResolver) InventoryHistory(ctx context.Context, obj *nodes.N
 	if first != nil && (*first < 1 || *first > inventory.HistoryMaxLimit) {
 		return nil, errs.Invalid("first", "first must be in 1-%d", inventory.HistoryMaxLimit)
 	}
+	if after != nil && *after != "" {
+		// inventory.history's rule: after names a snapshot of this node,
+		// read through the request's loader (it was any snapshot id).
+		_, id, err := pageArgs(snapshotCursors, first, after)
+		if err != nil {
+			return nil, err
+		}
+		s, err := loaders.From(ctx).Snapshot.Load(ctx, id)()
+		if err != nil {
+			return nil, err
+		}
+		if s == nil || s.NodeID != obj.NodeID {
+			return nil, errs.Invalid("after", "after is not a snapshot of node %s", obj.NodeID)
+		}
+	}
 	edges, info, total, err := loadConn(ctx, snapshotCursors, loaders.From(ctx).NodeHistory, obj.NodeID, first, after,
 		func(s *inventory.Snapshot) string { return s.ID },
 		func(cur string, s *inventory.Snapshot) *model.InventorySnapshotEdge {

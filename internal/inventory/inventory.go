@@ -294,6 +294,18 @@ func History(ctx context.Context, q store.Q, in *HistoryInput) (*page.Page[Snaps
 	cursor := in.Cursor
 	if cursor == "" {
 		cursor = "~" // sorts after every id
+	} else {
+		// The cursor is the id of a snapshot of this node (the last one
+		// read): any other id was taken as a place to cut the page, another
+		// tenant's snapshot's included, where events.list refuses another
+		// stream's cursor.
+		var ok bool
+		if err := q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM inventory_snapshots WHERE snapshot_id = $1 AND node_id = $2)`, in.Cursor, in.NodeID); err != nil {
+			return nil, store.Wrap(err)
+		}
+		if !ok {
+			return nil, errs.Invalid("cursor", "cursor is not a snapshot of node %s", in.NodeID)
+		}
 	}
 	rows := []Snapshot{}
 	err := store.SelectSpending(ctx, q, &rows, `SELECT `+snapCols+` FROM inventory_snapshots s
@@ -557,7 +569,7 @@ func Methods() []registry.Method {
 			[]string{"NOT_FOUND when the node has no inventory yet or is not owned by the tenant."}, node()...), nil, Get),
 		registry.Def(m("history", registry.Read, authz.NodesRead, "v0.2",
 			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
-			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned. NOT_FOUND when the node is not owned by the tenant."},
+			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned; the id of a snapshot of another node is `INVALID_INPUT`. NOT_FOUND when the node is not owned by the tenant."},
 			node(registry.Limit(HistoryDefaultLimit, HistoryMaxLimit), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
 		registry.Def(m("diff", registry.Read, authz.NodesRead, "v0.2",
 			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
