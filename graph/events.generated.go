@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/gqlscalar"
 	"github.com/bettercompute/computed/internal/instances"
@@ -843,6 +844,128 @@ func (ec *executionContext) fieldContext_TenantEvent_reservation(_ context.Conte
 	return fc, nil
 }
 
+func (ec *executionContext) _TenantEventConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.TenantEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEventConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.TenantEventEdge) graphql.Marshaler {
+			return ec.marshalNTenantEventEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEventConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantEventEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEventConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.TenantEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEventConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEventConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TenantEventEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.TenantEventEdge) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEventEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEventEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TenantEventEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _TenantEventEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.TenantEventEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TenantEventEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *events.Event) graphql.Marshaler {
+			return ec.marshalNTenantEvent2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋinternalᚋeventsᚐEvent(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TenantEventEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TenantEventEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantEvent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -1067,6 +1190,84 @@ func (ec *executionContext) _TenantEvent(ctx context.Context, sel ast.SelectionS
 	return marshalObject(fields, out)
 }
 
+var tenantEventConnectionImplementors = []string{"TenantEventConnection"}
+
+func (ec *executionContext) _TenantEventConnection(ctx context.Context, sel ast.SelectionSet, obj *model.TenantEventConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantEventConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantEventConnection")
+		case "edges":
+			out.Values[i] = ec._TenantEventConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._TenantEventConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
+var tenantEventEdgeImplementors = []string{"TenantEventEdge"}
+
+func (ec *executionContext) _TenantEventEdge(ctx context.Context, sel ast.SelectionSet, obj *model.TenantEventEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, tenantEventEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := newDeferredGroup(ctx, fields)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("TenantEventEdge")
+		case "cursor":
+			out.Values[i] = ec._TenantEventEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._TenantEventEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+		return out
+	}
+
+	return marshalObject(fields, out)
+}
+
 // endregion **************************** object.gotpl ****************************
 
 // region    ***************************** type.gotpl *****************************
@@ -1157,6 +1358,38 @@ func (ec *executionContext) marshalNTenantEvent2ᚖgithubᚗcomᚋbettercompute�
 		return graphql.Null
 	}
 	return ec._TenantEvent(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNTenantEventConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventConnection(ctx context.Context, sel ast.SelectionSet, v *model.TenantEventConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantEventConnection!")
+		return graphql.Null
+	}
+	return ec._TenantEventConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNTenantEventEdge2ᚕᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TenantEventEdge) graphql.Marshaler {
+	ret := marshalSliceAuto(ctx, "TenantEventEdge", sel, len(v), func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNTenantEventEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNTenantEventEdge2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventEdge(ctx context.Context, sel ast.SelectionSet, v *model.TenantEventEdge) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "TenantEventEdge!")
+		return graphql.Null
+	}
+	return ec._TenantEventEdge(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

@@ -650,6 +650,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"auditLog":     {"AuditRecordConnection", true},
 		"computeNode":  {"ComputeNode", true},
 		"createdAt":    {"Time", false},
+		"events":       {"TenantEventConnection", true},
 		"id":           {"ID", true},
 		"instances":    {"InstanceConnection", true},
 		"members":      {"RoleBindingConnection", true},
@@ -688,6 +689,16 @@ var objectFields = map[string]map[string]fieldInfo{
 		"tenantId":     {"String", false},
 		"type":         {"String", false},
 		"workflow":     {"Workflow", true},
+	},
+	"TenantEventConnection": {
+		"__typename": {"", false},
+		"edges":      {"TenantEventEdge", false},
+		"pageInfo":   {"PageInfo", false},
+	},
+	"TenantEventEdge": {
+		"__typename": {"", false},
+		"cursor":     {"String", false},
+		"node":       {"TenantEvent", false},
 	},
 	"TenantHolding": {
 		"__typename": {"", false},

@@ -431,6 +431,35 @@ type Subscription {
     after: String
   ): TenantEvent!
 }
+
+"A page of a tenant's events, oldest first (` + "`" + `events.list` + "`" + `'s page). It has no ` + "`" + `totalCount` + "`" + `: the stream holds every event of the retention, and counting them is a scan."
+type TenantEventConnection {
+  edges: [TenantEventEdge!]!
+  pageInfo: PageInfo!
+}
+
+"One event of a page, with its cursor: its ` + "`" + `eventId` + "`" + `."
+type TenantEventEdge {
+  "The event's ` + "`" + `eventId` + "`" + `: pass it as ` + "`" + `after` + "`" + ` here, as ` + "`" + `cursor` + "`" + ` to ` + "`" + `events.list` + "`" + `, or as ` + "`" + `after` + "`" + ` to the ` + "`" + `tenantEvents` + "`" + ` subscription."
+  cursor: String!
+  node: TenantEvent!
+}
+
+extend type Tenant {
+  """
+  The tenant's events the caller reads, oldest first, as ` + "`" + `events.list` + "`" + ` pages them (the same rules,
+  errors and cursors: an event's ` + "`" + `eventId` + "`" + `). Read the events so far, then subscribe to
+  ` + "`" + `tenantEvents` + "`" + ` with ` + "`" + `after` + "`" + ` set to ` + "`" + `pageInfo.endCursor` + "`" + ` (or the last ` + "`" + `eventId` + "`" + ` read) to follow on
+  without gap or duplicate. An ` + "`" + `after` + "`" + ` older than the retention is INVALID_STATE with
+  details.reason "expired-cursor".
+  """
+  events(
+    first: Int = 50
+    after: String
+    "Only these types: each an exact type (` + "`" + `node.removed` + "`" + `) or a prefix ending in a dot (` + "`" + `node.` + "`" + `); at most 32."
+    types: [String!]
+  ): TenantEventConnection!
+}
 `, BuiltIn: false},
 	{Name: "../schema/iam.graphqls", Input: `"A bearer token of a service principal of the tenant, without its secret (shown only by ` + "`" + `tokens.create` + "`" + `)."
 type Token {
@@ -1261,8 +1290,9 @@ A pool groups the nodes of one site under one GPU model, one sharing mode and on
 A pool reached through a tenant shows what that tenant's readers read, as the methods naming that
 tenant do: in ` + "`" + `tenant(tenantId:) { pools }` + "`" + ` that tenant, as an instance's ` + "`" + `pool` + "`" + ` the instance's
 tenant, as a node's ` + "`" + `pool` + "`" + ` the node's (the owner), wherever the instance or node was reached
-from. Under a tenant the pool is offered to, its nodes, join tokens, join requests, offers, audit
-log and capacity's ` + "`" + `byTenant` + "`" + ` are empty, and its instances and reservations are that tenant's.
+from. Under a tenant the pool is offered to, its nodes, join tokens, join requests, offers,
+machines, TPM keys and capacity's ` + "`" + `byTenant` + "`" + ` are empty, its instances and reservations are that
+tenant's, and its audit log holds that tenant's records about the pool.
 The pool itself by ` + "`" + `node(id:)` + "`" + `, or in a mutation's payload, shows what the caller reads in all
 its tenants.
 """
@@ -3121,6 +3151,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_members(ctx, field)
 	case "auditLog":
 		return ec.fieldContext_Tenant_auditLog(ctx, field)
+	case "events":
+		return ec.fieldContext_Tenant_events(ctx, field)
 	case "instances":
 		return ec.fieldContext_Tenant_instances(ctx, field)
 	case "reservations":
@@ -3189,6 +3221,26 @@ func (ec *executionContext) childFields_TenantEvent(ctx context.Context, field g
 		return ec.fieldContext_TenantEvent_reservation(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TenantEvent", field.Name)
+}
+
+func (ec *executionContext) childFields_TenantEventConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_TenantEventConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_TenantEventConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantEventConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_TenantEventEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_TenantEventEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_TenantEventEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TenantEventEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_TenantHolding(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -26,6 +26,7 @@ type TenantResolver interface {
 	Tokens(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.TokenConnection, error)
 	Members(ctx context.Context, obj *tenants.Tenant, first *int, after *string) (*model.RoleBindingConnection, error)
 	AuditLog(ctx context.Context, obj *tenants.Tenant, first *int, after *string, resourceID *string, principalID *string, method *string, since *time.Time, until *time.Time) (*model.AuditRecordConnection, error)
+	Events(ctx context.Context, obj *tenants.Tenant, first *int, after *string, types []string) (*model.TenantEventConnection, error)
 	Instances(ctx context.Context, obj *tenants.Tenant, first *int, after *string, poolID *string, projectID *string, state *string) (*model.InstanceConnection, error)
 	Reservations(ctx context.Context, obj *tenants.Tenant, first *int, after *string, poolID *string, state *string) (*model.ReservationConnection, error)
 	ComputeNode(ctx context.Context, obj *tenants.Tenant, nodeID string) (*nodes.Node, error)
@@ -114,6 +115,36 @@ func (ec *executionContext) field_Tenant_computeNode_args(ctx context.Context, r
 		return nil, err
 	}
 	args["nodeId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Tenant_events_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "types",
+		func(ctx context.Context, v any) ([]string, error) {
+			return ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["types"] = arg2
 	return args, nil
 }
 
@@ -659,6 +690,50 @@ func (ec *executionContext) fieldContext_Tenant_auditLog(ctx context.Context, fi
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Tenant_auditLog_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Tenant_events(ctx context.Context, field graphql.CollectedField, obj *tenants.Tenant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Tenant_events(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Tenant().Events(ctx, obj, fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["types"].([]string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.TenantEventConnection) graphql.Marshaler {
+			return ec.marshalNTenantEventConnection2ᚖgithubᚗcomᚋbettercomputeᚋcomputedᚋgraphᚋmodelᚐTenantEventConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Tenant_events(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Tenant",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TenantEventConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Tenant_events_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -1375,6 +1450,12 @@ func (ec *executionContext) _Tenant(ctx context.Context, sel ast.SelectionSet, o
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Tenant_auditLog(ctx, field, obj)
+				})
+		case "events":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Tenant_events(ctx, field, obj)
 				})
 		case "instances":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

@@ -7,15 +7,21 @@ package resolvers
 
 import (
 	"context"
+	"maps"
+	"strings"
 
 	"github.com/bettercompute/computed/graph"
+	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
 	"github.com/bettercompute/computed/internal/feed"
 	"github.com/bettercompute/computed/internal/instances"
 	"github.com/bettercompute/computed/internal/instances/graphread"
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/tenants"
 	"github.com/bettercompute/computed/internal/workflows"
 )
 
@@ -139,3 +145,42 @@ type (
 	subscriptionResolver  struct{ *Resolver }
 	tenantEventResolver   struct{ *Resolver }
 )
+
+// Events is the resolver for the events field: events.list's page through
+// the registry (its rules, decision and cursors), as a connection whose
+// cursors are the events' ids.
+func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first *int, after *string, types []string) (*model.TenantEventConnection, error) {
+	in := feed.ListInput{TenantID: obj.TenantID, Types: types, Limit: page.DefaultLimit}
+	if first != nil {
+		if *first < 1 || *first > page.MaxLimit {
+			return nil, errs.Invalid("first", "first must be in 1-%d", page.MaxLimit)
+		}
+		in.Limit = *first
+	}
+	if after != nil {
+		in.Cursor = *after
+	}
+	p, err := call[page.Page[events.Event]](ctx, r.Resolver, "events.list", &in)
+	if e, ok := errs.As(err); ok && e.Details["path"] == "cursor" {
+		// The method's cursor is this field's after.
+		c := *e
+		c.Details = maps.Clone(e.Details)
+		c.Details["path"] = "after"
+		if rest, ok := strings.CutPrefix(c.Message, "cursor "); ok {
+			c.Message = "after " + rest
+		}
+		return nil, &c
+	}
+	if err != nil {
+		return nil, err
+	}
+	edges := make([]*model.TenantEventEdge, len(p.Items))
+	for i := range p.Items {
+		edges[i] = &model.TenantEventEdge{Cursor: p.Items[i].EventID, Node: &p.Items[i]}
+	}
+	info := &model.PageInfo{HasNextPage: p.Cursor != nil}
+	if len(edges) > 0 {
+		info.StartCursor, info.EndCursor = &edges[0].Cursor, &edges[len(edges)-1].Cursor
+	}
+	return &model.TenantEventConnection{Edges: edges, PageInfo: info}, nil
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
+	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/loaders"
@@ -291,7 +292,7 @@ func (r *tenantResolver) ComputeNode(ctx context.Context, obj *tenants.Tenant, n
 	if err == nil && n == nil {
 		// nodes.get's answer, as Tenant.profile answers profiles.get's (it
 		// was null with no error, where the method says NOT_FOUND).
-		return nil, nodes.NodeNotFound(nodeID)
+		return nil, errs.E(errs.NotFound, "%s not found", authz.Resource{Type: authz.Node, TenantID: obj.TenantID, ID: nodeID})
 	}
 	return n, err
 }

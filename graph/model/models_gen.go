@@ -412,6 +412,19 @@ type TenantEdge struct {
 	Node   *tenants.Tenant `json:"node"`
 }
 
+// A page of a tenant's events, oldest first (`events.list`'s page). It has no `totalCount`: the stream holds every event of the retention, and counting them is a scan.
+type TenantEventConnection struct {
+	Edges    []*TenantEventEdge `json:"edges"`
+	PageInfo *PageInfo          `json:"pageInfo"`
+}
+
+// One event of a page, with its cursor: its `eventId`.
+type TenantEventEdge struct {
+	// The event's `eventId`: pass it as `after` here, as `cursor` to `events.list`, or as `after` to the `tenantEvents` subscription.
+	Cursor string        `json:"cursor"`
+	Node   *events.Event `json:"node"`
+}
+
 // What one tenant holds of a pool, in the owner's view of its capacity.
 type TenantHolding struct {
 	TenantID string `json:"tenantId"`

@@ -327,3 +327,69 @@ func TestTenantEventsFollowRoles(t *testing.T) {
 		t.Fatal("the socket of a revoked token stayed open")
 	}
 }
+
+// Tenant.events is events.list's page in the graph (the list had no
+// connection): the same events in the same order, paged by the events'
+// ids, which events.list and tenantEvents take as their cursors too; its
+// refusals name first and after.
+func TestTenantEventsAsAConnection(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	newTenant(t, e, "globex")
+	pool := e.Pool(acme.Admin.Token, "acme", "metal")
+	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
+	for k := 0; k < 3; k++ {
+		e.Node(acme.Admin.Token, "acme", pool)
+		must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", vps, fmt.Sprint("vm-", k), 0)))
+	}
+	q := `query($t: String!, $first: Int, $after: String, $types: [String!]) { tenant(tenantId: $t) {
+		events(first: $first, after: $after, types: $types) { edges { cursor node { eventId type resourceId } } pageInfo { hasNextPage endCursor } } } }`
+	want := listEvents(t, e, acme.Viewer.Token, "acme", nil)
+	if len(want) < 6 {
+		t.Fatalf("events.list: %v", want)
+	}
+	var walked []any
+	var after any
+	for pages := 0; ; pages++ {
+		if pages > len(want) {
+			t.Fatal("paging does not end")
+		}
+		d := gqlOK(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "first": 2, "after": after}))
+		for _, ed := range dig(t, d, "tenant", "events", "edges").([]any) {
+			ed := ed.(map[string]any)
+			if ed["cursor"] != dig(t, ed, "node", "eventId") {
+				t.Fatalf("an edge's cursor is its eventId: %v", ed)
+			}
+			walked = append(walked, dig(t, ed, "node", "eventId"))
+		}
+		if dig(t, d, "tenant", "events", "pageInfo", "hasNextPage") != true {
+			break
+		}
+		after = dig(t, d, "tenant", "events", "pageInfo", "endCursor")
+	}
+	var ids []any
+	for _, ev := range want {
+		ids = append(ids, ev["eventId"])
+	}
+	if fmt.Sprint(walked) != fmt.Sprint(ids) {
+		t.Fatalf("the graph walked %v, events.list %v", walked, ids)
+	}
+	// A type filter, and the graph's cursor on the method.
+	d := gqlOK(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "types": []string{"node."}}))
+	for _, ed := range dig(t, d, "tenant", "events", "edges").([]any) {
+		if !strings.HasPrefix(str(dig(t, ed, "node", "type")), "node.") {
+			t.Fatalf("types [node.]: %v", d)
+		}
+	}
+	r := must(t, e.Call(acme.Viewer.Token, "events/list", map[string]any{"tenantId": "acme", "cursor": ids[1]}))
+	if got := items(t, r); len(got) != len(ids)-2 || got[0]["eventId"] != ids[2] {
+		t.Fatalf("the graph's cursor on events.list: %s", r.Raw)
+	}
+	// Refusals, in the field's words.
+	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "first": 0}), "INVALID_INPUT", "first")
+	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "first": 201}), "INVALID_INPUT", "first")
+	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "after": "garbage"}), "INVALID_INPUT", "after")
+	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "types": []string{"nosuch.thing"}}), "INVALID_INPUT", "types[0]")
+	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "globex"}), "PERMISSION_DENIED", anyPath)
+}

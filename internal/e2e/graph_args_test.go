@@ -52,7 +52,7 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		// error), the field null beside it
 		r := e.GraphQL(tok, q, map[string]any{"n": "node_01jd0000000000000000000000"})
 		gqlExpect(t, r, "NOT_FOUND", "")
-		if !strings.Contains(string(r.Raw), `"message":"node node_01jd0000000000000000000000 not found"`) || !strings.Contains(string(r.Raw), `"computeNode":null`) {
+		if !strings.Contains(string(r.Raw), `"message":"compute-node/node_01jd0000000000000000000000 not found"`) || !strings.Contains(string(r.Raw), `"computeNode":null`) {
 			t.Fatalf("%s", r.Raw)
 		}
 	})

@@ -86,7 +86,92 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 	}
 	describeShapes(&c)
 	describeListArguments(&c)
+	unwrapAll(&c)
 	return &c
+}
+
+// Unwrap joins the lines of each paragraph of a description that the
+// schema files wrap at 100 columns: GraphiQL's Docs pane breaks a line at
+// every newline, so a wrapped paragraph read ragged in its narrow pane.
+// Paragraphs (a blank line apart), list items ("- ", "* ") and table rows
+// ("|") keep their own lines.
+func Unwrap(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	paras := strings.Split(s, "\n\n")
+	for i, p := range paras {
+		lines := strings.Split(p, "\n")
+		var b strings.Builder
+		for j, l := range lines {
+			t := strings.TrimSpace(l)
+			switch {
+			case j == 0:
+			case strings.HasPrefix(t, "- ") || strings.HasPrefix(t, "* ") || strings.HasPrefix(t, "|"):
+				b.WriteString("\n")
+			default:
+				b.WriteString(" ")
+			}
+			if j == 0 || strings.HasPrefix(t, "- ") || strings.HasPrefix(t, "* ") || strings.HasPrefix(t, "|") {
+				b.WriteString(strings.TrimRight(l, " "))
+			} else {
+				b.WriteString(t)
+			}
+		}
+		paras[i] = b.String()
+	}
+	return strings.Join(paras, "\n\n")
+}
+
+// unwrapAll unwraps every description of s (types, fields, arguments,
+// enum values), on copies of the definitions it changes (the parsed schema
+// is shared by every server in the process).
+func unwrapAll(s *ast.Schema) {
+	for name, def := range s.Types {
+		if def.BuiltIn {
+			continue
+		}
+		nd := copyDef(def)
+		nd.EnumValues = append(ast.EnumValueList(nil), def.EnumValues...)
+		changed := false
+		if d := Unwrap(def.Description); d != def.Description {
+			nd.Description, changed = d, true
+		}
+		for i, f := range def.Fields {
+			nf := *f
+			nf.Arguments = append(ast.ArgumentDefinitionList(nil), f.Arguments...)
+			fchanged := false
+			if d := Unwrap(f.Description); d != f.Description {
+				nf.Description, fchanged = d, true
+			}
+			for j, a := range f.Arguments {
+				if d := Unwrap(a.Description); d != a.Description {
+					na := *a
+					na.Description = d
+					nf.Arguments[j], fchanged = &na, true
+				}
+			}
+			if fchanged {
+				nd.Fields[i], changed = &nf, true
+			}
+		}
+		for i, v := range def.EnumValues {
+			if d := Unwrap(v.Description); d != v.Description {
+				nv := *v
+				nv.Description = d
+				nd.EnumValues[i], changed = &nv, true
+			}
+		}
+		if !changed {
+			continue
+		}
+		s.Types[name] = nd
+		for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
+			if *root != nil && (*root).Name == name {
+				*root = nd
+			}
+		}
+	}
 }
 
 // listArguments are the words of a list field's arguments that the schema

@@ -56,3 +56,39 @@ func TestTheDocsPaneDescribesEveryTypeAndArgument(t *testing.T) {
 		t.Errorf("%d arguments without a description: %s", len(args), strings.Join(args, ", "))
 	}
 }
+
+// The served descriptions are paragraphs, not the schema files' wrapped
+// lines: GraphiQL's Docs pane broke a line at every newline (13
+// descriptions read ragged in its narrow pane).
+func TestDescriptionsAreNotHardWrapped(t *testing.T) {
+	s := gqldoc.Describe(parsed(), app.Registry(nil, nil, nil, nil))
+	check := func(where, d string) {
+		for _, p := range strings.Split(d, "\n\n") {
+			for i, l := range strings.Split(p, "\n") {
+				l = strings.TrimSpace(l)
+				if i > 0 && !strings.HasPrefix(l, "- ") && !strings.HasPrefix(l, "* ") && !strings.HasPrefix(l, "|") {
+					t.Errorf("%s: a wrapped line %q", where, l)
+					return
+				}
+			}
+		}
+	}
+	for name, def := range s.Types {
+		if def.BuiltIn {
+			continue
+		}
+		check(name, def.Description)
+		for _, f := range def.Fields {
+			check(name+"."+f.Name, f.Description)
+			for _, a := range f.Arguments {
+				check(name+"."+f.Name+"("+a.Name+")", a.Description)
+			}
+		}
+		for _, v := range def.EnumValues {
+			check(name+"."+v.Name, v.Description)
+		}
+	}
+	if got := gqldoc.Unwrap("one\ntwo\n\n- a\n- b\nthree"); got != "one two\n\n- a\n- b three" {
+		t.Errorf("Unwrap: %q", got)
+	}
+}

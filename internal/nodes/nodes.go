@@ -151,15 +151,14 @@ func checkLabels(path string, labels map[string]any) (string, error) {
 // offered to do not see nodes). tenants is a text[] expression.
 func Visible(tenants string) string { return `n.tenant_id = ANY(` + tenants + `)` }
 
-// NodeNotFound is nodes.get's answer for a node the caller cannot read.
-func NodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
+func nodeNotFound(id string) error { return errs.E(errs.NotFound, "node %s not found", id) }
 
 // GetNode returns a node the tenant owns.
 func GetNode(ctx context.Context, q store.Q, in *NodeRefInput) (*Node, error) {
 	var n Node
 	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes n WHERE node_id = $1 AND `+Visible("ARRAY[$2]"), in.NodeID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, NodeNotFound(in.NodeID)
+		return nil, nodeNotFound(in.NodeID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)
@@ -209,7 +208,7 @@ func lockNode(ctx context.Context, q store.Q, tenantID, nodeID string, expected 
 	var n Node
 	err := q.GetContext(ctx, &n, `SELECT `+nodeCols+` FROM nodes WHERE node_id = $1 AND tenant_id = $2 FOR UPDATE`, nodeID, tenantID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, NodeNotFound(nodeID)
+		return nil, nodeNotFound(nodeID)
 	}
 	if err != nil {
 		return nil, store.Wrap(err)

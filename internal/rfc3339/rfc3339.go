@@ -29,21 +29,32 @@ var syntax = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?
 // year 0, and PostgreSQL's timestamps and Go's encoders of them do not
 // agree about it.
 func Parse(s string) (t time.Time, problem string) {
-	t, problem = ParseExact(s)
+	t, problem = parse(s, false)
 	return t.Truncate(time.Microsecond), problem
 }
 
 // ParseExact is Parse to the nanosecond, for a bound whose reader rounds
 // it (audit.list's since and until round up to the microsecond: truncated,
 // a bound a fraction after a record kept it).
-func ParseExact(s string) (t time.Time, problem string) {
+func ParseExact(s string) (t time.Time, problem string) { return parse(s, true) }
+
+// parse reads s to the nanosecond; digits past it round the time up when
+// up is set, and are cut otherwise.
+func parse(s string, up bool) (t time.Time, problem string) {
 	if !syntax.MatchString(s) {
 		return time.Time{}, "must be an RFC 3339 time"
 	}
+	var past bool // a digit past the nanosecond that is not 0
 	if m := syntax.FindStringSubmatchIndex(s); m[2] >= 0 && m[3]-m[2] > 10 {
+		past = strings.Trim(s[m[2]+10:m[3]], "0") != ""
 		s = s[:m[2]+10] + s[m[3]:] // the point and nine digits
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
+	if past && up {
+		// Rounded up, as the bounds that round to the microsecond need
+		// (cut, a bound a fraction past a record kept it).
+		t = t.Add(time.Nanosecond)
+	}
 	if err != nil {
 		return time.Time{}, "must be an RFC 3339 time"
 	}

@@ -45,6 +45,14 @@ func TestParse(t *testing.T) {
 	if e, problem := Parse("2026-12-06T14:36:48." + strings.Repeat("9", 200) + "Z"); problem != "" || e.Second() != 48 {
 		t.Fatalf("200 digits: %v %q", e, problem)
 	}
+	// ParseExact keeps the nanosecond, and a digit past it rounds up: a
+	// bound a fraction past a record is past it.
+	if f, _ := ParseExact("2026-12-06T14:36:48.7052770001Z"); f.Nanosecond() != 705277001 {
+		t.Fatalf("ParseExact, ten digits: %v", f)
+	}
+	if f, _ := ParseExact("2026-12-06T14:36:48.7052770000Z"); f.Nanosecond() != 705277000 {
+		t.Fatalf("ParseExact, zeros past nine digits: %v", f)
+	}
 	if _, err := Field("since", "nope"); err == nil || !strings.Contains(err.Error(), "since must be an RFC 3339 time") {
 		t.Fatalf("Field: %v", err)
 	}

@@ -639,8 +639,9 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 }
 
 // calledMethod names what a request calls, for the audit record of a
-// revoked token's use: a method's key, or "graphql" for the graph's
-// endpoints (the operation is not read before authentication).
+// revoked token's use: a method's key, "graphql" for the graph's endpoints
+// (the operation is not read before authentication), "unknown" for any
+// other path.
 func (s *Server) calledMethod(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/api/compute/"); ok {
 		if g, n, ok := strings.Cut(rest, "/"); ok {
@@ -650,7 +651,10 @@ func (s *Server) calledMethod(r *http.Request) string {
 		}
 		return "unknown"
 	}
-	return "graphql"
+	if r.URL.Path == "/graphql" || r.URL.Path == StreamPath {
+		return "graphql"
+	}
+	return "unknown" // the method index, the OpenAPI document, the metrics
 }
 
 // failed is err, a failed authentication, once charged to the client

@@ -104,7 +104,7 @@ func Methods() []registry.Method {
 			Input: []registry.Field{tenant,
 				text("resourceId", "only records about this resource (its id: a pool, node, project, instance or profile id, or a tenant id)"),
 				text("principalId", "only records of this principal (`prn_…`, a join token's `jtok_…`, or `system:vps.instances`)"),
-				{Name: "method", Type: registry.String, MaxLength: 128, Pattern: `^[A-Za-z]+(\.[A-Za-z]+)+$`, Description: "only records of this method (`instances.stop`)"},
+				{Name: "method", Type: registry.String, MaxLength: 128, Pattern: `^[A-Za-z]+(\.[A-Za-z]+)*$`, Description: "only records of this method (`instances.stop`; `graphql` or `unknown` for a revoked token's uses)"},
 				timeField("since", "RFC 3339; only records at or after it"),
 				timeField("until", "RFC 3339; only records before it"),
 				registry.PageLimit(), registry.Cursor()}}, nil, List),
