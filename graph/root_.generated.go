@@ -1651,6 +1651,7 @@ scalar JSON
 
 "Relay's object identification: every object has an opaque global id."
 interface Node {
+  "The object's global id: ` + "`" + `node(id:)` + "`" + ` reads it again."
   id: ID!
 }
 

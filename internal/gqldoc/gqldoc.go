@@ -86,6 +86,7 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 	}
 	describeShapes(&c)
 	describeListArguments(&c)
+	describeCommonFields(&c)
 	unwrapAll(&c)
 	return &c
 }
@@ -189,6 +190,55 @@ var listArguments = map[string]string{
 	"since":       "Only the records at or after this time (RFC 3339).",
 	"until":       "Only the records before this time (RFC 3339); after `since`.",
 	"resourceId":  "Only the records about this resource (its id).",
+}
+
+// commonFields are the words of the fields many types share, for those the
+// schema leaves undescribed ("%s" is the type's name).
+var commonFields = map[string]string{
+	"id":          "The global id of this %s: `node(id:)` reads it again.",
+	"createdAt":   "When the %s was created.",
+	"updatedAt":   "When the %s last changed.",
+	"rowVersion":  "The %s's version, one more at every change: pass it as `expectedVersion` to change it only if nobody changed it since.",
+	"tenantId":    "The tenant the %s belongs to.",
+	"poolId":      "The pool of the %s (its `poolId`).",
+	"nodeId":      "The node of the %s (its `nodeId`).",
+	"projectId":   "The project of the %s (its `projectId`); null for none.",
+	"principalId": "The principal of the %s (its `principalId`).",
+	"occurredAt":  "When the %s happened.",
+	"expiresAt":   "When the %s expires.",
+	"revokedAt":   "When the %s was revoked; null while it is in use.",
+	"name":        "The %s's name.",
+}
+
+// describeCommonFields gives the fields of object types their
+// commonFields words where the schema has none of its own.
+func describeCommonFields(s *ast.Schema) {
+	for name, def := range s.Types {
+		if def.BuiltIn || def.Kind != ast.Object || strings.HasPrefix(name, "__") {
+			continue
+		}
+		var nd *ast.Definition
+		for i, f := range def.Fields {
+			d := commonFields[f.Name]
+			if d == "" || f.Description != "" {
+				continue
+			}
+			if nd == nil {
+				nd = copyDef(def)
+			}
+			nf := *f
+			nf.Description = fmt.Sprintf(d, name)
+			nd.Fields[i] = &nf
+		}
+		if nd != nil {
+			s.Types[name] = nd
+			for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
+				if *root != nil && (*root).Name == name {
+					*root = nd
+				}
+			}
+		}
+	}
 }
 
 // describeListArguments gives the arguments of connection fields their

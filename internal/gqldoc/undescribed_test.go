@@ -88,6 +88,16 @@ func TestDescriptionsAreNotHardWrapped(t *testing.T) {
 			check(name+"."+v.Name, v.Description)
 		}
 	}
+	for name, def := range s.Types {
+		for _, f := range def.Fields {
+			switch f.Name {
+			case "id", "createdAt", "updatedAt", "rowVersion", "tenantId", "poolId", "name":
+				if f.Description == "" && !def.BuiltIn {
+					t.Errorf("%s.%s has no description", name, f.Name)
+				}
+			}
+		}
+	}
 	if got := gqldoc.Unwrap("one\ntwo\n\n- a\n- b\nthree"); got != "one two\n\n- a\n- b three" {
 		t.Errorf("Unwrap: %q", got)
 	}
