@@ -694,6 +694,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"__typename": {"", false},
 		"edges":      {"TenantEventEdge", false},
 		"pageInfo":   {"PageInfo", false},
+		"totalCount": {"Int", false},
 	},
 	"TenantEventEdge": {
 		"__typename": {"", false},

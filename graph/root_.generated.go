@@ -208,7 +208,8 @@ var sources = []*ast.Source{
 One record of the audit trail (audit.list): who (principal) called which
 method on which resource, with which outcome, when and from which client
 address. Every mutation attempt that reached a decision is recorded,
-failures included; reads are not. Records are append-only. Readable by the
+failures included; reads are not, except a revoked token's use of any kind (outcome
+UNAUTHENTICATED, in its principal's tenant). Records are append-only. Readable by the
 principals holding compute:audit:read on the record's tenant (its admins;
 the operator reads every tenant's).
 """
@@ -217,7 +218,7 @@ type AuditRecord {
   "The tenant the call named (or, naming none, the tenant of the credential's join token, or else the credential's own tenant: a node's, a service token's, a user's home tenant)."
   tenantId: String!
   principal: AuditPrincipal!
-  "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves."
+  "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves; for a revoked token's use, the method it called, ` + "`" + `graphql` + "`" + ` on the graph's endpoints and sockets, ` + "`" + `unknown` + "`" + ` elsewhere."
   method: String!
   resource: AuditResource!
   "success, or the error code the call ended with (PERMISSION_DENIED, NOT_FOUND, ...)."
@@ -432,10 +433,14 @@ type Subscription {
   ): TenantEvent!
 }
 
-"A page of a tenant's events, oldest first (` + "`" + `events.list` + "`" + `'s page). It has no ` + "`" + `totalCount` + "`" + `: the stream holds every event of the retention, and counting them is a scan."
+"""
+A page of a tenant's events, oldest first (` + "`" + `events.list` + "`" + `'s page). Its ` + "`" + `pageInfo.endCursor` + "`" + ` is never null: the last event's id, or on an empty page the ` + "`" + `after` + "`" + ` given, else the stream's position now (an event id that ` + "`" + `tenantEvents` + "`" + ` and ` + "`" + `events.list` + "`" + ` take as their ` + "`" + `after` + "`" + ` and ` + "`" + `cursor` + "`" + `), so that a subscription after it misses nothing written since the read.
+"""
 type TenantEventConnection {
   edges: [TenantEventEdge!]!
   pageInfo: PageInfo!
+  "How many of the tenant's retained events the caller reads, with the ` + "`" + `types` + "`" + ` given (counted only when asked for: a scan of the retention)."
+  totalCount: Int!
 }
 
 "One event of a page, with its cursor: its ` + "`" + `eventId` + "`" + `."
@@ -3230,6 +3235,8 @@ func (ec *executionContext) childFields_TenantEventConnection(ctx context.Contex
 		return ec.fieldContext_TenantEventConnection_edges(ctx, field)
 	case "pageInfo":
 		return ec.fieldContext_TenantEventConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_TenantEventConnection_totalCount(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TenantEventConnection", field.Name)
 }

@@ -10,6 +10,8 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/99designs/gqlgen/graphql"
+
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/errs"
@@ -21,6 +23,7 @@ import (
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/tenants"
 	"github.com/bettercompute/computed/internal/workflows"
 )
@@ -181,6 +184,30 @@ func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first 
 	info := &model.PageInfo{HasNextPage: p.Cursor != nil}
 	if len(edges) > 0 {
 		info.StartCursor, info.EndCursor = &edges[0].Cursor, &edges[len(edges)-1].Cursor
+	} else {
+		// An empty page still says where the reader stands: the after it
+		// gave, or the stream's position now. A subscription without after
+		// starts at its subscribe, and missed what was written between the
+		// read and it.
+		end := in.Cursor
+		if end == "" {
+			last, err := events.Last(ctx, r.DB, obj.TenantID)
+			if err != nil {
+				return nil, err
+			}
+			end = events.EncodeID(obj.TenantID, last)
+		}
+		info.EndCursor = &end
 	}
-	return &model.TenantEventConnection{Edges: edges, PageInfo: info}, nil
+	c := &model.TenantEventConnection{Edges: edges, PageInfo: info}
+	if fc := graphql.GetFieldContext(ctx); fc == nil || selects(fc.Field.Selections, "totalCount", nil) {
+		kinds, err := feed.Readable(ctx, r.DB, reqctx.PrincipalFrom(ctx), obj.TenantID)
+		if err == nil {
+			c.TotalCount, err = events.Count(ctx, r.DB, events.Filter{TenantID: obj.TenantID, Types: types, Resources: kinds})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }

@@ -412,10 +412,12 @@ type TenantEdge struct {
 	Node   *tenants.Tenant `json:"node"`
 }
 
-// A page of a tenant's events, oldest first (`events.list`'s page). It has no `totalCount`: the stream holds every event of the retention, and counting them is a scan.
+// A page of a tenant's events, oldest first (`events.list`'s page). Its `pageInfo.endCursor` is never null: the last event's id, or on an empty page the `after` given, else the stream's position now (an event id that `tenantEvents` and `events.list` take as their `after` and `cursor`), so that a subscription after it misses nothing written since the read.
 type TenantEventConnection struct {
 	Edges    []*TenantEventEdge `json:"edges"`
 	PageInfo *PageInfo          `json:"pageInfo"`
+	// How many of the tenant's retained events the caller reads, with the `types` given (counted only when asked for: a scan of the retention).
+	TotalCount int `json:"totalCount"`
 }
 
 // One event of a page, with its cursor: its `eventId`.

@@ -828,4 +828,6 @@ func TestARevokedTokensUseIsRecorded(t *testing.T) {
 	if got, _ := auditList(t, e, acme.Admin.Token, map[string]any{"tenantId": "acme", "method": "graphql"}); len(got) != 2 {
 		t.Fatalf("method graphql: %v", got)
 	}
+	// Any other single word is still no method.
+	expect(t, e.Call(acme.Admin.Token, "audit/list", map[string]any{"tenantId": "acme", "method": "foo"}), "INVALID_INPUT", "method")
 }

@@ -336,7 +336,7 @@ func TestTenantEventsAsAConnection(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)
 	acme := newTenant(t, e, "acme")
-	newTenant(t, e, "globex")
+	globex := newTenant(t, e, "globex")
 	pool := e.Pool(acme.Admin.Token, "acme", "metal")
 	vps := vpsPool(t, e, acme.Admin.Token, "acme", "vps", nil)
 	for k := 0; k < 3; k++ {
@@ -385,6 +385,46 @@ func TestTenantEventsAsAConnection(t *testing.T) {
 	r := must(t, e.Call(acme.Viewer.Token, "events/list", map[string]any{"tenantId": "acme", "cursor": ids[1]}))
 	if got := items(t, r); len(got) != len(ids)-2 || got[0]["eventId"] != ids[2] {
 		t.Fatalf("the graph's cursor on events.list: %s", r.Raw)
+	}
+	// totalCount counts what the caller reads, with the types given.
+	cq := `query($t: String!, $types: [String!]) { tenant(tenantId: $t) { events(first: 1, types: $types) { totalCount } } }`
+	if n := dig(t, gqlOK(t, e.GraphQL(acme.Viewer.Token, cq, map[string]any{"t": "acme"})), "tenant", "events", "totalCount"); n != float64(len(ids)) {
+		t.Fatalf("totalCount %v, want %d", n, len(ids))
+	}
+	if n := dig(t, gqlOK(t, e.GraphQL(acme.Viewer.Token, cq, map[string]any{"t": "acme", "types": []string{"instance.created"}})), "tenant", "events", "totalCount"); n != float64(3) {
+		t.Fatalf("totalCount of instance.created %v, want 3", n)
+	}
+	// An empty page still says where the reader stands, so that reading on
+	// (or subscribing) after it misses nothing written since: the after
+	// given, or the stream's position now, for an empty stream too (its
+	// start) and for a filter nothing matches yet.
+	gvps := vpsPool(t, e, globex.Admin.Token, "globex", "vps", nil)
+	eq := `query($t: String!, $after: String, $types: [String!]) { tenant(tenantId: $t) { events(first: 5, after: $after, types: $types) {
+		edges { node { eventId type } } pageInfo { endCursor hasNextPage } } } }`
+	end := func(token string, vars map[string]any) string {
+		d := gqlOK(t, e.GraphQL(token, eq, vars))
+		if n := len(dig(t, d, "tenant", "events", "edges").([]any)); n != 0 {
+			t.Fatalf("want an empty page: %v", d)
+		}
+		c := str(dig(t, d, "tenant", "events", "pageInfo", "endCursor"))
+		if c == "" {
+			t.Fatalf("an empty page without endCursor: %v", d)
+		}
+		return c
+	}
+	emptyStream := end(globex.Viewer.Token, map[string]any{"t": "globex"})
+	noMatch := end(acme.Viewer.Token, map[string]any{"t": "acme", "types": []string{"reservation."}})
+	if got := end(acme.Viewer.Token, map[string]any{"t": "acme", "after": ids[len(ids)-1]}); got != ids[len(ids)-1] {
+		t.Fatalf("an empty page after %v ends at %s", ids[len(ids)-1], got)
+	}
+	g := must(t, e.Call(globex.Member.Token, "instances/create", instanceIn("globex", gvps, "first", 0))).Str("instanceId")
+	must(t, e.Call(acme.Member.Token, "reservations/create", rsvIn("acme", vps, 1, time.Hour, 2*time.Hour)))
+	if got := items(t, must(t, e.Call(globex.Viewer.Token, "events/list", map[string]any{"tenantId": "globex", "cursor": emptyStream}))); len(got) != 1 || got[0]["resourceId"] != g {
+		t.Fatalf("after an empty stream's end: %v", got)
+	}
+	d = gqlOK(t, e.GraphQL(acme.Viewer.Token, eq, map[string]any{"t": "acme", "after": noMatch, "types": []string{"reservation."}}))
+	if evs := dig(t, d, "tenant", "events", "edges").([]any); len(evs) != 1 || dig(t, evs[0], "node", "type") != "reservation.created" {
+		t.Fatalf("after a filtered empty page's end: %v", d)
 	}
 	// Refusals, in the field's words.
 	gqlExpect(t, e.GraphQL(acme.Viewer.Token, q, map[string]any{"t": "acme", "first": 0}), "INVALID_INPUT", "first")

@@ -238,10 +238,10 @@ func ParseCursor(path, tenantID, cursor string) (uint64, error) {
 	if cursor == "" {
 		return 0, nil
 	}
+	// Numbers start at 1; the id of 0 is the stream's start (the position
+	// Tenant.events answers for an empty page of an empty stream), as no
+	// cursor is for a read, and for a subscription a replay from there.
 	seq, err := DecodeID(tenantID, cursor)
-	if err == nil && seq == 0 {
-		err = errNotID // numbers start at 1
-	}
 	switch err {
 	case nil:
 		return seq, nil
@@ -483,6 +483,15 @@ func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]
 		out[i] = rows[i].event()
 	}
 	return out, nil
+}
+
+// Count counts the events of f (the graph's Tenant.events totalCount).
+func Count(ctx context.Context, q store.Q, f Filter) (int, error) {
+	args := []any{}
+	w := f.where(&args)
+	var n int
+	err := q.GetContext(ctx, &n, `SELECT count(*) FROM events e WHERE `+w, args...)
+	return n, store.Wrap(err)
 }
 
 // LastSeq is the last number of the stream of event_streams s: its last

@@ -79,7 +79,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[audit.Recor
 }
 
 // Group describes the audit group.
-var Group = registry.Group{Name: "audit", Summary: "The audit trail: a record of every mutation attempt that reached a decision (successes and failures, `PERMISSION_DENIED` included), of every move the `vps.instances` reconciler makes, of every retention run and of every use of a revoked bearer token (in its principal's home tenant: outcome `UNAUTHENTICATED`, method `graphql` on the graph's endpoints, `detail.tokenId`), naming the tenant, the principal as it was (id, kind, name), the method, the resource (type, id), the outcome (`success` or the error code), the request id, the client address and the time. Reads are not recorded (but a revoked token's are). Records are append-only and kept for `COMPUTE_AUDIT_RETENTION` (400 days by default). Tenant admins read their tenant's records; the operator reads every tenant's, and the platform's under the reserved tenant id `@platform`."}
+var Group = registry.Group{Name: "audit", Summary: "The audit trail: a record of every mutation attempt that reached a decision (successes and failures, `PERMISSION_DENIED` included), of every move the `vps.instances` reconciler makes, of every retention run and of every use of a revoked bearer token (in its principal's home tenant: outcome `UNAUTHENTICATED`, method the one called, `graphql` on the graph's endpoints and `unknown` on other paths, `detail.tokenId`), naming the tenant, the principal as it was (id, kind, name), the method, the resource (type, id), the outcome (`success` or the error code), the request id, the client address and the time. Reads are not recorded (but a revoked token's are). Records are append-only and kept for `COMPUTE_AUDIT_RETENTION` (400 days by default). Tenant admins read their tenant's records; the operator reads every tenant's, and the platform's under the reserved tenant id `@platform`."}
 
 // Methods are the audit group's registry entries.
 func Methods() []registry.Method {
@@ -104,7 +104,7 @@ func Methods() []registry.Method {
 			Input: []registry.Field{tenant,
 				text("resourceId", "only records about this resource (its id: a pool, node, project, instance or profile id, or a tenant id)"),
 				text("principalId", "only records of this principal (`prn_…`, a join token's `jtok_…`, or `system:vps.instances`)"),
-				{Name: "method", Type: registry.String, MaxLength: 128, Pattern: `^[A-Za-z]+(\.[A-Za-z]+)*$`, Description: "only records of this method (`instances.stop`; `graphql` or `unknown` for a revoked token's uses)"},
+				{Name: "method", Type: registry.String, MaxLength: 128, Pattern: `^(?:[A-Za-z]+(?:\.[A-Za-z]+)+|graphql|unknown)$`, Description: "only records of this method (`instances.stop`; `graphql` or `unknown` for a revoked token's uses)"},
 				timeField("since", "RFC 3339; only records at or after it"),
 				timeField("until", "RFC 3339; only records before it"),
 				registry.PageLimit(), registry.Cursor()}}, nil, List),
