@@ -10,6 +10,19 @@ import (
 	"github.com/bettercompute/computed/internal/testkit"
 )
 
+// deadlockCount reads how many deadlocks PostgreSQL counted in the test's
+// database. A deadlock is retried (store.DB.Tx), so answers can hide one;
+// the count reaches the view once the backends that counted it have been
+// idle for up to 10 s.
+func deadlockCount(t *testing.T, e *testkit.Env) func() int64 {
+	return func() (n int64) {
+		if err := e.DB.Get(&n, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 // A node removed while it reports: nodes.remove revokes the node's
 // credential and then cancels its workflow, and each report of a step held
 // the workflow's row and asked for the credential at commit, the other
@@ -25,12 +38,7 @@ func TestRemovingANodeWhileItReports(t *testing.T) {
 	acme := newTenant(t, e, "acme")
 	pool := e.Pool(acme.Admin.Token, "acme", "metal")
 	must(t, createProfile(t, e, acme.Member.Token, "acme", profileDoc("gpu-node", 1), ""))
-	deadlocks := func() (n int64) {
-		if err := e.DB.Get(&n, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	deadlocks := deadlockCount(t, e)
 	before := deadlocks()
 	for round := 0; round < 3; round++ {
 		nodeID, cred := e.Node(acme.Admin.Token, "acme", pool)
@@ -120,12 +128,7 @@ func TestCreatingInAProjectBesidePlacementsWhileItIsDeleted(t *testing.T) {
 	for k := 0; k < 6; k++ {
 		must(t, e.Call(member, "instances/create", instanceIn("acme", pool, fmt.Sprint("waits-", k), 1)))
 	}
-	deadlocks := func() (n int64) {
-		if err := e.DB.Get(&n, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	deadlocks := deadlockCount(t, e)
 	before := deadlocks()
 	for round := 0; round < 20; round++ {
 		prj := newProject(t, e, member, "acme", fmt.Sprint("doomed-", round))

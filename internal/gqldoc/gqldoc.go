@@ -166,11 +166,17 @@ func unwrapAll(s *ast.Schema) {
 		if !changed {
 			continue
 		}
-		s.Types[name] = nd
-		for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
-			if *root != nil && (*root).Name == name {
-				*root = nd
-			}
+		replaceType(s, name, nd)
+	}
+}
+
+// replaceType puts nd in s in place of the type name, and in the root it
+// is (the schema's Query, Mutation or Subscription point at their types).
+func replaceType(s *ast.Schema, name string, nd *ast.Definition) {
+	s.Types[name] = nd
+	for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
+		if *root != nil && (*root).Name == name {
+			*root = nd
 		}
 	}
 }
@@ -231,12 +237,7 @@ func describeCommonFields(s *ast.Schema) {
 			nd.Fields[i] = &nf
 		}
 		if nd != nil {
-			s.Types[name] = nd
-			for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
-				if *root != nil && (*root).Name == name {
-					*root = nd
-				}
-			}
+			replaceType(s, name, nd)
 		}
 	}
 }
@@ -274,12 +275,7 @@ func describeListArguments(s *ast.Schema) {
 			}
 		}
 		if nd != nil {
-			s.Types[name] = nd
-			for _, root := range []**ast.Definition{&s.Query, &s.Mutation, &s.Subscription} {
-				if *root != nil && (*root).Name == name {
-					*root = nd
-				}
-			}
+			replaceType(s, name, nd)
 		}
 	}
 }
