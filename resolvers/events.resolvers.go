@@ -163,6 +163,16 @@ func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first 
 	if after != nil {
 		in.Cursor = *after
 	}
+	// The stream's position is read before the page: an empty page's end,
+	// which nothing the page would have held may follow (read after it, an
+	// event committed between the two reads was in neither).
+	var position uint64
+	if in.Cursor == "" {
+		var err error
+		if position, err = events.Last(ctx, r.DB, obj.TenantID); err != nil {
+			return nil, err
+		}
+	}
 	p, err := call[page.Page[events.Event]](ctx, r.Resolver, "events.list", &in)
 	if e, ok := errs.As(err); ok && e.Details["path"] == "cursor" {
 		// The method's cursor is this field's after.
@@ -191,11 +201,7 @@ func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first 
 		// read and it.
 		end := in.Cursor
 		if end == "" {
-			last, err := events.Last(ctx, r.DB, obj.TenantID)
-			if err != nil {
-				return nil, err
-			}
-			end = events.EncodeID(obj.TenantID, last)
+			end = events.EncodeID(obj.TenantID, position)
 		}
 		info.EndCursor = &end
 	}

@@ -266,10 +266,7 @@ func ParseAnyCursor(path, cursor string) (Cursor, error) {
 	if cursor == "" {
 		return Cursor{}, nil
 	}
-	hash, seq, err := decode(cursor)
-	if err == nil && seq == 0 {
-		err = errNotID // numbers start at 1
-	}
+	hash, seq, err := decode(cursor) // 0: the stream's start, as ParseCursor reads it
 	switch err {
 	case nil:
 		return Cursor{Hash: hash, Seq: seq}, nil
@@ -516,12 +513,12 @@ func Last(ctx context.Context, q store.Q, tenantID string) (uint64, error) {
 // overtaken: events after it may have been pruned (INVALID_STATE,
 // details.reason "expired-cursor", naming path); and one after the
 // stream's last event, which this server never returned (INVALID_INPUT:
-// reading on from it would skip events silently). 0 (no cursor) is never
-// refused: it starts at the oldest retained event.
+// reading on from it would skip events silently). Call it for a cursor
+// given only (no cursor starts at the oldest retained event): the id of
+// number 0, the stream's start, is a cursor too, overtaken once retention
+// pruned the stream's first event (as every surface answers it; the reads
+// took it as no cursor while the subscriptions refused it).
 func CheckCursor(ctx context.Context, q store.Q, path, tenantID string, after uint64) error {
-	if after == 0 {
-		return nil
-	}
 	var s []struct {
 		Last   int64 `db:"last_seq"`
 		Pruned int64 `db:"pruned_seq"`
@@ -556,23 +553,21 @@ func checkCursor(path string, after, last, pruned uint64) error {
 // itself from a cursor, or behind the ring, long after its cursor was
 // checked: it skipped what was pruned meanwhile, silently (a probe's slow
 // readers, with retention at one minute, missed 2,477 of 6,000 events).
-func Retained(ctx context.Context, q store.Q, tenantID string, after uint64) error {
+func Retained(ctx context.Context, q store.Q, path, tenantID string, after uint64) error {
 	var pruned []int64
 	if err := q.SelectContext(ctx, &pruned, `SELECT pruned_seq FROM event_streams WHERE tenant_id = $1`, tenantID); err != nil {
 		return store.Wrap(err)
 	}
 	if len(pruned) > 0 && after < uint64(pruned[0]) {
-		return ExpiredCursor("after")
+		return ExpiredCursor(path)
 	}
 	return nil
 }
 
 // CheckCursorOf is CheckCursor for a stream whose last number and
-// retention mark the caller has read.
+// retention mark the caller has read (a cursor given: 0 is the stream's
+// start, overtaken once anything was pruned).
 func CheckCursorOf(path string, after, last, pruned uint64) error {
-	if after == 0 {
-		return nil
-	}
 	return checkCursor(path, after, last, pruned)
 }
 

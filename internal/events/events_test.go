@@ -418,10 +418,16 @@ func TestPruneAndExpiredCursor(t *testing.T) {
 	} else if e, _ := errs.As(err); e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" || e.Details["path"] != "cursor" {
 		t.Fatalf("expired cursor error: %v", err)
 	}
-	for _, ok := range []uint64{0, all[2].Seq, all[4].Seq} {
+	for _, ok := range []uint64{all[2].Seq, all[4].Seq} {
 		if err := events.CheckCursor(ctx, d, "cursor", "acme", ok); err != nil {
 			t.Fatalf("cursor %v: %v", ok, err)
 		}
+	}
+	// The stream's start (the id of 0), given as a cursor, is overtaken
+	// once anything was pruned, as on every surface (no cursor is not
+	// checked: it starts at the oldest retained event).
+	if err := events.CheckCursor(ctx, d, "cursor", "acme", 0); errs.CodeOf(err) != errs.InvalidState {
+		t.Fatalf("the start of a pruned stream: %v", err)
 	}
 	// A number past the stream's end was never returned: reading on from
 	// it would skip what comes next (2^63 and past: no wrap).
@@ -610,7 +616,7 @@ func TestCursorAgainstTheRetentionMark(t *testing.T) {
 		after uint64
 		want  errs.Code
 	}{
-		{0, ""}, {1, errs.InvalidState}, {29, errs.InvalidState}, {30, ""}, {31, ""}, {40, ""}, {41, errs.InvalidInput},
+		{0, errs.InvalidState}, {1, errs.InvalidState}, {29, errs.InvalidState}, {30, ""}, {31, ""}, {40, ""}, {41, errs.InvalidInput},
 	} {
 		err := events.CheckCursorOf("cursor", c.after, last, pruned)
 		if (err == nil) != (c.want == "") || err != nil && errs.CodeOf(err) != c.want {
@@ -624,5 +630,10 @@ func TestCursorAgainstTheRetentionMark(t *testing.T) {
 	}
 	if err := events.CheckCursorOf("cursor", 29, 30, 30); errs.CodeOf(err) != errs.InvalidState {
 		t.Errorf("before the last event of a stream pruned whole: %v", err)
+	}
+	// The stream's start (the id of 0) reads from the first event while
+	// nothing was pruned.
+	if err := events.CheckCursorOf("cursor", 0, 40, 0); err != nil {
+		t.Errorf("the start of a stream nothing was pruned from: %v", err)
 	}
 }

@@ -173,8 +173,10 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[events.Even
 	if err != nil {
 		return nil, err
 	}
-	if err := events.CheckCursor(ctx, q, "cursor", in.TenantID, after); err != nil {
-		return nil, err
+	if in.Cursor != "" {
+		if err := events.CheckCursor(ctx, q, "cursor", in.TenantID, after); err != nil {
+			return nil, err
+		}
 	}
 	list, err := events.Page(ctx, q, events.Filter{TenantID: in.TenantID, Types: types, Resources: kinds}, after, in.Limit+1)
 	if err != nil {

@@ -607,8 +607,10 @@ func Events(ctx context.Context, q store.Q, in *EventsInput) (*EventPage, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := events.CheckCursor(ctx, q, "cursor", in.TenantID, after); err != nil {
-		return nil, err
+	if in.Cursor != "" {
+		if err := events.CheckCursor(ctx, q, "cursor", in.TenantID, after); err != nil {
+			return nil, err
+		}
 	}
 	list, err := events.Page(ctx, q, events.Filter{TenantID: in.TenantID, ResourceID: in.InstanceID, Resources: []string{events.ResInstance}}, after, in.Limit+1)
 	if err != nil {

@@ -401,6 +401,14 @@ func (s *Subscription) ready(ev *events.Event) {
 	}
 }
 
+// cursorPath names where the subscription's after came from in errors.
+func (s *Subscription) cursorPath() string {
+	if s.opts.CursorPath != "" {
+		return s.opts.CursorPath
+	}
+	return "after"
+}
+
 // Subscribe starts a subscription of the filter's events. With after nil
 // it starts live from now; with after (a number of the tenant's stream),
 // it first replays every later event of the filter from the outbox (an
@@ -561,7 +569,7 @@ func (h *Hub) pump(sub *Subscription, replay bool) {
 			f := *sub.filter.Load()
 			page, err := events.Page(ctx, h.db, f, sub.last, h.cfg.ReplayPage)
 			if err == nil {
-				err = events.Retained(ctx, h.db, f.TenantID, sub.last)
+				err = events.Retained(ctx, h.db, sub.cursorPath(), f.TenantID, sub.last)
 			}
 			if err != nil {
 				if ctx.Err() == nil {

@@ -265,7 +265,7 @@ func EventPages(ctx context.Context, q store.Q, scope authz.Scope, instanceIDs [
 	if err != nil {
 		return page.Rows[events.Event]{}, err
 	}
-	if cur.Seq > 0 {
+	if after != "" { // the id of 0, the stream's start, is checked too
 		// The cursor names its tenant's stream by hash: find it among the
 		// instances' tenants, and refuse it once retention overtook it, or
 		// when it is past the stream's end (never returned). A cursor of
