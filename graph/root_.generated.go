@@ -228,7 +228,7 @@ type AuditRecord {
   "The client address the rate limits used; null for records made without a request."
   clientAddress: String
   occurredAt: Time!
-  "What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason."
+  "What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason; for a revoked token's use, ` + "`" + `tokenId` + "`" + ` and ` + "`" + `reason: \"revoked-token\"` + "`" + `."
   detail: JSON
 }
 

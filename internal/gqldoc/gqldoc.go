@@ -192,7 +192,7 @@ var listArguments = map[string]string{
 	"projectId":   "Only those of this project (its `projectId`).",
 	"state":       "Only those in this state.",
 	"principalId": "Only the records of this principal (its `principalId`).",
-	"method":      "Only the records of this method, as on the method surface (`instances.stop`); `graphql` or `unknown` for a revoked token's uses on other paths.",
+	"method":      "Only the records of this method, as on the method surface (`instances.stop`); `graphql` for a revoked token's uses of the graph, `unknown` for its uses of other paths.",
 	"since":       "Only the records at or after this time (RFC 3339).",
 	"until":       "Only the records before this time (RFC 3339); after `since`.",
 	"resourceId":  "Only the records about this resource (its id).",
