@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
+
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/audit/auditlist"
@@ -38,6 +40,10 @@ func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record],
 	if err != nil {
 		return nil, err
 	}
+	// The total is counted when asked for: it reads every record of the
+	// filter, and a tenant's trail grows with every call for 400 days.
+	fc := graphql.GetFieldContext(ctx)
+	f.Counted = fc == nil || selects(fc.Field.Selections, "totalCount", nil)
 	loaders.PrefetchAudit(ctx, loaders.From(ctx), ld, f, view, n, k)
 	c, err := ld.Load(ctx, loaders.PageKey{Parent: f.Key(), First: n, After: k, View: view})()
 	if err != nil {

@@ -179,22 +179,31 @@ type Filter struct {
 	Method      string
 	Since       string
 	Until       string
+	// Counted asks for the filter's total (the graph's totalCount, when
+	// selected): a count reads every retained record of the filter, a
+	// tenant's 400 days of them, and a page that does not show it should
+	// not pay for it.
+	Counted bool
 }
 
 const sep = "\x1f"
 
 // Key encodes a filter as one loader key.
 func (f Filter) Key() string {
-	return strings.Join([]string{f.Parent, f.ResourceID, f.PrincipalID, f.Method, f.Since, f.Until}, sep)
+	counted := ""
+	if f.Counted {
+		counted = "1"
+	}
+	return strings.Join([]string{f.Parent, f.ResourceID, f.PrincipalID, f.Method, f.Since, f.Until, counted}, sep)
 }
 
 // ParseFilter decodes Key.
 func ParseFilter(k string) Filter {
-	p := strings.SplitN(k, sep, 6)
-	for len(p) < 6 {
+	p := strings.SplitN(k, sep, 7)
+	for len(p) < 7 {
 		p = append(p, "")
 	}
-	return Filter{p[0], p[1], p[2], p[3], p[4], p[5]}
+	return Filter{p[0], p[1], p[2], p[3], p[4], p[5], p[6] == "1"}
 }
 
 // NewFilter checks a filter's bounds: until must be after since.
@@ -264,11 +273,12 @@ func parseCursorKey(k string) (*time.Time, string, error) {
 	return &t, id, nil
 }
 
-func filterArrays(keys []string) (parent, resource, principal, method, since, until []string) {
+func filterArrays(keys []string) (parent, resource, principal, method, since, until []string, counted []bool) {
 	for _, k := range keys {
 		f := ParseFilter(k)
 		parent, resource, principal = append(parent, f.Parent), append(resource, f.ResourceID), append(principal, f.PrincipalID)
 		method, since, until = append(method, f.Method), append(since, f.Since), append(until, f.Until)
+		counted = append(counted, f.Counted)
 	}
 	return
 }
@@ -287,11 +297,18 @@ func match(by Parent) string {
 		AND ` + authz.Where("$1", Visible)
 }
 
-// keysAt unnests the seven arrays (keys and filterArrays), from parameter
-// $n on, as t(k, parent, f_resource, f_principal, f_method, f_since, f_until).
+// keysAt unnests the eight arrays (keys and filterArrays), from parameter
+// $n on, as t(k, parent, f_resource, f_principal, f_method, f_since,
+// f_until, f_counted).
 func keysAt(n int) string {
-	return fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[])
-		AS t(k, parent, f_resource, f_principal, f_method, f_since, f_until)`, n, n+1, n+2, n+3, n+4, n+5, n+6)
+	return fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::bool[])
+		AS t(k, parent, f_resource, f_principal, f_method, f_since, f_until, f_counted)`, n, n+1, n+2, n+3, n+4, n+5, n+6, n+7)
+}
+
+// countOf is a key's total, counted only when its filter asks for it (0
+// otherwise).
+func countOf(by Parent) string {
+	return `CASE WHEN t.f_counted THEN (SELECT count(*) FROM audit_log a WHERE ` + match(by) + `) ELSE 0 END`
 }
 
 const recordCols = `a.audit_id, a.tenant_id, a.principal_id, a.principal_kind, a.principal_name, a.method,
@@ -312,25 +329,26 @@ func (x *row) record() Record {
 }
 
 // Pages returns one page of records, newest first, for each filter key of
-// one kind of parent, in one statement, with each key's total: only the
-// records visible in scope (compute:audit:read). after is a CursorKey.
+// one kind of parent, in one statement, with each key's total when its
+// filter is Counted: only the records visible in scope
+// (compute:audit:read). after is a CursorKey.
 func Pages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string, after string, limit int) (page.Rows[Record], error) {
 	var out page.Rows[Record]
 	at, aid, err := parseCursorKey(after)
 	if err != nil {
 		return out, err
 	}
-	parent, resource, principal, method, since, until := filterArrays(keys)
+	parent, resource, principal, method, since, until, counted := filterArrays(keys)
 	var rows []row
 	err = q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
-			SELECT t.*, (SELECT count(*) FROM audit_log a WHERE `+match(by)+`) AS total_count
+			SELECT t.*, `+countOf(by)+` AS total_count
 			FROM `+keysAt(2)+`)
 		SELECT t.k AS parent_key, t.total_count, x.*
 		FROM t
 		CROSS JOIN LATERAL (SELECT `+recordCols+` FROM audit_log a WHERE `+match(by)+`
-			AND ($9::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($9::timestamptz, $10::text))
-			ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $11) x`,
-		scope.Arg(), keys, parent, resource, principal, method, since, until, at, aid, limit+1)
+			AND ($10::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($10::timestamptz, $11::text))
+			ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $12) x`,
+		scope.Arg(), keys, parent, resource, principal, method, since, until, counted, at, aid, limit+1)
 	for i := range rows {
 		x := &rows[i]
 		out.Parents, out.Totals, out.Items = append(out.Parents, x.Key), append(out.Totals, x.Total), append(out.Items, x.record())
@@ -360,15 +378,16 @@ func Page(ctx context.Context, q store.Q, scope authz.Scope, f Filter, after str
 	return out, store.Wrap(err)
 }
 
-// Counts counts each key's records (the keys with an empty page).
+// Counts counts each key's records (the keys with an empty page), those
+// whose filter is Counted.
 func Counts(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
-	parent, resource, principal, method, since, until := filterArrays(keys)
+	parent, resource, principal, method, since, until, counted := filterArrays(keys)
 	var rows []struct {
 		K string `db:"k"`
 		N int    `db:"n"`
 	}
-	if err := q.SelectContext(ctx, &rows, `SELECT t.k, (SELECT count(*) FROM audit_log a WHERE `+match(by)+`) AS n FROM `+keysAt(2),
-		scope.Arg(), keys, parent, resource, principal, method, since, until); err != nil {
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, `+countOf(by)+` AS n FROM `+keysAt(2),
+		scope.Arg(), keys, parent, resource, principal, method, since, until, counted); err != nil {
 		return nil, store.Wrap(err)
 	}
 	out := make(map[string]int, len(rows))

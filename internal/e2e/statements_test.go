@@ -53,7 +53,7 @@ func TestEveryConnectionStatementCountIsFlat(t *testing.T) {
 		offers { totalCount edges { node { toTenantId } } }
 		auditLog(first: 3) { totalCount edges { node { method } } }
 		joinRequests(first: 3) { totalCount edges { node { joinRequestId } } }
-		nodes(first: 10) { totalCount edges { node { nodeId pool { poolId } inventory { hash }
+		nodes(first: 5) { totalCount edges { node { nodeId pool { poolId } inventory { hash }
 			inventoryHistory(first: 2) { totalCount edges { node { snapshotId } } }
 			auditLog(first: 2) { totalCount }
 			workflows(first: 2) { totalCount edges { node { workflowId node { nodeId } profile { profileId } } } } } } } } } } } }`

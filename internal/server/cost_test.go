@@ -103,6 +103,11 @@ func TestEveryConnectionHasACost(t *testing.T) {
 		{`{ viewer { a: tenants(first: 200) @skip(if: true) { edges { node { tenantId } } } b: tenants(first: 200) @include(if: false) { totalCount }
 			... @include(if: false) { c: tenants(first: 200) { edges { node { tenantId } } } } kind @include(if: true) } }`, 1 + 1},
 		{`{ __type(name: "Pool") { name fields { name } } }`, 1 + 1 + 1 + 1},
+		// a count over a stream that grows with time costs what a request
+		// does, however it is reached; other counts 1
+		{`{ tenant(tenantId: "acme") { events(first: 10) { totalCount } auditLog(first: 1) { ...A } projects(first: 1) { totalCount } } }
+			fragment A on AuditRecordConnection { totalCount edges { cursor } }`,
+			1 + (1 + StreamCountCost + 10*1) + (1 + StreamCountCost + 1*(1+1)) + (1 + 1 + 1)},
 	} {
 		doc, errs := gqlparser.LoadQueryWithRules(schema, c.q, nil)
 		if errs != nil {
