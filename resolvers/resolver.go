@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/loaders"
 	"github.com/bettercompute/computed/internal/nodes"
 	"github.com/bettercompute/computed/internal/page"
+	"github.com/bettercompute/computed/internal/profiles"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/store"
@@ -64,11 +65,25 @@ func objectArg(name string, v any) (map[string]any, error) {
 	return m, nil
 }
 
-// The kinds of the cursors of the graph's own connections (the others'
-// are their methods').
-const (
-	versionCursors page.Kind = "profileVersion"
-)
+// The cursors of the graph's own connections (the others' are their
+// methods'): a profile's versions, whose key is a version.
+var versionCursors = checkedKey{page.Kind("profileVersion"), func(k string) bool { _, ok := profiles.VersionKey(k); return ok }}
+
+// checkedKey is a Kind whose cursors hold one string key that valid must
+// accept: one it refuses is not a cursor this server returned.
+type checkedKey struct {
+	page.Kind
+	valid func(string) bool
+}
+
+// Decode is Kind.Decode, then the key's own check.
+func (c checkedKey) Decode(cursor string, dst ...any) (bool, error) {
+	got, err := c.Kind.Decode(cursor, dst...)
+	if k, ok := dst[0].(*string); err == nil && got && ok && !c.valid(*k) {
+		return false, errs.Invalid("cursor", "cursor is not one this server returned")
+	}
+	return got, err
+}
 
 // The cursors of the connections whose method's cursor is the last item's
 // id (a seed's rule): the connection's cursors are the same ids.

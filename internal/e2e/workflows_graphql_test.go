@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -457,6 +459,26 @@ func TestWorkflowGraphProfileVersions(t *testing.T) {
 	}
 	if !seen["acme"] || !seen["builtin"] {
 		t.Fatalf("other's profiles: %v", d)
+	}
+
+	// A cursor of the versions' kind whose version this server never
+	// writes is refused, as every list refuses a forged cursor (it read as
+	// the first page: a client paging on a corrupted cursor looped). A
+	// version past the last is an empty page.
+	forged := func(key string) string {
+		b, _ := json.Marshal([]any{"profileVersion", key})
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, key := range []string{"abc", "13.5", "01", "+1", "-1", "0", "2147483648", "99999999999999999999", " 1"} {
+		gqlExpect(t, e.GraphQL(viewer, wfgVersions, map[string]any{"t": "acme", "p": "gpu-node", "first": 2, "after": forged(key)}), "INVALID_INPUT", "after")
+	}
+	d = gqlOK(t, e.GraphQL(viewer, wfgVersions, map[string]any{"t": "acme", "p": "gpu-node", "first": 2, "after": forged("2147483647")}))
+	if c := obj(t, d, "tenant", "profile", "versions"); len(wfgList(t, c["edges"])) != 0 {
+		t.Fatalf("versions after 2147483647: %v", c)
+	}
+	d = gqlOK(t, e.GraphQL(viewer, wfgVersions, map[string]any{"t": "acme", "p": "gpu-node", "first": 2, "after": forged("1")}))
+	if vs, _ := list(obj(t, d, "tenant", "profile")); !reflect.DeepEqual(vs, []int{2, 3}) {
+		t.Fatalf("versions after 1: %v", vs)
 	}
 
 	// A builtin profile's versions.

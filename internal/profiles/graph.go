@@ -2,10 +2,12 @@ package profiles
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 
 	"github.com/bettercompute/computed/internal/authz"
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -62,22 +64,36 @@ type versionRow struct {
 	Profile
 }
 
-// versionAfter is the keyset of a versions page: versions ascending.
-func versionAfter(after string) int {
+// VersionKey reads a versions page's key (the graph's Profile.versions
+// cursor holds the last version read, in decimal): a version as this server
+// writes it, 1 to 2147483647 without leading zeros or sign, and "" for the
+// first page. Any other key is not one this server returned (read as the
+// first page, a corrupted cursor started the list again, and a client
+// paging on it looped).
+func VersionKey(key string) (int, bool) {
+	if key == "" {
+		return 0, true
+	}
+	if len(key) > 10 || key[0] == '0' {
+		return 0, false
+	}
 	n := 0
-	for _, c := range after {
-		if c < '0' || c > '9' || n > 10000000 {
-			return 0
+	for _, c := range key {
+		if c < '0' || c > '9' {
+			return 0, false
 		}
 		n = n*10 + int(c-'0')
 	}
-	return n
+	return n, n <= math.MaxInt32
 }
 
 // VersionPages returns one page of each parent's versions visible in scope
 // (ascending) in one statement; shipped profiles come from code.
 func VersionPages(ctx context.Context, q store.Q, scope authz.Scope, parents []string, after string, limit int) (page.Rows[Profile], error) {
-	from := versionAfter(after)
+	from, ok := VersionKey(after)
+	if !ok {
+		return page.Rows[Profile]{}, errs.Invalid("after", "after is not a cursor this server returned")
+	}
 	var r page.Rows[Profile]
 	var stored []string
 	for _, parent := range parents {
