@@ -197,7 +197,27 @@ func documentSize(v any) int {
 	if err := enc.Encode(v); err != nil {
 		return math.MaxInt // not a JSON value: refused before this
 	}
-	return int(n) - 1 // Encode's newline
+	// encoding/json writes U+2028 and U+2029 as six-byte escapes whatever
+	// it is told (for JavaScript's sake); in UTF-8 each is three bytes.
+	return int(n) - 1 - 3*separators(v) // Encode's newline
+}
+
+// separators counts U+2028 and U+2029 in v's strings and keys.
+func separators(v any) int {
+	n := 0
+	switch v := v.(type) {
+	case string:
+		n = strings.Count(v, "\u2028") + strings.Count(v, "\u2029")
+	case map[string]any:
+		for k, x := range v {
+			n += separators(k) + separators(x)
+		}
+	case []any:
+		for _, x := range v {
+			n += separators(x)
+		}
+	}
+	return n
 }
 
 type byteCount int

@@ -128,6 +128,21 @@ func TestCreateChecksTheDocument(t *testing.T) {
 	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: escaped(sizedWith(accented, 3, profiles.MaxDocument))}))
 	_, err = profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: escaped(sizedWith(accented, 4, profiles.MaxDocument+1))})
 	fixture.Code(t, err, errs.InvalidInput, "document")
+	// U+2028 and U+2029 are three bytes in UTF-8 too, sent raw or escaped
+	// (encoding/json writes both as six-byte escapes whatever it is told,
+	// and a document sent raw at the bound was refused as 3 bytes a
+	// separator over it).
+	separators := strings.Repeat("\u2028\u2029", 1000)
+	raw := func(b json.RawMessage) json.RawMessage {
+		return json.RawMessage(strings.NewReplacer(`\u2028`, "\u2028", `\u2029`, "\u2029").Replace(string(b)))
+	}
+	if b := raw(sizedWith(separators, 5, profiles.MaxDocument+6000)); len(b) != profiles.MaxDocument {
+		t.Fatalf("the document of separators at the bound is %d bytes", len(b))
+	}
+	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: raw(sizedWith(separators, 5, profiles.MaxDocument+6000))}))
+	fixture.Must(profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: sizedWith(separators, 6, profiles.MaxDocument+6000)}))
+	_, err = profiles.Create(e.Ctx, e.DB, &profiles.CreateInput{TenantID: "acme", Document: raw(sizedWith(separators, 7, profiles.MaxDocument+6001))})
+	fixture.Code(t, err, errs.InvalidInput, "document")
 
 	p := e.create("acme", "gpu-base", 1, "")
 	if p.Visibility != profiles.Private || p.RowVersion != 1 || p.Used || p.TenantID != "acme" {
