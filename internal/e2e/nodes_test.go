@@ -110,6 +110,29 @@ func TestJoinWithTokenAdmitsAndIssuesCertificateAndCredential(t *testing.T) {
 	}
 }
 
+// nodes.join's credential is the join token in its input: an
+// Authorization header beside it is not read. A daemon whose node was
+// removed re-joins still sending the node's revoked credential (or any
+// stale header): it was refused 401, and each refusal spent the address's
+// failed-authentication budget until a valid join token was 429.
+func TestJoinIgnoresAnAuthorizationHeader(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, _, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	nodeID, cred := e.Node(admin, "acme", pool)
+	e.Must(e.Call(admin, "nodes/remove", map[string]any{"tenantId": "acme", "nodeId": nodeID}))
+	tok := e.JoinToken(admin, "acme", pool, 40)
+	for i, header := range []string{cred, "bcn_stale", "bco_nosuch", "not a token at all"} {
+		for j := 0; j < 10; j++ {
+			r := e.Call(header, "nodes/join", testkit.NewMachine(t).JoinBody(tok))
+			if r.Status != 200 || r.Str("status") != "admitted" {
+				t.Fatalf("join %d with Authorization %d beside a valid join token: %d %s", j, i, r.Status, r.Raw)
+			}
+		}
+	}
+}
+
 func TestJoinTokenRules(t *testing.T) {
 	t.Parallel()
 	e := testkit.Start(t)

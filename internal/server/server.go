@@ -554,11 +554,15 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 }
 
 // authenticate resolves the bearer token, if any, for the method surface.
-// A missing token is left to the method (nodes.join takes none).
+// A missing token is left to the method. A method whose credential is in
+// its input (nodes.join's join token) takes no bearer token, and one sent
+// is not read: a daemon re-joining with its removed node's credential was
+// refused 401 beside a valid join token, and each refusal spent its
+// address's failed-authentication budget until the join was 429.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
-		if h == "" {
+		if m := s.methodOf(r); h == "" || m != nil && m.Credential == registry.JoinToken {
 			if s.limited(w, r, budgetKey(r.Context(), nil)) {
 				return
 			}
@@ -643,18 +647,26 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 // (the operation is not read before authentication), "unknown" for any
 // other path.
 func (s *Server) calledMethod(r *http.Request) string {
-	if rest, ok := strings.CutPrefix(r.URL.Path, "/api/compute/"); ok {
-		if g, n, ok := strings.Cut(rest, "/"); ok {
-			if m, ok := s.Registry.Lookup(g, n); ok {
-				return m.Key()
-			}
-		}
-		return "unknown"
+	if m := s.methodOf(r); m != nil {
+		return m.Key()
 	}
 	if r.URL.Path == "/graphql" || r.URL.Path == StreamPath {
 		return "graphql"
 	}
 	return "unknown" // the method index, the OpenAPI document, the metrics
+}
+
+// methodOf is the method a request's path names on the method surface, or
+// nil.
+func (s *Server) methodOf(r *http.Request) *registry.Method {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/api/compute/"); ok {
+		if g, n, ok := strings.Cut(rest, "/"); ok {
+			if m, ok := s.Registry.Lookup(g, n); ok {
+				return m
+			}
+		}
+	}
+	return nil
 }
 
 // failed is err, a failed authentication, once charged to the client
