@@ -66,6 +66,16 @@ func CapacityOf(poolID string, total Resources, bounded bool, alloc, res map[str
 		for _, h := range held {
 			free = free.Sub(h)
 		}
+		// A dimension the policy leaves unbounded stays Unbounded in free
+		// as in total (instances.capacity's page says so): 2147483647
+		// less what instances hold read as a bound that does not exist.
+		for _, d := range [...]struct{ total, free *int }{
+			{&total.GPUs, &free.GPUs}, {&total.VCPUs, &free.VCPUs}, {&total.MemoryGiB, &free.MemoryGiB},
+		} {
+			if *d.total == Unbounded {
+				*d.free = Unbounded
+			}
+		}
 		c.Total, c.Free = &total, &free
 	}
 	if owner {

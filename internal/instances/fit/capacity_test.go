@@ -45,6 +45,13 @@ func TestCapacityOf(t *testing.T) {
 	if len(c.ByTenant) != 3 || c.ByTenant["b"] != (Resources{4, 16, 64}) || c.ByTenant["a"] != alloc["a"] || c.ByTenant["c"] != res["c"] {
 		t.Errorf("by tenant %v", c.ByTenant)
 	}
+	// A dimension the policy leaves unbounded reads Unbounded in free as
+	// in total, whatever instances hold of it.
+	gpusOnly, _ := ProviderTotal(`{"capacity": {"gpus": 16}}`)
+	c = CapacityOf("pool", gpusOnly, true, alloc, res, true)
+	if c.Free == nil || *c.Free != (Resources{GPUs: 16 - 2 - 4 - 1, VCPUs: Unbounded, MemoryGiB: Unbounded}) {
+		t.Errorf("one bounded dimension: total %v free %v", c.Total, c.Free)
+	}
 	// Not the owner: no per-tenant numbers; unbounded: no total, no free.
 	c = CapacityOf("pool", total, false, alloc, res, false)
 	if c.ByTenant != nil || c.Total != nil || c.Free != nil || c.Allocated != (Resources{3, 12, 48}) {
