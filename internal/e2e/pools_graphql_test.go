@@ -171,13 +171,25 @@ func TestJSONFieldsKeepTheirNumbers(t *testing.T) {
 		}
 		r = e.GraphQL(admin, `mutation($p: JSON) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: $p}) { pool { rowVersion } } }`,
 			map[string]any{"p": json.RawMessage(`{"ok": 1, "deep": [{"n": ` + n + `}]}`)})
-		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), "deep[0].n has more than 64 digits") {
+		// the method's path and words (the graph said path "policy")
+		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"policy.deep[0].n has more than 64 digits`) ||
+			!strings.Contains(string(r.Raw), `"path":"policy.deep[0].n"`) {
 			t.Fatalf("updatePool with %s: %s", n, r.Raw)
+		}
+		r = e.GraphQL(admin, `mutation($p: JSON) { updatePool(input: {tenantId: "acme", poolId: "`+pool+`", policy: $p}) { pool { rowVersion } } }`,
+			map[string]any{"p": json.RawMessage(n)})
+		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"policy"`) {
+			t.Fatalf("updatePool with the policy %s: %s", n, r.Raw)
 		}
 		r = e.Call(member, "profiles/create", `{"tenantId": "acme", "document": {"id": "huge", "version": 1,
 			"steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": `+n+`}}]}}`)
-		if r.Status != 400 || !strings.Contains(string(r.Raw), "digits written out in full") {
+		if r.Status != 400 || !strings.Contains(string(r.Raw), "digits written out in full") || !strings.Contains(string(r.Raw), `"path":"document.steps[0].with.n"`) {
 			t.Fatalf("profiles.create with %s: %d %s", n, r.Status, r.Raw)
+		}
+		r = e.GraphQL(member, `mutation($d: JSON!) { createProfile(input: {tenantId: "acme", document: $d}) { profile { profileId } } }`,
+			map[string]any{"d": json.RawMessage(`{"id": "huge", "version": 1, "steps": [{"use": "disk.wipe", "with": {"devices": ["/dev/x"], "n": ` + n + `}}]}`)})
+		if code, _ := gqlErrorCode(r); code != "INVALID_INPUT" || !strings.Contains(string(r.Raw), `"path":"document.steps[0].with.n"`) {
+			t.Fatalf("createProfile with %s: %s", n, r.Raw)
 		}
 	}
 	// Written in the document, a float past it (gqlparser reads 1e300).

@@ -134,6 +134,25 @@ func E(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Details: map[string]any{}}
 }
 
+// Within is the detail of an error of a value's part that does not know
+// where the value is (a GraphQL scalar's refusal): the part's place inside
+// it ("x.a[1]"). The graph's presenter joins it to the value's path and
+// never answers it.
+const Within = "within"
+
+// JoinPath is the path of the part within of the value at base.
+func JoinPath(base, within string) string {
+	switch {
+	case base == "":
+		return within
+	case within == "":
+		return base
+	case strings.HasPrefix(within, "["):
+		return base + within
+	}
+	return base + "." + within
+}
+
 // With returns a copy of e with one more detail.
 func (e *Error) With(key string, value any) *Error {
 	d := make(map[string]any, len(e.Details)+1)

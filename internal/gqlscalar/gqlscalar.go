@@ -51,10 +51,14 @@ func MarshalJSONValue(v any) graphql.Marshaler {
 // every read.
 func UnmarshalJSONValue(v any) (any, error) {
 	if at, bad := jsonnum.Unbounded("", v); bad {
-		if at == "" {
-			return nil, errs.E(errs.InvalidInput, "has more than %d digits written out in full", jsonnum.MaxDigits)
+		// The place inside the value goes in details.within: the
+		// presenter joins it to the argument's path, so the graph's path
+		// is the method's (policy.x.a[1], not policy).
+		e := errs.E(errs.InvalidInput, "has more than %d digits written out in full", jsonnum.MaxDigits)
+		if at != "" {
+			e = e.With(errs.Within, at)
 		}
-		return nil, errs.E(errs.InvalidInput, "%s has more than %d digits written out in full", at, jsonnum.MaxDigits)
+		return nil, e
 	}
 	return v, nil
 }

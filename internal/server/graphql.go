@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
@@ -176,6 +177,12 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		return out
 	}
 	e := s.public(ctx, ge.Err, pathString(ge.Path))
+	within, _ := e.Details[errs.Within].(string)
+	if _, ok := e.Details[errs.Within]; ok {
+		d := maps.Clone(e.Details)
+		delete(d, errs.Within)
+		e = &errs.Error{Code: e.Code, Message: e.Message, Details: d}
+	}
 	if e.Code == errs.InvalidInput && e.Details["path"] == nil {
 		path := ge.Path
 		if arg, field, ok := argumentPath(ctx, ge.Path); ok {
@@ -185,9 +192,9 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			// field's, a place in the response.
 			path, out.Path = arg, cutPath(field)
 		}
-		if p := pathString(path); p != "" {
+		if p := errs.JoinPath(pathString(path), within); p != "" {
 			e = e.With("path", p)
-			if strings.HasPrefix(e.Message, "must ") {
+			if strings.HasPrefix(e.Message, "must ") || strings.HasPrefix(e.Message, "has ") {
 				e.Message = p + " " + e.Message // a scalar's refusal: name the field
 			}
 		}
