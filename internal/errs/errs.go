@@ -93,10 +93,15 @@ func Transport() []Info {
 	return withStatus([]Info{
 		{MethodNotAllowed, 0, "a method path asked with another HTTP method than `POST`; `/graphql` asked with another than `GET` or `POST`, or a mutation sent with `GET` (the `Allow` header lists what the path takes)",
 			"Do not retry as is: send the request with a method the `Allow` header lists."},
-		{UnsupportedMediaType, 0, "a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not one header of `application/json`, with no charset or `utf-8`",
-			"Do not retry as is: send the body as `application/json` in UTF-8."},
+		{UnsupportedMediaType, 0, "a body sent in a content coding (`Content-Encoding` other than `identity`, e.g. `gzip`), on a method path or GraphQL's (the answer's `Accept-Encoding: identity` says none is taken); a GraphQL request (`POST /graphql`, `POST /graphql/stream`) whose `Content-Type` is not one header of `application/json`, with no charset or `utf-8`",
+			"Do not retry as is: send the body uncompressed, as `application/json` in UTF-8."},
 	})
 }
+
+// OnEveryBody are the codes of Transport that a method's POST itself can
+// be answered (its body's coding), declared on every method's operation of
+// the OpenAPI document.
+var OnEveryBody = []Code{UnsupportedMediaType}
 
 // withStatus fills in the rows' statuses from the one table of them.
 func withStatus(rows []Info) []Info {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -100,7 +101,7 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 				"headers": map[string]any{"X-Request-Id": map[string]any{"$ref": "#/components/headers/X-Request-Id"}},
 				"content": map[string]any{"application/json": map[string]any{"schema": r.OutputSchema(m)}}},
 		}
-		for _, c := range m.Errors() {
+		for _, c := range append(m.Errors(), errs.OnEveryBody...) {
 			responses[strconv.Itoa(c.HTTPStatus())] = map[string]any{"$ref": "#/components/responses/" + string(c)}
 		}
 		op := map[string]any{
@@ -140,6 +141,14 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 	}
 	for _, row := range errs.Transport() { // answered before a method runs (405 on a method path)
 		codes = append(codes, string(row.Code))
+		if slices.Contains(errs.OnEveryBody, row.Code) {
+			responses[string(row.Code)] = map[string]any{
+				"description": fmt.Sprintf("`%s`: %s. %s", row.Code, row.When, row.Do),
+				"headers": map[string]any{"X-Request-Id": map[string]any{"$ref": "#/components/headers/X-Request-Id"},
+					"Accept-Encoding": map[string]any{"description": "the content codings a body may be sent in: `identity` (none)", "schema": map[string]any{"type": "string"}}},
+				"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": RefPrefix + "Error"}}},
+			}
+		}
 	}
 	schemas := map[string]any{}
 	for n, s := range r.Components() {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -119,6 +120,18 @@ func WriteJSONRaw(w http.ResponseWriter, status int, v any) {
 // deadline (details.reason "body-deadline": a slow link, not a malformed
 // body) or cannot be read.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *errs.Error) {
+	// A body is taken as sent: one in a content coding (gzip) was read as
+	// its compressed bytes and refused as "not valid UTF-8", and one
+	// labelled br but sent plain was accepted. An unsupported coding is
+	// 415, with the codings taken (RFC 9110, 15.5.16).
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return nil, errs.E(errs.UnsupportedMediaType, "send the body uncompressed: no Content-Encoding but identity is supported")
+			}
+		}
+	}
 	if r.ContentLength > limit {
 		return nil, errs.E(errs.PayloadTooLarge, "the body is over %d bytes", limit)
 	}
