@@ -228,3 +228,39 @@ func TestSchemasPageDefinesWhatItRefersTo(t *testing.T) {
 		}
 	}
 }
+
+// TestMethodPagesStateTheirBodyLimit: every method's page and operation
+// says how large its body may be, from the one limit the surface enforces
+// (nodes.join's 64 KiB was stated nowhere, where errors.md says a
+// method's page gives any limit other than 1 MiB).
+func TestMethodPagesStateTheirBodyLimit(t *testing.T) {
+	reg := app.Registry(nil, nil, nil, nil)
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := reg.OpenAPI("test")
+	paths := api["paths"].(map[string]any)
+	for _, m := range reg.Methods() {
+		n := m.BodyLimit()
+		want := fmt.Sprintf("%d MiB", n>>20)
+		if n%(1<<20) != 0 {
+			want = fmt.Sprintf("%d KiB", n>>10)
+		}
+		page := string(files["docs/api/"+m.Group+".md"])
+		section := page[strings.Index(page, "\n## "+m.Name+"\n"):]
+		if i := strings.Index(section[1:], "\n## "); i >= 0 {
+			section = section[:i+1]
+		}
+		if !strings.Contains(section, "- Body: at most "+want+" of JSON") {
+			t.Errorf("%s's page does not say its body limit, %s", m.Key(), want)
+		}
+		op := paths[m.Path()].(map[string]any)["post"].(map[string]any)
+		if !strings.Contains(op["description"].(string), "Body: at most "+want+".") {
+			t.Errorf("%s's operation does not say its body limit, %s", m.Key(), want)
+		}
+	}
+	if m, _ := reg.Lookup("nodes", "join"); m.BodyLimit() != 64<<10 {
+		t.Errorf("nodes.join's limit is %d", m.BodyLimit())
+	}
+}

@@ -548,7 +548,7 @@ func Methods() []registry.Method {
 		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
 			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU or MIG UUID, disk WWN, MAC: compared regardless of case, as the diff compares them; a disk slot exactly) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
 			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated.",
-			"A body over 256 KiB is `PAYLOAD_TOO_LARGE`. `collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
+			"`collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
 		registry.ID("nodeId", ids.Node),
 		registry.Field{Name: "sections", Type: registry.Object, Required: true, Open: true, Schema: SectionsSchema, Description: "the daemon's report (contract section 6)"},
 		registry.Field{Name: "collectedAt", Type: registry.String, MaxLength: 64, Description: "when the daemon collected the report (RFC 3339)"})

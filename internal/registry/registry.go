@@ -94,7 +94,7 @@ type Method struct {
 	Phase      string
 	Status     string
 	Input      []Field
-	MaxBody    int64 // request body limit; default 1 MiB
+	MaxBody    int64 // request body limit; 0 is DefaultMaxBody (BodyLimit)
 	// AuditFields are input fields kept in the audit record's detail (a
 	// denial's reason).
 	AuditFields []string

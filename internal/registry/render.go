@@ -54,6 +54,30 @@ func (r *Registry) Index() map[string]any {
 	return map[string]any{"methods": list}
 }
 
+// DefaultMaxBody is the request body limit of a method that sets none
+// (Method.MaxBody).
+const DefaultMaxBody = 1 << 20
+
+// BodyLimit is the most bytes a call's body may hold.
+func (m *Method) BodyLimit() int64 {
+	if m.MaxBody > 0 {
+		return m.MaxBody
+	}
+	return DefaultMaxBody
+}
+
+// bodyLimitText is BodyLimit in words: "64 KiB", "1 MiB".
+func (m *Method) bodyLimitText() string {
+	n := m.BodyLimit()
+	switch {
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 // codeMention finds error codes named in a method's notes.
 var codeMention = regexp.MustCompile("`([A-Z_]+)`")
 
@@ -108,7 +132,7 @@ func (r *Registry) OpenAPI(version string) map[string]any {
 			"operationId": m.Group + "_" + m.Name,
 			"summary":     m.Summary,
 			"description": strings.Join(append([]string{m.Summary}, m.Notes...), "\n\n") +
-				"\n\nAuthorization: `" + m.Authorization() + "`. Module: `" + m.Module + "`. Phase: " + m.Phase + ".",
+				"\n\nAuthorization: `" + m.Authorization() + "`. Module: `" + m.Module + "`. Phase: " + m.Phase + ". Body: at most " + m.bodyLimitText() + ".",
 			"tags": []string{m.Group},
 			"requestBody": map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": m.InputSchema()}}},
@@ -227,7 +251,8 @@ func (r *Registry) Markdown(group Group, examples map[string]Example) string {
 		if len(m.Notes) > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "- Kind: %s\n- Authorization: `%s`\n- Module: `%s`\n- Phase: %s (%s)\n\n", m.Kind, m.Authorization(), m.Module, m.Phase, m.Status)
+		fmt.Fprintf(&b, "- Kind: %s\n- Authorization: `%s`\n- Module: `%s`\n- Phase: %s (%s)\n- Body: at most %s of JSON (`PAYLOAD_TOO_LARGE` past it)\n\n",
+			m.Kind, m.Authorization(), m.Module, m.Phase, m.Status, m.bodyLimitText())
 		b.WriteString("### Input\n\n| Field | Type | Required | Constraints |\n|---|---|---|---|\n")
 		for _, f := range flatten("", m.Input) {
 			req := ""

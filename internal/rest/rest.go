@@ -21,8 +21,8 @@ import (
 )
 
 // DefaultMaxBody is the request body limit of every method unless the
-// registry sets another.
-const DefaultMaxBody = 1 << 20
+// registry sets another, and of GraphQL's requests and messages.
+const DefaultMaxBody = registry.DefaultMaxBody
 
 // Handler serves the method surface.
 type Handler struct {
@@ -64,11 +64,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 		h.notAllowed(w, r, http.MethodPost, "use POST for "+m.Path())
 		return
 	}
-	limit := m.MaxBody
-	if limit == 0 {
-		limit = DefaultMaxBody
-	}
-	body, rerr := ReadBody(w, r, limit)
+	body, rerr := ReadBody(w, r, m.BodyLimit())
 	if rerr != nil {
 		h.WriteError(w, r, rerr)
 		return
