@@ -372,6 +372,9 @@ func TestValidationMessagesQuoteShortly(t *testing.T) {
 		{`{ tenant(tenantId: "acme") { instances(first: ` + digits + `) { totalCount } } }`, nil},
 		{`{ tenant(tenantId: "acme") { instances(first: 1.` + digits + `) { totalCount } } }`, nil},
 		{`{ viewer @include(if: ` + long + `) { kind } }`, nil},
+		// an input object the validator cannot read (a number past a
+		// float), quoted whole in "found {…}": words with spaces
+		{`mutation { createProfile(input: {tenantId: "acme", document: {id: "x", version: 1e309, userData: "` + strings.Repeat("word ", 20_000) + `"}}) { profile { profileId } } }`, nil},
 		{`query($s: InstanceState) { tenant(tenantId: "acme") { instances(state: $s) { totalCount } } }`, map[string]any{"s": strings.ToUpper(long)}},
 		{`query($s: InstanceState) { tenant(tenantId: "acme") { instances(state: $s) { totalCount } } }`, map[string]any{"s": long}},
 	} {
