@@ -682,6 +682,19 @@ func TestMethodSurfaceBodies(t *testing.T) {
 		"Content-Encoding": "identity"}, []byte(`{"tenantId":"acme"}`)); r.Status != 200 {
 		t.Fatalf("Content-Encoding identity: %d %s", r.Status, r.Raw)
 	}
+	// A method path with an escaped letter is the same path; a segment
+	// the answer cannot name as a method's is not quoted back (NUL came
+	// back, and projects%2Flist was "no method at /api/compute/projects/list").
+	if r := rawCall(t, e, "POST", "/api/compute/projects/%6cist", map[string]string{"Authorization": "Bearer " + acme.Admin.Token},
+		[]byte(`{"tenantId":"acme"}`)); r.Status != 200 {
+		t.Fatalf("projects/%%6cist: %d %s", r.Status, r.Raw)
+	}
+	for _, path := range []string{"/api/compute/projects/list%00", "/api/compute/projects%2Flist", "/api/compute/projects/li%2Fst"} {
+		r := rawCall(t, e, "POST", path, map[string]string{"Authorization": "Bearer " + acme.Admin.Token}, []byte(`{"tenantId":"acme"}`))
+		if m := r.Message(); r.Code() != "NOT_FOUND" || strings.Contains(m, "\x00") || strings.Contains(m, "projects") || strings.Contains(m, "list") {
+			t.Fatalf("%s: %d %s", path, r.Status, r.Raw)
+		}
+	}
 	// Unknown paths and verbs answer in the error shape.
 	for _, c := range []struct{ method, path string }{
 		{"POST", "/api/compute/tenants"}, {"POST", "/api/compute/a/b/c"}, {"GET", "/api/compute/a/b/c/d"},

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -42,7 +44,9 @@ func (h *Handler) Mount(r chi.Router) {
 	r.HandleFunc("/api/compute/{group}/{method}", h.call)
 	// Anything else under the method surface answers in its error shape.
 	r.HandleFunc("/api/compute/*", func(w http.ResponseWriter, r *http.Request) {
-		h.WriteError(w, r, errs.E(errs.NotFound, "no method at %s; methods are /api/compute/{group}/{method}", r.URL.Path))
+		// The path is not quoted: it is the client's bytes (NUL, a
+		// decoded %2F that named a method where none is routed).
+		h.WriteError(w, r, errs.E(errs.NotFound, "no method is served at this path; methods are /api/compute/{group}/{method}"))
 	})
 	r.Get("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, h.Registry.OpenAPI("0.2.0"))
@@ -53,11 +57,24 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, h.Registry.Index())
 }
 
+// methodWord is what a group's or a method's name could be: one the
+// answer may quote (a segment of other bytes, NUL or a slash, is not
+// repeated back).
+var methodWord = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+
 func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqctx.WithReadBudget(r.Context(), store.ReadBudget))
-	m, ok := h.Registry.Lookup(chi.URLParam(r, "group"), chi.URLParam(r, "method"))
+	// The router matches the path as sent: a segment with an escaped
+	// letter (%6cist) is the same segment (RFC 3986, 6.2.2.2).
+	group, gerr := url.PathUnescape(chi.URLParam(r, "group"))
+	name, nerr := url.PathUnescape(chi.URLParam(r, "method"))
+	m, ok := h.Registry.Lookup(group, name)
 	if !ok {
-		h.WriteError(w, r, errs.E(errs.NotFound, "no method %s.%s", chi.URLParam(r, "group"), chi.URLParam(r, "method")))
+		if gerr != nil || nerr != nil || !methodWord.MatchString(group) || !methodWord.MatchString(name) {
+			h.WriteError(w, r, errs.E(errs.NotFound, "no method is served at this path"))
+			return
+		}
+		h.WriteError(w, r, errs.E(errs.NotFound, "no method %s.%s", errs.Cut(group), errs.Cut(name)))
 		return
 	}
 	if r.Method != http.MethodPost {
