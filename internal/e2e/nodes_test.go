@@ -110,6 +110,41 @@ func TestJoinWithTokenAdmitsAndIssuesCertificateAndCredential(t *testing.T) {
 	}
 }
 
+// An approval lets a node into its pool: in an archived pool it is
+// INVALID_STATE, as the join would be (it answered 200, and the join it
+// approved was then refused every time); a denial still passes.
+func TestApprovalInAnArchivedPool(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, _, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	tok := e.JoinToken(admin, "acme", pool, 10)
+	pending := func() string {
+		b := testkit.NewMachine(t).JoinBody(tok)
+		b["hardware"] = map[string]any{"systemUuid": "00000000-0000-0000-0000-000000000000", "serial": "To Be Filled By O.E.M."}
+		r := e.Must(e.Call("", "nodes/join", b))
+		if r.Str("status") != "pending" {
+			t.Fatalf("join: %s", r.Raw)
+		}
+		return r.Str("joinRequestId")
+	}
+	a, d := pending(), pending()
+	e.Must(e.Call(admin, "pools/archive", map[string]any{"tenantId": "acme", "poolId": pool}))
+	r := e.Call(admin, "joinRequests/approve", map[string]any{"tenantId": "acme", "joinRequestId": a})
+	if r.Code() != "INVALID_STATE" || r.Details()["state"] != "archived" {
+		t.Fatalf("approve in an archived pool: %d %s", r.Status, r.Raw)
+	}
+	if g := e.Must(e.Call(admin, "joinRequests/get", map[string]any{"tenantId": "acme", "joinRequestId": a})); g.Str("state") != "pending" {
+		t.Fatalf("the refused approval changed the request: %s", g.Raw)
+	}
+	if g := e.Must(e.Call(admin, "joinRequests/deny", map[string]any{"tenantId": "acme", "joinRequestId": d})); g.Str("state") != "denied" {
+		t.Fatalf("deny in an archived pool: %s", g.Raw)
+	}
+	// another tenant's id is still NOT_FOUND, not the pool's state
+	other, _, _ := e.Tenant("other")
+	expect(t, e.Call(other, "joinRequests/approve", map[string]any{"tenantId": "other", "joinRequestId": a}), "NOT_FOUND", anyPath)
+}
+
 // nodes.join's credential is the join token in its input: an
 // Authorization header beside it is not read. A daemon whose node was
 // removed re-joins still sending the node's revoked credential (or any
@@ -536,6 +571,9 @@ func TestTPMAttestor(t *testing.T) {
 	if c := e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}).Code(); c != "CONFLICT" {
 		t.Fatalf("allow twice: %s", c)
 	}
+	// the conflict names the field sent (it named ekHash beside an ekPublicKey)
+	expect(t, e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekPublicKey": ek}), "CONFLICT", "ekPublicKey")
+	expect(t, e.Call(admin, "tpmKeys/allow", map[string]any{"tenantId": "acme", "poolId": pool, "ekHash": hash}), "CONFLICT", "ekHash")
 	// The pending request stays pending; a fresh key pair attests anew.
 	m.Machine = testkit.NewMachine(t)
 	adm := e.Must(m.exchange(t, e, tok))

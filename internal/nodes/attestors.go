@@ -233,9 +233,13 @@ func AllowKey(ctx context.Context, q store.Q, in *KeyAllowInput) (*AllowedKey, e
 	err := q.GetContext(ctx, &k, `INSERT INTO tpm_allowed_keys (pool_id, ek_hash, kind, certificate, description) VALUES ($1, $2, $3, $4, $5)
 		RETURNING `+keyCols, in.PoolID, hash, kind, cert, in.Description)
 	if store.IsUnique(err, "tpm_allowed_keys_pkey") {
+		// the field the caller sent (it named ekHash beside an ekPublicKey)
 		path := "ekHash"
-		if kind == KeyKindCA {
+		switch {
+		case kind == KeyKindCA:
 			path = "caCertificate"
+		case in.EKPublicKey != nil:
+			path = "ekPublicKey"
 		}
 		return nil, errs.E(errs.Conflict, "%s is already on the allow-list of pool %s", hash, in.PoolID).With("path", path)
 	}

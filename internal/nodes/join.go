@@ -691,6 +691,23 @@ func ListJoinRequests(ctx context.Context, q store.Q, in *JoinRequestListInput) 
 // decide moves a request from one of the from states to the new state.
 func decide(ctx context.Context, q store.Q, in *JoinRequestRefInput, reason *string, to string, from ...string) (*JoinRequest, error) {
 	var r JoinRequest
+	if to == Approved {
+		// An approval lets a node into the pool: refused, as a join is,
+		// when the pool is no longer active (an approval in an archived
+		// pool answered 200, and every join it admitted was then
+		// INVALID_STATE). The pool is held first, as a join holds it.
+		var poolID string
+		err := q.GetContext(ctx, &poolID, `SELECT pool_id FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2`, in.JoinRequestID, in.TenantID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, reqNotFound(in.JoinRequestID)
+		}
+		if err != nil {
+			return nil, store.Wrap(err)
+		}
+		if _, err := ownedPool(ctx, q, in.TenantID, poolID, addToPool); err != nil {
+			return nil, err
+		}
+	}
 	err := q.GetContext(ctx, &r, `SELECT `+reqCols+` FROM join_requests WHERE join_request_id = $1 AND tenant_id = $2 FOR UPDATE`,
 		in.JoinRequestID, in.TenantID)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -246,7 +246,7 @@ func Methods(db *store.DB) []registry.Method {
 			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), GetJoinRequest),
 		registry.Def(m("joinRequests", "approve", registry.Mutation, authz.JoinRequestsApprove, authz.Pool,
 			"Approves a pending join request: the machine's next join with the same CSR is admitted, once.",
-			[]string{"A request that is not `pending` is `INVALID_STATE`.", ownerOnly},
+			[]string{"A request that is not `pending` is `INVALID_STATE`, and so is one whose pool is not `active` (an archived pool admits no node; `details.state` says which).", ownerOnly},
 			registry.TenantID(), registry.ID("joinRequestId", ids.JoinRequest)),
 			typed[JoinRequestRefInput](locateBy("join_requests", "join_request_id", "join request", joinReqID)), ApproveJoinRequest),
 		deny,
