@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/jsonnum"
 	"github.com/bettercompute/computed/internal/registry"
+	"github.com/bettercompute/computed/internal/reqctx"
 )
 
 // GraphQL over HTTP (the GraphQL-over-HTTP spec): POST with an
@@ -63,6 +65,7 @@ func (httpTransport) Supports(r *http.Request) bool {
 func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	ctx := r.Context()
 	ct := responseType(r)
+	defer answerPanic(ctx, w, ct, exec)
 	start := graphql.Now()
 	var params *graphql.RawParams
 	var perr *errs.Error
@@ -105,6 +108,33 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	}
 	responses, rctx := exec.DispatchOperation(ctx, oc)
 	writeResponse(w, ct, http.StatusOK, responses(rctx))
+}
+
+// answerPanic answers a panic that escaped the executor (gqlgen recovers
+// resolvers' own; one in parsing, validation or an extension reached its
+// handler, which wrote the error with no Content-Type, read as text/plain)
+// as every answer is written: 500 INTERNAL in the GraphQL error shape, as
+// the recover function presents it (logged with the request id). An
+// answer already under way is left as it is.
+func answerPanic(ctx context.Context, w http.ResponseWriter, ct string, exec graphql.GraphExecutor) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if w.Header().Get("Content-Length") != "" {
+		panic(v) // the answer has started: net/http ends the connection
+	}
+	var ge *gqlerror.Error
+	if p, ok := exec.(interface {
+		PresentRecoveredError(context.Context, any) error
+	}); ok {
+		ge, _ = p.PresentRecoveredError(ctx, v).(*gqlerror.Error)
+	}
+	if ge == nil {
+		ge = &gqlerror.Error{Message: "internal error", Extensions: map[string]any{"code": string(errs.Internal),
+			"details": map[string]any{"requestId": reqctx.RequestID(ctx)}}}
+	}
+	writeResponse(w, ct, http.StatusInternalServerError, &graphql.Response{Errors: gqlerror.List{ge}})
 }
 
 // refusedGetMutation answers 405 to a mutation sent with GET, on every
