@@ -60,7 +60,7 @@ func TestGraphQLLimits(t *testing.T) {
 			if spread {
 				fmt.Fprintf(&b, " a%d: projects(first: 1) { ...P }", i)
 			} else {
-				fmt.Fprintf(&b, " a%d: projects(first: 1, after: %q) { totalCount }", i, base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`["project","p%d"]`, i))))
+				fmt.Fprintf(&b, " a%d: projects(first: 1, after: %q) { totalCount }", i, base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`["project","prj_%026d"]`, i))))
 			}
 		}
 		b.WriteString(" } }")

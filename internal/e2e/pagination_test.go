@@ -169,16 +169,21 @@ func TestPaginationCursorStaysInTenant(t *testing.T) {
 	// acme's cursor in evil's hands does not open acme
 	c := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "limit": 1}))
 	expect(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": c.Body["cursor"]}), pd, "")
-	// and on evil's own tenant it lists only evil's projects
-	o := must(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "evil", "cursor": base64.RawURLEncoding.EncodeToString([]byte(`["project",""]`))}))
+	// and on evil's own tenant it lists only evil's projects: a forged
+	// cursor holding a project id that sorts first
+	first := base64.RawURLEncoding.EncodeToString([]byte(`["project","prj_00000000000000000000000000"]`))
+	o := must(t, f.e.Call(evil.Admin.Token, "projects/list", map[string]any{"tenantId": "evil", "cursor": first}))
 	if l := items(t, o); len(l) != 1 || l[0]["tenantId"] != "evil" {
 		t.Fatalf("forged cursor on evil: %s", o.Raw)
 	}
-	// a forged cursor (the empty key) on the caller's own tenant lists only its own items
-	own := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": base64.RawURLEncoding.EncodeToString([]byte(`["project",""]`))}))
+	// the same on the caller's own tenant lists only its own items
+	own := must(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme", "cursor": first}))
 	if len(items(t, own)) != 7 {
 		t.Fatalf("forged cursor: %s", own.Raw)
 	}
+	// a key no project id has (empty) is no cursor this server returned
+	expect(t, f.e.Call(f.acme.Viewer.Token, "projects/list", map[string]any{"tenantId": "acme",
+		"cursor": base64.RawURLEncoding.EncodeToString([]byte(`["project",""]`))}), "INVALID_INPUT", "cursor")
 }
 
 // A list refuses another list's cursor, saying so, on both surfaces (it

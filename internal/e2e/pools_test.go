@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"testing"
@@ -278,4 +280,50 @@ func TestPoolsPagination(t *testing.T) {
 	}
 	expect(t, e.Call(viewer, "pools/list", map[string]any{"tenantId": "acme", "limit": 201}), "INVALID_INPUT", "limit")
 	expect(t, e.Call(viewer, "pools/list", map[string]any{"tenantId": "acme", "cursor": "junk!"}), "INVALID_INPUT", "cursor")
+}
+
+// A cursor of a list's own kind whose key this server never writes (a
+// hand-made ["joinRequest", "x' OR 1=1 --"]) is refused on every list, as
+// a cursor of another kind or of bad base64 is: it was read as a place in
+// the list and answered an empty page.
+func TestForgedCursorsOfTheListsOwnKind(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, _, _ := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "p")
+	nodeID, _ := e.Node(admin, "acme", pool)
+	prj := e.Must(e.Call(admin, "projects/create", map[string]any{"tenantId": "acme", "name": "web"})).Str("projectId")
+	forged := func(kind string, key ...any) string {
+		b, _ := json.Marshal(append([]any{kind}, key...))
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, c := range []struct {
+		method, kind string
+		in           map[string]any
+	}{
+		{"pools/list", "pool", map[string]any{"tenantId": "acme"}},
+		{"nodes/list", "node", map[string]any{"tenantId": "acme"}},
+		{"joinRequests/list", "joinRequest", map[string]any{"tenantId": "acme", "poolId": pool}},
+		{"joinTokens/list", "joinToken", map[string]any{"tenantId": "acme", "poolId": pool}},
+		{"machines/list", "expectedMachine", map[string]any{"tenantId": "acme", "poolId": pool}},
+		{"tpmKeys/list", "allowedKey", map[string]any{"tenantId": "acme", "poolId": pool}},
+		{"workflows/list", "workflow", map[string]any{"tenantId": "acme", "nodeId": nodeID}},
+		{"instances/list", "instance", map[string]any{"tenantId": "acme"}},
+		{"reservations/list", "reservation", map[string]any{"tenantId": "acme"}},
+		{"projects/list", "project", map[string]any{"tenantId": "acme"}},
+		{"projects/listMembers", "projectMember", map[string]any{"tenantId": "acme", "projectId": prj}},
+		{"tokens/list", "token", map[string]any{"tenantId": "acme"}},
+		{"members/list", "roleBinding", map[string]any{"tenantId": "acme"}},
+		{"tenants/list", "tenant", map[string]any{}},
+	} {
+		in := map[string]any{"cursor": forged(c.kind, "x' OR 1=1 --")}
+		for k, v := range c.in {
+			in[k] = v
+		}
+		tok := admin
+		if c.method == "tenants/list" {
+			tok = e.Operator
+		}
+		expect(t, e.Call(tok, c.method, in), "INVALID_INPUT", "cursor")
+	}
 }

@@ -19,9 +19,9 @@ import (
 
 // TokenCursors and BindingCursors are the kinds of the token and role
 // binding lists' cursors (both surfaces).
-const (
-	TokenCursors   page.Kind = "token"
-	BindingCursors page.Kind = "roleBinding"
+var (
+	TokenCursors   = page.Keyed("token", ids.Pattern(ids.Token))
+	BindingCursors = page.Keyed("roleBinding", ids.Pattern(ids.Principal))
 )
 
 // Token describes a service token (never its secret).

@@ -37,9 +37,9 @@ import (
 
 // Cursors and ReservationCursors are the kinds of the instance and
 // reservation lists' cursors (both surfaces).
-const (
-	Cursors            page.Kind = "instance"
-	ReservationCursors page.Kind = "reservation"
+var (
+	Cursors            = page.Keyed("instance", ids.Pattern(ids.Instance))
+	ReservationCursors = page.Keyed("reservation", ids.Pattern(ids.Reservation))
 )
 
 // Size is what an instance gets. gpus counts whole GPUs (exclusive pools),

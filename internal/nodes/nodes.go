@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/computed/internal/authz"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/ids"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/pattern"
 	"github.com/bettercompute/computed/internal/registry"
@@ -26,12 +27,12 @@ import (
 )
 
 // The kinds of the package's lists' cursors (both surfaces).
-const (
-	Cursors        page.Kind = "node"
-	RequestCursors page.Kind = "joinRequest"
-	TokenCursors   page.Kind = "joinToken"
-	MachineCursors page.Kind = "expectedMachine"
-	KeyCursors     page.Kind = "allowedKey"
+var (
+	Cursors        = page.Keyed("node", ids.Pattern(ids.Node))
+	RequestCursors = page.Keyed("joinRequest", ids.Pattern(ids.JoinRequest))
+	TokenCursors   = page.Keyed("joinToken", ids.Pattern(ids.JoinToken))
+	MachineCursors = page.Keyed("expectedMachine", ids.Pattern(ids.Machine))
+	KeyCursors     = page.Keyed("allowedKey", `^[0-9a-f]{64}$`)
 )
 
 // Node states.

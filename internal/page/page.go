@@ -37,6 +37,30 @@ type Page[T any] struct {
 // their cursors are one.
 type Kind string
 
+// keyPatterns are the patterns of kinds' string key parts, by kind
+// (Keyed), set while packages initialise and read-only after.
+var keyPatterns = map[Kind][]*pattern.Regexp{}
+
+// Keyed declares kind k whose key parts that are strings match patterns,
+// in key order ("" for a part of any text): Decode refuses a cursor of k
+// whose part does not (a hand-made ["joinRequest", "x' OR 1=1 --"] was
+// read as a place in the list and answered an empty page, where a
+// cursor this server never wrote is INVALID_INPUT). Declare each kind once,
+// at package level.
+func Keyed(k Kind, patterns ...string) Kind {
+	if _, ok := keyPatterns[k]; ok {
+		panic("page: kind " + string(k) + " declared twice")
+	}
+	res := make([]*pattern.Regexp, len(patterns))
+	for i, p := range patterns {
+		if p != "" {
+			res[i] = pattern.MustCompile(p)
+		}
+	}
+	keyPatterns[k] = res
+	return k
+}
+
 // Codec makes and reads a list's cursors: a Kind's, or Verbatim's.
 type Codec interface {
 	Encode(key ...any) string
@@ -107,6 +131,11 @@ func (k Kind) Decode(cursor string, dst ...any) (bool, error) {
 			return false, bad
 		}
 		vals[i] = reflect.ValueOf(dst[i]).Elem().Interface()
+		if pats := keyPatterns[k]; i < len(pats) && pats[i] != nil {
+			if s, ok := vals[i].(string); !ok || !pats[i].MatchString(s) {
+				return false, bad
+			}
+		}
 		// An int part is a key of an integer column (a profile's version):
 		// one that column cannot hold is not one this server returned (a
 		// forged 2147483648 reached the statement, which failed as an

@@ -76,6 +76,30 @@ func TestDecodeRefusesAnotherKindsCursor(t *testing.T) {
 	}
 }
 
+// A kind declared with its key's patterns refuses a cursor of its own kind
+// whose key this server could not have written (a hand-made
+// ["joinRequest", "x' OR 1=1 --"] answered an empty page); a part with no
+// pattern takes any text, and other kinds are unchanged.
+func TestDecodeRefusesAKeyItsKindCannotHold(t *testing.T) {
+	k := Keyed("keyedThing", `^thg_[a-z]{3}$`, "", `^[0-9a-f]{4}$`)
+	var id, text, owner string
+	if ok, err := k.Decode(k.Encode("thg_abc", "whatever' --", "00ff"), &id, &text, &owner); !ok || err != nil || id != "thg_abc" {
+		t.Fatalf("a key it holds: %v %v", ok, err)
+	}
+	for _, key := range [][]any{{"x' OR 1=1 --", "", "00ff"}, {"thg_abcd", "", "00ff"}, {"thg_abc", "", "00FF"}, {"", "", ""}} {
+		_, err := k.Decode(k.Encode(key...), &id, &text, &owner)
+		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidInput || e.Message != "cursor is not one this server returned" {
+			t.Errorf("%q: %v", key, err)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a kind declared twice did not panic")
+		}
+	}()
+	Keyed("keyedThing")
+}
+
 // What Decode takes re-encodes to itself.
 func FuzzDecode(f *testing.F) {
 	f.Add(kt.Encode("acme", 42))

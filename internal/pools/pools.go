@@ -26,11 +26,11 @@ import (
 )
 
 // Cursors is the kind of the pool lists' cursors (both surfaces).
-const Cursors page.Kind = "pool"
+var Cursors = page.Keyed("pool", ids.Pattern(ids.Pool))
 
 // OfferCursors is the kind of the cursors of a pool's offers (the graph's
 // Pool.offers), keyed by the tenant offered to.
-const OfferCursors page.Kind = "poolOffer"
+var OfferCursors = page.Keyed("poolOffer", registry.TenantPattern)
 
 // Sharing modes and kinds of pools.
 const (

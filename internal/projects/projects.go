@@ -23,9 +23,9 @@ import (
 
 // Cursors and MemberCursors are the kinds of the project and member lists'
 // cursors (both surfaces).
-const (
-	Cursors       page.Kind = "project"
-	MemberCursors page.Kind = "projectMember"
+var (
+	Cursors       = page.Keyed("project", ids.Pattern(ids.Project))
+	MemberCursors = page.Keyed("projectMember", ids.Pattern(ids.Principal))
 )
 
 // Project groups a tenant's work.

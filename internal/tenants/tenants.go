@@ -15,7 +15,7 @@ import (
 )
 
 // Cursors is the kind of the tenant lists' cursors (both surfaces).
-const Cursors page.Kind = "tenant"
+var Cursors = page.Keyed("tenant", registry.TenantPattern)
 
 // Tenant is an isolated customer account.
 type Tenant struct {

@@ -26,7 +26,7 @@ import (
 )
 
 // Cursors is the kind of the workflow lists' cursors (both surfaces).
-const Cursors page.Kind = "workflow"
+var Cursors = page.Keyed("workflow", ids.Pattern(ids.Workflow))
 
 // Workflow states.
 const (
