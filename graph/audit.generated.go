@@ -104,6 +104,32 @@ func (ec *executionContext) fieldContext_AuditPrincipal_name(_ context.Context, 
 	return graphql.NewScalarFieldContext("AuditPrincipal", field, false, false, "String")
 }
 
+func (ec *executionContext) _AuditPrincipal_tenantId(ctx context.Context, field graphql.CollectedField, obj *audit.Actor) (ret graphql.Marshaler) {
+	if directLeaves(ec.OperationContext) {
+		return ec.marshalOString2ᚖstring(ctx, field.Selections, obj.TenantID)
+	}
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditPrincipal_tenantId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TenantID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AuditPrincipal_tenantId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AuditPrincipal", field, false, false, "String")
+}
+
 func (ec *executionContext) _AuditRecord_auditId(ctx context.Context, field graphql.CollectedField, obj *audit.Record) (ret graphql.Marshaler) {
 	if directLeaves(ec.OperationContext) {
 		return ec.marshalNString2string(ctx, field.Selections, obj.AuditID)
@@ -606,6 +632,11 @@ func (ec *executionContext) _AuditPrincipal(ctx context.Context, sel ast.Selecti
 		case "name":
 			out.Values[i] = ec._AuditPrincipal_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "tenantId":
+			out.Values[i] = ec._AuditPrincipal_tenantId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:

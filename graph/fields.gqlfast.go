@@ -43,6 +43,7 @@ var objectFields = map[string]map[string]fieldInfo{
 		"kind":        {"AuditPrincipalKind", false},
 		"name":        {"String", false},
 		"principalId": {"String", false},
+		"tenantId":    {"String", false},
 	},
 	"AuditRecord": {
 		"__typename":    {"", false},

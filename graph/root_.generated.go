@@ -238,6 +238,8 @@ type AuditPrincipal {
   principalId: String
   kind: AuditPrincipalKind!
   name: String!
+  "The principal's home tenant (a user's, a service token's, a node's): another tenant's when its principal called on this one. Null for the operator, the server itself and join tokens, and in records written before it was kept."
+  tenantId: String
 }
 
 "Who made a call: the operator, a user, a service token, a node's credential, the server itself (the reconciler, retention jobs), a join token (nodes.join), or a credential not known."
@@ -1933,6 +1935,8 @@ func (ec *executionContext) childFields_AuditPrincipal(ctx context.Context, fiel
 		return ec.fieldContext_AuditPrincipal_kind(ctx, field)
 	case "name":
 		return ec.fieldContext_AuditPrincipal_name(ctx, field)
+	case "tenantId":
+		return ec.fieldContext_AuditPrincipal_tenantId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditPrincipal", field.Name)
 }

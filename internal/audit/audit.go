@@ -58,6 +58,10 @@ type Actor struct {
 	PrincipalID *string `json:"principalId" db:"principal_id"`
 	Kind        string  `json:"kind" db:"principal_kind" schema:"AuditPrincipalKind"`
 	Name        string  `json:"name" db:"principal_name"`
+	// TenantID is the principal's home tenant: a user's, a service
+	// token's, a node's; null for the operator, the server and join
+	// tokens (and in records written before it was kept).
+	TenantID *string `json:"tenantId" db:"principal_tenant_id"`
 }
 
 // Resource is what a record is about: an authorization resource type
@@ -119,7 +123,12 @@ func ActorOf(p *reqctx.Principal) Actor {
 		return Actor{Kind: KindUnknown}
 	}
 	id := p.ID
-	return Actor{PrincipalID: &id, Kind: p.Kind, Name: p.Name}
+	a := Actor{PrincipalID: &id, Kind: p.Kind, Name: p.Name}
+	if p.TenantID != "" {
+		home := p.TenantID
+		a.TenantID = &home
+	}
+	return a
 }
 
 // Write appends one record on q: the mutation's transaction for
@@ -142,11 +151,11 @@ func Write(ctx context.Context, q store.Q, e Entry) error {
 	}
 	err := store.ExecAtCommit(ctx, q, `
 		INSERT INTO audit_log (tenant_id, audit_id, principal_id, principal_kind, principal_name, method,
-			resource_type, resource_id, outcome, request_id, client_addr, detail)
+			resource_type, resource_id, outcome, request_id, client_addr, detail, principal_tenant_id)
 		VALUES (COALESCE((SELECT tenant_id FROM tenants WHERE tenant_id = $1), '`+PlatformTenant+`'),
-			$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)`,
+			$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13)`,
 		e.TenantID, ids.New(ids.Audit), a.PrincipalID, a.Kind, a.Name, e.Method,
-		e.Resource.Type, e.Resource.ID, e.Outcome, reqctx.RequestID(ctx), addr, detail)
+		e.Resource.Type, e.Resource.ID, e.Outcome, reqctx.RequestID(ctx), addr, detail, a.TenantID)
 	return store.Wrap(err)
 }
 
@@ -311,19 +320,29 @@ func countOf(by Parent) string {
 	return `CASE WHEN t.f_counted THEN (SELECT count(*) FROM audit_log a WHERE ` + match(by) + `) ELSE 0 END`
 }
 
-const recordCols = `a.audit_id, a.tenant_id, a.principal_id, a.principal_kind, a.principal_name, a.method,
+const recordCols = `a.audit_id, a.tenant_id, a.principal_id, a.principal_kind, a.principal_name, a.principal_tenant_id, a.method,
 	a.resource_type, a.resource_id, a.outcome, a.request_id, a.client_addr, a.occurred_at, a.detail::text AS detail`
 
 type row struct {
 	Key   string `db:"parent_key"`
 	Total int    `db:"total_count"`
 	Record
-	Actor
+	actorCols
 	Resource
 }
 
+// actorCols are Actor's columns (Actor embedded beside Record would hold
+// two json names tenantId).
+type actorCols struct {
+	PrincipalID *string `db:"principal_id"`
+	Kind        string  `db:"principal_kind"`
+	Name        string  `db:"principal_name"`
+	HomeTenant  *string `db:"principal_tenant_id"`
+}
+
 func (x *row) record() Record {
-	x.Record.Principal, x.Record.Resource = x.Actor, x.Resource
+	x.Record.Principal = Actor{PrincipalID: x.PrincipalID, Kind: x.Kind, Name: x.Name, TenantID: x.HomeTenant}
+	x.Record.Resource = x.Resource
 	x.fix()
 	return x.Record
 }

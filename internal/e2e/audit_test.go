@@ -24,6 +24,7 @@ type auditRecord struct {
 	Principal struct {
 		PrincipalID *string `json:"principalId"`
 		Kind, Name  string
+		TenantID    *string `json:"tenantId"`
 	} `json:"principal"`
 	Method   string `json:"method"`
 	Resource struct {
@@ -157,6 +158,15 @@ func TestAuditLog(t *testing.T) {
 			if resource == "" {
 				resource = "compute-project/" + r.Str("projectId")
 			}
+			// the principal's home tenant: evil's in acme's trail when
+			// evil's admin called on acme (its name is free text)
+			home := "acme"
+			if c.caller.PrincipalID == evil.Admin.PrincipalID {
+				home = "evil"
+			}
+			if a.Principal.TenantID == nil || *a.Principal.TenantID != home {
+				t.Fatalf("record %+v: the principal's tenant is not %s", a, home)
+			}
 			if a.Method != c.key || a.Outcome != c.outcome || a.TenantID != c.tenant || a.Resource.Type+"/"+a.Resource.ID != resource ||
 				a.principal() != c.caller.PrincipalID || a.Principal.Kind != "service" || a.Principal.Name == "" ||
 				a.ClientAddress == nil || *a.ClientAddress != "127.0.0.1" || a.OccurredAt.IsZero() || !strings.HasPrefix(a.AuditID, "aud_") {
@@ -167,7 +177,7 @@ func TestAuditLog(t *testing.T) {
 
 	// tenants.create is the created tenant's record, by the operator.
 	r := must(t, e.Call(e.Operator, "tenants/create", map[string]any{"tenantId": "made", "name": "Made"}))
-	if a := recordOf(t, e, "made", r.Header.Get("X-Request-Id")); a.Principal.Kind != "operator" || a.Resource.Type != "compute-tenant" || a.Resource.ID != "made" {
+	if a := recordOf(t, e, "made", r.Header.Get("X-Request-Id")); a.Principal.Kind != "operator" || a.Principal.TenantID != nil || a.Resource.Type != "compute-tenant" || a.Resource.ID != "made" {
 		t.Fatalf("tenants.create record %+v", a)
 	}
 
@@ -483,7 +493,7 @@ func recordsIn(t testing.TB, e *testkit.Env, tenantID string) int {
 }
 
 const auditFields = `totalCount pageInfo { hasNextPage endCursor } edges { cursor node { auditId tenantId method outcome requestId clientAddress occurredAt detail
-	principal { principalId kind name } resource { type id } } }`
+	principal { principalId kind name tenantId } resource { type id } } }`
 
 type gqlAuditConn struct {
 	TotalCount int
@@ -495,8 +505,11 @@ type gqlAuditConn struct {
 		Cursor string
 		Node   struct {
 			AuditID, TenantID, Method, Outcome, RequestID string
-			Principal                                     struct{ PrincipalID, Kind, Name string }
-			Resource                                      struct{ Type, ID string }
+			Principal                                     struct {
+				PrincipalID, Kind, Name string
+				TenantID                *string
+			}
+			Resource struct{ Type, ID string }
 		}
 	}
 }
@@ -535,7 +548,8 @@ func TestAuditGraph(t *testing.T) {
 		t.Fatalf("graph %d records (total %d), audit.list %d", len(got.Tenant.AuditLog.Edges), got.Tenant.AuditLog.TotalCount, len(listed))
 	}
 	for i, edge := range got.Tenant.AuditLog.Edges {
-		if edge.Node.AuditID != listed[i].AuditID || edge.Node.TenantID != "acme" {
+		if edge.Node.AuditID != listed[i].AuditID || edge.Node.TenantID != "acme" ||
+			deref(edge.Node.Principal.TenantID) != deref(listed[i].Principal.TenantID) {
 			t.Fatalf("graph record %d %+v, audit.list %+v", i, edge.Node, listed[i])
 		}
 	}
@@ -830,4 +844,12 @@ func TestARevokedTokensUseIsRecorded(t *testing.T) {
 	}
 	// Any other single word is still no method.
 	expect(t, e.Call(acme.Admin.Token, "audit/list", map[string]any{"tenantId": "acme", "method": "foo"}), "INVALID_INPUT", "method")
+}
+
+// deref is *p, or "<nil>".
+func deref(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
 }
