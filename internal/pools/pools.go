@@ -500,7 +500,7 @@ func Methods() []registry.Method {
 		return registry.Field{Name: name, Type: registry.String, Required: required, MaxLength: 128, Pattern: `^\S(?:.*\S)?$`,
 			Description: desc}
 	}
-	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema,
+	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema, MaxBytes: MaxPolicyBytes,
 		Description: fmt.Sprintf("free-form policy object of at most %d bytes of JSON (over GraphQL, as the server writes the variable out again); {} when omitted", MaxPolicyBytes)}
 	expected := registry.ExpectedVersion()
 	toTenant := registry.TenantID()

@@ -36,6 +36,7 @@ type Field struct {
 	Fields      []Field // Object: known properties; nil with Open means free-form
 	Open        bool    // Object: accept any properties (checked by the domain)
 	Schema      string  // Open object: the defined schema (DefineSchema) describing it, for the documents
+	MaxBytes    int     // Open object: the most bytes of JSON the domain takes, for the documents
 	Items       *Field  // Array
 	MaxItems    int
 	MinItems    int
@@ -98,6 +99,9 @@ func (f Field) Constraints() string {
 	}
 	if f.MaxItems > 0 {
 		parts = append(parts, fmt.Sprintf("at most %d items", f.MaxItems))
+	}
+	if f.MaxBytes > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d bytes of JSON", f.MaxBytes))
 	}
 	// A list of scalars has no rows of its own: its items' rules go here
 	// (a MAC's pattern, an event type's length showed nowhere).
