@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql"
-
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/audit"
 	"github.com/bettercompute/computed/internal/audit/auditlist"
@@ -42,8 +40,7 @@ func (r *Resolver) auditConn(ctx context.Context, ld scopedLoader[audit.Record],
 	}
 	// The total is counted when asked for: it reads every record of the
 	// filter, and a tenant's trail grows with every call for 400 days.
-	fc := graphql.GetFieldContext(ctx)
-	f.Counted = fc == nil || selects(fc.Field.Selections, "totalCount", nil)
+	f.Counted = asksFor(ctx, "totalCount")
 	loaders.PrefetchAudit(ctx, loaders.From(ctx), ld, f, view, n, k)
 	c, err := ld.Load(ctx, loaders.PageKey{Parent: f.Key(), First: n, After: k, View: view})()
 	if err != nil {

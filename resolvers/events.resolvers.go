@@ -10,8 +10,6 @@ import (
 	"maps"
 	"strings"
 
-	"github.com/99designs/gqlgen/graphql"
-
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/graph/model"
 	"github.com/bettercompute/computed/internal/errs"
@@ -206,7 +204,7 @@ func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first 
 		info.EndCursor = &end
 	}
 	c := &model.TenantEventConnection{Edges: edges, PageInfo: info}
-	if fc := graphql.GetFieldContext(ctx); fc == nil || selects(fc.Field.Selections, "totalCount", nil) {
+	if asksFor(ctx, "totalCount") {
 		kinds, err := feed.Readable(ctx, r.DB, reqctx.PrincipalFrom(ctx), obj.TenantID)
 		if err == nil {
 			c.TotalCount, err = events.Count(ctx, r.DB, events.Filter{TenantID: obj.TenantID, Types: types, Resources: kinds})

@@ -166,6 +166,24 @@ func edgeCursorsSelected(ctx context.Context) bool {
 	})
 }
 
+// asksFor says whether the field resolving in ctx selects a child named
+// name that will run: fragments spread, @skip and @include decided with the
+// operation's variables (a totalCount under @skip(if: true) was counted,
+// which the cost rule, deciding them, did not charge); true outside a
+// field.
+func asksFor(ctx context.Context, name string) bool {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil || fc.Field.Field == nil || !graphql.HasOperationContext(ctx) {
+		return true
+	}
+	for _, f := range graphql.CollectFields(graphql.GetOperationContext(ctx), fc.Field.Selections, nil) {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // selects says whether set has a field named name (for which then holds,
 // when given), looking into fragments.
 func selects(set ast.SelectionSet, name string, then func(*ast.Field) bool) bool {

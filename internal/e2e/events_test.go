@@ -395,6 +395,23 @@ func TestTenantEventsAsAConnection(t *testing.T) {
 	if n := dig(t, gqlOK(t, e.GraphQL(acme.Viewer.Token, cq, map[string]any{"t": "acme", "types": []string{"instance.created"}})), "tenant", "events", "totalCount"); n != float64(3) {
 		t.Fatalf("totalCount of instance.created %v, want 3", n)
 	}
+	// A totalCount that will not run (@skip, @include, in a fragment) is
+	// not counted: the count is a statement of its own (it was counted,
+	// and the cost rule, which decides them, did not charge it).
+	plain := fewestStatements(t, e, acme.Viewer.Token, `{ tenant(tenantId: "acme") { events(first: 1) { edges { cursor } } } }`, nil)
+	counted := fewestStatements(t, e, acme.Viewer.Token, `{ tenant(tenantId: "acme") { events(first: 1) { edges { cursor } totalCount } } }`, nil)
+	if counted <= plain {
+		t.Fatalf("%d statements with totalCount, %d without", counted, plain)
+	}
+	for _, q := range []string{
+		`{ tenant(tenantId: "acme") { events(first: 1) { edges { cursor } totalCount @skip(if: true) } } }`,
+		`query($c: Boolean!) { tenant(tenantId: "acme") { events(first: 1) { edges { cursor } totalCount @include(if: $c) } } }`,
+		`query($c: Boolean!) { tenant(tenantId: "acme") { events(first: 1) { edges { cursor } ...C @include(if: $c) } } } fragment C on TenantEventConnection { totalCount }`,
+	} {
+		if n := fewestStatements(t, e, acme.Viewer.Token, q, map[string]any{"c": false}); n != plain {
+			t.Fatalf("%s: %d statements, %d without totalCount", q, n, plain)
+		}
+	}
 	// An empty page still says where the reader stands, so that reading on
 	// (or subscribing) after it misses nothing written since: the after
 	// given, or the stream's position now, for an empty stream too (its
