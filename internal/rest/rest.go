@@ -57,6 +57,30 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, h.Registry.Index())
 }
 
+// MethodPath reads the group and the method a method path names, each
+// segment of the path as sent decoded once: a segment with an escaped
+// letter (%6cist) is the same segment (RFC 3986, 6.2.2.2), and %2567et is
+// the text %67et, not get (the router's params are decoded once already
+// when the path needs no raw form, and were decoded again). ok is false
+// for a path that is no /api/compute/{group}/{method}. The surface and the
+// authentication in front of it read the path through this one function.
+func MethodPath(r *http.Request) (group, name string, ok bool) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/api/compute/")
+	if !ok {
+		return "", "", false
+	}
+	g, n, ok := strings.Cut(rest, "/")
+	if !ok || strings.Contains(n, "/") {
+		return "", "", false
+	}
+	g, gerr := url.PathUnescape(g)
+	n, nerr := url.PathUnescape(n)
+	if gerr != nil || nerr != nil {
+		return "", "", false
+	}
+	return g, n, true
+}
+
 // methodWord is what a group's or a method's name could be: one the
 // answer may quote (a segment of other bytes, NUL or a slash, is not
 // repeated back).
@@ -64,13 +88,10 @@ var methodWord = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
 
 func (h *Handler) call(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(reqctx.WithReadBudget(r.Context(), store.ReadBudget))
-	// The router matches the path as sent: a segment with an escaped
-	// letter (%6cist) is the same segment (RFC 3986, 6.2.2.2).
-	group, gerr := url.PathUnescape(chi.URLParam(r, "group"))
-	name, nerr := url.PathUnescape(chi.URLParam(r, "method"))
+	group, name, named := MethodPath(r)
 	m, ok := h.Registry.Lookup(group, name)
 	if !ok {
-		if gerr != nil || nerr != nil || !methodWord.MatchString(group) || !methodWord.MatchString(name) {
+		if !named || !methodWord.MatchString(group) || !methodWord.MatchString(name) {
 			h.WriteError(w, r, errs.E(errs.NotFound, "no method is served at this path"))
 			return
 		}

@@ -659,11 +659,9 @@ func (s *Server) calledMethod(r *http.Request) string {
 // methodOf is the method a request's path names on the method surface, or
 // nil.
 func (s *Server) methodOf(r *http.Request) *registry.Method {
-	if rest, ok := strings.CutPrefix(r.URL.Path, "/api/compute/"); ok {
-		if g, n, ok := strings.Cut(rest, "/"); ok {
-			if m, ok := s.Registry.Lookup(g, n); ok {
-				return m
-			}
+	if g, n, ok := rest.MethodPath(r); ok {
+		if m, ok := s.Registry.Lookup(g, n); ok {
+			return m
 		}
 	}
 	return nil
