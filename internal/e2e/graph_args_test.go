@@ -409,6 +409,25 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 	check("an unknown key of a profile document", e.Call(e.Operator, "profiles/create", `{"tenantId":"acme","document":{"id":"p","version":1,"name":"p","steps":[],"`+long+`":1}}`))
 	check("an unknown field of an input variable", e.GraphQL(e.Operator, `mutation($in: CreateTenantInput!) { createTenant(input: $in) { tenant { tenantId } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "x", "name": "x", long: 1}}))
+	// Values of words with spaces, which the cut of long runs let through
+	// whole (100 KB answers): a label value, a value a document's schema
+	// error quoted.
+	words := strings.Repeat("word ", 20_000)
+	wordy := func(what string, r testkit.Resp) {
+		t.Helper()
+		if r.Code() == "" && r.Body["errors"] == nil || len(r.Raw) > 1500 || strings.Contains(string(r.Raw), strings.Repeat("word ", 120)) {
+			t.Errorf("%s: %d, %d bytes: %.300s", what, r.Status, len(r.Raw), r.Raw)
+		}
+	}
+	admin := newTenant(t, e, "wordy").Admin.Token
+	pool := e.Pool(admin, "wordy", "p")
+	nodeID, _ := e.Node(admin, "wordy", pool)
+	wordy("a label value", e.Call(admin, "nodes/update", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "labels": map[string]any{"k": words}}))
+	wordy("a label key", e.Call(admin, "nodes/update", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "labels": map[string]any{words: "v"}}))
+	wordy("a document's sha256", e.Call(admin, "profiles/create", map[string]any{"tenantId": "wordy", "document": map[string]any{"id": "p", "version": 1,
+		"image": map[string]any{"url": "https://x/y.raw", "sha256": words, "format": "raw"}, "steps": []any{}}}))
+	wordy("a label value in the graph", e.GraphQL(admin, `mutation($l: JSON) { updateNode(input: {tenantId: "wordy", nodeId: "`+nodeID+`", labels: $l}) { node { nodeId } } }`,
+		map[string]any{"l": map[string]any{"k": words}}))
 }
 
 // The server keeps no persisted queries: a hash alone is answered in the

@@ -196,6 +196,9 @@ func Cut(s string) string {
 // that a message quotes whole (a value gqlparser names, a key a document's
 // validator puts in its path), whatever made the message. Runs of the
 // server's own words (a pattern, a path of declared fields) are shorter.
+// And the whole is at most MaxMessage characters, "…" included: text of
+// words with spaces passed the first cut whole (a label value, a value a
+// schema error quoted, an input object gqlparser wrote out: 100 KB answers).
 func CutText(s string) string {
 	if len(s) <= 2*Quoted {
 		return s
@@ -207,11 +210,18 @@ func CutText(s string) string {
 			words[i], cut = Cut(w), true
 		}
 	}
-	if !cut {
-		return s
+	if cut {
+		s = strings.Join(words, " ")
 	}
-	return strings.Join(words, " ")
+	if len(s) > MaxMessage && utf8.RuneCountInString(s) > MaxMessage {
+		s = string([]rune(s)[:MaxMessage-1]) + "…"
+	}
+	return s
 }
+
+// MaxMessage bounds an answer's message and path, in characters: eight
+// quotes' worth, past every message of the server's own.
+const MaxMessage = 8 * Quoted
 
 // InState is INVALID_STATE for a resource whose state forbids the change:
 // details.state and details.reason both name the state (an archived pool,

@@ -133,14 +133,14 @@ func checkLabels(path string, labels map[string]any) (string, error) {
 	}
 	for _, k := range sortedKeys(labels) {
 		if !labelKey.MatchString(k) {
-			return "", errs.Invalid(path+"."+k, "label key %q must be a DNS-style key (prefix/name, name at most 63 characters)", k)
+			return "", errs.Invalid(path+"."+errs.Cut(k), "label key %q must be a DNS-style key (prefix/name, name at most 63 characters)", errs.Cut(k))
 		}
 		v, ok := labels[k].(string)
 		if !ok {
 			return "", errs.Invalid(path+"."+k, "label %s must be a string", k)
 		}
 		if !labelValue.MatchString(v) {
-			return "", errs.Invalid(path+"."+k, "label value %q must be at most 63 alphanumeric, '.', '_' or '-' characters", v)
+			return "", errs.Invalid(path+"."+k, "label value %q must be at most 63 alphanumeric, '.', '_' or '-' characters", errs.Cut(v))
 		}
 	}
 	b, _ := json.Marshal(labels)

@@ -55,6 +55,12 @@ func Leaf(e *jsonschema.ValidationError) string {
 		return "needs at least " + strconv.Itoa(k.Want) + " fields"
 	case *kind.MaxProperties:
 		return "has more than " + strconv.Itoa(k.Want) + " fields"
+	case *kind.Pattern:
+		// The library quotes the value whole: a 120 KB string of words
+		// came back in the answer.
+		return "does not match the pattern " + strconv.Quote(k.Want)
+	case *kind.Format:
+		return "is not a valid " + k.Want
 	}
 	s := e.Error()
 	// "jsonschema validation failed with ...\n- at '/x': msg" -> msg

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
@@ -165,14 +164,7 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		// literals and a variable's value whole (an Int literal of
 		// 100,000 digits, an enum variable's value): cut as every
 		// answer's are.
-		out.Message = errs.CutText(out.Message)
-		// A value's words with spaces pass CutText (an input object
-		// literal of many fields came back whole in "Expected value of
-		// type …, found {…}"): a request error's message is at most
-		// maxRequestMessage characters.
-		if n := utf8.RuneCountInString(out.Message); n > maxRequestMessage {
-			out.Message = string([]rune(out.Message)[:maxRequestMessage]) + "…"
-		}
+		out.Message = errs.CutText(out.Message) // at most errs.MaxMessage: an input object literal came back whole
 		if p, ok := details["path"].(string); ok {
 			details["path"] = errs.CutText(p)
 		}
@@ -211,11 +203,6 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 	out.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
 	return out
 }
-
-// maxRequestMessage bounds the message of a parse or validation error, in
-// characters: five quotes' worth, more than any of the validator's own
-// words and this server's rules' need.
-const maxRequestMessage = 5 * errs.Quoted
 
 // argumentPath splits an error's path p inside an argument of the field
 // resolving in ctx (gqlgen's path of an argument's value: the field's
