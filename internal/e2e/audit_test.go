@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -577,6 +578,10 @@ func TestAuditGraph(t *testing.T) {
 		t.Fatalf("graph pages walked %d records, want %d", len(walked), len(listed))
 	}
 	// a forged after is INVALID_INPUT
+	// and so is one of the list's kind with an empty key (it read as the first page)
+	if r := e.GraphQL(acme.Admin.Token, pageQ, map[string]any{"t": "acme", "after": base64.RawURLEncoding.EncodeToString([]byte(`["audit",""]`))}); gqlCode(r) != inv {
+		t.Fatalf("an empty key: %s", r.Raw)
+	}
 	if r := e.GraphQL(acme.Admin.Token, pageQ, map[string]any{"t": "acme", "after": "bm90LWEtY3Vyc29y"}); gqlCode(r) != inv {
 		t.Fatalf("forged after: %s", r.Raw)
 	}

@@ -469,7 +469,7 @@ func TestWorkflowGraphProfileVersions(t *testing.T) {
 		b, _ := json.Marshal([]any{"profileVersion", key})
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
-	for _, key := range []string{"abc", "13.5", "01", "+1", "-1", "0", "2147483648", "99999999999999999999", " 1"} {
+	for _, key := range []string{"abc", "13.5", "01", "+1", "-1", "0", "2147483648", "99999999999999999999", " 1", ""} {
 		gqlExpect(t, e.GraphQL(viewer, wfgVersions, map[string]any{"t": "acme", "p": "gpu-node", "first": 2, "after": forged(key)}), "INVALID_INPUT", "after")
 	}
 	d = gqlOK(t, e.GraphQL(viewer, wfgVersions, map[string]any{"t": "acme", "p": "gpu-node", "first": 2, "after": forged("2147483647")}))

@@ -92,6 +92,10 @@ func TestDecodeRefusesAKeyItsKindCannotHold(t *testing.T) {
 			t.Errorf("%q: %v", key, err)
 		}
 	}
+	// an empty part, which no key this server writes has, on any kind
+	if _, err := Kind("plain").Decode(Kind("plain").Encode(""), &id); err == nil {
+		t.Error("an empty key was taken")
+	}
 	defer func() {
 		if recover() == nil {
 			t.Error("a kind declared twice did not panic")
