@@ -218,6 +218,13 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			`{ tenant(tenantId: "acme") { auditLog(first: 1, until: 99999999999999999999) { totalCount } } }`,
 			`{ tenant(tenantId: "acme") { auditLog(first: 1, since: [1, {a: -1e400}]) { totalCount } } }`,
 			`query($s: Time = 1e400) { tenant(tenantId: "acme") { auditLog(first: 1, since: $s) { totalCount } } }`,
+			// inside an input object or a list, and an Int's default: one
+			// error, not the object's own beside it quoting it back
+			`mutation { createReservation(input: {tenantId: "acme", poolId: "pool_x", size: {gpus: 1, vcpus: 99999999999999999999999999, memoryGiB: 1},
+				startsAt: "2027-01-01T00:00:00Z", endsAt: "2027-01-01T01:00:00Z"}) { reservation { reservationId } } }`,
+			`{ tenant(tenantId: "acme") { events(first: 1, types: ["instance.", 1e400]) { totalCount } } }`,
+			`query($n: Int = 99999999999999999999999999) { tenant(tenantId: "acme") { instances(first: $n) { totalCount } } }`,
+			`{ tenant(tenantId: "acme") @include(if: 1e400) { tenantId } }`,
 		} {
 			r := e.GraphQL(tok, q, nil)
 			errList, _ := r.Body["errors"].([]any)

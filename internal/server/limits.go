@@ -133,6 +133,75 @@ func (b *bounds) MutateOperationParameters(ctx context.Context, params *graphql.
 	return nil
 }
 
+// outOfRangeNumber refuses the first number literal of the document that
+// no 64-bit integer or float holds (99999999999999999999, 1e400), wherever
+// it is written: an argument, a directive's, a variable's default, inside
+// a list or an input object. gqlparser reads every literal into an int64
+// or a float64: one that did not fit panicked in a scalar it does not
+// validate (Time: 500 INTERNAL), and inside a list or an input object gave
+// two or three errors, the last quoting the whole object back. It is one
+// validation error, at the literal.
+func outOfRangeNumber(doc *ast.QueryDocument) *gqlerror.Error {
+	var bad *ast.Value
+	var value func(v *ast.Value)
+	value = func(v *ast.Value) {
+		if v == nil || bad != nil {
+			return
+		}
+		switch v.Kind {
+		case ast.IntValue, ast.FloatValue:
+			if _, err := v.Value(nil); err != nil {
+				bad = v
+			}
+		case ast.ListValue, ast.ObjectValue:
+			for _, c := range v.Children {
+				value(c.Value)
+			}
+		}
+	}
+	directives := func(ds ast.DirectiveList) {
+		for _, d := range ds {
+			for _, a := range d.Arguments {
+				value(a.Value)
+			}
+		}
+	}
+	var set func(sel ast.SelectionSet)
+	set = func(sel ast.SelectionSet) {
+		for _, s := range sel {
+			switch s := s.(type) {
+			case *ast.Field:
+				for _, a := range s.Arguments {
+					value(a.Value)
+				}
+				directives(s.Directives)
+				set(s.SelectionSet)
+			case *ast.InlineFragment:
+				directives(s.Directives)
+				set(s.SelectionSet)
+			case *ast.FragmentSpread:
+				directives(s.Directives)
+			}
+		}
+	}
+	for _, op := range doc.Operations {
+		for _, d := range op.VariableDefinitions {
+			value(d.DefaultValue)
+			directives(d.Directives)
+		}
+		directives(op.Directives)
+		set(op.SelectionSet)
+	}
+	for _, f := range doc.Fragments {
+		directives(f.Directives)
+		set(f.SelectionSet)
+	}
+	if bad == nil {
+		return nil
+	}
+	return gqlerror.ErrorPosf(bad.Position, "the number %s is out of range: no 64-bit integer or float holds it", errs.Cut(bad.Raw))
+}
+
 // checkDocument parses q with a token limit and walks it once per fragment:
 // expanded field count, same-name fields per selection set, depth of data
 // fields and of introspection.
@@ -155,6 +224,9 @@ func checkDocument(q string) *gqlerror.Error {
 			return ge
 		}
 		return gqlerror.Errorf("the document does not parse")
+	}
+	if err := outOfRangeNumber(doc); err != nil {
+		return err
 	}
 	w := &docWalker{frags: map[string]*ast.FragmentDefinition{}, memo: map[string]*shape{}}
 	for _, f := range doc.Fragments {

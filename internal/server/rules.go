@@ -31,45 +31,7 @@ func validationRules() *rules.Rules {
 	r.AddRule(noDefer.Name, noDefer.RuleFunc)
 	r.AddRule(int32Literals.Name, int32Literals.RuleFunc)
 	r.AddRule(jsonLiterals.Name, jsonLiterals.RuleFunc)
-	r.AddRule(scalarNumbers.Name, scalarNumbers.RuleFunc)
 	return r
-}
-
-// scalarNumbers refuses a number literal that a 64-bit integer or float
-// cannot hold in a value of the schema's own scalars other than JSON (Time,
-// Long), anywhere inside it: gqlparser skips those scalars in validation,
-// then reads every literal argument into an int64 or float64 and panics
-// on one out of range, so `since: 1e400` answered 500 INTERNAL with a
-// stack trace in the log. (The built-in scalars are gqlparser's rule's;
-// JSON's numbers jsonLiterals'.)
-var scalarNumbers = core.Rule{
-	Name: "ScalarNumbers",
-	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
-		observers.OnValue(func(walker *core.Walker, value *ast.Value) {
-			d := value.Definition
-			if d == nil || d.Kind != ast.Scalar || d.BuiltIn || d.OneOf("Int", "Float", "String", "Boolean", "ID", "JSON") {
-				return
-			}
-			var walk func(v *ast.Value) bool
-			walk = func(v *ast.Value) bool {
-				switch v.Kind {
-				case ast.IntValue, ast.FloatValue:
-					if _, err := v.Value(nil); err != nil {
-						addError(core.Message(`%s cannot represent %s: the number is out of range.`, d.Name, v.Raw), core.At(v.Position))
-						return false
-					}
-				case ast.ListValue, ast.ObjectValue:
-					for _, c := range v.Children {
-						if !walk(c.Value) {
-							return false
-						}
-					}
-				}
-				return true
-			}
-			walk(value)
-		})
-	},
 }
 
 // jsonLiterals holds the numbers written in a JSON argument of the
@@ -150,7 +112,7 @@ var int32Literals = core.Rule{
 				return
 			}
 			if _, err := strconv.ParseInt(value.Raw, 10, 64); err != nil {
-				return // past 64 bits: gqlparser's own rule says so
+				return // past 64 bits: refused before validation (outOfRangeNumber)
 			}
 			if _, err := strconv.ParseInt(value.Raw, 10, 32); err != nil {
 				addError(core.Message(`Int cannot represent non 32-bit signed integer value: %s`, value.Raw), core.At(value.Position))
