@@ -196,6 +196,15 @@ func TestGraphQLScalarRefusals(t *testing.T) {
 		gqlExpect(t, r, "INVALID_INPUT", anyPath)
 		assertNoInternals(t, name, r.Raw)
 	}
+	// A Time literal that is no string is refused in validation (400, the
+	// argument named), as a String's or an Int's is: it was the scalar's
+	// refusal in execution, 200 with data null.
+	for _, lit := range []string{"5", "1.5", "9223372036854775807", "true", "[\"2026-01-01T00:00:00Z\"]", "{a: 1}", "RUNNING"} {
+		r := e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") { auditLog(first: 1, since: `+lit+`) { totalCount } } }`, nil)
+		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "since" || r.Status != http.StatusBadRequest {
+			t.Fatalf("since: %s: %d %s", lit, r.Status, r.Raw)
+		}
+	}
 	// A NUL in a literal, in an input object.
 	r := e.GraphQL(acme.Member.Token, `mutation { createProject(input: {tenantId: "acme", name: "a\u0000b"}) { project { id } } }`, nil)
 	gqlExpect(t, r, "INVALID_INPUT", anyPath)

@@ -9,6 +9,7 @@ import (
 	"github.com/vektah/gqlparser/v2/validator/core"
 	"github.com/vektah/gqlparser/v2/validator/rules"
 
+	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/jsonnum"
 )
 
@@ -31,7 +32,38 @@ func validationRules() *rules.Rules {
 	r.AddRule(noDefer.Name, noDefer.RuleFunc)
 	r.AddRule(int32Literals.Name, int32Literals.RuleFunc)
 	r.AddRule(jsonLiterals.Name, jsonLiterals.RuleFunc)
+	r.AddRule(scalarKinds.Name, scalarKinds.RuleFunc)
 	return r
+}
+
+// scalarKinds refuses a literal of the wrong kind for this schema's Time
+// (a string) and Long (an integer) in validation, as gqlparser refuses one
+// for the built-in scalars: it skips scalars it does not know, and
+// since: 5 was the scalar's refusal in execution (200, data null), where
+// since: "x" and first: "x" were refused before.
+var scalarKinds = core.Rule{
+	Name: "ScalarKinds",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnValue(func(walker *core.Walker, value *ast.Value) {
+			if value.Definition == nil {
+				return
+			}
+			switch value.Kind {
+			case ast.Variable, ast.NullValue:
+				return
+			}
+			switch value.Definition.Name {
+			case "Time":
+				if value.Kind != ast.StringValue && value.Kind != ast.BlockValue {
+					addError(core.Message(`Time cannot represent a non string value: %s`, errs.Cut(value.String())), core.At(value.Position))
+				}
+			case "Long":
+				if value.Kind != ast.IntValue {
+					addError(core.Message(`Long cannot represent a non integer value: %s`, errs.Cut(value.String())), core.At(value.Position))
+				}
+			}
+		})
+	},
 }
 
 // jsonLiterals holds the numbers written in a JSON argument of the
