@@ -29,7 +29,11 @@ func (r Resources) Max(o Resources) Resources {
 
 // Fits reports whether need fits in r, component-wise.
 func (r Resources) Fits(need Resources) bool {
-	return need.GPUs <= r.GPUs && need.VCPUs <= r.VCPUs && need.MemoryGiB <= r.MemoryGiB
+	// An Unbounded dimension holds any amount: 2147483647 is how an
+	// unbounded one reads, not a bound (213 reservations of 10,000,000
+	// GiB of memory each filled a pool whose policy bounds GPUs only).
+	within := func(have, want int) bool { return have == Unbounded || want <= have }
+	return within(r.GPUs, need.GPUs) && within(r.VCPUs, need.VCPUs) && within(r.MemoryGiB, need.MemoryGiB)
 }
 
 // Window is one reservation's hold: Res in [Start, End).

@@ -203,3 +203,22 @@ func TestFitsOverAgreesWithEveryMoment(t *testing.T) {
 		t.Fatalf("%d of 3000 random cases fit: the cases do not test both answers", yes)
 	}
 }
+
+// An unbounded dimension (Unbounded, as ProviderTotal reads a dimension the
+// policy leaves out) holds any amount, however much reservations and
+// instances hold of it together: it was a bound of 2147483647.
+func TestUnboundedDimensionsHoldAnything(t *testing.T) {
+	total, bounded := ProviderTotal(`{"capacity": {"gpus": 8}}`)
+	if !bounded || !total.Fits(Resources{GPUs: 8, VCPUs: 1 << 40, MemoryGiB: 1 << 40}) || total.Fits(Resources{GPUs: 9}) {
+		t.Fatalf("total %+v", total)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ws []Window
+	for i := 0; i < 300; i++ {
+		ws = append(ws, Window{TenantID: "a", Start: t0, End: t0.Add(time.Hour), Res: Resources{MemoryGiB: 10_000_000}})
+	}
+	w := Window{TenantID: "a", Start: t0, End: t0.Add(time.Hour), Res: Resources{GPUs: 1, MemoryGiB: 10_000_000}}
+	if !ReservationFitsCapacity(total, map[string]Resources{"b": {VCPUs: 1 << 31}}, ws, w) {
+		t.Fatal("a reservation of an unbounded dimension does not fit")
+	}
+}
