@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/server"
@@ -1058,5 +1059,56 @@ func TestHTTPLayerCodesAreDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), `id="`+strings.ToLower(code)+`"`) {
 			t.Errorf("%q is not in docs/api/errors.md", code)
 		}
+	}
+}
+
+// A database that takes no writes (a primary become a standby, or
+// default_transaction_read_only) is UNAVAILABLE for every write, on both
+// surfaces, and /readyz says so: writes answered 500 INTERNAL and readyz
+// said ready (a helper's probe). Reads go on.
+func TestReadOnlyDatabase(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	ctx := context.Background()
+	var dbName string
+	if err := e.DB.GetContext(ctx, &dbName, `SELECT current_database()`); err != nil {
+		t.Fatal(err)
+	}
+	// Every session from now on starts read-only: the pool's are ended,
+	// and reconnect under the setting.
+	if _, err := e.DB.ExecContext(ctx, `ALTER DATABASE `+pgx.Identifier{dbName}.Sanitize()+` SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.DB.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	e.DB.DB.SetMaxIdleConns(0) // the test's own session too
+	e.DB.DB.SetMaxIdleConns(2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.Call(acme.Member.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "ro"})
+		if r.Status == 503 && r.Code() == "UNAVAILABLE" {
+			break
+		}
+		if r.Status != 401 && r.Status != 503 || time.Now().After(deadline) {
+			t.Fatalf("a write to a read-only database: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	g := e.GraphQL(acme.Member.Token, `mutation { createProject(input: {tenantId: "acme", name: "ro2"}) { project { projectId } } }`, nil)
+	if c, _ := gqlErr(g); c != "UNAVAILABLE" {
+		t.Fatalf("a GraphQL write to a read-only database: %d %s", g.Status, g.Raw)
+	}
+	must(t, e.Call(acme.Member.Token, "projects/list", map[string]any{"tenantId": "acme"}))
+	res, err := http.Get(e.Server.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b struct{ Status string }
+	_ = json.NewDecoder(res.Body).Decode(&b)
+	res.Body.Close()
+	if res.StatusCode != 503 || b.Status != "database read-only" {
+		t.Fatalf("readyz of a read-only database: %d %q", res.StatusCode, b.Status)
 	}
 }

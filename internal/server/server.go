@@ -380,8 +380,17 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.DB.PingContext(ctx); err != nil {
+	// A statement, not a ping: it says whether the database takes writes.
+	// A primary become a standby, or default_transaction_read_only, answered
+	// every write 503 while this said ready, and a load balancer kept
+	// sending them.
+	var readOnly string
+	if err := s.DB.QueryRowContext(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&readOnly); err != nil {
 		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database unreachable"})
+		return
+	}
+	if readOnly == "on" {
+		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database read-only"})
 		return
 	}
 	pending, err := db.Pending(ctx, s.DB.DB.DB)

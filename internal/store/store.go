@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -530,7 +531,12 @@ func Unreachable(err error) bool {
 		// class 08: connection exception; 57P01..03: admin shutdown, crash, cannot connect now
 		return pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
-	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, driverBadConn)
+	// A connection that ended mid-statement (its backend killed, the
+	// server crash-restarting): the driver reads EOF where a message was
+	// due. It answered 500 INTERNAL, where the same loss on another
+	// request was 503.
+	return errors.Is(err, sql.ErrConnDone) || errors.Is(err, driverBadConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }
 
 var driverBadConn = driver.ErrBadConn
@@ -597,10 +603,20 @@ func Classify(err error) *errs.Error {
 	if !errors.As(err, &pe) {
 		return nil
 	}
+	switch {
+	case pe.Code == "25006":
+		// A read-only database: a primary become a standby, or
+		// default_transaction_read_only (writes answered 500 INTERNAL).
+		return errs.E(errs.Unavailable, "the database takes no writes now; retry")
+	case pe.Code[:2] == "53" || pe.Code[:2] == "58":
+		// Insufficient resources (disk full, out of memory, too many
+		// connections, configuration limits) and system errors (I/O).
+		return errs.E(errs.Unavailable, "the database is busy; retry")
+	}
 	switch pe.Code {
-	case "57014", "55P03", "53300", "53400", "40001", "40P01":
-		// statement timeout or cancel, lock timeout, too many connections,
-		// and retries that ran out
+	case "57014", "55P03", "40001", "40P01":
+		// statement timeout or cancel, lock timeout, and retries that ran
+		// out
 		return errs.E(errs.Unavailable, "the database is busy; retry")
 	case "23503":
 		return errs.E(errs.NotFound, "a resource the request names does not exist")

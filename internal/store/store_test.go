@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
@@ -133,6 +135,13 @@ func TestClassify(t *testing.T) {
 		_, err := tx.Exec(`SELECT pg_sleep(1)`)
 		return err
 	})
+	readOnly := db.Tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.Exec(`SET TRANSACTION READ ONLY`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO kv VALUES ('r', 1, NULL)`)
+		return err
+	})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	for _, c := range []struct {
@@ -148,6 +157,13 @@ func TestClassify(t *testing.T) {
 		{"statement timeout", timeout, errs.Unavailable},
 		{"cancelled", db.QueryRowContext(cctx, `SELECT 1`).Scan(new(int)), errs.Unavailable},
 		{"a domain error", errs.E(errs.InvalidState, "x"), errs.InvalidState},
+		// a database that takes no writes (a primary become a standby), a
+		// full disk, a connection that ended mid-statement: 503, not 500
+		{"read-only", readOnly, errs.Unavailable},
+		{"disk full", &pgconn.PgError{Code: "53100"}, errs.Unavailable},
+		{"out of memory", fmt.Errorf("query: %w", &pgconn.PgError{Code: "53200"}), errs.Unavailable},
+		{"I/O error", &pgconn.PgError{Code: "58030"}, errs.Unavailable},
+		{"a connection ended mid-statement", fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), errs.Unavailable},
 	} {
 		got := store.Classify(c.err)
 		if got == nil || got.Code != c.code {
