@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
 )
@@ -220,4 +223,31 @@ func TestConcurrentCreatesRespectQuotaAndCapacity(t *testing.T) {
 		}
 		return fmt.Errorf("not settled: %d GPUs running, %d pending, %d free, %d fit", runGPUs, pending, free, fits)
 	})
+}
+
+// Reservations of a dimension the policy leaves unbounded may together
+// hold more than an answer's integer: capacity reads 2147483647 there, on
+// both surfaces (instances.capacity failed, "the request breaks a
+// constraint of the data", and the graph answered an Int past 32 bits).
+func TestCapacityPastTheLargestInteger(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "big", map[string]any{"capacity": map[string]any{"gpus": 8}})
+	// two rows of 1,500,000,000 GiB each, past what the method admits per
+	// reservation, as 300 reservations of 10,000,000 would hold
+	if _, err := e.DB.ExecContext(t.Context(), `INSERT INTO reservations (reservation_id, tenant_id, pool_id, gpus, vcpus, memory_gib, starts_at, ends_at)
+		SELECT 'rsv_0000000000000000000000000' || g, 'acme', $1, 0, 0, 1500000000, now() - interval '1 minute', now() + interval '1 hour'
+		FROM generate_series(1, 2) g`, pool); err != nil {
+		t.Fatal(err)
+	}
+	r := must(t, e.Call(acme.Admin.Token, "instances/capacity", map[string]any{"tenantId": "acme", "poolId": pool}))
+	if !strings.Contains(string(r.Raw), `"reserved":{"gpus":0,"vcpus":0,"memoryGiB":2147483647}`) {
+		t.Fatalf("capacity: %s", r.Raw)
+	}
+	d := gqlOK(t, e.GraphQL(acme.Admin.Token, `query($p: ID!) { node(id: $p) { ... on Pool { capacity { reserved { memoryGiB } free { memoryGiB gpus } byTenant { tenantId held { memoryGiB } } } } } }`,
+		map[string]any{"p": relay.ID("Pool", pool)}))
+	if b, _ := json.Marshal(d); !strings.Contains(string(b), `"reserved":{"memoryGiB":2147483647}`) || !strings.Contains(string(b), `"held":{"memoryGiB":2147483647}`) {
+		t.Fatalf("the graph's capacity: %s", b)
+	}
 }

@@ -53,7 +53,7 @@ const HoldsRoom = `instances.state NOT IN ('pending', 'deleted') AND instances.p
 // (except one instance, the one being placed).
 func allocated(ctx context.Context, q store.Q, poolID, except string) (map[string]fit.Resources, error) {
 	var rows []tenantRes
-	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
+	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::bigint AS gpus, sum(vcpus)::bigint AS vcpus, sum(memory_gib)::bigint AS memory_gib
 		FROM instances WHERE pool_id = $1 AND `+HoldsRoom+` AND instance_id <> $2 GROUP BY tenant_id`, poolID, except)
 	return byTenant(rows), store.Wrap(err)
 }
@@ -61,7 +61,7 @@ func allocated(ctx context.Context, q store.Q, poolID, except string) (map[strin
 // reservedNow sums each tenant's reservations active now in a pool.
 func reservedNow(ctx context.Context, q store.Q, poolID string) (map[string]fit.Resources, error) {
 	var rows []tenantRes
-	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::int AS gpus, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib
+	err := q.SelectContext(ctx, &rows, `SELECT tenant_id, sum(gpus)::bigint AS gpus, sum(vcpus)::bigint AS vcpus, sum(memory_gib)::bigint AS memory_gib
 		FROM reservations WHERE pool_id = $1 AND state = 'active' AND starts_at <= now() AND ends_at > now() GROUP BY tenant_id`, poolID)
 	return byTenant(rows), store.Wrap(err)
 }
@@ -258,7 +258,7 @@ func hosts(ctx context.Context, q store.Q, poolID, except string) ([]fit.Host, e
 		VCPUs     int    `db:"vcpus"`
 		MemoryGiB int    `db:"memory_gib"`
 	}
-	if err := q.SelectContext(ctx, &used, `SELECT host_node_id, sum(vcpus)::int AS vcpus, sum(memory_gib)::int AS memory_gib FROM instances
+	if err := q.SelectContext(ctx, &used, `SELECT host_node_id, sum(vcpus)::bigint AS vcpus, sum(memory_gib)::bigint AS memory_gib FROM instances
 		WHERE host_node_id = ANY($1) AND state <> 'deleted' AND instance_id <> $2 GROUP BY host_node_id`, nodeIDs, except); err != nil {
 		return nil, store.Wrap(err)
 	}

@@ -81,6 +81,26 @@ func CapacityOf(poolID string, total Resources, bounded bool, alloc, res map[str
 	if owner {
 		c.ByTenant = held
 	}
+	return c.saturated()
+}
+
+// saturated is c with every amount at most Unbounded, the largest the
+// answers hold (an int4 on the method surface, GraphQL's 32-bit Int):
+// reservations of an unbounded dimension may together hold more (230 of
+// 10,000,000 GiB of memory made instances.capacity fail, and the graph
+// answer an Int past 32 bits).
+func (c *PoolCapacity) saturated() *PoolCapacity {
+	sat := func(r Resources) Resources {
+		return Resources{min(r.GPUs, Unbounded), min(r.VCPUs, Unbounded), min(r.MemoryGiB, Unbounded)}
+	}
+	c.Allocated, c.Reserved = sat(c.Allocated), sat(c.Reserved)
+	if c.Free != nil {
+		f := sat(*c.Free)
+		c.Free = &f
+	}
+	for t, r := range c.ByTenant {
+		c.ByTenant[t] = sat(r)
+	}
 	return c
 }
 

@@ -79,3 +79,14 @@ func TestHostOfAndHostedTotal(t *testing.T) {
 		t.Errorf("hosted total %v", got)
 	}
 }
+
+// Amounts past what an answer holds (reservations of an unbounded
+// dimension together) read as Unbounded, the largest.
+func TestCapacityAmountsSaturate(t *testing.T) {
+	total, _ := ProviderTotal(`{"capacity": {"gpus": 8}}`)
+	res := map[string]Resources{"a": {GPUs: 1, MemoryGiB: 1_500_000_000}, "b": {MemoryGiB: 1_500_000_000}}
+	c := CapacityOf("pool", total, true, map[string]Resources{}, res, true)
+	if c.Reserved.MemoryGiB != Unbounded || c.ByTenant["a"].MemoryGiB != 1_500_000_000 || c.Free.MemoryGiB != Unbounded || c.Free.GPUs != 7 {
+		t.Fatalf("%+v free %+v", c, *c.Free)
+	}
+}
