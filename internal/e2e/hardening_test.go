@@ -742,6 +742,20 @@ func TestMethodSurfaceBodies(t *testing.T) {
 		if r.Status != 405 || r.Header.Get("Allow") != "GET, POST" || !strings.Contains(string(r.Raw), `"errors"`) {
 			t.Fatalf("PROPFIND %s: %d %v %s", path, r.Status, r.Header, r.Raw)
 		}
+		// the verb's answer whatever the token (it was 401 without one)
+		for _, verb := range []string{"PUT", "DELETE", "HEAD"} {
+			if r := rawCall(t, e, verb, path, nil, nil); r.Status != 405 || r.Header.Get("Allow") != "GET, POST" {
+				t.Fatalf("%s %s without a token: %d %v %s", verb, path, r.Status, r.Header, r.Raw)
+			}
+		}
+		if r := rawCall(t, e, "OPTIONS", path, nil, nil); r.Status != 204 {
+			t.Fatalf("OPTIONS %s without a token: %d %s", path, r.Status, r.Raw)
+		}
+		// a request without a token is told so, not that its header is malformed
+		r = rawCall(t, e, "POST", path, map[string]string{"Content-Type": "application/json"}, []byte(`{"query":"{ viewer { kind } }"}`))
+		if m, _ := gqlMessage(r); r.Status != 401 || m != "a bearer token is required" {
+			t.Fatalf("POST %s without a token: %d %s", path, r.Status, r.Raw)
+		}
 	}
 	for _, path := range []string{"/openapi.json", "/healthz", "/readyz", "/", "/graphiql/graphiql.min.css"} {
 		if r := rawCall(t, e, "HEAD", path, nil, nil); r.Status != 200 || len(r.Raw) != 0 {

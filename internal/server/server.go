@@ -611,7 +611,10 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if r.Method == http.MethodOptions {
+		if r.Method != http.MethodGet && r.Method != http.MethodPost {
+			// OPTIONS, and the verbs answered 405 (HEAD, PUT...): nothing
+			// runs, and the answer is the verb's whatever the token (it
+			// was 401 without one, 405 with one).
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -643,6 +646,9 @@ func (s *Server) bearer(r *http.Request) (*reqctx.Principal, error) {
 	// answered 401 without end).
 	if len(r.Header.Values("Authorization")) > 1 {
 		return nil, s.failed(r, errs.E(errs.Unauthenticated, "send one Authorization header"))
+	}
+	if r.Header.Get("Authorization") == "" {
+		return nil, s.failed(r, errs.E(errs.Unauthenticated, "a bearer token is required"))
 	}
 	tok, ok := auth.FromHeader(r.Header.Get("Authorization"))
 	if !ok {
