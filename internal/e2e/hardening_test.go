@@ -206,6 +206,16 @@ func TestGraphQLScalarRefusals(t *testing.T) {
 			t.Fatalf("since: %s: %d %s", lit, r.Status, r.Raw)
 		}
 	}
+	// in a list where a list goes, one error for the item, not one a level
+	for _, q := range []string{
+		`query($x: [[Time]] = [[5]]) { tenant(tenantId: "acme") { tenantId } }`,
+		`query($x: [Long] = ["a"]) { tenant(tenantId: "acme") { tenantId } }`,
+	} {
+		r := e.GraphQL(acme.Admin.Token, q, nil) // (and "$x is never used")
+		if n := strings.Count(string(r.Raw), "cannot represent"); r.Status != http.StatusBadRequest || n != 1 {
+			t.Fatalf("%s: %d %s", q, r.Status, r.Raw)
+		}
+	}
 	// A NUL in a literal, in an input object.
 	r := e.GraphQL(acme.Member.Token, `mutation { createProject(input: {tenantId: "acme", name: "a\u0000b"}) { project { id } } }`, nil)
 	gqlExpect(t, r, "INVALID_INPUT", anyPath)

@@ -48,9 +48,11 @@ var scalarKinds = core.Rule{
 			if value.Definition == nil {
 				return
 			}
-			switch value.Kind {
-			case ast.Variable, ast.NullValue:
+			switch {
+			case value.Kind == ast.Variable, value.Kind == ast.NullValue:
 				return
+			case value.Kind == ast.ListValue && value.ExpectedType != nil && value.ExpectedType.Elem != nil:
+				return // a list where one goes: its items are judged ([[5]] was three errors)
 			}
 			switch value.Definition.Name {
 			case "Time":
