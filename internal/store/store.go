@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jackc/pgxlisten"
 	"github.com/jmoiron/sqlx"
@@ -139,6 +140,7 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.Tracer = counter{}
+	cfg.BuildContextWatcherHandler = keepOnCancel
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = opts.ConnectTimeout
 	}
@@ -508,6 +510,19 @@ type unavailable struct{ cause error }
 
 func (u *unavailable) Error() string { return "database unavailable: " + u.cause.Error() }
 func (u *unavailable) Unwrap() error { return u.cause }
+
+// keepOnCancel is how a connection meets the end of its statement's
+// context (a client that went away, a completed subscription): the
+// statement is left to finish for a moment, then PostgreSQL is asked to
+// cancel it, and the connection is closed only if even that does not end
+// it. pgx's default closed the connection at once: a client's subscribe
+// and complete a millisecond apart, 175 a second on one socket, killed a
+// pooled connection each (PostgreSQL's "connection to client lost"),
+// until the pool could not connect and other tenants' calls answered 503
+// and the cluster leases lapsed (a helper's probe).
+func keepOnCancel(pc *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, CancelRequestDelay: 50 * time.Millisecond, DeadlineDelay: time.Second}
+}
 
 // Unreachable reports errors that mean the database cannot be reached.
 func Unreachable(err error) bool {
