@@ -671,3 +671,32 @@ func TestWebSocketMessagesAreBoundedBeforeDecoding(t *testing.T) {
 		t.Fatalf("a deep connection_init: %d %q", code, reason)
 	}
 }
+
+// A subscribe its client completes at once is still a request: it pays its
+// first unit before anything of it runs (3,000 subscribe and complete pairs
+// spent nothing, each authenticated against the database), so the next
+// operation past the budget is RATE_LIMITED.
+func TestSubscribeAndCompleteSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	e := testkit.StartWith(t, testkit.Options{Config: server.Config{RatePerSecond: 1, RateBurst: 20}})
+	admin, _, _ := e.Tenant("acme")
+	w := dialWS(t, e)
+	w.init(admin)
+	for i := 0; i < 60; i++ {
+		id := fmt.Sprint("s", i)
+		w.send(map[string]any{"id": id, "type": "subscribe", "payload": map[string]any{"query": `subscription { tenantEvents(tenantId: "acme") { eventId } }`}})
+		w.send(map[string]any{"id": id, "type": "complete"})
+	}
+	w.send(map[string]any{"id": "q", "type": "subscribe", "payload": map[string]any{"query": `{ viewer { kind } }`}})
+	for {
+		m := w.next()
+		if m["id"] != "q" {
+			continue // an operation's own error, had it run
+		}
+		b, _ := json.Marshal(m)
+		if m["type"] != "error" || !strings.Contains(string(b), "RATE_LIMITED") {
+			t.Fatalf("an operation after 60 subscribe and complete pairs past a budget of 20: %s", b)
+		}
+		return
+	}
+}
