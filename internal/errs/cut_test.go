@@ -17,7 +17,7 @@ func TestCutTextBoundsEveryMessage(t *testing.T) {
 		strings.Repeat("a b ", 1000),
 	} {
 		got := CutText(s)
-		if n := utf8.RuneCountInString(got); n > MaxMessage || !strings.HasSuffix(got, "…") {
+		if n := utf8.RuneCountInString(got); n > MaxMessage || !strings.Contains(got, "…") {
 			t.Errorf("%.40s…: %d characters: %.80s", s, n, got)
 		}
 	}
@@ -28,5 +28,22 @@ func TestCutTextBoundsEveryMessage(t *testing.T) {
 	exact := strings.Repeat("ab ", MaxMessage/3)
 	if CutText(exact) != exact {
 		t.Error("a message at the bound changed")
+	}
+}
+
+// A quoted value is a client's text: a quote of it at most, words or not;
+// a path's parts too (a key of words in an unknown field's path).
+func TestCutTextQuotesShortly(t *testing.T) {
+	words := strings.Repeat("word ", 2000)
+	got := CutText(`label value "` + words + `" must be at most 63 characters`)
+	if n := utf8.RuneCountInString(got); n > 2*Quoted+40 || !strings.HasSuffix(got, `…" must be at most 63 characters`) {
+		t.Errorf("%d characters: %s", n, got)
+	}
+	p := CutPath("policy.capacity." + words + ".x")
+	if n := utf8.RuneCountInString(p); n > Quoted+30 || !strings.HasPrefix(p, "policy.capacity.word word") || !strings.HasSuffix(p, "….x") {
+		t.Errorf("%d characters: %s", n, p)
+	}
+	if CutPath("size.gpus") != "size.gpus" {
+		t.Error("a short path changed")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -203,6 +204,14 @@ func CutText(s string) string {
 	if len(s) <= 2*Quoted {
 		return s
 	}
+	// A quoted value is a client's text: at most a quote of it, spaces or
+	// not (a value of words came back at the whole bound).
+	s = quoted.ReplaceAllStringFunc(s, func(q string) string {
+		if utf8.RuneCountInString(q) <= Quoted+2 {
+			return q
+		}
+		return `"` + Cut(q[1:len(q)-1]) + `"`
+	})
 	words := strings.Split(s, " ")
 	cut := false
 	for i, w := range words {
@@ -217,6 +226,24 @@ func CutText(s string) string {
 		s = string([]rune(s)[:MaxMessage-1]) + "…"
 	}
 	return s
+}
+
+// quoted is a double-quoted run of a message (Go's %q, gqlparser's
+// quotes), escapes included.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// CutPath is a path as an answer names it: each of its parts a quote at
+// most (a key of the client's words, in an unknown field's path), then
+// CutText.
+func CutPath(p string) string {
+	if len(p) <= Quoted {
+		return p
+	}
+	parts := strings.Split(p, ".")
+	for i, part := range parts {
+		parts[i] = Cut(part)
+	}
+	return CutText(strings.Join(parts, "."))
 }
 
 // MaxMessage bounds an answer's message and path, in characters: eight
@@ -257,7 +284,7 @@ func CodeOf(err error) Code {
 func cutQuotes(e *Error) *Error {
 	msg := CutText(e.Message)
 	path, isPath := e.Details["path"].(string)
-	if msg == e.Message && (!isPath || CutText(path) == path) {
+	if msg == e.Message && (!isPath || CutPath(path) == path) {
 		return e
 	}
 	out := &Error{Code: e.Code, Message: msg, Details: make(map[string]any, len(e.Details))}
@@ -265,7 +292,7 @@ func cutQuotes(e *Error) *Error {
 		out.Details[k] = v
 	}
 	if isPath {
-		out.Details["path"] = CutText(path)
+		out.Details["path"] = CutPath(path)
 	}
 	return out
 }

@@ -166,7 +166,7 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		// answer's are.
 		out.Message = errs.CutText(out.Message) // at most errs.MaxMessage: an input object literal came back whole
 		if p, ok := details["path"].(string); ok {
-			details["path"] = errs.CutText(p)
+			details["path"] = errs.CutPath(p)
 		}
 		// A request error has no place in the response, and the GraphQL
 		// spec's path is one: gqlgen put a variable's ["variable", "v"]
