@@ -276,7 +276,10 @@ func parseCursorKey(k string) (*time.Time, string, error) {
 	}
 	ts, id, ok := strings.Cut(k, " ")
 	t, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil || !ids.Valid(ids.Audit, id) {
+	// As CursorKey writes it: UTC, to the microsecond a record holds, no
+	// other offset or finer digits (0001-01-01 or a +02:00 offset read as
+	// a place no record is).
+	if !ok || err != nil || !ids.Valid(ids.Audit, id) || t.UTC().Format(time.RFC3339Nano) != ts || t.Nanosecond()%1000 != 0 || t.Year() < 2000 {
 		return nil, "", errs.Invalid("cursor", "cursor is not one this server returned")
 	}
 	return &t, id, nil

@@ -326,4 +326,21 @@ func TestForgedCursorsOfTheListsOwnKind(t *testing.T) {
 		}
 		expect(t, e.Call(tok, c.method, in), "INVALID_INPUT", "cursor")
 	}
+	// keys of other shapes: a profile version this server never writes, an
+	// audit time in another offset, finer than a record's or before any
+	for _, c := range []struct {
+		method string
+		cursor string
+	}{
+		{"profiles/list", forged("profile", "gpu-node", 0, "53bce4f1dfa0fe8e7ca126f91b35d3a6")},
+		{"profiles/list", forged("profile", "gpu-node", -5, "53bce4f1dfa0fe8e7ca126f91b35d3a6")},
+		{"audit/list", forged("audit", "2026-12-07T16:40:01.123456+02:00 aud_01m98nvr6ydameqvamz1s5yxym")},
+		{"audit/list", forged("audit", "2026-12-07T16:40:01.1234567891Z aud_01m98nvr6ydameqvamz1s5yxym")},
+		{"audit/list", forged("audit", "0001-01-01T00:00:00Z aud_01m98nvr6ydameqvamz1s5yxym")},
+	} {
+		expect(t, e.Call(admin, c.method, map[string]any{"tenantId": "acme", "cursor": c.cursor}), "INVALID_INPUT", "cursor")
+	}
+	// and a real one still reads on
+	first := e.Must(e.Call(admin, "audit/list", map[string]any{"tenantId": "acme", "limit": 1}))
+	e.Must(e.Call(admin, "audit/list", map[string]any{"tenantId": "acme", "limit": 1, "cursor": first.Body["cursor"]}))
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/pattern"
@@ -41,8 +42,8 @@ type Kind string
 // (Keyed), set while packages initialise and read-only after.
 var keyPatterns = map[Kind][]*pattern.Regexp{}
 
-// Keyed declares kind k whose key parts that are strings match patterns,
-// in key order ("" for a part of any text): Decode refuses a cursor of k
+// Keyed declares kind k whose key parts match patterns, in key order (""
+// for a part of any value; an integer part is matched as its decimal): Decode refuses a cursor of k
 // whose part does not (a hand-made ["joinRequest", "x' OR 1=1 --"] was
 // read as a place in the list and answered an empty page, where a
 // cursor this server never wrote is INVALID_INPUT). Declare each kind once,
@@ -137,7 +138,14 @@ func (k Kind) Decode(cursor string, dst ...any) (bool, error) {
 			return false, bad
 		}
 		if pats := keyPatterns[k]; i < len(pats) && pats[i] != nil {
-			if s, ok := vals[i].(string); !ok || !pats[i].MatchString(s) {
+			text, ok := vals[i].(string)
+			switch n := vals[i].(type) {
+			case int:
+				text, ok = strconv.Itoa(n), true // a version: its decimal
+			case int64:
+				text, ok = strconv.FormatInt(n, 10), true
+			}
+			if !ok || !pats[i].MatchString(text) {
 				return false, bad
 			}
 		}

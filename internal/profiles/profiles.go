@@ -26,7 +26,7 @@ import (
 )
 
 // cursors is the kind of the profile lists' cursors (both surfaces).
-var cursors = page.Keyed("profile", registry.ProfileIDPattern, "", `^[0-9a-f]{32}$`) // id, version, ownerKey
+var cursors = page.Keyed("profile", registry.ProfileIDPattern, `^[1-9][0-9]*$`, `^[0-9a-f]{32}$`) // id, version, ownerKey
 
 // Profile is one stored (or shipped) profile version.
 type Profile struct {
