@@ -90,8 +90,9 @@ func CapacityOf(poolID string, total Resources, bounded bool, alloc, res map[str
 // 10,000,000 GiB of memory made instances.capacity fail, and the graph
 // answer an Int past 32 bits).
 func (c *PoolCapacity) saturated() *PoolCapacity {
+	clamp := func(v int) int { return max(-Unbounded, min(v, Unbounded)) } // free below zero too (a bound lowered under what is held)
 	sat := func(r Resources) Resources {
-		return Resources{min(r.GPUs, Unbounded), min(r.VCPUs, Unbounded), min(r.MemoryGiB, Unbounded)}
+		return Resources{clamp(r.GPUs), clamp(r.VCPUs), clamp(r.MemoryGiB)}
 	}
 	c.Allocated, c.Reserved = sat(c.Allocated), sat(c.Reserved)
 	if c.Free != nil {

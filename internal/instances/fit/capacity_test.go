@@ -89,4 +89,10 @@ func TestCapacityAmountsSaturate(t *testing.T) {
 	if c.Reserved.MemoryGiB != Unbounded || c.ByTenant["a"].MemoryGiB != 1_500_000_000 || c.Free.MemoryGiB != Unbounded || c.Free.GPUs != 7 {
 		t.Fatalf("%+v free %+v", c, *c.Free)
 	}
+	// a bound lowered under what is held: free below zero, at most as far
+	lowered, _ := ProviderTotal(`{"capacity": {"gpus": 8, "memoryGiB": 1}}`)
+	c = CapacityOf("pool", lowered, true, map[string]Resources{}, res, true)
+	if c.Free.MemoryGiB != -Unbounded {
+		t.Fatalf("free %+v", *c.Free)
+	}
 }
