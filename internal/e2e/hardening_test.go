@@ -1104,11 +1104,14 @@ func TestReadOnlyDatabase(t *testing.T) {
 	if _, err := e.DB.ExecContext(ctx, `ALTER DATABASE `+pgx.Identifier{dbName}.Sanitize()+` SET default_transaction_read_only = on`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.DB.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+	admin, err := pgx.Connect(ctx, e.DB.URL) // outside the pool: every pooled session ends
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.DB.DB.SetMaxIdleConns(0) // the test's own session too
-	e.DB.DB.SetMaxIdleConns(2)
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := e.Call(acme.Member.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "ro"})
@@ -1135,4 +1138,30 @@ func TestReadOnlyDatabase(t *testing.T) {
 	if res.StatusCode != 503 || b.Status != "database read-only" {
 		t.Fatalf("readyz of a read-only database: %d %q", res.StatusCode, b.Status)
 	}
+	// Writable again: the replica comes back by itself (its pooled
+	// sessions kept the setting they began with, and it answered 503 until
+	// they were ended by hand). A readiness check that finds it read-only
+	// renews them.
+	for _, q := range []string{`SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE`,
+		`ALTER DATABASE ` + pgx.Identifier{dbName}.Sanitize() + ` SET default_transaction_read_only = off`} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		res, err := http.Get(e.Server.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz after the database takes writes again: %d", res.StatusCode)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	must(t, e.Call(acme.Member.Token, "projects/create", map[string]any{"tenantId": "acme", "name": "rw"}))
 }

@@ -390,6 +390,10 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if readOnly == "on" {
+		// The sessions may be read-only from when they began: the next
+		// check, and the writes, run on new ones, which see the database
+		// as it is then.
+		s.DB.Renew()
 		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database read-only"})
 		return
 	}

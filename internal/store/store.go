@@ -52,6 +52,8 @@ type DB struct {
 	// it; negative when not known (a statement on the handle itself).
 	Committed func(ctx context.Context, tenants []string, took time.Duration)
 
+	maxConns int // the pool's size, to keep idle (Renew)
+
 	authorityMu sync.Mutex
 	onAuthority []func()
 }
@@ -167,7 +169,19 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &DB{DB: db, URL: url, Replica: opts.Replica}, nil
+	return &DB{DB: db, URL: url, Replica: opts.Replica, maxConns: opts.MaxConns}, nil
+}
+
+// Renew closes the pool's idle connections, so that the next statements
+// run on new sessions, with the database's settings as they are now: a
+// session keeps those it started with (default_transaction_read_only
+// turned off again left every pooled session read-only, and the replica
+// answered 503 until its connections were ended by hand).
+func (db *DB) Renew() {
+	if db.maxConns > 0 {
+		db.DB.SetMaxIdleConns(0)
+		db.DB.SetMaxIdleConns(db.maxConns)
+	}
 }
 
 // --- statement counting -------------------------------------------------
