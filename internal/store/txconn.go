@@ -29,9 +29,17 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	// A connection is the pool's, not the request's that happened to open
 	// it: a client that went away mid-handshake closed it half made
 	// (PostgreSQL's "connection to client lost", 37 of 800 aborted
-	// requests), and the next request paid for another. It is made whole,
-	// within the connect timeout, and pooled.
-	dc, err := c.Connector.Connect(context.WithoutCancel(ctx))
+	// requests), and the next request paid for another. It is made whole
+	// and pooled, within the request's deadline still (a frozen database
+	// is the request's UNAVAILABLE at its deadline, not the connect
+	// timeout's 5 s).
+	cctx := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(cctx, dl)
+		defer cancel()
+	}
+	dc, err := c.Connector.Connect(cctx)
 	if err != nil {
 		return nil, err
 	}
