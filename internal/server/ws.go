@@ -453,11 +453,12 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		c.send(wsMessage{ID: m.ID, Type: "error", Payload: b})
 		return true
 	}
-	key := "ip:" + c.ip
-	if c.session != nil && c.session.tokenID != "" {
-		key = c.session.tokenID
+	var tokenID string
+	if c.session != nil {
+		tokenID = c.session.tokenID
 	}
 	c.mu.Unlock()
+	key := budgetKey(c.ctx, &reqctx.Principal{TokenID: tokenID}) // the credential's, as every request's
 	// The operation pays its first unit here, in the order the client sent
 	// it and before anything of it runs, as an HTTP request does before its
 	// body is read: a subscribe the client completes a millisecond later is
