@@ -437,6 +437,14 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 	wordy("a label key", e.Call(admin, "nodes/update", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "labels": map[string]any{words: "v"}}))
 	wordy("a document's sha256", e.Call(admin, "profiles/create", map[string]any{"tenantId": "wordy", "document": map[string]any{"id": "p", "version": 1,
 		"image": map[string]any{"url": "https://x/y.raw", "sha256": words, "format": "raw"}, "steps": []any{}}}))
+	few := strings.Repeat("word ", 2_000) // under a policy's 64 KiB
+	wordy("an unknown key of a policy, in its path", e.Call(admin, "pools/create", map[string]any{"tenantId": "wordy", "name": "y", "site": "s", "gpuModel": "g",
+		"sharingMode": "exclusive", "kind": "bare-metal", "policy": map[string]any{"capacity": map[string]any{few: 1}}}))
+	wordy("an unknown key of a policy in the graph", e.GraphQL(admin, `mutation($p: JSON) { createPool(input: {tenantId: "wordy", name: "z", site: "s", gpuModel: "g", sharingMode: EXCLUSIVE, kind: BARE_METAL, policy: $p}) { pool { poolId } } }`,
+		map[string]any{"p": map[string]any{"capacity": map[string]any{few: 1}}}))
+	wordy("an enum variable", e.GraphQL(admin, `query($s: InstanceState) { tenant(tenantId: "wordy") { instances(state: $s) { totalCount } } }`, map[string]any{"s": words}))
+	wordy("an enum inside an input variable", e.GraphQL(admin, `mutation($in: CreatePoolInput!) { createPool(input: $in) { pool { poolId } } }`,
+		map[string]any{"in": map[string]any{"tenantId": "wordy", "name": "z", "site": "s", "gpuModel": "g", "sharingMode": few, "kind": "BARE_METAL"}}))
 	wordy("a label value in the graph", e.GraphQL(admin, `mutation($l: JSON) { updateNode(input: {tenantId: "wordy", nodeId: "`+nodeID+`", labels: $l}) { node { nodeId } } }`,
 		map[string]any{"l": map[string]any{"k": words}}))
 }

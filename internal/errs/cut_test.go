@@ -47,3 +47,21 @@ func TestCutTextQuotesShortly(t *testing.T) {
 		t.Error("a short path changed")
 	}
 }
+
+// A message that repeats its path has the path's long parts cut where it
+// repeats them, as details.path has them cut.
+func TestCutMessageCutsThePathItRepeats(t *testing.T) {
+	key := strings.Repeat("word ", 2_000)
+	path := "policy.capacity." + key
+	e := Public(Invalid(path, "%s: unknown field", path), "r")
+	if strings.Contains(e.Message, strings.Repeat("word ", 14)) || !strings.HasPrefix(e.Message, "policy.capacity.word") ||
+		!strings.HasSuffix(e.Message, "…: unknown field") {
+		t.Fatalf("message %d characters: %.200q", len(e.Message), e.Message)
+	}
+	if p := e.Details["path"].(string); p != "policy.capacity."+Cut(key) {
+		t.Fatalf("path %.200q", p)
+	}
+	if got := CutMessage("a.b: too short to cut", "a.b"); got != "a.b: too short to cut" {
+		t.Fatalf("%q", got)
+	}
+}

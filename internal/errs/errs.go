@@ -246,6 +246,22 @@ func CutPath(p string) string {
 	return CutText(strings.Join(parts, "."))
 }
 
+// CutMessage is an answer's message whose details.path is path: every part
+// of the path longer than a quote is cut as CutPath cuts it wherever the
+// message repeats it (a message begins with the path it refuses, and a
+// path holds the client's keys: "policy.capacity.<key>: unknown field"
+// came back with 512 characters of the key), then CutText.
+func CutMessage(msg, path string) string {
+	if len(path) > Quoted {
+		for _, part := range strings.Split(path, ".") {
+			if c := Cut(part); c != part {
+				msg = strings.ReplaceAll(msg, part, c)
+			}
+		}
+	}
+	return CutText(msg)
+}
+
 // MaxMessage bounds an answer's message and path, in characters: eight
 // quotes' worth, past every message of the server's own.
 const MaxMessage = 8 * Quoted
@@ -282,8 +298,8 @@ func CodeOf(err error) Code {
 // cutQuotes is e with its message and details.path cut by CutText (a copy
 // when anything is cut).
 func cutQuotes(e *Error) *Error {
-	msg := CutText(e.Message)
 	path, isPath := e.Details["path"].(string)
+	msg := CutMessage(e.Message, path)
 	if msg == e.Message && (!isPath || CutPath(path) == path) {
 		return e
 	}

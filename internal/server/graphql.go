@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,8 +99,9 @@ func (s *Server) inSlot(h graphql.ResponseHandler) graphql.ResponseHandler {
 // cannotUse is gqlparser's refusal of a variable's value for a built-in
 // scalar; scalarWants says what the scalar takes.
 var (
-	cannotUse   = regexp.MustCompile(`^cannot use (?:value \S+|\w+) as (Int|Float|String|Boolean|ID)$`)
-	scalarWants = map[string]string{
+	notValidEnum = regexp.MustCompile(`(?s)^(.*) is not a valid ([A-Za-z_][A-Za-z0-9_]*)$`)
+	cannotUse    = regexp.MustCompile(`^cannot use (?:value \S+|\w+) as (Int|Float|String|Boolean|ID)$`)
+	scalarWants  = map[string]string{
 		"Int":     fmt.Sprintf("must be an integer from %d to %d", math.MinInt32, math.MaxInt32),
 		"Float":   "must be a number",
 		"String":  "must be a string",
@@ -164,8 +166,14 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 		// literals and a variable's value whole (an Int literal of
 		// 100,000 digits, an enum variable's value): cut as every
 		// answer's are.
-		out.Message = errs.CutText(out.Message) // at most errs.MaxMessage: an input object literal came back whole
-		if p, ok := details["path"].(string); ok {
+		if m := notValidEnum.FindStringSubmatch(out.Message); m != nil {
+			// gqlgen's enum unmarshalling: the value first, unquoted
+			// (512 characters of a variable's words came back).
+			out.Message = strconv.Quote(errs.Cut(m[1])) + " is not a valid " + m[2]
+		}
+		p, _ := details["path"].(string)
+		out.Message = errs.CutMessage(out.Message, p) // at most errs.MaxMessage: an input object literal came back whole
+		if p != "" {
 			details["path"] = errs.CutPath(p)
 		}
 		// A request error has no place in the response, and the GraphQL
@@ -199,7 +207,8 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			}
 		}
 	}
-	out.Message = errs.CutText(e.Message)
+	path, _ := e.Details["path"].(string)
+	out.Message = errs.CutMessage(e.Message, path)
 	out.Extensions = map[string]any{"code": string(e.Code), "details": e.Details}
 	return out
 }
