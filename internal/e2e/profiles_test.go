@@ -118,6 +118,21 @@ func TestProfilesCreateAndGet(t *testing.T) {
 		{"hostConfig kernelArgs", mod(func(d map[string]any) {
 			d["hostConfig"].(map[string]any)["kernelArgs"] = []any{"ok", strings.Repeat("k", 257)}
 		}), "document.hostConfig.kernelArgs[1]"},
+		{"hostConfig kernelArgs with a line break", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["kernelArgs"] = []any{"ok", "quiet\ninit=/bin/sh"}
+		}), "document.hostConfig.kernelArgs[1]"},
+		{"hostConfig sysctl key over 256", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"vm.swappiness": 1, strings.Repeat("k", 257): 1}
+		}), "document.hostConfig.sysctl." + strings.Repeat("k", 64) + "…"},
+		{"hostConfig sysctl key with a line break", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"a\nkernel.x": 1}
+		}), "document.hostConfig.sysctl.a\nkernel.x"},
+		{"hostConfig sysctl key with =", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"a=b": 1}
+		}), "document.hostConfig.sysctl.a=b"},
+		{"hostConfig sysctl value with a line break", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"vm.swappiness": "1\nkernel.x = y"}
+		}), "document.hostConfig.sysctl.vm.swappiness"},
 		{"document not an object", []any{1}, "document"},
 	}
 	for _, c := range cases {
@@ -132,6 +147,10 @@ func TestProfilesCreateAndGet(t *testing.T) {
 	d := profileDoc("limits", 1)
 	d["steps"] = manySteps[:200]
 	d["userData"] = strings.Repeat("x", 64<<10)
+	// sysctl keys of 256 characters, globs and sysctl.d's "-" prefix, and
+	// a value with spaces and a tab pass.
+	d["hostConfig"] = map[string]any{"sysctl": map[string]any{strings.Repeat("k", 256): 1, "-net.ipv4.conf.*.rp_filter": "2",
+		"net.ipv4.ip_local_port_range": "32768 60999", "kernel.x": "a\tb"}}
 	must(t, createProfile(t, e, acme.Member.Token, "acme", d, ""))
 
 	// get: latest when profileVersion is omitted; NOT_FOUND otherwise.

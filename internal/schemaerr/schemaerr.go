@@ -58,6 +58,9 @@ func Leaf(e *jsonschema.ValidationError) string {
 	case *kind.Pattern:
 		// The library quotes the value whole: a 120 KB string of words
 		// came back in the answer.
+		if words, ok := patternWords[k.Want]; ok {
+			return words
+		}
 		return "does not match the pattern " + strconv.Quote(k.Want)
 	case *kind.Format:
 		return "is not a valid " + k.Want
@@ -80,4 +83,11 @@ func Number(r *big.Rat) string {
 	}
 	f, _ := r.Float64()
 	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// patternWords says in words what a pattern of a schema refuses, where the
+// pattern alone reads as escapes.
+var patternWords = map[string]string{
+	`^[^\x00-\x1f\x7f]*$`:          "must not contain line breaks or other control characters",
+	`^[^\x00-\x08\x0a-\x1f\x7f]*$`: "must not contain line breaks or control characters other than tab",
 }
