@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -109,6 +110,26 @@ func pageArgs(kind page.Codec, first *int, after *string) (int, string, error) {
 		}
 	}
 	return n, key, nil
+}
+
+// statedFirst is first, or when it is null the default the schema states
+// for the field's first: an explicit null takes no default in GraphQL, and
+// inventoryHistory(first: null) answered page.DefaultLimit's 50 where its
+// schema, and inventory.history's limit, say 20.
+func statedFirst(ctx context.Context, first *int) *int {
+	if first != nil {
+		return first
+	}
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil || fc.Field.Definition == nil {
+		return nil
+	}
+	if a := fc.Field.Definition.Arguments.ForName("first"); a != nil && a.DefaultValue != nil {
+		if n, err := strconv.Atoi(a.DefaultValue.Raw); err == nil {
+			return &n
+		}
+	}
+	return nil
 }
 
 // checkAfter checks a connection's after as its method checks its cursor
@@ -219,7 +240,7 @@ func loadConn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[l
 // pool's View): the page holds what the caller reads of that tenant.
 func loadConnIn[T any, E any](ctx context.Context, kind page.Codec, l *loaders.L[loaders.PageKey, *page.Conn[T]], parent, view string,
 	first *int, after *string, key func(*T) string, edge func(cursor string, node *T) E) ([]E, *model.PageInfo, int, error) {
-	n, k, err := pageArgs(kind, first, after)
+	n, k, err := pageArgs(kind, statedFirst(ctx, first), after)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -720,6 +720,15 @@ func TestInventoryHistory(t *testing.T) {
 		t.Fatalf("the graph's cursor on the method: %s", r.Raw)
 	}
 	gqlExpect(t, e.GraphQL(viewer, hq, map[string]any{"id": gid, "after": "inv_short"}), "INVALID_INPUT", "after")
+	// first left out, null, or a null variable: the method's default of
+	// 20 (an explicit null took the graph's general 50).
+	dq0 := `query($id: ID!, $f: Int) { node(id: $id) { ... on ComputeNode { a: inventoryHistory { edges { cursor } }
+		b: inventoryHistory(first: null) { edges { cursor } } c: inventoryHistory(first: $f) { edges { cursor } } } } }`
+	for k, v := range dig(t, gqlOK(t, e.GraphQL(viewer, dq0, map[string]any{"id": gid, "f": nil})), "node").(map[string]any) {
+		if n := len(v.(map[string]any)["edges"].([]any)); n != 20 {
+			t.Errorf("inventoryHistory %s: %d edges, want the default 20", k, n)
+		}
+	}
 	// The node's latest snapshot id, as nodes.get answers it.
 	lq := `query($id: ID!) { node(id: $id) { ... on ComputeNode { latestSnapshotId inventory { snapshotId } } } }`
 	ln, _ := dig(t, gqlOK(t, e.GraphQL(viewer, lq, map[string]any{"id": gid})), "node").(map[string]any)
