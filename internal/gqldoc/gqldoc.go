@@ -85,6 +85,7 @@ func Describe(s *ast.Schema, reg *registry.Registry) *ast.Schema {
 		mut.Fields[i] = &nf
 	}
 	describeShapes(&c)
+	describeOutputFields(&c, reg)
 	describeListArguments(&c)
 	describeCommonFields(&c)
 	unwrapAll(&c)
@@ -234,6 +235,34 @@ func describeCommonFields(s *ast.Schema) {
 			}
 			nf := *f
 			nf.Description = fmt.Sprintf(d, name)
+			nd.Fields[i] = &nf
+		}
+		if nd != nil {
+			replaceType(s, name, nd)
+		}
+	}
+}
+
+// describeOutputFields gives the fields of an object type that the schema
+// leaves undescribed the words of the method surface's output field of the
+// same type and name (a Go field's doc tag, registry.FieldDoc): a Profile's
+// used means one thing on both surfaces, written once.
+func describeOutputFields(s *ast.Schema, reg *registry.Registry) {
+	for name, def := range s.Types {
+		if def.BuiltIn || def.Kind != ast.Object || strings.HasPrefix(name, "__") {
+			continue
+		}
+		var nd *ast.Definition
+		for i, f := range def.Fields {
+			d := reg.FieldDoc(name, f.Name)
+			if d == "" || f.Description != "" {
+				continue
+			}
+			if nd == nil {
+				nd = copyDef(def)
+			}
+			nf := *f
+			nf.Description = d
 			nd.Fields[i] = &nf
 		}
 		if nd != nil {

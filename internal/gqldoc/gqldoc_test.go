@@ -140,3 +140,20 @@ func TestDescribeFromTheRegistry(t *testing.T) {
 		t.Fatal("Describe changed the parsed schema")
 	}
 }
+
+// An output field's words (a Go field's doc tag) are the graph's field of
+// the same type and name, where the schema files give it none, and the
+// OpenAPI document's: one text for both surfaces.
+func TestOutputFieldsShareTheirWords(t *testing.T) {
+	reg := app.Registry(nil, nil, nil, nil)
+	want := reg.FieldDoc("Profile", "used")
+	if !strings.HasPrefix(want, "True once a workflow has used this version") {
+		t.Fatalf("Profile.used in the registry: %q", want)
+	}
+	if got := gqldoc.Describe(parsed(), reg).Types["Profile"].Fields.ForName("used").Description; got != want {
+		t.Fatalf("Profile.used in the graph: %q", got)
+	}
+	if parsed().Types["Profile"].Fields.ForName("used").Description != "" {
+		t.Fatal("the parsed schema itself changed")
+	}
+}

@@ -36,7 +36,7 @@ type Profile struct {
 	Visibility     string          `json:"visibility" db:"visibility" schema:"ProfileVisibility"`
 	Document       json.RawMessage `json:"document" db:"-" schema:"ProfileDocument"`
 	RowVersion     int             `json:"rowVersion" db:"row_version"`
-	Used           bool            `json:"used" db:"used"`
+	Used           bool            `json:"used" db:"used" doc:"True once a workflow has used this version (workflows.create): its document can no longer change. Always false for a builtin profile (tenant builtin), which no tenant can change and whose uses are each tenant's own."`
 	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
 	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
 

@@ -376,6 +376,13 @@ func (rf *reflector) fields(t reflect.Type, props map[string]any, req *[]string)
 			s = rf.schema(f.Type, omit)
 		}
 		rf.where = rf.where[:len(rf.where)-1]
+		if d := f.Tag.Get("doc"); d != "" {
+			// What the field means, in the OpenAPI document, the method
+			// pages and the graph's field of the same type and name
+			// (gqldoc): written once, on the Go field.
+			s = copyMap(s)
+			s["description"] = d
+		}
 		props[name] = s
 		if !omit {
 			*req = append(*req, name)
@@ -451,6 +458,16 @@ func (r *Registry) OutputSchema(m *Method) map[string]any {
 
 // Components are the named schemas the outputs and inputs refer to.
 func (r *Registry) Components() map[string]any { return r.outputSchemas().components }
+
+// FieldDoc is the description of field of the output component name (a Go
+// field's doc tag), "" when it has none.
+func (r *Registry) FieldDoc(name, field string) string {
+	c, _ := r.Components()[name].(map[string]any)
+	props, _ := c["properties"].(map[string]any)
+	p, _ := props[field].(map[string]any)
+	d, _ := p["description"].(string)
+	return d
+}
 
 // UntypedOutputs lists output fields whose schema accepts any JSON value:
 // a json.RawMessage or interface field without a `schema` tag. A test keeps

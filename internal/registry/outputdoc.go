@@ -65,6 +65,9 @@ func (r *Registry) outputRows(prefix string, s map[string]any, rows *[]outRow) {
 	for _, n := range names {
 		p, _ := props[n].(map[string]any)
 		typ, note, inner := r.describe(p)
+		if d, _ := p["description"].(string); d != "" {
+			note = strings.TrimSuffix(d, ".") + map[bool]string{true: "; " + note, false: ""}[note != ""]
+		}
 		*rows = append(*rows, outRow{name: prefix + n, typ: typ, note: note, always: req[n]})
 		if inner != nil && strings.Count(prefix, ".") < 4 { // bounded: types may nest themselves
 			sub := prefix + n + "."
