@@ -247,6 +247,22 @@ func TestFailedJoinTokensSpendTheAuthFailureBudget(t *testing.T) {
 			t.Fatalf("past the failed-authentication budget: %d %v %s", r.Status, r.Header, r.Raw)
 		}
 	}
+	// Guesses past the budget leave no audit record, as no call a limit
+	// refuses does (each one wrote an @platform record: an anonymous flood
+	// grew the operator's trail at the request rate); those within it do.
+	for i := 0; i < 10; i++ {
+		if r := join(fmt.Sprintf("bcj_flood-%d", i), testkit.NewMachine(t)); r.Code() != "RATE_LIMITED" {
+			t.Fatalf("guess %d past the budget: %s", i, r.Raw)
+		}
+	}
+	var limited, failed int
+	if err := e.DB.QueryRowContext(context.Background(), `SELECT count(*) FILTER (WHERE outcome = 'RATE_LIMITED'), count(*) FILTER (WHERE outcome = 'UNAUTHENTICATED')
+		FROM audit_log WHERE method = 'nodes.join'`).Scan(&limited, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if limited != 0 || failed < 5 {
+		t.Fatalf("audit records of nodes.join: %d RATE_LIMITED (want 0), %d UNAUTHENTICATED (want the 5 within the budget and more)", limited, failed)
+	}
 	// A join token that authenticates is still served, whatever the answer.
 	if r := e.Must(join(tok, testkit.NewMachine(t))); r.Str("status") != "admitted" {
 		t.Fatalf("a good join token after the failures: %s", r.Raw)

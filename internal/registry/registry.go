@@ -484,9 +484,15 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 		// client address's budget as a bad bearer token does, after the
 		// rollback (the budget's statement takes a connection of its own),
 		// and is answered RATE_LIMITED once that is spent. The audit
-		// record says what the caller was answered.
+		// record says what the caller was answered; a refusal of the
+		// budget is not recorded, as no call a limit refuses is (each
+		// guess past it wrote an @platform record: an anonymous flood grew
+		// the operator's trail at the request rate).
+		failed := err
 		err = auth.Charge(ctx, auth.RevokedWhileRunning(ctx, r.db, p, auth.RevokedInFlight(err)))
-		r.auditFailure(ctx, m, in, res, err)
+		if !(auth.IsFailed(failed) && !auth.IsFailed(err) && errs.CodeOf(err) == errs.RateLimited) {
+			r.auditFailure(ctx, m, in, res, err)
+		}
 		return nil, store.Wrap(err)
 	}
 	return out, nil
