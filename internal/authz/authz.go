@@ -395,7 +395,29 @@ func tenantExists(ctx context.Context, q store.Q, tenantID string) error {
 }
 
 func denied(perm Permission, r Resource) error {
-	return errs.E(errs.PermissionDenied, "permission %s denied on %s", perm, r)
+	return denial{errs.E(errs.PermissionDenied, "permission %s denied on %s", perm, r), r}
+}
+
+// denial is a PERMISSION_DENIED that names the resource decided on; errs.As
+// still finds the refusal itself.
+type denial struct {
+	err *errs.Error
+	on  Resource
+}
+
+func (d denial) Error() string { return d.err.Error() }
+func (d denial) Unwrap() error { return d.err }
+
+// DeniedOn is the resource a PERMISSION_DENIED of Decide names: one the
+// caller was shown to exist in the tenant it named (a resource another
+// tenant holds, or none, is NOT_FOUND first), so its audit record may name
+// it too.
+func DeniedOn(err error) (Resource, bool) {
+	var d denial
+	if errors.As(err, &d) {
+		return d.on, true
+	}
+	return Resource{}, false
 }
 
 // ReadsOnly is a Scope granting only read permissions.

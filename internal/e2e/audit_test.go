@@ -124,6 +124,13 @@ func TestAuditLog(t *testing.T) {
 		// found by its id alone), where a made-up id's named none.
 		{"other tenant's join token named in its own tenant", "joinTokens/revoke", "joinTokens.revoke", evil.Admin,
 			map[string]any{"tenantId": "evil", "joinTokenId": jt}, nf, "evil", "compute-pool/"},
+		// A member's refusal on its own tenant's join token names the
+		// pool, as the answer does: the pool's trail shows it (it named a
+		// pool of no id).
+		{"own tenant's join token, denied", "joinTokens/revoke", "joinTokens.revoke", acme.Member,
+			map[string]any{"tenantId": "acme", "joinTokenId": jt}, pd, "acme", "compute-pool/" + pool["poolId"].(string)},
+		{"other tenant's admin naming acme's join token in acme", "joinTokens/revoke", "joinTokens.revoke", evil.Admin,
+			map[string]any{"tenantId": "acme", "joinTokenId": jt}, pd, "acme", "compute-pool/"},
 		{"a made-up join token", "joinTokens/revoke", "joinTokens.revoke", evil.Admin,
 			map[string]any{"tenantId": "evil", "joinTokenId": "jtok_01m97e82d9r2fh0xtkw2s7bbbb"}, nf, "evil", "compute-pool/"},
 		{"denied token create", "tokens/create", "tokens.create", acme.Member,

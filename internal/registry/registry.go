@@ -434,6 +434,13 @@ func (r *Registry) call(ctx context.Context, m *Method, input func() (any, error
 			err = authz.Decide(ctx, q, p, m.Permission, res)
 		}
 		if err != nil {
+			if on, ok := authz.DeniedOn(err); ok && on.Type == res.Type && on.ID == res.ID && res.ID != "" {
+				// Denied on the located resource, which the answer names:
+				// it is in the named tenant, and its admins read the
+				// refusal on it (a member's joinTokens.revoke was recorded
+				// on a pool of no id, missing from the pool's trail).
+				return res, err
+			}
 			return named, err
 		}
 		return res, nil
