@@ -215,30 +215,22 @@ the operator reads every tenant's).
 """
 type AuditRecord {
   auditId: String!
-  "The tenant the call named (or, naming none, the tenant of the credential's join token, or else the credential's own tenant: a node's, a service token's, a user's home tenant)."
   tenantId: String!
   principal: AuditPrincipal!
-  "The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves; for a revoked token's use, the method it called, ` + "`" + `graphql` + "`" + ` on the graph's endpoints and sockets, ` + "`" + `unknown` + "`" + ` elsewhere."
   method: String!
   resource: AuditResource!
-  "success, or the error code the call ended with (PERMISSION_DENIED, NOT_FOUND, ...)."
   outcome: String!
-  "The request's X-Request-Id (job-<id> for the reconciler)."
   requestId: String!
-  "The client address the rate limits used; null for records made without a request."
   clientAddress: String
   occurredAt: Time!
-  "What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason; for a revoked token's use, ` + "`" + `tokenId` + "`" + ` and ` + "`" + `reason: \"revoked-token\"` + "`" + `."
   detail: JSON
 }
 
 "The principal as it was when the record was written."
 type AuditPrincipal {
-  "Null when the credential named no one (an unknown join token)."
   principalId: String
   kind: AuditPrincipalKind!
   name: String!
-  "The principal's home tenant (a user's, a service token's, a node's): another tenant's when its principal called on this one. Null for the operator, the server itself and join tokens, and in records written before it was kept."
   tenantId: String
 }
 
@@ -311,7 +303,6 @@ type InstanceEvent {
   tenantId: String!
   poolId: String!
   projectId: String
-  "The instance's state after the move."
   state: InstanceState!
   desiredState: InstanceDesiredState!
   stateReason: String
@@ -359,27 +350,12 @@ and are resume cursors. See docs/graphql.md, "Subscriptions: a tenant's events a
 type TenantEvent {
   "The resume cursor: pass it as ` + "`" + `after` + "`" + ` to continue after this event."
   eventId: String!
-  """
-  The dotted event type (the CloudEvents convention): instance.created …
-  instance.failed, node.joined, node.updated, node.cordoned,
-  node.uncordoned, node.removed, inventory.changed, joinRequest.pending,
-  joinRequest.approved, joinRequest.denied, joinRequest.expired,
-  workflow.created, workflow.step, workflow.succeeded, workflow.failed,
-  workflow.canceled, reservation.created, reservation.canceled,
-  reservation.expired.
-  """
   type: String!
   tenantId: String!
   resourceType: EventResourceType!
-  "The instance, node, join request, workflow or reservation id."
   resourceId: String!
-  "The pool of the resource, when it is in one."
   poolId: String
   occurredAt: Time!
-  """
-  The resource as of the event, in the method surface's form
-  (inventory.changed: the node, the snapshot id and the diff's changes).
-  """
   data: JSON!
   "The instance as it is now (instance.* events), while the caller reads it."
   instance: Instance
@@ -494,8 +470,11 @@ type TokenEdge {
 type RoleBinding {
   tenantId: String!
   principalId: String!
+  "` + "`" + `user` + "`" + ` or ` + "`" + `service` + "`" + `."
   principalKind: String!
+  "The principal's name."
   principalName: String!
+  "The role the principal holds on the tenant."
   role: Role!
   createdAt: Time!
 }
@@ -518,6 +497,7 @@ input CreateTokenInput {
 }
 
 type CreateTokenPayload {
+  "The token as created."
   token: Token!
   "The bearer secret, shown only here."
   secret: String!
@@ -529,6 +509,7 @@ input RevokeTokenInput {
 }
 
 type RevokeTokenPayload {
+  "The token as revoked."
   token: Token!
 }
 
@@ -539,6 +520,7 @@ input GrantMemberInput {
 }
 
 type GrantMemberPayload {
+  "The role binding as granted."
   binding: RoleBinding!
 }
 
@@ -548,6 +530,7 @@ input RevokeMemberInput {
 }
 
 type RevokeMemberPayload {
+  "How many role bindings were removed."
   revoked: Int!
 }
 
@@ -575,13 +558,9 @@ type Instance implements Node {
   image: String
   desiredState: InstanceDesiredState!
   state: InstanceState!
-  "Why the instance is in its state (waiting for room, a provider call in flight, a failure). The reconciler rewrites it as it waits and works, without an event and without raising rowVersion; a start of a failed instance that then waits replaces the failure's reason with the wait's (the failure stays in the instance.failed event)."
   stateReason: String
-  "The host node of a hosted pool's instance, once placed; null in a pool offered to the instance's tenant (the owner's nodes are not shown to the tenants it offers the pool to)."
   hostNodeId: String
-  "Goes up by one with every reboot request."
   rebootGeneration: Int!
-  "What expectedVersion is compared with: raised by every change of state, desiredState or rebootGeneration (not by stateReason alone)."
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
@@ -600,7 +579,9 @@ type Instance implements Node {
 type InstanceSize {
   "Whole GPUs, MIG devices of gpuProfile or GPU time slices, after the pool's sharing mode."
   gpus: Int!
+  "Virtual CPUs."
   vcpus: Int!
+  "Memory in GiB."
   memoryGiB: Int!
   "The MIG profile (mig vps-hosted pools)."
   gpuProfile: String
@@ -630,8 +611,11 @@ type InstanceEventEdge {
 
 "GPUs, vCPUs and GiB of memory."
 type ResourceAmounts {
+  "GPUs, counted after the pool's sharing mode (whole GPUs, MIG devices or time slices)."
   gpus: Int!
+  "Virtual CPUs."
   vcpus: Int!
+  "Memory in GiB."
   memoryGiB: Int!
 }
 
@@ -727,6 +711,7 @@ input CreateInstanceInput {
 }
 
 type CreateInstancePayload {
+  "The instance as created."
   instance: Instance!
 }
 
@@ -738,6 +723,7 @@ input ChangeInstanceInput {
 }
 
 type InstancePayload {
+  "The instance as the call left it."
   instance: Instance!
 }
 
@@ -762,6 +748,7 @@ input CancelReservationInput {
 }
 
 type ReservationPayload {
+  "The reservation as the call left it."
   reservation: Reservation!
 }
 
@@ -822,18 +809,24 @@ type ComputeNode implements Node {
   name: String!
   "Label keys to values."
   labels: JSON!
+  "READY (takes work), CORDONED (takes no new work) or REMOVED (its credential revoked)."
   state: NodeState!
   "The attestor that admitted it."
   attestor: Attestor!
+  "The hardware ids the machine joined with."
   hardware: NodeHardware!
+  "When the node certificate issued at its join expires (a year after the join)."
   certificateExpiresAt: Time!
+  "The join request whose approval admitted the node; null when its join was admitted at once."
   joinRequestId: String
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
+  "When the node was removed; null unless it was."
   removedAt: Time
   "The latest inventory snapshot's id (nodes.get's latestSnapshotId); null before the first report."
   latestSnapshotId: String
+  "The pool the node joined."
   pool: Pool!
   "The latest inventory snapshot; null before the first report."
   inventory: InventorySnapshot
@@ -874,15 +867,21 @@ type ComputeNodeEdge {
 "One stored inventory report: typed devices and the raw sections."
 type InventorySnapshot implements Node {
   id: ID!
+  "The snapshot's id (` + "`" + `inv_` + "`" + ` and a ULID), as ` + "`" + `inventory.get` + "`" + ` gives it."
   snapshotId: String!
   nodeId: String!
   "SHA-256 (hex) of the RFC 8785 canonical JSON of sections."
   hash: String!
+  "When the node collected the report: the report's ` + "`" + `collectedAt` + "`" + `, or when it was received when it gave none."
   collectedAt: Time!
   createdAt: Time!
+  "The snapshot's GPUs (its gpus section), typed."
   gpus: [Gpu!]!
+  "The snapshot's disks (its disks section), typed."
   disks: [Disk!]!
+  "The snapshot's network interfaces (its nics section), typed."
   nics: [Nic!]!
+  "The snapshot's drivers (its drivers section) by name, typed."
   drivers: [Driver!]!
   "The report's sections as stored (canonical JSON)."
   sections: JSON!
@@ -890,19 +889,27 @@ type InventorySnapshot implements Node {
 
 "A GPU of a snapshot's gpus section, typed."
 type Gpu {
+  "The GPU's UUID: its device id."
   uuid: String!
+  "The GPU's index on the machine; null when not reported."
   index: Int
+  "The GPU's model; empty when not reported."
   model: String!
+  "The GPU's memory in MiB; null when not reported."
   memoryMiB: Int
+  "The GPU's PCI bus id; empty when not reported."
   pciBusId: String!
   "enabled, disabled or empty when not reported."
   migMode: String!
+  "The MIG devices the GPU is split into (empty when none were reported)."
   migDevices: [MigDevice!]!
 }
 
 "A MIG device (a slice of a GPU in MIG mode) of a snapshot."
 type MigDevice {
+  "The MIG profile the device was made with."
   profile: String!
+  "The MIG device's UUID."
   uuid: String!
 }
 
@@ -917,14 +924,17 @@ type Disk {
 
 "A network interface of a snapshot's nics section, typed."
 type Nic {
+  "The interface's MAC address, as reported; its device id is this MAC in lower case."
   mac: String!
   name: String!
+  "The link speed in Mbps; null when not reported."
   speedMbps: Long
 }
 
 "A driver of a snapshot's drivers section (name and version)."
 type Driver {
   name: String!
+  "The driver's version, as the node reported it."
   version: String!
 }
 
@@ -943,15 +953,21 @@ type InventorySnapshotEdge {
 type InventoryDiff {
   "The snapshot compared from; empty when the node has a single snapshot."
   from: String!
+  "The snapshot compared to."
   to: String!
+  "The differences, by type then device id."
   changes: [InventoryChange!]!
 }
 
 "One difference between two snapshots, with the stable device id (GPU UUID, disk WWN, driver name)."
 type InventoryChange {
+  "What changed."
   type: InventoryChangeType!
+  "The device's stable id: a GPU's UUID, a disk's WWN or a driver's name."
   deviceId: String!
+  "The device or value before the change (a GPU, a disk, a driver version or a MIG layout); null where it was absent."
   before: JSON
+  "The device or value after the change (a GPU, a disk, a driver version or a MIG layout); null where it is absent."
   after: JSON
 }
 
@@ -978,18 +994,14 @@ type JoinRequest implements Node {
   joinTokenId: String!
   state: JoinRequestState!
   attestor: Attestor!
-  "Why the join was deferred: [{code, message}]."
   reasons: JSON!
   csrFingerprint: String!
-  "The hardware ids the machine presented."
   hardware: JSON!
   ekHash: String
-  "The machine proved by credential activation that it holds the TPM with this endorsement key."
   ekProven: Boolean!
   nodeId: String
   decidedBy: String
   decidedAt: Time
-  "Why the request was denied, when the denial said."
   denyReason: String
   expiresAt: Time!
   createdAt: Time!
@@ -1045,6 +1057,7 @@ input UpdatePoolInput {
 }
 
 type UpdatePoolPayload {
+  "The pool as updated."
   pool: Pool!
 }
 
@@ -1055,6 +1068,7 @@ input ArchivePoolInput {
 }
 
 type ArchivePoolPayload {
+  "The pool as archived."
   pool: Pool!
 }
 
@@ -1065,6 +1079,7 @@ input UnofferPoolInput {
 }
 
 type UnofferPoolPayload {
+  "How many offers were withdrawn."
   removed: Int!
 }
 
@@ -1076,6 +1091,7 @@ input CreateJoinTokenInput {
 }
 
 type CreateJoinTokenPayload {
+  "The join token as created."
   joinToken: JoinToken!
   "The token's secret, shown only here."
   secret: String!
@@ -1087,6 +1103,7 @@ input RevokeJoinTokenInput {
 }
 
 type RevokeJoinTokenPayload {
+  "The join token as revoked."
   joinToken: JoinToken!
 }
 
@@ -1103,6 +1120,7 @@ input DenyJoinRequestInput {
 }
 
 type DecideJoinRequestPayload {
+  "The join request as decided."
   joinRequest: JoinRequest!
 }
 
@@ -1121,6 +1139,7 @@ input ChangeNodeInput {
 }
 
 type NodePayload {
+  "The node as the call left it."
   node: ComputeNode!
 }
 
@@ -1164,9 +1183,11 @@ type AllowedTpmKey {
   poolId: String!
   "The SHA-256 (hex) of the endorsement key's DER SubjectPublicKeyInfo, or of the CA certificate's DER."
   ekHash: String!
+  "EK for an endorsement key, CA for a CA certificate that EK certificates chain to."
   kind: TpmKeyKind!
   "The CA certificate (PEM), for a CA entry."
   caCertificate: String
+  "The owner's words about the entry, as ` + "`" + `tpmKeys.allow` + "`" + ` was given them; empty when none were."
   description: String!
   createdAt: Time!
 }
@@ -1202,6 +1223,7 @@ input RegisterMachineInput {
 }
 
 type RegisterMachinePayload {
+  "The expected machine as registered."
   machine: ExpectedMachine!
 }
 
@@ -1221,6 +1243,7 @@ input AllowTpmKeyInput {
 }
 
 type AllowTpmKeyPayload {
+  "The allow-list entry as added."
   key: AllowedTpmKey!
 }
 
@@ -1231,6 +1254,7 @@ input DisallowTpmKeyInput {
 }
 
 type RemovedPayload {
+  "How many were removed (a missing one is ` + "`" + `NOT_FOUND` + "`" + ` instead)."
   removed: Int!
 }
 
@@ -1306,7 +1330,6 @@ its tenants.
 type Pool implements Node {
   id: ID!
   poolId: String!
-  "The owner."
   tenantId: String!
   name: String!
   site: String!
@@ -1326,7 +1349,9 @@ type Pool implements Node {
 
 "What an offer lets the tenant offered to hold in the pool at once: GPUs and instances."
 type PoolQuota {
+  "How many GPUs (after the pool's sharing mode) the tenant may hold in the pool at once, by its instances or its reservations."
   gpus: Int!
+  "How many live instances the tenant may have in the pool at once."
   instances: Int!
 }
 
@@ -1334,7 +1359,9 @@ type PoolQuota {
 type PoolOffer implements Node {
   id: ID!
   poolId: String!
+  "The tenant the pool is offered to."
   toTenantId: String!
+  "What the tenant offered to may hold in the pool at once."
   quota: PoolQuota!
   createdAt: Time!
 }
@@ -1379,6 +1406,7 @@ input CreatePoolInput {
 }
 
 type CreatePoolPayload {
+  "The pool as created."
   pool: Pool!
 }
 
@@ -1395,6 +1423,7 @@ input PoolQuotaInput {
 }
 
 type OfferPoolPayload {
+  "The offer as made or changed."
   offer: PoolOffer!
 }
 
@@ -1445,23 +1474,32 @@ type Profile implements Node {
 
 "Whether a profile version resolves, and what is wrong with it, as ` + "`" + `profiles.validate` + "`" + ` answers."
 type ProfileValidation {
+  "True when the document resolves: no issues."
   valid: Boolean!
+  "Every issue found expanding the document against the step registry (empty when valid)."
   issues: [ProfileIssue!]!
 }
 
 "One problem of a profile document: where (a JSON path), which kind, and in words."
 type ProfileIssue {
+  "Where in the document (` + "`" + `document.steps[2].use` + "`" + `)."
   path: String!
+  "Which kind of problem."
   code: ProfileIssueCode!
+  "The problem in words."
   message: String!
 }
 
 "One step a workflow of a profile version runs, as ` + "`" + `profiles.render` + "`" + ` gives it."
 type ProfileStep {
+  "The step's position among the expanded steps, from 0."
   index: Int!
   name: String!
+  "The registered step it runs."
   use: String!
+  "The phase it runs in: PREPARE, INSTALL, CONFIGURE or FINALIZE, in that order."
   phase: StepPhase!
+  "The step's parameters ({} when none)."
   with: JSON!
 }
 
@@ -1491,6 +1529,7 @@ input CreateProfileInput {
 }
 
 type CreateProfilePayload {
+  "The profile version as stored."
   profile: Profile!
 }
 
@@ -1504,6 +1543,7 @@ input UpdateProfileInput {
 }
 
 type UpdateProfilePayload {
+  "The profile version as updated."
   profile: Profile!
 }
 
@@ -1514,6 +1554,7 @@ input DeleteProfileInput {
 }
 
 type DeleteProfilePayload {
+  "How many profile versions were deleted."
   deleted: Int!
 }
 
@@ -1566,6 +1607,7 @@ type Project implements Node {
   updatedAt: Time!
   "The project's tenant; null for a caller who reads the project through its relation to it (a project member or owner) but holds no role on the tenant."
   tenant: Tenant
+  "The project's owners and members by principal id, as ` + "`" + `projects.listMembers` + "`" + ` gives them."
   members(first: Int = 50, after: String): ProjectMemberConnection!
 }
 
@@ -1584,6 +1626,7 @@ type ProjectEdge {
 type ProjectMember {
   projectId: String!
   principalId: String!
+  "` + "`" + `owner` + "`" + ` (reads and manages the project) or ` + "`" + `member` + "`" + ` (reads it)."
   relation: String!
   createdAt: Time!
 }
@@ -1606,6 +1649,7 @@ input CreateProjectInput {
 }
 
 type CreateProjectPayload {
+  "The project as created."
   project: Project!
 }
 
@@ -1618,6 +1662,7 @@ input UpdateProjectInput {
 }
 
 type UpdateProjectPayload {
+  "The project as updated."
   project: Project!
 }
 
@@ -1627,6 +1672,7 @@ input DeleteProjectInput {
 }
 
 type DeleteProjectPayload {
+  "How many projects were deleted."
   deleted: Int!
 }
 
@@ -1638,6 +1684,7 @@ input AddProjectMemberInput {
 }
 
 type AddProjectMemberPayload {
+  "The relationship as added."
   member: ProjectMember!
 }
 
@@ -1648,6 +1695,7 @@ input RemoveProjectMemberInput {
 }
 
 type RemoveProjectMemberPayload {
+  "How many relationships were removed."
   removed: Int!
 }
 `, BuiltIn: false},
@@ -1711,6 +1759,7 @@ type Mutation {
 	{Name: "../schema/tenants.graphqls", Input: `"The caller: the principal its credential names."
 type Viewer {
   principalId: String!
+  "The principal's kind: ` + "`" + `operator` + "`" + `, ` + "`" + `user` + "`" + `, ` + "`" + `service` + "`" + ` or ` + "`" + `node` + "`" + `."
   kind: String!
   name: String!
   "The principal's home tenant; null for the operator."
@@ -1725,8 +1774,11 @@ type Tenant implements Node {
   tenantId: String!
   name: String!
   createdAt: Time!
+  "The tenant's projects by id, as ` + "`" + `projects.list` + "`" + ` gives them."
   projects(first: Int = 50, after: String): ProjectConnection!
+  "The tenant's service tokens by id, revoked ones included, as ` + "`" + `tokens.list` + "`" + ` gives them (never their secrets)."
   tokens(first: Int = 50, after: String): TokenConnection!
+  "The tenant's role bindings by principal id, as ` + "`" + `members.list` + "`" + ` gives them."
   members(first: Int = 50, after: String): RoleBindingConnection!
 }
 
@@ -1747,6 +1799,7 @@ input CreateTenantInput {
 }
 
 type CreateTenantPayload {
+  "The tenant as created."
   tenant: Tenant!
 }
 
@@ -1757,11 +1810,9 @@ type Workflow implements Node {
   workflowId: String!
   tenantId: String!
   nodeId: String!
-  "The owner of the profile version (the tenant, another tenant's public profile, or builtin)."
   profileTenantId: String!
   profileId: String!
   profileVersion: Int!
-  "The document as it was when the workflow was created."
   profileDocument: JSON!
   steps: [WorkflowStep!]!
   state: WorkflowState!
@@ -1769,6 +1820,7 @@ type Workflow implements Node {
   createdAt: Time!
   updatedAt: Time!
   finishedAt: Time
+  "The node the workflow runs on; null for a caller who cannot read it."
   node: ComputeNode
   "The profile version as stored now; null once it was deleted (the workflow keeps its snapshot)."
   profile: Profile
@@ -1776,14 +1828,22 @@ type Workflow implements Node {
 
 "One step of a workflow: what the profile said to run, and how it went as the node reported it."
 type WorkflowStep {
+  "The step's position, from 0."
   index: Int!
   name: String!
+  "The registered step it runs."
   use: String!
+  "The phase it runs in: PREPARE, INSTALL, CONFIGURE or FINALIZE."
   phase: StepPhase!
+  "The step's parameters."
   with: JSON!
+  "PENDING, RUNNING, SUCCEEDED, FAILED, or SKIPPED (after a failure, or a cancel before it started)."
   status: StepState!
+  "When the node first reported the step; null before that."
   startedAt: Time
+  "When the step succeeded or failed; null while it has not."
   finishedAt: Time
+  "The message of the step's latest report (or of a cancel); null when it had none."
   message: String
 }
 
@@ -1828,6 +1888,7 @@ input CancelWorkflowInput {
 }
 
 type WorkflowPayload {
+  "The workflow as the call left it."
   workflow: Workflow!
 }
 

@@ -21,6 +21,7 @@ import (
 )
 
 type AddProjectMemberPayload struct {
+	// The relationship as added.
 	Member *projects.Member `json:"member"`
 }
 
@@ -35,6 +36,7 @@ type AllowTpmKeyInput struct {
 }
 
 type AllowTpmKeyPayload struct {
+	// The allow-list entry as added.
 	Key *nodes.AllowedKey `json:"key"`
 }
 
@@ -50,6 +52,7 @@ type AllowedTpmKeyEdge struct {
 }
 
 type ArchivePoolPayload struct {
+	// The pool as archived.
 	Pool *pools.Pool `json:"pool"`
 }
 
@@ -102,6 +105,7 @@ type CreateInstanceInput struct {
 }
 
 type CreateInstancePayload struct {
+	// The instance as created.
 	Instance *graphread.View `json:"instance"`
 }
 
@@ -125,6 +129,7 @@ type CreatePoolInput struct {
 }
 
 type CreatePoolPayload struct {
+	// The pool as created.
 	Pool *pools.Pool `json:"pool"`
 }
 
@@ -135,10 +140,12 @@ type CreateProfileInput struct {
 }
 
 type CreateProfilePayload struct {
+	// The profile version as stored.
 	Profile *profiles.Profile `json:"profile"`
 }
 
 type CreateProjectPayload struct {
+	// The project as created.
 	Project *projects.Project `json:"project"`
 }
 
@@ -151,10 +158,12 @@ type CreateReservationInput struct {
 }
 
 type CreateTenantPayload struct {
+	// The tenant as created.
 	Tenant *tenants.Tenant `json:"tenant"`
 }
 
 type DecideJoinRequestPayload struct {
+	// The join request as decided.
 	JoinRequest *nodes.JoinRequest `json:"joinRequest"`
 }
 
@@ -176,6 +185,7 @@ type ExpectedMachineEdge struct {
 }
 
 type GrantMemberPayload struct {
+	// The role binding as granted.
 	Binding *iam.Binding `json:"binding"`
 }
 
@@ -202,6 +212,7 @@ type InstanceEventEdge struct {
 }
 
 type InstancePayload struct {
+	// The instance as the call left it.
 	Instance *graphread.View `json:"instance"`
 }
 
@@ -250,6 +261,7 @@ type Mutation struct {
 }
 
 type NodePayload struct {
+	// The node as the call left it.
 	Node *nodes.Node `json:"node"`
 }
 
@@ -261,6 +273,7 @@ type OfferPoolInput struct {
 }
 
 type OfferPoolPayload struct {
+	// The offer as made or changed.
 	Offer *pools.Offer `json:"offer"`
 }
 
@@ -317,7 +330,9 @@ type ProfileEdge struct {
 
 // Whether a profile version resolves, and what is wrong with it, as `profiles.validate` answers.
 type ProfileValidation struct {
-	Valid  bool              `json:"valid"`
+	// True when the document resolves: no issues.
+	Valid bool `json:"valid"`
+	// Every issue found expanding the document against the step registry (empty when valid).
 	Issues []*profiles.Issue `json:"issues"`
 }
 
@@ -354,6 +369,7 @@ type Query struct {
 }
 
 type RegisterMachinePayload struct {
+	// The expected machine as registered.
 	Machine *nodes.ExpectedMachine `json:"machine"`
 }
 
@@ -369,6 +385,7 @@ type ReservationEdge struct {
 }
 
 type ReservationPayload struct {
+	// The reservation as the call left it.
 	Reservation *instances.Reservation `json:"reservation"`
 }
 
@@ -379,10 +396,12 @@ type ResourceAmountsInput struct {
 }
 
 type RevokeJoinTokenPayload struct {
+	// The join token as revoked.
 	JoinToken *nodes.JoinToken `json:"joinToken"`
 }
 
 type RevokeTokenPayload struct {
+	// The token as revoked.
 	Token *iam.Token `json:"token"`
 }
 
@@ -462,6 +481,7 @@ type UpdatePoolInput struct {
 }
 
 type UpdatePoolPayload struct {
+	// The pool as updated.
 	Pool *pools.Pool `json:"pool"`
 }
 
@@ -475,10 +495,12 @@ type UpdateProfileInput struct {
 }
 
 type UpdateProfilePayload struct {
+	// The profile version as updated.
 	Profile *profiles.Profile `json:"profile"`
 }
 
 type UpdateProjectPayload struct {
+	// The project as updated.
 	Project *projects.Project `json:"project"`
 }
 
@@ -494,5 +516,6 @@ type WorkflowEdge struct {
 }
 
 type WorkflowPayload struct {
+	// The workflow as the call left it.
 	Workflow *workflows.Workflow `json:"workflow"`
 }

@@ -55,34 +55,34 @@ const (
 
 // Actor is who a record says acted: the principal as it was at the time.
 type Actor struct {
-	PrincipalID *string `json:"principalId" db:"principal_id"`
-	Kind        string  `json:"kind" db:"principal_kind" schema:"AuditPrincipalKind"`
-	Name        string  `json:"name" db:"principal_name"`
+	PrincipalID *string `json:"principalId" db:"principal_id" doc:"Null when the credential named no one (an unknown join token)."`
+	Kind        string  `json:"kind" db:"principal_kind" schema:"AuditPrincipalKind" doc:"What kind of principal acted (system: the server itself, as the reconciler and retention jobs)."`
+	Name        string  `json:"name" db:"principal_name" doc:"The principal's name at the time."`
 	// TenantID is the principal's home tenant: a user's, a service
 	// token's, a node's; null for the operator, the server and join
 	// tokens (and in records written before it was kept).
-	TenantID *string `json:"tenantId" db:"principal_tenant_id"`
+	TenantID *string `json:"tenantId" db:"principal_tenant_id" doc:"The principal's home tenant (a user's, a service token's, a node's): another tenant's when its principal called on this one. Null for the operator, the server itself and join tokens, and in records written before it was kept."`
 }
 
 // Resource is what a record is about: an authorization resource type
 // (compute-tenant, compute-pool, ...) and its id.
 type Resource struct {
-	Type string `json:"type" db:"resource_type"`
-	ID   string `json:"id" db:"resource_id"`
+	Type string `json:"type" db:"resource_type" doc:"The authorization resource type (compute-tenant, compute-pool, compute-instance, ...)."`
+	ID   string `json:"id" db:"resource_id" doc:"The resource's id."`
 }
 
 // Record is one audit record as readers get it.
 type Record struct {
-	AuditID       string          `json:"auditId" db:"audit_id"`
-	TenantID      string          `json:"tenantId" db:"tenant_id"`
-	Principal     Actor           `json:"principal" db:"-"`
-	Method        string          `json:"method" db:"method"`
-	Resource      Resource        `json:"resource" db:"-"`
-	Outcome       string          `json:"outcome" db:"outcome"`
-	RequestID     string          `json:"requestId" db:"request_id"`
-	ClientAddress *string         `json:"clientAddress" db:"client_addr"`
-	OccurredAt    time.Time       `json:"occurredAt" db:"occurred_at"`
-	Detail        json.RawMessage `json:"detail" db:"-" schema:"AuditDetail"`
+	AuditID       string          `json:"auditId" db:"audit_id" doc:"The record's id (aud_ and a ULID)."`
+	TenantID      string          `json:"tenantId" db:"tenant_id" doc:"The tenant the call named (or, naming none, the tenant of the credential's join token, or else the credential's own tenant: a node's, a service token's, a user's home tenant)."`
+	Principal     Actor           `json:"principal" db:"-" doc:"Who acted, as the principal was at the time."`
+	Method        string          `json:"method" db:"method" doc:"The method, as on the method surface (instances.stop); vps.instances.<state> for the reconciler's moves; for a revoked token's use, the method it called, graphql on the graph's endpoints and sockets, unknown elsewhere."`
+	Resource      Resource        `json:"resource" db:"-" doc:"What the call was about."`
+	Outcome       string          `json:"outcome" db:"outcome" doc:"success, or the error code the call ended with (PERMISSION_DENIED, NOT_FOUND, ...)."`
+	RequestID     string          `json:"requestId" db:"request_id" doc:"The request's X-Request-Id (job-<id> for the reconciler)."`
+	ClientAddress *string         `json:"clientAddress" db:"client_addr" doc:"The client address the rate limits used; null for records made without a request."`
+	OccurredAt    time.Time       `json:"occurredAt" db:"occurred_at" doc:"When the call was recorded."`
+	Detail        json.RawMessage `json:"detail" db:"-" schema:"AuditDetail" doc:"What the method keeps with its record: the ids its input names besides the tenant and the resource, a denial's reason; for a revoked token's use, tokenId and reason revoked-token."`
 	DetailText    *string         `json:"-" db:"detail"`
 }
 

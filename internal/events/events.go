@@ -287,16 +287,16 @@ func ExpiredCursor(path string) error {
 
 // Event is one stored event.
 type Event struct {
-	EventID      string    `json:"eventId"`
-	Type         string    `json:"type"`
-	TenantID     string    `json:"tenantId"`
-	ResourceType string    `json:"resourceType" schema:"EventResourceType"`
-	ResourceID   string    `json:"resourceId"`
-	PoolID       *string   `json:"poolId"`
-	OccurredAt   time.Time `json:"occurredAt"`
+	EventID      string    `json:"eventId" doc:"The event's id (evt_ and 26 characters), sorting in the tenant's stream order: the resume cursor."`
+	Type         string    `json:"type" doc:"The dotted event type (the CloudEvents convention): instance.created … instance.failed, node.joined, node.updated, node.cordoned, node.uncordoned, node.removed, inventory.changed, joinRequest.pending, joinRequest.approved, joinRequest.denied, joinRequest.expired, workflow.created, workflow.step, workflow.succeeded, workflow.failed, workflow.canceled, reservation.created, reservation.canceled, reservation.expired."`
+	TenantID     string    `json:"tenantId" doc:"The tenant whose stream holds the event."`
+	ResourceType string    `json:"resourceType" schema:"EventResourceType" doc:"The kind of resource resourceId names."`
+	ResourceID   string    `json:"resourceId" doc:"The instance, node, join request, workflow or reservation id."`
+	PoolID       *string   `json:"poolId" doc:"The pool of the resource, when it is in one."`
+	OccurredAt   time.Time `json:"occurredAt" doc:"When the change that wrote the event was made."`
 	// Data is the resource as of the event in the method surface's form
 	// (inventory.changed: the snapshot's id and the diff's changes).
-	Data json.RawMessage `json:"data" schema:"EventData"`
+	Data json.RawMessage `json:"data" schema:"EventData" doc:"The resource as of the event, in the method surface's form (inventory.changed: the node, the snapshot id and the diff's changes)."`
 
 	Seq uint64 `json:"-"`
 	// Instance holds the instance fields of an instance.* event's data.

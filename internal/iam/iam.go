@@ -26,19 +26,19 @@ var (
 
 // Token describes a service token (never its secret).
 type Token struct {
-	TokenID     string     `json:"tokenId" db:"token_id"`
-	TenantID    string     `json:"tenantId" db:"tenant_id"`
-	PrincipalID string     `json:"principalId" db:"principal_id"`
-	Name        string     `json:"name" db:"name"`
-	Role        string     `json:"role" db:"role" schema:"Role"`
-	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
-	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
+	TokenID     string     `json:"tokenId" db:"token_id" doc:"The token's id (tok_ and a ULID), not its secret."`
+	TenantID    string     `json:"tenantId" db:"tenant_id" doc:"The tenant the token's service principal holds its role on."`
+	PrincipalID string     `json:"principalId" db:"principal_id" doc:"The service principal the token authenticates."`
+	Name        string     `json:"name" db:"name" doc:"The token's name."`
+	Role        string     `json:"role" db:"role" schema:"Role" doc:"The role the token's principal holds on the tenant."`
+	CreatedAt   time.Time  `json:"createdAt" db:"created_at" doc:"When the token was created."`
+	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at" doc:"When the token was revoked; null while it is in use."`
 }
 
 // CreatedToken is tokens.create's output: the secret is shown only here.
 type CreatedToken struct {
-	Token  Token  `json:"token"`
-	Secret string `json:"secret"`
+	Token  Token  `json:"token" doc:"The token as created."`
+	Secret string `json:"secret" doc:"The bearer secret, shown only here."`
 }
 
 // TokenCreateInput is tokens.create's input.
@@ -118,12 +118,12 @@ func RevokeToken(ctx context.Context, q store.Q, in *TokenRefInput) (*Token, err
 
 // Binding is a role a principal holds on a tenant.
 type Binding struct {
-	TenantID      string    `json:"tenantId" db:"tenant_id"`
-	PrincipalID   string    `json:"principalId" db:"principal_id"`
-	PrincipalKind string    `json:"principalKind" db:"kind"`
-	PrincipalName string    `json:"principalName" db:"name"`
-	Role          string    `json:"role" db:"role" schema:"Role"`
-	CreatedAt     time.Time `json:"createdAt" db:"created_at"`
+	TenantID      string    `json:"tenantId" db:"tenant_id" doc:"The tenant the role is on."`
+	PrincipalID   string    `json:"principalId" db:"principal_id" doc:"The principal holding the role."`
+	PrincipalKind string    `json:"principalKind" db:"kind" doc:"The principal's kind: user or service."`
+	PrincipalName string    `json:"principalName" db:"name" doc:"The principal's name."`
+	Role          string    `json:"role" db:"role" schema:"Role" doc:"The role the principal holds on the tenant."`
+	CreatedAt     time.Time `json:"createdAt" db:"created_at" doc:"When the role was granted."`
 }
 
 // GrantInput is members.grant's input.
@@ -141,7 +141,7 @@ type MemberRefInput struct {
 
 // Revoked is what a revoke returns.
 type Revoked struct {
-	Revoked int `json:"revoked"`
+	Revoked int `json:"revoked" doc:"How many role bindings were removed."`
 }
 
 const bindingSelect = `SELECT b.tenant_id, b.principal_id, p.kind, p.name, b.role, b.created_at

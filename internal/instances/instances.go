@@ -46,33 +46,33 @@ var (
 // MIG devices of gpuProfile (mig pools) or GPU time slices (time-sliced
 // pools).
 type Size struct {
-	GPUs       int     `json:"gpus"`
-	VCPUs      int     `json:"vcpus"`
-	MemoryGiB  int     `json:"memoryGiB"`
-	GPUProfile *string `json:"gpuProfile,omitempty"`
+	GPUs       int     `json:"gpus" doc:"Whole GPUs (exclusive pools), MIG devices of gpuProfile (mig pools) or GPU time slices (time-sliced pools)."`
+	VCPUs      int     `json:"vcpus" doc:"Virtual CPUs."`
+	MemoryGiB  int     `json:"memoryGiB" doc:"Memory in GiB."`
+	GPUProfile *string `json:"gpuProfile,omitempty" doc:"The MIG profile of the instance's GPUs, in a mig vps-hosted pool; absent in other pools."`
 }
 
 // Instance is one VM.
 type Instance struct {
-	InstanceID   string  `json:"instanceId" db:"instance_id"`
-	TenantID     string  `json:"tenantId" db:"tenant_id"`
-	PoolID       string  `json:"poolId" db:"pool_id"`
-	ProjectID    *string `json:"projectId" db:"project_id"`
-	Name         string  `json:"name" db:"name"`
-	Size         Size    `json:"size" db:"-"`
-	Image        *string `json:"image" db:"image"`
-	DesiredState string  `json:"desiredState" db:"desired_state" schema:"InstanceDesiredState"`
-	State        string  `json:"state" db:"state" schema:"InstanceState"`
-	StateReason  *string `json:"stateReason" db:"state_reason"`
+	InstanceID   string  `json:"instanceId" db:"instance_id" doc:"The instance's id (inst_ and a ULID)."`
+	TenantID     string  `json:"tenantId" db:"tenant_id" doc:"The tenant the instance belongs to."`
+	PoolID       string  `json:"poolId" db:"pool_id" doc:"The pool the instance was created in."`
+	ProjectID    *string `json:"projectId" db:"project_id" doc:"The project the instance is in; null for none (or once its project was deleted)."`
+	Name         string  `json:"name" db:"name" doc:"The instance's name, unique among the tenant's live instances."`
+	Size         Size    `json:"size" db:"-" doc:"What the instance holds of its pool."`
+	Image        *string `json:"image" db:"image" doc:"The image asked for at create; null when none was."`
+	DesiredState string  `json:"desiredState" db:"desired_state" schema:"InstanceDesiredState" doc:"The state the caller asked for; the reconciler moves state towards it."`
+	State        string  `json:"state" db:"state" schema:"InstanceState" doc:"The observed state, which the reconciler moves towards desiredState: failed is left only by a start or a delete, deleted is final."`
+	StateReason  *string `json:"stateReason" db:"state_reason" doc:"Why the instance is in its state (waiting for room, a provider call in flight, a failure). The reconciler rewrites it as it waits and works, without an event and without raising rowVersion; a start of a failed instance that then waits replaces the failure's reason with the wait's (the failure stays in the instance.failed event)."`
 	// HostNodeID is the host as answers show it: Host, unless the
 	// instance is Offered (then null: the pool's owner's nodes are not
 	// shown to the tenants it offers the pool to). Normalize sets it.
-	HostNodeID       *string    `json:"hostNodeId" db:"-"`
-	RebootGeneration int        `json:"rebootGeneration" db:"reboot_generation"`
-	RowVersion       int        `json:"rowVersion" db:"row_version"`
-	CreatedAt        time.Time  `json:"createdAt" db:"created_at"`
-	UpdatedAt        time.Time  `json:"updatedAt" db:"updated_at"`
-	DeletedAt        *time.Time `json:"deletedAt" db:"deleted_at"`
+	HostNodeID       *string    `json:"hostNodeId" db:"-" doc:"The host node of a hosted pool's instance, once placed; null in a pool offered to the instance's tenant (the owner's nodes are not shown to the tenants it offers the pool to)."`
+	RebootGeneration int        `json:"rebootGeneration" db:"reboot_generation" doc:"Goes up by one with every reboot request."`
+	RowVersion       int        `json:"rowVersion" db:"row_version" doc:"What expectedVersion is compared with: raised by every change of state, desiredState or rebootGeneration (not by stateReason alone)."`
+	CreatedAt        time.Time  `json:"createdAt" db:"created_at" doc:"When the instance was created."`
+	UpdatedAt        time.Time  `json:"updatedAt" db:"updated_at" doc:"When the instance last changed."`
+	DeletedAt        *time.Time `json:"deletedAt" db:"deleted_at" doc:"When the instance reached deleted; null until then."`
 
 	// Host is the node the instance runs on (host_node_id), Offered
 	// whether its pool is another tenant's, offered to its tenant.
@@ -572,18 +572,18 @@ func (s *Service) Delete(ctx context.Context, q store.Q, in *ChangeInput) (*Inst
 // Event is an instance.* event as the method surface shows it: the
 // tenant's event (package events) with the instance as of the event.
 type Event struct {
-	EventID      string    `json:"eventId"`
-	Type         string    `json:"type" schema:"InstanceEventType"`
-	TenantID     string    `json:"tenantId"`
-	PoolID       string    `json:"poolId"`
-	InstanceID   string    `json:"instanceId"`
-	ProjectID    *string   `json:"projectId"`
-	State        string    `json:"state" schema:"InstanceState"`
-	DesiredState string    `json:"desiredState" schema:"InstanceDesiredState"`
-	StateReason  *string   `json:"stateReason"`
-	OccurredAt   time.Time `json:"occurredAt"`
+	EventID      string    `json:"eventId" doc:"The event's id (evt_ and 26 characters), in commit order within the tenant: pass it as cursor to read on after this event."`
+	Type         string    `json:"type" schema:"InstanceEventType" doc:"What happened: the instance was created, or moved to the state the type names."`
+	TenantID     string    `json:"tenantId" doc:"The instance's tenant."`
+	PoolID       string    `json:"poolId" doc:"The instance's pool."`
+	InstanceID   string    `json:"instanceId" doc:"The instance that moved."`
+	ProjectID    *string   `json:"projectId" doc:"The instance's project as of the event; null for none."`
+	State        string    `json:"state" schema:"InstanceState" doc:"The instance's state after the move."`
+	DesiredState string    `json:"desiredState" schema:"InstanceDesiredState" doc:"The instance's desired state as of the event."`
+	StateReason  *string   `json:"stateReason" doc:"The instance's stateReason as of the event (a failure's reason in instance.failed); null for none."`
+	OccurredAt   time.Time `json:"occurredAt" doc:"When the move was made."`
 	// Instance is the instance as of the event.
-	Instance Instance `json:"instance"`
+	Instance Instance `json:"instance" doc:"The instance as of the event."`
 }
 
 // EventOf is the method surface's form of an instance event.

@@ -28,7 +28,7 @@ type (
 	// Assigned is an instance as its host sees it.
 	Assigned struct {
 		Instance
-		Devices []fit.Device `json:"devices"`
+		Devices []fit.Device `json:"devices" doc:"The GPU devices the instance holds on this node."`
 	}
 	ReportInput struct {
 		NodeID     string  `json:"nodeId"`
@@ -37,8 +37,8 @@ type (
 		Message    *string `json:"message,omitempty"`
 	}
 	Reported struct {
-		Instance *Instance `json:"instance"`
-		Changed  bool      `json:"changed"`
+		Instance *Instance `json:"instance" doc:"The instance after the report."`
+		Changed  bool      `json:"changed" doc:"Whether the report moved the instance; false when it reported the state the instance was already in."`
 	}
 )
 

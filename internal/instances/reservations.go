@@ -38,17 +38,17 @@ const MaxReservation = 366 * 24 * time.Hour
 
 // Reservation is capacity held in one pool for [startsAt, endsAt).
 type Reservation struct {
-	ReservationID string        `json:"reservationId" db:"reservation_id"`
-	TenantID      string        `json:"tenantId" db:"tenant_id"`
-	PoolID        string        `json:"poolId" db:"pool_id"`
-	Size          fit.Resources `json:"size" db:"-"`
-	StartsAt      time.Time     `json:"startsAt" db:"starts_at"`
-	EndsAt        time.Time     `json:"endsAt" db:"ends_at"`
-	State         string        `json:"state" db:"-" schema:"ReservationState"`
-	RowVersion    int           `json:"rowVersion" db:"row_version"`
-	CreatedAt     time.Time     `json:"createdAt" db:"created_at"`
-	UpdatedAt     time.Time     `json:"updatedAt" db:"updated_at"`
-	CanceledAt    *time.Time    `json:"canceledAt" db:"canceled_at"`
+	ReservationID string        `json:"reservationId" db:"reservation_id" doc:"The reservation's id (rsv_ and a ULID)."`
+	TenantID      string        `json:"tenantId" db:"tenant_id" doc:"The tenant the room is held for."`
+	PoolID        string        `json:"poolId" db:"pool_id" doc:"The pool the room is held in."`
+	Size          fit.Resources `json:"size" db:"-" doc:"The room held."`
+	StartsAt      time.Time     `json:"startsAt" db:"starts_at" doc:"When the window starts (included)."`
+	EndsAt        time.Time     `json:"endsAt" db:"ends_at" doc:"When the window ends (excluded)."`
+	State         string        `json:"state" db:"-" schema:"ReservationState" doc:"Scheduled before its window, active in it, expired after it, or canceled."`
+	RowVersion    int           `json:"rowVersion" db:"row_version" doc:"What expectedVersion is compared with: raised when the reservation is canceled (its state moving with the clock raises nothing)."`
+	CreatedAt     time.Time     `json:"createdAt" db:"created_at" doc:"When the reservation was made."`
+	UpdatedAt     time.Time     `json:"updatedAt" db:"updated_at" doc:"When the reservation last changed."`
+	CanceledAt    *time.Time    `json:"canceledAt" db:"canceled_at" doc:"When the reservation was canceled; null unless it was."`
 
 	Stored    string    `json:"-" db:"state"`
 	GPUs      int       `json:"-" db:"gpus"`

@@ -19,10 +19,10 @@ var typeRank = map[string]int{GPUMissing: 0, GPUAdded: 1, DiskReplaced: 2, Drive
 
 // Change is one difference between two reports.
 type Change struct {
-	Type     string `json:"type" schema:"InventoryChangeType"`
-	DeviceID string `json:"deviceId"`
-	Before   any    `json:"before" schema:"InventoryChangeValue"`
-	After    any    `json:"after" schema:"InventoryChangeValue"`
+	Type     string `json:"type" schema:"InventoryChangeType" doc:"What changed."`
+	DeviceID string `json:"deviceId" doc:"The device's stable id: a GPU's UUID, a disk's WWN or a driver's name."`
+	Before   any    `json:"before" schema:"InventoryChangeValue" doc:"The device or value before the change; null where it was absent."`
+	After    any    `json:"after" schema:"InventoryChangeValue" doc:"The device or value after the change; null where it is absent."`
 }
 
 // keyed is a change with its tie-breaker: changes of one type and device id
@@ -36,8 +36,8 @@ type keyed struct {
 // MIGLayout is the before or after value of a mig.layout.changed change.
 // MigMode is nil when the GPU did not report it; MigDevices is never nil.
 type MIGLayout struct {
-	MigMode    *string     `json:"migMode"`
-	MigDevices []MIGDevice `json:"migDevices"`
+	MigMode    *string     `json:"migMode" doc:"The GPU's MIG mode (enabled or disabled); null when it did not report one."`
+	MigDevices []MIGDevice `json:"migDevices" doc:"The GPU's MIG devices (empty when none)."`
 }
 
 // Diff returns the changes from before to after, ordered by type (in the

@@ -48,12 +48,12 @@ const MaxReport = 256 << 10
 
 // Snapshot is one stored report.
 type Snapshot struct {
-	ID          string          `json:"id" db:"snapshot_id"`
-	NodeID      string          `json:"nodeId" db:"node_id"`
-	Hash        string          `json:"hash" db:"hash"`
-	Sections    json.RawMessage `json:"sections" db:"-" schema:"InventorySections"`
-	CollectedAt time.Time       `json:"collectedAt" db:"collected_at"`
-	CreatedAt   time.Time       `json:"createdAt" db:"created_at"`
+	ID          string          `json:"id" db:"snapshot_id" doc:"The snapshot's id (inv_ and a ULID)."`
+	NodeID      string          `json:"nodeId" db:"node_id" doc:"The node that reported it."`
+	Hash        string          `json:"hash" db:"hash" doc:"SHA-256 (hex) of the RFC 8785 canonical JSON of sections."`
+	Sections    json.RawMessage `json:"sections" db:"-" schema:"InventorySections" doc:"The report's sections as stored (canonical JSON)."`
+	CollectedAt time.Time       `json:"collectedAt" db:"collected_at" doc:"When the node collected the report: the report's collectedAt, or when it was received when it gave none."`
+	CreatedAt   time.Time       `json:"createdAt" db:"created_at" doc:"When the snapshot was stored."`
 
 	SectionsText string `json:"-" db:"sections"`
 
@@ -124,8 +124,8 @@ type (
 		CollectedAt *string         `json:"collectedAt,omitempty"`
 	}
 	Reported struct {
-		Snapshot *Snapshot `json:"snapshot"`
-		Stored   bool      `json:"stored"`
+		Snapshot *Snapshot `json:"snapshot" doc:"The snapshot stored, or the node's latest when the report equals it."`
+		Stored   bool      `json:"stored" doc:"False when the report's hash equals the latest snapshot's: nothing new was stored."`
 	}
 	GetInput struct {
 		TenantID string `json:"tenantId"`
@@ -144,9 +144,9 @@ type (
 		To       string `json:"to,omitempty"`
 	}
 	DiffResult struct {
-		From    string   `json:"from"`
-		To      string   `json:"to"`
-		Changes []Change `json:"changes"`
+		From    string   `json:"from" doc:"The snapshot compared from; empty when the node has a single snapshot."`
+		To      string   `json:"to" doc:"The snapshot compared to."`
+		Changes []Change `json:"changes" doc:"The differences, by type (gpu.missing, gpu.added, disk.replaced, driver.changed, mig.layout.changed) then device id."`
 	}
 )
 

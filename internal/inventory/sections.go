@@ -25,79 +25,79 @@ import (
 
 // Sections is a node daemon's report, typed.
 type Sections struct {
-	System   *System           `json:"system,omitempty"`
-	CPU      *CPU              `json:"cpu,omitempty"`
-	Memory   *Memory           `json:"memory,omitempty"`
-	GPUs     []GPU             `json:"gpus,omitempty"`
-	Disks    []Disk            `json:"disks,omitempty"`
-	NICs     []NIC             `json:"nics,omitempty"`
-	Drivers  map[string]string `json:"drivers,omitempty"`  // name -> version
-	Firmware map[string]string `json:"firmware,omitempty"` // e.g. bios, bmc -> version
-	OS       *OS               `json:"os,omitempty"`
+	System   *System           `json:"system,omitempty" doc:"The machine's identity."`
+	CPU      *CPU              `json:"cpu,omitempty" doc:"The processors."`
+	Memory   *Memory           `json:"memory,omitempty" doc:"The installed memory."`
+	GPUs     []GPU             `json:"gpus,omitempty" doc:"The GPUs."`
+	Disks    []Disk            `json:"disks,omitempty" doc:"The block devices."`
+	NICs     []NIC             `json:"nics,omitempty" doc:"The network interfaces."`
+	Drivers  map[string]string `json:"drivers,omitempty" doc:"Driver names to versions."`                     // name -> version
+	Firmware map[string]string `json:"firmware,omitempty" doc:"Firmware names (bios, bmc, ...) to versions."` // e.g. bios, bmc -> version
+	OS       *OS               `json:"os,omitempty" doc:"The running operating system."`
 }
 
 // System identifies the machine.
 type System struct {
-	Vendor  string `json:"vendor,omitempty"`
-	Product string `json:"product,omitempty"`
-	Serial  string `json:"serial,omitempty"`
-	UUID    string `json:"uuid,omitempty"`
+	Vendor  string `json:"vendor,omitempty" doc:"The machine's vendor."`
+	Product string `json:"product,omitempty" doc:"The machine's product name."`
+	Serial  string `json:"serial,omitempty" doc:"The machine's serial number."`
+	UUID    string `json:"uuid,omitempty" doc:"The machine's system UUID."`
 }
 
 // CPU describes the processors. Counts are nil when not reported.
 type CPU struct {
-	Model   string `json:"model,omitempty"`
-	Arch    string `json:"arch,omitempty"`
-	Sockets *int   `json:"sockets,omitempty"`
-	Cores   *int   `json:"cores,omitempty"`
-	Threads *int   `json:"threads,omitempty"`
+	Model   string `json:"model,omitempty" doc:"The processor model."`
+	Arch    string `json:"arch,omitempty" doc:"The processor architecture."`
+	Sockets *int   `json:"sockets,omitempty" doc:"How many sockets, when reported."`
+	Cores   *int   `json:"cores,omitempty" doc:"How many cores, when reported."`
+	Threads *int   `json:"threads,omitempty" doc:"How many hardware threads, when reported."`
 }
 
 // Memory describes the installed memory.
 type Memory struct {
-	TotalBytes *int64 `json:"totalBytes,omitempty"`
+	TotalBytes *int64 `json:"totalBytes,omitempty" doc:"The installed memory in bytes, when reported."`
 }
 
 // GPU is one GPU. UUID is its device id. Optional numbers are nil when not
 // reported (index 0 is a real index, so they are pointers).
 type GPU struct {
-	UUID       string      `json:"uuid"`
-	Index      *int        `json:"index,omitempty"`
-	Model      string      `json:"model,omitempty"`
-	MemoryMiB  *int        `json:"memoryMiB,omitempty"`
-	PCIBusID   string      `json:"pciBusId,omitempty"`
-	MigMode    string      `json:"migMode,omitempty"` // "enabled", "disabled" or "" (not reported)
-	MigDevices []MIGDevice `json:"migDevices,omitempty"`
+	UUID       string      `json:"uuid" doc:"The GPU's UUID: its device id."`
+	Index      *int        `json:"index,omitempty" doc:"The GPU's index on the machine, when reported."`
+	Model      string      `json:"model,omitempty" doc:"The GPU's model, when reported."`
+	MemoryMiB  *int        `json:"memoryMiB,omitempty" doc:"The GPU's memory in MiB, when reported."`
+	PCIBusID   string      `json:"pciBusId,omitempty" doc:"The GPU's PCI bus id, when reported."`
+	MigMode    string      `json:"migMode,omitempty" doc:"The GPU's MIG mode (enabled or disabled), when reported."` // "enabled", "disabled" or "" (not reported)
+	MigDevices []MIGDevice `json:"migDevices,omitempty" doc:"The MIG devices the GPU is split into, when reported."`
 }
 
 // MIGDevice is one MIG instance of a GPU.
 type MIGDevice struct {
-	Profile string `json:"profile"`
-	UUID    string `json:"uuid"`
+	Profile string `json:"profile" doc:"The MIG profile the device was made with."`
+	UUID    string `json:"uuid" doc:"The MIG device's UUID."`
 }
 
 // Disk is one block device. WWN is its device id.
 type Disk struct {
-	WWN       string `json:"wwn"`
-	Serial    string `json:"serial,omitempty"`
-	Model     string `json:"model,omitempty"`
-	SizeBytes *int64 `json:"sizeBytes,omitempty"`
-	Slot      string `json:"slot,omitempty"`
+	WWN       string `json:"wwn" doc:"The disk's WWN: its device id."`
+	Serial    string `json:"serial,omitempty" doc:"The disk's serial number, when reported."`
+	Model     string `json:"model,omitempty" doc:"The disk's model, when reported."`
+	SizeBytes *int64 `json:"sizeBytes,omitempty" doc:"The disk's size in bytes, when reported."`
+	Slot      string `json:"slot,omitempty" doc:"The slot the disk sits in, when reported: disk.replaced compares the WWN in each slot."`
 }
 
 // NIC is one network interface. Its device id is its lowercased MAC; MAC
 // keeps the spelling the daemon sent.
 type NIC struct {
-	MAC       string `json:"mac"`
-	Name      string `json:"name,omitempty"`
-	SpeedMbps *int64 `json:"speedMbps,omitempty"`
+	MAC       string `json:"mac" doc:"The interface's MAC address, as reported; its device id is this MAC in lower case."`
+	Name      string `json:"name,omitempty" doc:"The interface's name, when reported."`
+	SpeedMbps *int64 `json:"speedMbps,omitempty" doc:"The link speed in Mbps, when reported."`
 }
 
 // OS describes the running operating system.
 type OS struct {
-	Name    string `json:"name,omitempty"`
-	Version string `json:"version,omitempty"`
-	Kernel  string `json:"kernel,omitempty"`
+	Name    string `json:"name,omitempty" doc:"The operating system's name."`
+	Version string `json:"version,omitempty" doc:"The operating system's version."`
+	Kernel  string `json:"kernel,omitempty" doc:"The running kernel's version."`
 }
 
 // DeviceID is the GPU's stable device id, its UUID.

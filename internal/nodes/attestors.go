@@ -19,12 +19,12 @@ import (
 // ExpectedMachine is a machine the pool owner registered for the discovery
 // attestor, by any of its system UUID, serial or MAC.
 type ExpectedMachine struct {
-	MachineID  string    `json:"machineId" db:"machine_id"`
-	PoolID     string    `json:"poolId" db:"pool_id"`
-	SystemUUID *string   `json:"systemUuid" db:"system_uuid"`
-	Serial     *string   `json:"serial" db:"serial"`
-	MAC        *string   `json:"mac" db:"mac"`
-	CreatedAt  time.Time `json:"createdAt" db:"created_at"`
+	MachineID  string    `json:"machineId" db:"machine_id" doc:"The expected machine's id (mach_ and a ULID), as machines.forget takes it."`
+	PoolID     string    `json:"poolId" db:"pool_id" doc:"The pool whose discovery attestor expects the machine."`
+	SystemUUID *string   `json:"systemUuid" db:"system_uuid" doc:"The system UUID the machine is known by; null when it was registered without one."`
+	Serial     *string   `json:"serial" db:"serial" doc:"The serial number the machine is known by; null when it was registered without one."`
+	MAC        *string   `json:"mac" db:"mac" doc:"The MAC address the machine is known by; null when it was registered without one."`
+	CreatedAt  time.Time `json:"createdAt" db:"created_at" doc:"When the machine was registered."`
 }
 
 // AllowedKey is an entry of a pool's TPM allow-list: an endorsement key
@@ -32,12 +32,12 @@ type ExpectedMachine struct {
 // certificate that EK certificates chain to (kind "ca", by the SHA-256 of
 // the certificate's DER, with the certificate).
 type AllowedKey struct {
-	PoolID        string    `json:"poolId" db:"pool_id"`
-	EKHash        string    `json:"ekHash" db:"ek_hash"`
-	Kind          string    `json:"kind" db:"kind" schema:"TpmKeyKind"`
-	CACertificate *string   `json:"caCertificate" db:"-"`
-	Description   string    `json:"description" db:"description"`
-	CreatedAt     time.Time `json:"createdAt" db:"created_at"`
+	PoolID        string    `json:"poolId" db:"pool_id" doc:"The pool whose TPM allow-list holds the entry."`
+	EKHash        string    `json:"ekHash" db:"ek_hash" doc:"The SHA-256 (hex) of the endorsement key's DER SubjectPublicKeyInfo, or of the CA certificate's DER: the entry's key in its pool."`
+	Kind          string    `json:"kind" db:"kind" schema:"TpmKeyKind" doc:"An endorsement key, or a CA certificate that EK certificates chain to."`
+	CACertificate *string   `json:"caCertificate" db:"-" doc:"The CA certificate (PEM) of a ca entry; null for an ek entry."`
+	Description   string    `json:"description" db:"description" doc:"The owner's words about the entry, as tpmKeys.allow was given them; empty when none were."`
+	CreatedAt     time.Time `json:"createdAt" db:"created_at" doc:"When the entry was put on the list."`
 
 	Certificate []byte `json:"-" db:"certificate"`
 }
@@ -89,7 +89,7 @@ type (
 		EKHash   string `json:"ekHash"`
 	}
 	RemovedCount struct {
-		Removed int `json:"removed"`
+		Removed int `json:"removed" doc:"How many entries were removed (a missing one is NOT_FOUND instead)."`
 	}
 )
 

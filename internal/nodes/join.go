@@ -50,9 +50,9 @@ const (
 
 // Hardware is the identity a machine presents.
 type Hardware struct {
-	SystemUUID string   `json:"systemUuid"`
-	Serial     string   `json:"serial"`
-	MACs       []string `json:"macs"`
+	SystemUUID string   `json:"systemUuid" doc:"The system UUID the machine presented (all zeros or all Fs is a placeholder that names no machine)."`
+	Serial     string   `json:"serial" doc:"The serial number the machine presented."`
+	MACs       []string `json:"macs" doc:"The MAC addresses the machine presented."`
 }
 
 // Evidence is what an attestor needs beyond the hardware ids: for tpm, the
@@ -78,51 +78,51 @@ type JoinInput struct {
 
 // Reason says why a join was deferred.
 type Reason struct {
-	Code    string `json:"code" schema:"JoinReasonCode"`
-	Message string `json:"message"`
+	Code    string `json:"code" schema:"JoinReasonCode" doc:"Why the join was deferred: placeholder hardware ids, a machine the discovery attestor does not know, or an endorsement key the pool does not allow."`
+	Message string `json:"message" doc:"The reason in words."`
 }
 
 // JoinResult is nodes.join's output: admitted with a node, a certificate and
 // a credential; pending with the join request that waits for approval; or,
 // for the tpm attestor's first call, a challenge for the TPM to answer.
 type JoinResult struct {
-	Status        string   `json:"status" schema:"JoinStatus"`
-	NodeID        string   `json:"nodeId,omitempty"`
-	PoolID        string   `json:"poolId"`
-	Certificate   string   `json:"certificate,omitempty"`
-	CACertificate string   `json:"caCertificate,omitempty"`
-	Credential    string   `json:"credential,omitempty"`
-	JoinRequestID string   `json:"joinRequestId,omitempty"`
-	Reasons       []Reason `json:"reasons,omitempty"`
+	Status        string   `json:"status" schema:"JoinStatus" doc:"What the join came to: admitted with a node, its certificate and credential; pending, with a join request waiting for the pool owner; or, for the tpm attestor's first call, a challenge."`
+	NodeID        string   `json:"nodeId,omitempty" doc:"The node admitted; only when status is admitted."`
+	PoolID        string   `json:"poolId" doc:"The pool the join token is for."`
+	Certificate   string   `json:"certificate,omitempty" doc:"The node's certificate (PEM) for the CSR's key, issued by the control plane's CA; only when admitted."`
+	CACertificate string   `json:"caCertificate,omitempty" doc:"The control plane CA's certificate (PEM), which issued the node's; only when admitted."`
+	Credential    string   `json:"credential,omitempty" doc:"The node's bearer token, shown only here: it reports the node's own inventory and workflow steps, and a hosted pool's host reads and reports its instances; only when admitted."`
+	JoinRequestID string   `json:"joinRequestId,omitempty" doc:"The join request that waits for the pool owner's decision; only when pending."`
+	Reasons       []Reason `json:"reasons,omitempty" doc:"Why the join was deferred; only when pending."`
 	// The challenge: base64 of the TPM2B_ID_OBJECT and the
 	// TPM2B_ENCRYPTED_SECRET (each with its 2-byte big-endian size first)
 	// that TPM2_ActivateCredential takes, and when it expires.
-	ChallengeID     string     `json:"challengeId,omitempty"`
-	CredentialBlob  string     `json:"credentialBlob,omitempty"`
-	EncryptedSecret string     `json:"encryptedSecret,omitempty"`
-	ExpiresAt       *time.Time `json:"expiresAt,omitempty"`
+	ChallengeID     string     `json:"challengeId,omitempty" doc:"The challenge to answer in the second call's evidence; only when status is challenge."`
+	CredentialBlob  string     `json:"credentialBlob,omitempty" doc:"Base64 of the TPM2B_ID_OBJECT (its 2-byte big-endian size first) that TPM2_ActivateCredential takes; only with a challenge."`
+	EncryptedSecret string     `json:"encryptedSecret,omitempty" doc:"Base64 of the TPM2B_ENCRYPTED_SECRET (its 2-byte big-endian size first) that TPM2_ActivateCredential takes; only with a challenge."`
+	ExpiresAt       *time.Time `json:"expiresAt,omitempty" doc:"When the challenge expires (5 minutes after it was made); only with a challenge."`
 }
 
 // JoinRequest is a deferred join in the approval queue.
 type JoinRequest struct {
-	JoinRequestID  string          `json:"joinRequestId" db:"join_request_id"`
-	PoolID         string          `json:"poolId" db:"pool_id"`
-	TenantID       string          `json:"tenantId" db:"tenant_id"`
-	JoinTokenID    string          `json:"joinTokenId" db:"join_token_id"`
-	State          string          `json:"state" db:"req_state" schema:"JoinRequestState"`
-	Attestor       string          `json:"attestor" db:"attestor" schema:"Attestor"`
-	Reasons        json.RawMessage `json:"reasons" db:"-" schema:"JoinReasons"`
-	CSRFingerprint string          `json:"csrFingerprint" db:"csr_fingerprint"`
-	Hardware       json.RawMessage `json:"hardware" db:"-" schema:"NodeHardware"`
-	EKHash         *string         `json:"ekHash" db:"ek_hash"`
-	EKProven       bool            `json:"ekProven" db:"ek_proven"`
-	NodeID         *string         `json:"nodeId" db:"node_id"`
-	DecidedBy      *string         `json:"decidedBy" db:"decided_by"`
-	DecidedAt      *time.Time      `json:"decidedAt" db:"decided_at"`
-	DenyReason     *string         `json:"denyReason" db:"deny_reason"`
-	ExpiresAt      time.Time       `json:"expiresAt" db:"expires_at"`
-	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
-	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
+	JoinRequestID  string          `json:"joinRequestId" db:"join_request_id" doc:"The join request's id (jreq_ and a ULID)."`
+	PoolID         string          `json:"poolId" db:"pool_id" doc:"The pool the machine asked to join."`
+	TenantID       string          `json:"tenantId" db:"tenant_id" doc:"The tenant that owns the pool and decides the request."`
+	JoinTokenID    string          `json:"joinTokenId" db:"join_token_id" doc:"The join token the machine joined with."`
+	State          string          `json:"state" db:"req_state" schema:"JoinRequestState" doc:"A pending request waits for a decision (7 days), an approved one for the machine's retry (24 hours); consumed once that retry was admitted, else denied or expired."`
+	Attestor       string          `json:"attestor" db:"attestor" schema:"Attestor" doc:"The attestor that deferred the join."`
+	Reasons        json.RawMessage `json:"reasons" db:"-" schema:"JoinReasons" doc:"Why the join was deferred: [{code, message}]."`
+	CSRFingerprint string          `json:"csrFingerprint" db:"csr_fingerprint" doc:"The lowercase hex SHA-256 of the join's CSR (its DER): a retry with the same CSR finds the request."`
+	Hardware       json.RawMessage `json:"hardware" db:"-" schema:"NodeHardware" doc:"The hardware ids the machine presented."`
+	EKHash         *string         `json:"ekHash" db:"ek_hash" doc:"The SHA-256 (hex) of the TPM endorsement key's DER SubjectPublicKeyInfo, for a tpm join; null for the other attestors."`
+	EKProven       bool            `json:"ekProven" db:"ek_proven" doc:"The machine proved by credential activation that it holds the TPM with this endorsement key."`
+	NodeID         *string         `json:"nodeId" db:"node_id" doc:"The node the approved retry admitted; null until the request is consumed."`
+	DecidedBy      *string         `json:"decidedBy" db:"decided_by" doc:"The principal id of who approved or denied the request; null while undecided."`
+	DecidedAt      *time.Time      `json:"decidedAt" db:"decided_at" doc:"When the request was approved or denied; null while undecided."`
+	DenyReason     *string         `json:"denyReason" db:"deny_reason" doc:"Why the request was denied, when the denial said."`
+	ExpiresAt      time.Time       `json:"expiresAt" db:"expires_at" doc:"When a pending request stops waiting for a decision (7 days after it was made), or an approved one for the machine's retry (24 hours after the approval)."`
+	CreatedAt      time.Time       `json:"createdAt" db:"created_at" doc:"When the join was deferred."`
+	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at" doc:"When the request last changed."`
 
 	ReasonsText  string `json:"-" db:"reasons"`
 	HardwareText string `json:"-" db:"hardware"`

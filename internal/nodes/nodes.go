@@ -44,21 +44,21 @@ const (
 
 // Node is one machine admitted into a pool.
 type Node struct {
-	NodeID           string            `json:"nodeId" db:"node_id"`
-	TenantID         string            `json:"tenantId" db:"tenant_id"`
-	PoolID           string            `json:"poolId" db:"pool_id"`
-	Name             string            `json:"name" db:"name"`
-	Labels           map[string]string `json:"labels" db:"-"`
-	State            string            `json:"state" db:"state" schema:"NodeState"`
-	Attestor         string            `json:"attestor" db:"attestor" schema:"Attestor"`
-	Hardware         Hardware          `json:"hardware" db:"-"`
-	CertExpiresAt    time.Time         `json:"certificateExpiresAt" db:"cert_expires_at"`
-	JoinRequestID    *string           `json:"joinRequestId" db:"join_request_id"`
-	LatestSnapshotID *string           `json:"latestSnapshotId" db:"latest_snapshot_id"`
-	RowVersion       int               `json:"rowVersion" db:"row_version"`
-	CreatedAt        time.Time         `json:"createdAt" db:"created_at"`
-	UpdatedAt        time.Time         `json:"updatedAt" db:"updated_at"`
-	RemovedAt        *time.Time        `json:"removedAt" db:"removed_at"`
+	NodeID           string            `json:"nodeId" db:"node_id" doc:"The node's id (node_ and a ULID)."`
+	TenantID         string            `json:"tenantId" db:"tenant_id" doc:"The tenant that owns the node: its pool's owner."`
+	PoolID           string            `json:"poolId" db:"pool_id" doc:"The pool the node joined."`
+	Name             string            `json:"name" db:"name" doc:"The node's name: the one its join gave or nodes.update set, else its nodeId."`
+	Labels           map[string]string `json:"labels" db:"-" doc:"Label keys to values, as nodes.update sets them."`
+	State            string            `json:"state" db:"state" schema:"NodeState" doc:"Ready nodes take work; cordoned ones take no new work; removed ones have lost their credential."`
+	Attestor         string            `json:"attestor" db:"attestor" schema:"Attestor" doc:"The attestor that admitted it."`
+	Hardware         Hardware          `json:"hardware" db:"-" doc:"The hardware ids the machine joined with."`
+	CertExpiresAt    time.Time         `json:"certificateExpiresAt" db:"cert_expires_at" doc:"When the node certificate issued at its join expires (a year after the join)."`
+	JoinRequestID    *string           `json:"joinRequestId" db:"join_request_id" doc:"The join request whose approval admitted the node; null when its join was admitted at once."`
+	LatestSnapshotID *string           `json:"latestSnapshotId" db:"latest_snapshot_id" doc:"The latest inventory snapshot's id; null before the first report."`
+	RowVersion       int               `json:"rowVersion" db:"row_version" doc:"The node's version, one more at every change of its name, labels or state (an inventory report changes none): pass it as expectedVersion to change it only if nobody changed it since."`
+	CreatedAt        time.Time         `json:"createdAt" db:"created_at" doc:"When the node joined."`
+	UpdatedAt        time.Time         `json:"updatedAt" db:"updated_at" doc:"When the node last changed."`
+	RemovedAt        *time.Time        `json:"removedAt" db:"removed_at" doc:"When the node was removed; null unless it was."`
 
 	LabelsText string         `json:"-" db:"labels"`
 	SystemUUID sql.NullString `json:"-" db:"system_uuid"`

@@ -16,21 +16,21 @@ import (
 
 // JoinToken is a pool's join token; its secret is shown only when created.
 type JoinToken struct {
-	JoinTokenID string     `json:"joinTokenId" db:"join_token_id"`
-	PoolID      string     `json:"poolId" db:"pool_id"`
-	TenantID    string     `json:"tenantId" db:"tenant_id"`
-	ExpiresAt   time.Time  `json:"expiresAt" db:"expires_at"`
-	MaxUses     int        `json:"maxUses" db:"max_uses"`
-	Uses        int        `json:"uses" db:"uses"`
-	State       string     `json:"state" db:"token_state" schema:"JoinTokenState"`
-	CreatedAt   time.Time  `json:"createdAt" db:"created_at"`
-	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at"`
+	JoinTokenID string     `json:"joinTokenId" db:"join_token_id" doc:"The join token's id (jtok_ and a ULID), not its secret."`
+	PoolID      string     `json:"poolId" db:"pool_id" doc:"The pool the token admits machines into."`
+	TenantID    string     `json:"tenantId" db:"tenant_id" doc:"The tenant that owns the pool."`
+	ExpiresAt   time.Time  `json:"expiresAt" db:"expires_at" doc:"When the token stops admitting (ttlSeconds after it was created)."`
+	MaxUses     int        `json:"maxUses" db:"max_uses" doc:"How many joins the token may admit by itself."`
+	Uses        int        `json:"uses" db:"uses" doc:"How many joins the token admitted by itself (a join admitted by an approved join request spends no use)."`
+	State       string     `json:"state" db:"token_state" schema:"JoinTokenState" doc:"Only an active token admits: an exhausted one has no uses left, an expired one is past expiresAt, a revoked one was revoked."`
+	CreatedAt   time.Time  `json:"createdAt" db:"created_at" doc:"When the token was created."`
+	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at" doc:"When the token was revoked; null unless it was."`
 }
 
 // CreatedJoinToken is joinTokens.create's output.
 type CreatedJoinToken struct {
-	JoinToken JoinToken `json:"joinToken"`
-	Secret    string    `json:"secret"`
+	JoinToken JoinToken `json:"joinToken" doc:"The join token as created."`
+	Secret    string    `json:"secret" doc:"The token's secret, which nodes.join takes as joinToken: shown only here."`
 }
 
 // Join token defaults and limits.

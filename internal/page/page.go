@@ -27,8 +27,8 @@ const (
 
 // Page is the method surface's page: items and the next cursor (nil at the end).
 type Page[T any] struct {
-	Items  []T     `json:"items"`
-	Cursor *string `json:"cursor"`
+	Items  []T     `json:"items" doc:"The page's items, in the list's order."`
+	Cursor *string `json:"cursor" doc:"Pass it as cursor to read the next page; null on the last page."`
 }
 
 // Kind names what a list's items are ("pool", "instance"): a cursor

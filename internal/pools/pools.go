@@ -53,20 +53,20 @@ var (
 
 // Pool is one compute pool.
 type Pool struct {
-	PoolID          string          `json:"poolId" db:"pool_id"`
-	TenantID        string          `json:"tenantId" db:"tenant_id"`
-	Name            string          `json:"name" db:"name"`
-	Site            string          `json:"site" db:"site"`
-	GPUModel        string          `json:"gpuModel" db:"gpu_model"`
-	SharingMode     string          `json:"sharingMode" db:"sharing_mode" schema:"PoolSharingMode"`
-	Kind            string          `json:"kind" db:"kind" schema:"PoolKind"`
-	Provider        *string         `json:"provider" db:"provider"`
-	ProviderAccount *string         `json:"providerAccount" db:"provider_account"`
-	Policy          json.RawMessage `json:"policy" db:"-" schema:"PoolPolicy"`
-	State           string          `json:"state" db:"state" schema:"PoolState"`
-	RowVersion      int             `json:"rowVersion" db:"row_version"`
-	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
-	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
+	PoolID          string          `json:"poolId" db:"pool_id" doc:"The pool's id (pool_ and a ULID)."`
+	TenantID        string          `json:"tenantId" db:"tenant_id" doc:"The owner."`
+	Name            string          `json:"name" db:"name" doc:"The pool's name, unique among the owner's pools."`
+	Site            string          `json:"site" db:"site" doc:"The site the pool's machines are at, as the owner named it."`
+	GPUModel        string          `json:"gpuModel" db:"gpu_model" doc:"The GPU model of the pool's nodes, as the owner named it."`
+	SharingMode     string          `json:"sharingMode" db:"sharing_mode" schema:"PoolSharingMode" doc:"How the pool's GPUs are shared between instances: whole GPUs, MIG devices or time slices."`
+	Kind            string          `json:"kind" db:"kind" schema:"PoolKind" doc:"Where the pool's capacity comes from: bare-metal machines, its own nodes hosting instances (vps-hosted), or a provider creating them (vps-provider)."`
+	Provider        *string         `json:"provider" db:"provider" doc:"The provider that creates a vps-provider pool's instances (sim by default); null for other kinds."`
+	ProviderAccount *string         `json:"providerAccount" db:"provider_account" doc:"The account at the provider that the pool's instances are created under, as the owner gave it; null when none was given."`
+	Policy          json.RawMessage `json:"policy" db:"-" schema:"PoolPolicy" doc:"The pool's policy ({} when none was given): the keys the server reads (capacity, timeSlices, timeouts, ...) and any other the owner keeps."`
+	State           string          `json:"state" db:"state" schema:"PoolState" doc:"An archived pool takes no new offers, joins or changes."`
+	RowVersion      int             `json:"rowVersion" db:"row_version" doc:"The pool's version, one more at every change: pass it as expectedVersion to change it only if nobody changed it since."`
+	CreatedAt       time.Time       `json:"createdAt" db:"created_at" doc:"When the pool was created."`
+	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at" doc:"When the pool last changed."`
 
 	PolicyText string `json:"-" db:"policy"`
 
@@ -104,16 +104,16 @@ func (p *Pool) fix() *Pool {
 
 // Quota is what an offer lets the offered-to tenant use.
 type Quota struct {
-	GPUs      int `json:"gpus"`
-	Instances int `json:"instances"`
+	GPUs      int `json:"gpus" doc:"How many GPUs (after the pool's sharing mode) the tenant may hold in the pool at once, by its instances or its reservations."`
+	Instances int `json:"instances" doc:"How many live instances the tenant may have in the pool at once."`
 }
 
 // Offer is a pool offered to another tenant.
 type Offer struct {
-	PoolID     string    `json:"poolId" db:"pool_id"`
-	ToTenantID string    `json:"toTenantId" db:"to_tenant_id"`
-	Quota      Quota     `json:"quota"`
-	CreatedAt  time.Time `json:"createdAt"`
+	PoolID     string    `json:"poolId" db:"pool_id" doc:"The pool offered."`
+	ToTenantID string    `json:"toTenantId" db:"to_tenant_id" doc:"The tenant the pool is offered to."`
+	Quota      Quota     `json:"quota" doc:"What the tenant offered to may hold in the pool at once."`
+	CreatedAt  time.Time `json:"createdAt" doc:"When the pool was offered to the tenant."`
 }
 
 // GlobalID is the offer's Relay id: its pool and the tenant offered to.
@@ -179,7 +179,7 @@ type (
 		ToTenantID string `json:"toTenantId"`
 	}
 	Removed struct {
-		Removed int `json:"removed"`
+		Removed int `json:"removed" doc:"How many offers were withdrawn."`
 	}
 )
 

@@ -30,15 +30,15 @@ var cursors = page.Keyed("profile", registry.ProfileIDPattern, `^[1-9][0-9]*$`, 
 
 // Profile is one stored (or shipped) profile version.
 type Profile struct {
-	TenantID       string          `json:"tenantId" db:"tenant_id"`
-	ProfileID      string          `json:"profileId" db:"profile_id"`
-	ProfileVersion int             `json:"profileVersion" db:"profile_version"`
-	Visibility     string          `json:"visibility" db:"visibility" schema:"ProfileVisibility"`
-	Document       json.RawMessage `json:"document" db:"-" schema:"ProfileDocument"`
-	RowVersion     int             `json:"rowVersion" db:"row_version"`
+	TenantID       string          `json:"tenantId" db:"tenant_id" doc:"The tenant that holds the version: the caller's, another tenant's (a public one), or builtin (one a module ships)."`
+	ProfileID      string          `json:"profileId" db:"profile_id" doc:"The profile's id, as its document's id gives it."`
+	ProfileVersion int             `json:"profileVersion" db:"profile_version" doc:"The version, as its document's version gives it."`
+	Visibility     string          `json:"visibility" db:"visibility" schema:"ProfileVisibility" doc:"A private version is its tenant's alone; every tenant reads a public one."`
+	Document       json.RawMessage `json:"document" db:"-" schema:"ProfileDocument" doc:"The profile document."`
+	RowVersion     int             `json:"rowVersion" db:"row_version" doc:"One more at every change of the stored version, its first use by a workflow included: pass it as expectedVersion to change it only if nobody changed it since."`
 	Used           bool            `json:"used" db:"used" doc:"True once a workflow has used this version (workflows.create): its document can no longer change. Always false for a builtin profile (tenant builtin), which no tenant can change and whose uses are each tenant's own."`
-	CreatedAt      time.Time       `json:"createdAt" db:"created_at"`
-	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at"`
+	CreatedAt      time.Time       `json:"createdAt" db:"created_at" doc:"When the version was stored."`
+	UpdatedAt      time.Time       `json:"updatedAt" db:"updated_at" doc:"When the version last changed."`
 
 	Doc string `json:"-" db:"document"`
 	// ownerKey orders versions of one id held by several tenants (md5 of
@@ -91,15 +91,15 @@ type (
 		ExpectedVersion *int            `json:"expectedVersion,omitempty"`
 	}
 	Validation struct {
-		Valid  bool    `json:"valid"`
-		Issues []Issue `json:"issues"`
+		Valid  bool    `json:"valid" doc:"True when the document resolves: no issues."`
+		Issues []Issue `json:"issues" doc:"Every issue found expanding the document against the step registry (empty when valid)."`
 	}
 	Render struct {
-		Profile *Profile   `json:"profile"`
-		Steps   []Rendered `json:"steps"`
+		Profile *Profile   `json:"profile" doc:"The profile version rendered."`
+		Steps   []Rendered `json:"steps" doc:"The expanded steps a workflow of this version would run, in order."`
 	}
 	Deleted struct {
-		Deleted int `json:"deleted"`
+		Deleted int `json:"deleted" doc:"How many profile versions were deleted."`
 	}
 )
 

@@ -198,9 +198,9 @@ func init() {
 
 // Issue is one problem validate finds in a profile.
 type Issue struct {
-	Path    string `json:"path"`
-	Code    string `json:"code" schema:"ProfileIssueCode"`
-	Message string `json:"message"`
+	Path    string `json:"path" doc:"Where in the document (document.steps[2].use)."`
+	Code    string `json:"code" schema:"ProfileIssueCode" doc:"Which kind of problem."`
+	Message string `json:"message" doc:"The problem in words."`
 }
 
 // Issue codes.
@@ -219,11 +219,11 @@ const (
 
 // Rendered is one expanded step a workflow runs.
 type Rendered struct {
-	Index int            `json:"index"`
-	Name  string         `json:"name"`
-	Use   string         `json:"use"`
-	Phase string         `json:"phase" schema:"StepPhase"`
-	With  map[string]any `json:"with" schema:"StepParameters"`
+	Index int            `json:"index" doc:"The step's position among the expanded steps, from 0."`
+	Name  string         `json:"name" doc:"The step's name: the document step's (its use when it has none), or name/suffix for a step a composite expands to."`
+	Use   string         `json:"use" doc:"The registered step it runs."`
+	Phase string         `json:"phase" schema:"StepPhase" doc:"The phase it runs in; phases run prepare, install, configure, finalize, in that order."`
+	With  map[string]any `json:"with" schema:"StepParameters" doc:"The step's parameters ({} when none)."`
 }
 
 // Expand resolves a stored document against the step registry: the steps a

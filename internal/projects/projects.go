@@ -30,21 +30,21 @@ var (
 
 // Project groups a tenant's work.
 type Project struct {
-	ProjectID   string    `json:"projectId" db:"project_id"`
-	TenantID    string    `json:"tenantId" db:"tenant_id"`
-	Name        string    `json:"name" db:"name"`
-	Description string    `json:"description" db:"description"`
-	RowVersion  int       `json:"rowVersion" db:"row_version"`
-	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
-	UpdatedAt   time.Time `json:"updatedAt" db:"updated_at"`
+	ProjectID   string    `json:"projectId" db:"project_id" doc:"The project's id (prj_ and a ULID)."`
+	TenantID    string    `json:"tenantId" db:"tenant_id" doc:"The tenant the project lives in."`
+	Name        string    `json:"name" db:"name" doc:"The project's name."`
+	Description string    `json:"description" db:"description" doc:"The project's description; empty when none was given."`
+	RowVersion  int       `json:"rowVersion" db:"row_version" doc:"The project's version, one more at every change: pass it as expectedVersion to change it only if nobody changed it since."`
+	CreatedAt   time.Time `json:"createdAt" db:"created_at" doc:"When the project was created."`
+	UpdatedAt   time.Time `json:"updatedAt" db:"updated_at" doc:"When the project last changed."`
 }
 
 // Member is a relationship on a project.
 type Member struct {
-	ProjectID   string    `json:"projectId" db:"project_id"`
-	PrincipalID string    `json:"principalId" db:"principal_id"`
-	Relation    string    `json:"relation" db:"relation"`
-	CreatedAt   time.Time `json:"createdAt" db:"created_at"`
+	ProjectID   string    `json:"projectId" db:"project_id" doc:"The project."`
+	PrincipalID string    `json:"principalId" db:"principal_id" doc:"The principal related to the project."`
+	Relation    string    `json:"relation" db:"relation" doc:"The relation: owner (reads and manages the project) or member (reads it)."`
+	CreatedAt   time.Time `json:"createdAt" db:"created_at" doc:"When the relationship was made."`
 }
 
 // Inputs.
@@ -83,10 +83,10 @@ type (
 		Cursor    string `json:"cursor,omitempty"`
 	}
 	Deleted struct {
-		Deleted int `json:"deleted"`
+		Deleted int `json:"deleted" doc:"How many projects were deleted."`
 	}
 	Removed struct {
-		Removed int `json:"removed"`
+		Removed int `json:"removed" doc:"How many relationships were removed."`
 	}
 )
 

@@ -19,9 +19,9 @@ var Cursors = page.Keyed("tenant", registry.TenantPattern)
 
 // Tenant is an isolated customer account.
 type Tenant struct {
-	TenantID  string    `json:"tenantId" db:"tenant_id"`
-	Name      string    `json:"name" db:"name"`
-	CreatedAt time.Time `json:"createdAt" db:"created_at"`
+	TenantID  string    `json:"tenantId" db:"tenant_id" doc:"The tenant's id, as tenants.create was given it."`
+	Name      string    `json:"name" db:"name" doc:"The tenant's name."`
+	CreatedAt time.Time `json:"createdAt" db:"created_at" doc:"When the tenant was created."`
 }
 
 // CreateInput is tenants.create's input.

@@ -55,32 +55,32 @@ var (
 // Step is one rendered step of a workflow (as profiles.render gives it)
 // with its progress.
 type Step struct {
-	Index      int             `json:"index"`
-	Name       string          `json:"name"`
-	Use        string          `json:"use"`
-	Phase      string          `json:"phase" schema:"StepPhase"`
-	With       json.RawMessage `json:"with" schema:"StepParameters"`
-	Status     string          `json:"status" schema:"StepState"`
-	StartedAt  *time.Time      `json:"startedAt"`
-	FinishedAt *time.Time      `json:"finishedAt"`
-	Message    *string         `json:"message"`
+	Index      int             `json:"index" doc:"The step's position, from 0."`
+	Name       string          `json:"name" doc:"The step's name, as profiles.render gives it."`
+	Use        string          `json:"use" doc:"The registered step it runs."`
+	Phase      string          `json:"phase" schema:"StepPhase" doc:"The phase it runs in; phases run prepare, install, configure, finalize, in that order."`
+	With       json.RawMessage `json:"with" schema:"StepParameters" doc:"The step's parameters."`
+	Status     string          `json:"status" schema:"StepState" doc:"A step runs once every earlier step succeeded; it is skipped after a failure, or by a cancel before it started; succeeded and failed are final."`
+	StartedAt  *time.Time      `json:"startedAt" doc:"When the node first reported the step; null before that."`
+	FinishedAt *time.Time      `json:"finishedAt" doc:"When the step succeeded or failed; null while it has not."`
+	Message    *string         `json:"message" doc:"The message of the step's latest report (or of a cancel); null when it had none."`
 }
 
 // Workflow is one run of a profile version on one node.
 type Workflow struct {
-	WorkflowID      string          `json:"workflowId" db:"workflow_id"`
-	TenantID        string          `json:"tenantId" db:"tenant_id"`
-	NodeID          string          `json:"nodeId" db:"node_id"`
-	ProfileTenantID string          `json:"profileTenantId" db:"profile_tenant_id"`
-	ProfileID       string          `json:"profileId" db:"profile_id"`
-	ProfileVersion  int             `json:"profileVersion" db:"profile_version"`
-	ProfileDocument json.RawMessage `json:"profileDocument" db:"-" schema:"ProfileDocument"`
-	Steps           []Step          `json:"steps" db:"-"`
-	State           string          `json:"state" db:"state" schema:"WorkflowState"`
-	RowVersion      int             `json:"rowVersion" db:"row_version"`
-	CreatedAt       time.Time       `json:"createdAt" db:"created_at"`
-	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at"`
-	FinishedAt      *time.Time      `json:"finishedAt" db:"finished_at"`
+	WorkflowID      string          `json:"workflowId" db:"workflow_id" doc:"The workflow's id (wf_ and a ULID)."`
+	TenantID        string          `json:"tenantId" db:"tenant_id" doc:"The tenant that runs the workflow."`
+	NodeID          string          `json:"nodeId" db:"node_id" doc:"The node the workflow runs on."`
+	ProfileTenantID string          `json:"profileTenantId" db:"profile_tenant_id" doc:"The owner of the profile version (the tenant, another tenant's public profile, or builtin)."`
+	ProfileID       string          `json:"profileId" db:"profile_id" doc:"The profile the workflow runs."`
+	ProfileVersion  int             `json:"profileVersion" db:"profile_version" doc:"The profile version the workflow runs."`
+	ProfileDocument json.RawMessage `json:"profileDocument" db:"-" schema:"ProfileDocument" doc:"The document as it was when the workflow was created."`
+	Steps           []Step          `json:"steps" db:"-" doc:"The rendered steps, as they were at create, with each one's progress."`
+	State           string          `json:"state" db:"state" schema:"WorkflowState" doc:"Pending until the node's first step report, then running; succeeded, failed and canceled are final."`
+	RowVersion      int             `json:"rowVersion" db:"row_version" doc:"The workflow's version, one more at every change: pass it as expectedVersion to change it only if nobody changed it since."`
+	CreatedAt       time.Time       `json:"createdAt" db:"created_at" doc:"When the workflow was created."`
+	UpdatedAt       time.Time       `json:"updatedAt" db:"updated_at" doc:"When the workflow last changed."`
+	FinishedAt      *time.Time      `json:"finishedAt" db:"finished_at" doc:"When the workflow succeeded, failed or was canceled; null while it has not."`
 
 	DocText   string `json:"-" db:"profile_document"`
 	StepsText string `json:"-" db:"steps"`

@@ -34,15 +34,15 @@ func ProviderTotal(policy string) (total Resources, bounded bool) {
 // PoolCapacity is a pool's room: total (nil when unbounded), what
 // instances hold, what reservations hold beyond that now, and what is free.
 type PoolCapacity struct {
-	PoolID    string     `json:"poolId"`
-	Bounded   bool       `json:"bounded"`
-	Total     *Resources `json:"total"`
-	Allocated Resources  `json:"allocated"`
-	Reserved  Resources  `json:"reserved"`
-	Free      *Resources `json:"free"`
+	PoolID    string     `json:"poolId" doc:"The pool whose room this is."`
+	Bounded   bool       `json:"bounded" doc:"Whether the pool has a total: false only for a provider pool whose policy sets no capacity (then total and free are null)."`
+	Total     *Resources `json:"total" doc:"The pool's room (a hosted pool's ready hosts' GPU devices, vCPUs and memory; a provider pool's policy capacity); null when unbounded."`
+	Allocated Resources  `json:"allocated" doc:"What the pool's instances hold."`
+	Reserved  Resources  `json:"reserved" doc:"What active reservations hold beyond what their tenants' instances hold."`
+	Free      *Resources `json:"free" doc:"The total less what every tenant holds (negative when the pool holds more than its total); null when unbounded."`
 	// ByTenant is what each tenant holds (numbers only): only for the
 	// pool's owner.
-	ByTenant map[string]Resources `json:"byTenant,omitempty"`
+	ByTenant map[string]Resources `json:"byTenant,omitempty" doc:"Tenant ids to what each holds (the larger of its instances' and its active reservations' holds): only in the owner's view, and absent when no tenant holds any."`
 }
 
 // CapacityOf is the capacity arithmetic of one pool: what each tenant holds

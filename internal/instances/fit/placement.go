@@ -31,8 +31,8 @@ type Host struct {
 // Device is one GPU device an instance holds: a whole GPU (its UUID), a MIG
 // device (the MIG UUID) or a time slice ("<GPU UUID>/<slice>").
 type Device struct {
-	DeviceID string `json:"deviceId"`
-	GPUUUID  string `json:"gpuUuid"`
+	DeviceID string `json:"deviceId" doc:"The device: a whole GPU's UUID, a MIG device's UUID, or GPU UUID/slice for a time slice."`
+	GPUUUID  string `json:"gpuUuid" doc:"The UUID of the GPU the device is on."`
 }
 
 // devices lists a host's GPU devices in a sharing mode, grouped by GPU in

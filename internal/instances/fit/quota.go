@@ -7,9 +7,9 @@ import (
 
 // Resources is an amount of pool capacity.
 type Resources struct {
-	GPUs      int `json:"gpus"`
-	VCPUs     int `json:"vcpus"`
-	MemoryGiB int `json:"memoryGiB"`
+	GPUs      int `json:"gpus" doc:"GPUs, counted after the pool's sharing mode (whole GPUs, MIG devices or time slices)."`
+	VCPUs     int `json:"vcpus" doc:"Virtual CPUs."`
+	MemoryGiB int `json:"memoryGiB" doc:"Memory in GiB."`
 }
 
 // Add returns r + o.
