@@ -173,3 +173,38 @@ func TestTwoAuthorizationHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A token's role is its principal's role on the tenant now, as members.list
+// says it, on both surfaces: tokens.list kept saying "member" for a
+// principal members.grant had made an admin.
+func TestATokensRoleIsItsPrincipalsRole(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	acme := newTenant(t, e, "acme")
+	roleOf := func(who string) (method, graph string) {
+		t.Helper()
+		for _, it := range items(t, must(t, e.Call(acme.Admin.Token, "tokens/list", map[string]any{"tenantId": "acme"}))) {
+			if it["principalId"] == who {
+				method = str(it["role"])
+			}
+		}
+		r := gqlOK(t, e.GraphQL(acme.Admin.Token, `{ tenant(tenantId: "acme") { tokens(first: 50) { edges { node { principalId role } } } } }`, nil))
+		for _, n := range nodesOf(t, dig(t, r, "tenant", "tokens").(map[string]any)) {
+			if n["principalId"] == who {
+				graph = str(n["role"])
+			}
+		}
+		return method, graph
+	}
+	if m, g := roleOf(acme.Member.PrincipalID); m != "member" || g != "MEMBER" {
+		t.Fatalf("before the grant: %q %q", m, g)
+	}
+	must(t, e.Call(acme.Admin.Token, "members/grant", map[string]any{"tenantId": "acme", "principalId": acme.Member.PrincipalID, "role": "admin"}))
+	if m, g := roleOf(acme.Member.PrincipalID); m != "admin" || g != "ADMIN" {
+		t.Fatalf("after granting admin: tokens.list %q, the graph %q", m, g)
+	}
+	r := must(t, e.Call(acme.Admin.Token, "tokens/revoke", map[string]any{"tenantId": "acme", "tokenId": acme.Member.TokenID}))
+	if r.Body["role"] != "admin" {
+		t.Fatalf("tokens.revoke's answer: %s", r.Raw)
+	}
+}

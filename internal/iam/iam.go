@@ -30,7 +30,7 @@ type Token struct {
 	TenantID    string     `json:"tenantId" db:"tenant_id" doc:"The tenant the token's service principal holds its role on."`
 	PrincipalID string     `json:"principalId" db:"principal_id" doc:"The service principal the token authenticates."`
 	Name        string     `json:"name" db:"name" doc:"The token's name."`
-	Role        string     `json:"role" db:"role" schema:"Role" doc:"The role the token's principal holds on the tenant."`
+	Role        string     `json:"role" db:"role" schema:"Role" doc:"The role the token's principal holds on the tenant now (members.grant changes it); the role the token was created with once members.revoke left it none."`
 	CreatedAt   time.Time  `json:"createdAt" db:"created_at" doc:"When the token was created."`
 	RevokedAt   *time.Time `json:"revokedAt" db:"revoked_at" doc:"When the token was revoked; null while it is in use."`
 }
@@ -61,7 +61,13 @@ type ListInput struct {
 	Cursor   string `json:"cursor,omitempty"`
 }
 
-const tokenCols = `token_id, tenant_id, principal_id, name, role, created_at, revoked_at`
+// tokenCols are a token's columns; its role is its principal's binding on
+// the tenant now (members.grant changes it: tokens.list showed the role a
+// token was created with beside members.list's admin), or the role it was
+// created with once members.revoke left it none.
+const tokenCols = `token_id, tenant_id, principal_id, name, ` + tokenRole + ` AS role, created_at, revoked_at`
+
+const tokenRole = `COALESCE((SELECT b.role FROM role_bindings b WHERE b.tenant_id = tokens.tenant_id AND b.principal_id = tokens.principal_id), tokens.role)`
 
 // CreateToken makes a service principal holding role on the tenant and a
 // bearer token for it; only the hash of the secret is stored.
@@ -336,7 +342,7 @@ func TokenPagesByTenant(ctx context.Context, q store.Q, tenantIDs []string, afte
 		SELECT t.parent AS parent_key, t.total_count,
 		       k.token_id, k.tenant_id, k.principal_id, k.name, k.role, k.created_at, k.revoked_at
 		FROM t
-		CROSS JOIN LATERAL (SELECT * FROM tokens WHERE tenant_id = t.parent AND token_id > $2 ORDER BY token_id LIMIT $3) k`,
+		CROSS JOIN LATERAL (SELECT `+tokenCols+` FROM tokens WHERE tenant_id = t.parent AND token_id > $2 ORDER BY token_id LIMIT $3) k`,
 		arg, after, limit+1)
 	var r page.Rows[Token]
 	for _, x := range rows {
