@@ -472,9 +472,7 @@ type RoleBinding {
   principalId: String!
   "` + "`" + `user` + "`" + ` or ` + "`" + `service` + "`" + `."
   principalKind: String!
-  "The principal's name."
   principalName: String!
-  "The role the principal holds on the tenant."
   role: Role!
   createdAt: Time!
 }
@@ -579,9 +577,7 @@ type Instance implements Node {
 type InstanceSize {
   "Whole GPUs, MIG devices of gpuProfile or GPU time slices, after the pool's sharing mode."
   gpus: Int!
-  "Virtual CPUs."
   vcpus: Int!
-  "Memory in GiB."
   memoryGiB: Int!
   "The MIG profile (mig vps-hosted pools)."
   gpuProfile: String
@@ -611,11 +607,8 @@ type InstanceEventEdge {
 
 "GPUs, vCPUs and GiB of memory."
 type ResourceAmounts {
-  "GPUs, counted after the pool's sharing mode (whole GPUs, MIG devices or time slices)."
   gpus: Int!
-  "Virtual CPUs."
   vcpus: Int!
-  "Memory in GiB."
   memoryGiB: Int!
 }
 
@@ -811,18 +804,13 @@ type ComputeNode implements Node {
   labels: JSON!
   "READY (takes work), CORDONED (takes no new work) or REMOVED (its credential revoked)."
   state: NodeState!
-  "The attestor that admitted it."
   attestor: Attestor!
-  "The hardware ids the machine joined with."
   hardware: NodeHardware!
-  "When the node certificate issued at its join expires (a year after the join)."
   certificateExpiresAt: Time!
-  "The join request whose approval admitted the node; null when its join was admitted at once."
   joinRequestId: String
   rowVersion: Int!
   createdAt: Time!
   updatedAt: Time!
-  "When the node was removed; null unless it was."
   removedAt: Time
   "The latest inventory snapshot's id (nodes.get's latestSnapshotId); null before the first report."
   latestSnapshotId: String
@@ -870,7 +858,6 @@ type InventorySnapshot implements Node {
   "The snapshot's id (` + "`" + `inv_` + "`" + ` and a ULID), as ` + "`" + `inventory.get` + "`" + ` gives it."
   snapshotId: String!
   nodeId: String!
-  "SHA-256 (hex) of the RFC 8785 canonical JSON of sections."
   hash: String!
   "When the node collected the report: the report's ` + "`" + `collectedAt` + "`" + `, or when it was received when it gave none."
   collectedAt: Time!
@@ -883,13 +870,11 @@ type InventorySnapshot implements Node {
   nics: [Nic!]!
   "The snapshot's drivers (its drivers section) by name, typed."
   drivers: [Driver!]!
-  "The report's sections as stored (canonical JSON)."
   sections: JSON!
 }
 
 "A GPU of a snapshot's gpus section, typed."
 type Gpu {
-  "The GPU's UUID: its device id."
   uuid: String!
   "The GPU's index on the machine; null when not reported."
   index: Int
@@ -907,9 +892,7 @@ type Gpu {
 
 "A MIG device (a slice of a GPU in MIG mode) of a snapshot."
 type MigDevice {
-  "The MIG profile the device was made with."
   profile: String!
-  "The MIG device's UUID."
   uuid: String!
 }
 
@@ -924,7 +907,6 @@ type Disk {
 
 "A network interface of a snapshot's nics section, typed."
 type Nic {
-  "The interface's MAC address, as reported; its device id is this MAC in lower case."
   mac: String!
   name: String!
   "The link speed in Mbps; null when not reported."
@@ -951,9 +933,7 @@ type InventorySnapshotEdge {
 
 "What changed between two of a node's snapshots, as ` + "`" + `inventory.diff` + "`" + ` answers."
 type InventoryDiff {
-  "The snapshot compared from; empty when the node has a single snapshot."
   from: String!
-  "The snapshot compared to."
   to: String!
   "The differences, by type then device id."
   changes: [InventoryChange!]!
@@ -961,9 +941,7 @@ type InventoryDiff {
 
 "One difference between two snapshots, with the stable device id (GPU UUID, disk WWN, driver name)."
 type InventoryChange {
-  "What changed."
   type: InventoryChangeType!
-  "The device's stable id: a GPU's UUID, a disk's WWN or a driver's name."
   deviceId: String!
   "The device or value before the change (a GPU, a disk, a driver version or a MIG layout); null where it was absent."
   before: JSON
@@ -1349,9 +1327,7 @@ type Pool implements Node {
 
 "What an offer lets the tenant offered to hold in the pool at once: GPUs and instances."
 type PoolQuota {
-  "How many GPUs (after the pool's sharing mode) the tenant may hold in the pool at once, by its instances or its reservations."
   gpus: Int!
-  "How many live instances the tenant may have in the pool at once."
   instances: Int!
 }
 
@@ -1359,9 +1335,7 @@ type PoolQuota {
 type PoolOffer implements Node {
   id: ID!
   poolId: String!
-  "The tenant the pool is offered to."
   toTenantId: String!
-  "What the tenant offered to may hold in the pool at once."
   quota: PoolQuota!
   createdAt: Time!
 }
@@ -1474,9 +1448,7 @@ type Profile implements Node {
 
 "Whether a profile version resolves, and what is wrong with it, as ` + "`" + `profiles.validate` + "`" + ` answers."
 type ProfileValidation {
-  "True when the document resolves: no issues."
   valid: Boolean!
-  "Every issue found expanding the document against the step registry (empty when valid)."
   issues: [ProfileIssue!]!
 }
 
@@ -1484,9 +1456,7 @@ type ProfileValidation {
 type ProfileIssue {
   "Where in the document (` + "`" + `document.steps[2].use` + "`" + `)."
   path: String!
-  "Which kind of problem."
   code: ProfileIssueCode!
-  "The problem in words."
   message: String!
 }
 
@@ -1828,22 +1798,16 @@ type Workflow implements Node {
 
 "One step of a workflow: what the profile said to run, and how it went as the node reported it."
 type WorkflowStep {
-  "The step's position, from 0."
   index: Int!
   name: String!
-  "The registered step it runs."
   use: String!
   "The phase it runs in: PREPARE, INSTALL, CONFIGURE or FINALIZE."
   phase: StepPhase!
-  "The step's parameters."
   with: JSON!
   "PENDING, RUNNING, SUCCEEDED, FAILED, or SKIPPED (after a failure, or a cancel before it started)."
   status: StepState!
-  "When the node first reported the step; null before that."
   startedAt: Time
-  "When the step succeeded or failed; null while it has not."
   finishedAt: Time
-  "The message of the step's latest report (or of a cancel); null when it had none."
   message: String
 }
 

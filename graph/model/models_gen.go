@@ -330,9 +330,7 @@ type ProfileEdge struct {
 
 // Whether a profile version resolves, and what is wrong with it, as `profiles.validate` answers.
 type ProfileValidation struct {
-	// True when the document resolves: no issues.
-	Valid bool `json:"valid"`
-	// Every issue found expanding the document against the step registry (empty when valid).
+	Valid  bool              `json:"valid"`
 	Issues []*profiles.Issue `json:"issues"`
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/computed/graph"
 	"github.com/bettercompute/computed/internal/apicheck"
 	"github.com/bettercompute/computed/internal/app"
+	"github.com/bettercompute/computed/internal/gqldoc"
 	"github.com/bettercompute/computed/internal/registry"
 )
 
@@ -166,13 +167,7 @@ func TestOpenAPIObjectsSayWhatTheyHold(t *testing.T) {
 // what a method answers can be read from the graph too (ComputeNode had
 // no latestSnapshotId, which nodes.get answers).
 func TestGraphObjectsHoldTheMethodsFields(t *testing.T) {
-	graphNames := map[string]string{
-		"Node": "ComputeNode", "Snapshot": "InventorySnapshot", "DiffResult": "InventoryDiff", "Change": "InventoryChange",
-		"GPU": "Gpu", "NIC": "Nic", "MIGDevice": "MigDevice",
-		"Size": "InstanceSize", "Resources": "ResourceAmounts", "Quota": "PoolQuota", "Offer": "PoolOffer",
-		"Issue": "ProfileIssue", "Validation": "ProfileValidation", "Step": "WorkflowStep",
-		"Member": "ProjectMember", "Binding": "RoleBinding", "AllowedKey": "AllowedTpmKey",
-	}
+	graphNames := gqldoc.GraphNames
 	files, err := Files(root)
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,10 @@
 package gqldoc
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -243,18 +245,36 @@ func describeCommonFields(s *ast.Schema) {
 	}
 }
 
+// GraphNames maps the output components of the method surface whose graph
+// type has another name (the graph's Node is the Relay interface) to that
+// type: their fields are one another's.
+var GraphNames = map[string]string{
+	"Node": "ComputeNode", "Snapshot": "InventorySnapshot", "DiffResult": "InventoryDiff", "Change": "InventoryChange",
+	"GPU": "Gpu", "NIC": "Nic", "MIGDevice": "MigDevice",
+	"Size": "InstanceSize", "Resources": "ResourceAmounts", "Quota": "PoolQuota", "Offer": "PoolOffer",
+	"Issue": "ProfileIssue", "Validation": "ProfileValidation", "Step": "WorkflowStep",
+	"Member": "ProjectMember", "Binding": "RoleBinding", "AllowedKey": "AllowedTpmKey",
+}
+
 // describeOutputFields gives the fields of an object type that the schema
 // leaves undescribed the words of the method surface's output field of the
 // same type and name (a Go field's doc tag, registry.FieldDoc): a Profile's
 // used means one thing on both surfaces, written once.
 func describeOutputFields(s *ast.Schema, reg *registry.Registry) {
+	component := map[string]string{}
+	for c, g := range GraphNames {
+		component[g] = c
+	}
 	for name, def := range s.Types {
 		if def.BuiltIn || def.Kind != ast.Object || strings.HasPrefix(name, "__") {
 			continue
 		}
 		var nd *ast.Definition
 		for i, f := range def.Fields {
-			d := reg.FieldDoc(name, f.Name)
+			d := reg.FieldDoc(cmp.Or(component[name], name), f.Name)
+			if f.Name == "id" && slices.Contains(def.Interfaces, "Node") {
+				continue // the Relay global id, not the method surface's id
+			}
 			if d == "" || f.Description != "" {
 				continue
 			}

@@ -157,3 +157,18 @@ func TestOutputFieldsShareTheirWords(t *testing.T) {
 		t.Fatal("the parsed schema itself changed")
 	}
 }
+
+// The words of an output component reach its graph type under another
+// name too (GraphNames: the method surface's Node is the graph's
+// ComputeNode), but a Relay id stays the Relay id: a Snapshot's id is
+// inv_…, an InventorySnapshot's id the global id node(id:) reads.
+func TestOutputWordsUnderAnotherName(t *testing.T) {
+	reg := app.Registry(nil, nil, nil, nil)
+	s := gqldoc.Describe(parsed(), reg)
+	if got, want := s.Types["ComputeNode"].Fields.ForName("nodeId").Description, reg.FieldDoc("Node", "nodeId"); got != want || want == "" {
+		t.Errorf("ComputeNode.nodeId: %q, want Node.nodeId's %q", got, want)
+	}
+	if got := s.Types["InventorySnapshot"].Fields.ForName("id").Description; !strings.Contains(got, "global id") {
+		t.Errorf("InventorySnapshot.id: %q", got)
+	}
+}
