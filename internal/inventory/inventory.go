@@ -34,8 +34,8 @@ import (
 )
 
 // Names of the inventory's schemas for the OpenAPI document: sections are
-// described by the Go type the report decoder fills (it refuses unknown
-// fields and nulls, as the reflected schema does).
+// described by the Go type the report decoder fills, with the decoder's
+// bounds (schema.go).
 var (
 	SectionsSchema = registry.DefineSchemaOf[Sections]("InventorySections")
 	ChangeTypeEnum = registry.DefineEnum("InventoryChangeType", "what changed between two snapshots", GPUMissing, GPUAdded, DiskReplaced, DriverChanged, MIGLayoutChanged)

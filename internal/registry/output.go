@@ -67,6 +67,33 @@ func DefineSchema(name, schemaJSON string) string {
 	return define(name, s, nil)
 }
 
+// refinements add to the schema reflected from a struct type what its Go
+// type cannot say: the bounds its package checks (Refine).
+var refinements = map[reflect.Type]func(map[string]any){}
+
+// Refine has f add to the schema reflected from T (an object schema with
+// properties and required) the rules its package enforces on it, from the
+// constants that package checks with: a client validating against the
+// OpenAPI document then sends what the server takes (an inventory report
+// within the document was refused for bounds it did not state).
+func Refine[T any](f func(s map[string]any)) {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	refinements[reflect.TypeFor[T]()] = f
+}
+
+// Props is the properties of an object schema, for Refine's functions.
+func Props(s map[string]any) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	props, _ := s["properties"].(map[string]any)
+	for k, v := range props {
+		if p, ok := v.(map[string]any); ok {
+			out[k] = p
+		}
+	}
+	return out
+}
+
 // DefineSchemaOf names the schema reflected from T (a struct becomes the
 // component name instead of its Go type name).
 func DefineSchemaOf[T any](name string) string {
@@ -329,7 +356,11 @@ func (rf *reflector) body(t reflect.Type) map[string]any {
 		props := map[string]any{}
 		req := []string{}
 		rf.fields(t, props, &req)
-		return map[string]any{"type": "object", "properties": props, "required": req}
+		s := map[string]any{"type": "object", "properties": props, "required": req}
+		if f := refinements[t]; f != nil {
+			f(s)
+		}
+		return s
 	}
 	// An interface: any JSON value.
 	rf.untyped = append(rf.untyped, strings.Join(rf.where, "."))
