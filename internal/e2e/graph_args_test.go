@@ -189,6 +189,36 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			}
 		}
 		gqlOK(t, e.GraphQL(tok, qi, map[string]any{"n": 1}))
+		// an ID is a string or an integer (5.5 was read as the id "5.5")
+		qid := `query($i: ID!) { node(id: $i) { id } }`
+		for _, i := range []any{5.5, json.Number("1e-1"), true} {
+			r := e.GraphQL(tok, qid, map[string]any{"i": i})
+			if m, _ := gqlMessage(r); r.Status != http.StatusBadRequest || m != "variable.i must be a string or an integer" {
+				t.Errorf("$i = %v: %d %s", i, r.Status, r.Raw)
+			}
+		}
+		for _, i := range []any{5, json.Number("5.0"), "x"} {
+			gqlOK(t, e.GraphQL(tok, qid, map[string]any{"i": i}))
+		}
+		// gqlparser's other words for a variable name it, as these do
+		for _, c := range []struct {
+			q    string
+			vars map[string]any
+			want string
+		}{
+			{q, map[string]any{"s": []any{"RUNNING"}}, "variable.s must be one of the enum's values, a string"},
+			{qid, map[string]any{"i": nil}, "variable.i cannot be null"},
+			{qid, map[string]any{}, "variable.i must be defined"},
+			{`mutation($in: CreateProjectInput!) { createProject(input: $in) { project { projectId } } }`,
+				map[string]any{"in": map[string]any{"tenantId": "acme", "name": "v", "extra": 1}}, "variable.in.extra is not a field of its input type"},
+			{`mutation($in: CreateProjectInput!) { createProject(input: $in) { project { projectId } } }`,
+				map[string]any{"in": []any{1}}, "variable.in must be a CreateProjectInput, not an array"},
+		} {
+			r := e.GraphQL(tok, c.q, c.vars)
+			if m, _ := gqlMessage(r); r.Status != http.StatusBadRequest || m != c.want {
+				t.Errorf("%v: %d %s, want %q", c.vars, r.Status, r.Raw, c.want)
+			}
+		}
 		// an integral number in any spelling is an integer, as the method
 		// surface takes it (gqlparser refused 1e3); past 32 bits it is not
 		for _, n := range []json.Number{"1e1", "5.0", "2.0E1"} {

@@ -99,9 +99,13 @@ func (s *Server) inSlot(h graphql.ResponseHandler) graphql.ResponseHandler {
 // cannotUse is gqlparser's refusal of a variable's value for a built-in
 // scalar; scalarWants says what the scalar takes.
 var (
-	notValidEnum = regexp.MustCompile(`(?s)^(.*) is not a valid ([A-Za-z_][A-Za-z0-9_]*)$`)
-	cannotUse    = regexp.MustCompile(`^cannot use (?:value \S+|\w+) as (Int|Float|String|Boolean|ID)$`)
-	scalarWants  = map[string]string{
+	notValidEnum  = regexp.MustCompile(`(?s)^(.*) is not a valid ([A-Za-z_][A-Za-z0-9_]*)$`)
+	variableWords = map[string]string{
+		"unknown field":                 "is not a field of its input type",
+		"enums must be ints or strings": "must be one of the enum's values, a string",
+	}
+	cannotUse   = regexp.MustCompile(`^cannot use (?:value \S+|\w+) as (Int|Float|String|Boolean|ID)$`)
+	scalarWants = map[string]string{
 		"Int":     fmt.Sprintf("must be an integer from %d to %d", math.MinInt32, math.MaxInt32),
 		"Float":   "must be a number",
 		"String":  "must be a string",
@@ -160,6 +164,14 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			// Int"), in the scalar check's words, naming the variable.
 			if m := cannotUse.FindStringSubmatch(ge.Message); m != nil {
 				out.Message = p + " " + scalarWants[m[1]]
+			} else if w, ok := variableWords[ge.Message]; ok {
+				// gqlparser's other words for a variable's value name no
+				// variable ("unknown field"; "enums must be ints or
+				// strings" for a list given to an enum): named, as
+				// these are ("variable.n must be ...").
+				out.Message = p + " " + w
+			} else if strings.HasPrefix(ge.Message, "must ") || strings.HasPrefix(ge.Message, "cannot ") {
+				out.Message = p + " " + plainWords(ge.Message) // "must be defined", "cannot be null"
 			}
 		}
 		// The parser's and validator's words quote the document's
@@ -170,6 +182,9 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			// gqlgen's enum unmarshalling: the value first, unquoted
 			// (512 characters of a variable's words came back).
 			out.Message = strconv.Quote(errs.Cut(m[1])) + " is not a valid " + m[2]
+			if p, _ := details["path"].(string); strings.HasPrefix(p, "variable.") {
+				out.Message = p + ": " + out.Message
+			}
 		}
 		p, _ := details["path"].(string)
 		out.Message = errs.CutMessage(out.Message, p) // at most errs.MaxMessage: an input object literal came back whole

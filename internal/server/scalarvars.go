@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"math/big"
 	"reflect"
 	"strings"
 
@@ -199,6 +200,13 @@ func (c *scalarVars) check(t *ast.Type, v any, path string, depth int) (string, 
 		// is a JSON number (the decoders keep numbers as json.Number).
 		if _, isString := v.(string); isString && (t.NamedType == "Int" || t.NamedType == "Float") {
 			return path, errs.E(errs.InvalidInput, "must be a number, not a string")
+		}
+		// An ID is a string or an integer (the spec's input coercion);
+		// gqlparser read a json.Number as a string, and took 5.5.
+		if n, isNumber := v.(json.Number); isNumber && t.NamedType == "ID" {
+			if f, ok := new(big.Float).SetString(n.String()); !ok || !f.IsInt() {
+				return path, errs.E(errs.InvalidInput, "must be a string or an integer")
+			}
 		}
 		// GraphQL's Int is 32 bits; gqlparser took 2147483648.
 		if t.NamedType == "Int" && !int32Value(v) {
