@@ -111,6 +111,11 @@ func TestGraphiQLInBrowser(t *testing.T) {
 			Focused       string
 			Requests      []string
 		}
+		Refused struct {
+			Text          string
+			Help          bool
+			GraphiqlShown bool
+		}
 		Response struct {
 			Data struct {
 				Viewer struct{ Kind string }
@@ -138,6 +143,10 @@ func TestGraphiQLInBrowser(t *testing.T) {
 	if len(got.Before.Requests) > 0 || got.Before.GraphiqlShown || got.Before.Focused != "token" ||
 		!strings.Contains(got.Before.Help, "$COMPUTE_DATA_DIR/operator-token") || !strings.Contains(got.Before.Help, "tokens.create") {
 		t.Errorf("GraphiQL without a token: %+v", got.Before)
+	}
+	// A token the server refuses: said at once, GraphiQL not mounted.
+	if !strings.Contains(got.Refused.Text, "refused this token") || !got.Refused.Help || got.Refused.GraphiqlShown {
+		t.Errorf("GraphiQL with a refused token: %+v", got.Refused)
 	}
 	if got.Response.Data.Viewer.Kind != "service" || got.Response.Data.Tenant.Name != "Tenant acme" || len(got.Blocked) > 0 {
 		t.Errorf("graphiql query: %s", out)

@@ -46,11 +46,12 @@ const graphiqlPage = `<!doctype html>
 <link rel="icon" href="data:,">
 <link rel="stylesheet" href="/graphiql/graphiql.min.css">
 <style>body{margin:0;height:100vh;display:flex;flex-direction:column}#bar{margin:0;font:13px sans-serif;padding:6px;background:#f3f3f3;display:flex;gap:6px;align-items:center}#graphiql{flex:1}#bar input{flex:1;font-family:monospace}
-#help{font:15px/1.5 sans-serif;max-width:46em;margin:3em auto;padding:0 1em;color:#222}#help code{background:#f3f3f3;padding:1px 4px;border-radius:3px}#help h1{font-size:20px}</style>
+#help{font:15px/1.5 sans-serif;max-width:46em;margin:3em auto;padding:0 1em;color:#222}#help code{background:#f3f3f3;padding:1px 4px;border-radius:3px}#help h1{font-size:20px}#refused{font:15px/1.5 sans-serif;max-width:46em;margin:1em auto 0;padding:.5em 1em;color:#8a1f11;background:#fdecea}</style>
 </head>
 <body>
 <form id="bar"><label for="token">Bearer token</label><input id="token" type="password" autocomplete="off" placeholder="paste a token; it stays in this browser's localStorage"><button id="save" type="submit">Use</button><button id="forget" type="button">Forget</button></form>
 <div id="graphiql" hidden>Loading…</div>
+<p id="refused" hidden></p>
 <div id="help" hidden>
 <h1>Paste a bearer token above to start</h1>
 <p>Every request needs one; this page sends none until you paste it (GraphiQL, its schema and docs load then).</p>
@@ -77,7 +78,19 @@ function render() {
 document.getElementById('bar').onsubmit = (e) => { e.preventDefault(); localStorage.setItem('compute-token', input.value.trim()); location.reload(); };
 document.getElementById('forget').onclick = () => { localStorage.removeItem('compute-token'); location.reload(); };
 if (token) {
-  render();
+  // The token is tried once before GraphiQL mounts: refused, GraphiQL
+  // would show "Error fetching schema" in its Docs pane and retry a
+  // subscription's socket for 40 s (graphql-ws retries a 4403), each try
+  // spending the address's failed-authentication budget.
+  fetch('/graphql', {method: 'POST', headers: {Authorization: 'Bearer ' + token, 'Content-Type': 'application/json'}, body: '{"query":"{ viewer { kind } }"}'})
+    .then((r) => {
+      if (r.status !== 401) { render(); return; }
+      const refused = document.getElementById('refused');
+      refused.textContent = 'The server refused this token: it is unknown, revoked, or not a bearer token. Paste another.';
+      refused.hidden = false;
+      document.getElementById('help').hidden = false;
+      input.focus();
+    }, render);
 } else {
   document.getElementById('help').hidden = false;
   input.focus();

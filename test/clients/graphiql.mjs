@@ -9,7 +9,7 @@
 import { chromium } from 'playwright-core';
 
 const [base, token, query, shots] = process.argv.slice(2);
-const out = { before: null, response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
+const out = { before: null, refused: null, response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
 const t0 = Date.now();
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -50,6 +50,24 @@ try {
   }));
   out.before.requests = [...sent];
   await shot('no-token');
+  // 0b. A token the server refuses: the page says so and GraphiQL stays
+  // unmounted (it showed "Error fetching schema" and retried a
+  // subscription's socket for 40 s).
+  const consoleBefore = out.blocked.length;
+  await page.fill('#token', 'bct_unknown');
+  await page.click('#save');
+  await page.waitForSelector('#refused:not([hidden])', { timeout: 45000 });
+  out.refused = await page.evaluate(() => ({
+    text: document.getElementById('refused').innerText,
+    help: !document.getElementById('help').hidden,
+    graphiqlShown: !document.getElementById('graphiql').hidden,
+  }));
+  // The refused try's own 401 is what Chromium logs of any refused
+  // fetch; anything else in the console still counts.
+  await new Promise((r) => setTimeout(r, 300));
+  out.refused.console = out.blocked.splice(consoleBefore).filter((m) => !m.includes('status of 401'));
+  out.blocked.push(...out.refused.console);
+  await shot('refused-token');
   await page.fill('#token', token);
   await page.click('#save');
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
