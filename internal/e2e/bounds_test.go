@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"math/big"
 	"net/http"
 	"sort"
 	"strconv"
@@ -108,6 +109,12 @@ func set(body map[string]any, path []string, v any) map[string]any {
 	return out
 }
 
+// beside is the integer bound+d, exactly.
+func beside(bound float64, d int64) string {
+	i, _ := big.NewFloat(bound).Int(nil)
+	return i.Add(i, big.NewInt(d)).String()
+}
+
 // TestIntegerBoundsOfEveryMethod sends the bound and bound+1 of every
 // integer field in the index: past a bound is INVALID_INPUT naming the
 // field; at the bound is never a 500 (an int4 column used to overflow).
@@ -164,7 +171,8 @@ func TestIntegerBoundsOfEveryMethod(t *testing.T) {
 		"nodes/uncordon":       {admin, tenant(map[string]any{"nodeId": nodeID})},
 		"nodes/remove":         {admin, tenant(map[string]any{"nodeId": nodeID})},
 		"inventory/history":    {admin, tenant(map[string]any{"nodeId": nodeID})},
-		"inventory/report":     {cred, map[string]any{"nodeId": nodeID, "sections": map[string]any{}}},
+		"inventory/report": {cred, map[string]any{"nodeId": nodeID, "sections": map[string]any{ // each list's item with its required fields
+			"disks": []any{map[string]any{"wwn": "wwn-1"}}, "gpus": []any{map[string]any{"uuid": "GPU-1"}}, "nics": []any{map[string]any{"mac": "aa:bb:cc:dd:ee:ff"}}}}},
 		"profiles/create":      {member, tenant(map[string]any{"document": profileDoc("other", 1)})},
 		"profiles/update":      {member, tenant(map[string]any{"profileId": "base", "profileVersion": 1, "document": profileDoc("base", 1)})},
 		"profiles/get":         {member, tenant(map[string]any{"profileId": "base"})},
@@ -238,10 +246,11 @@ func TestIntegerBoundsOfEveryMethod(t *testing.T) {
 			}
 			continue
 		}
-		for _, v := range []float64{*f.max + 1, *f.min - 1} {
-			r := call(f, json.Number(strconv.FormatFloat(v, 'f', -1, 64)))
+		// past the bound in exact integers (2^53 + 1 is no float64)
+		for _, v := range []string{beside(*f.max, 1), beside(*f.min, -1)} {
+			r := call(f, json.Number(v))
 			if r.Status != 400 || r.Code() != "INVALID_INPUT" || r.Path() != want(f) {
-				t.Errorf("%s = %.0f (past the bound): %d %s", name, v, r.Status, r.Raw)
+				t.Errorf("%s = %s (past the bound): %d %s", name, v, r.Status, r.Raw)
 			}
 		}
 		for _, v := range []float64{*f.max, *f.min} {
