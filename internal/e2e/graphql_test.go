@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -245,6 +246,20 @@ func TestGraphQLOverHTTP(t *testing.T) {
 		t.Fatalf("no token: %d %s", un.Status, un.Raw)
 	}
 	gqlExpect(t, un, "UNAUTHENTICATED", anyPath)
+	// A subscription sent as a plain request is a request error like the
+	// others: 400 under application/graphql-response+json, 200 under
+	// application/json (it was 400 under both).
+	sub := `{"query":"subscription { instanceEvents(tenantId: \"acme\") { eventId } }"}`
+	for accept, want := range map[string]int{"application/graphql-response+json": 400, "application/json": 200} {
+		req, _ := http.NewRequest(http.MethodPost, e.Server.URL+"/graphql", strings.NewReader(sub))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", accept)
+		req.Header.Set("Authorization", "Bearer "+acme.Admin.Token)
+		r := e.Do(req)
+		if c, _ := gqlErr(r); r.Status != want || c != "INVALID_INPUT" || r.Body["data"] != nil {
+			t.Errorf("a subscription over POST under %s: %d %s", accept, r.Status, r.Raw)
+		}
+	}
 }
 
 // Mutations answer nullable payloads: in a document of several, one that

@@ -102,7 +102,10 @@ func (httpTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 	}
 	switch oc.Operation.Operation {
 	case ast.Subscription:
-		writeRequestError(w, ct, http.StatusBadRequest, errs.E(errs.InvalidInput,
+		// A request error, answered as the others are: 400 under
+		// application/graphql-response+json, 200 under application/json
+		// (it was 400 under both, the one refusal out of line).
+		writeRequestError(w, ct, requestErrorStatus(ct, nil), errs.E(errs.InvalidInput,
 			"subscriptions run over WebSocket (graphql-transport-ws) at /graphql or Server-Sent Events at /graphql/stream"))
 		return
 	}
