@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -475,6 +476,31 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 	wordy("an enum variable", e.GraphQL(admin, `query($s: InstanceState) { tenant(tenantId: "wordy") { instances(state: $s) { totalCount } } }`, map[string]any{"s": words}))
 	wordy("an enum inside an input variable", e.GraphQL(admin, `mutation($in: CreatePoolInput!) { createPool(input: $in) { pool { poolId } } }`,
 		map[string]any{"in": map[string]any{"tenantId": "wordy", "name": "z", "site": "s", "gpuModel": "g", "sharingMode": few, "kind": "BARE_METAL"}}))
+	// a key of dotted words: each part is short, the whole is not
+	dotted := strings.Repeat("word word.", 300)
+	wordy("a dotted key of a policy", e.Call(admin, "pools/create", map[string]any{"tenantId": "wordy", "name": "d", "site": "s", "gpuModel": "g",
+		"sharingMode": "exclusive", "kind": "bare-metal", "policy": map[string]any{"capacity": map[string]any{dotted: 1}}}))
+	wordy("a dotted unknown key", e.Call(admin, "projects/create", map[string]any{"tenantId": "wordy", "name": "x", dotted: 1}))
+	// a step's with is the client's: its keys in a profile's issues
+	for i, step := range []map[string]any{
+		{"use": "host.configure", "with": map[string]any{"sysctl": map[string]any{few: 1}}},
+		{"use": "network.configure", "with": map[string]any{few: 1}},
+		{"use": "network.configure", "with": map[string]any{dotted: 1}},
+	} {
+		id := fmt.Sprintf("wordy-%d", i)
+		must(t, e.Call(admin, "profiles/create", map[string]any{"tenantId": "wordy", "document": map[string]any{"id": id, "version": 1, "steps": []any{step}}}))
+		for _, m := range []string{"profiles/validate", "profiles/render"} {
+			r := e.Call(admin, m, map[string]any{"tenantId": "wordy", "profileId": id})
+			issues, _ := r.Body["issues"].([]any)
+			if d, ok := r.Details()["issues"].([]any); ok {
+				issues = d
+			}
+			if len(issues) == 0 || len(r.Raw) > 3000 {
+				t.Errorf("%s of %s: %d, %d bytes: %.300s", m, id, r.Status, len(r.Raw), r.Raw)
+			}
+		}
+		wordy("workflows.create of "+id, e.Call(admin, "workflows/create", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "profileId": id}))
+	}
 	wordy("a label value in the graph", e.GraphQL(admin, `mutation($l: JSON) { updateNode(input: {tenantId: "wordy", nodeId: "`+nodeID+`", labels: $l}) { node { nodeId } } }`,
 		map[string]any{"l": map[string]any{"k": words}}))
 }

@@ -65,3 +65,19 @@ func TestCutMessageCutsThePathItRepeats(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// A path of a key of dotted words is cut as a whole: each part is short.
+func TestCutPathBoundsADottedKey(t *testing.T) {
+	key := strings.Repeat("word word.", 300)
+	p := "policy.capacity." + key
+	if c := CutPath(p); utf8.RuneCountInString(c) > 2*Quoted || !strings.HasPrefix(c, "policy.capacity.word") {
+		t.Fatalf("CutPath: %d characters: %.200q", utf8.RuneCountInString(c), c)
+	}
+	e := Public(Invalid(p, "%s: unknown field", p), "r")
+	if utf8.RuneCountInString(e.Message) > 2*Quoted+len(": unknown field") {
+		t.Fatalf("message: %d characters: %.200q", utf8.RuneCountInString(e.Message), e.Message)
+	}
+	if c := CutPath("document.hostConfig.sysctl.net.ipv4.conf.all.rp_filter"); c != "document.hostConfig.sysctl.net.ipv4.conf.all.rp_filter" {
+		t.Fatalf("a real dotted key: %q", c)
+	}
+}

@@ -243,7 +243,14 @@ func CutPath(p string) string {
 	for i, part := range parts {
 		parts[i] = Cut(part)
 	}
-	return CutText(strings.Join(parts, "."))
+	// And the whole at most 2×Quoted: a key of dotted words has short
+	// parts (495 characters of one came back, in the message and the
+	// path). The server's own paths are far shorter.
+	c := strings.Join(parts, ".")
+	if utf8.RuneCountInString(c) > 2*Quoted {
+		c = string([]rune(c)[:2*Quoted-1]) + "…"
+	}
+	return CutText(c)
 }
 
 // CutMessage is an answer's message whose details.path is path: every part
@@ -253,6 +260,9 @@ func CutPath(p string) string {
 // came back with 512 characters of the key), then CutText.
 func CutMessage(msg, path string) string {
 	if len(path) > Quoted {
+		if c := CutPath(path); c != path {
+			msg = strings.ReplaceAll(msg, path, c) // the path as details.path has it
+		}
 		for _, part := range strings.Split(path, ".") {
 			if c := Cut(part); c != part {
 				msg = strings.ReplaceAll(msg, part, c)

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/bettercompute/computed/internal/errs"
 )
 
 // Phases in the order a workflow runs them.
@@ -227,8 +229,20 @@ type Rendered struct {
 }
 
 // Expand resolves a stored document against the step registry: the steps a
-// workflow would run and every issue found.
+// workflow would run and every issue found. An issue's path holds the
+// document's keys (a step's with is the client's): it is cut as an
+// error's path is, and its message with it (a 125 KB sysctl key came back
+// whole in validate, render and workflows.create).
 func Expand(raw []byte) ([]Rendered, []Issue) {
+	out, issues := expand(raw)
+	for i := range issues {
+		issues[i].Message = errs.CutMessage(issues[i].Message, issues[i].Path)
+		issues[i].Path = errs.CutPath(issues[i].Path)
+	}
+	return out, issues
+}
+
+func expand(raw []byte) ([]Rendered, []Issue) {
 	var d docView
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
