@@ -269,3 +269,49 @@ func TestArchivedPoolRefusalsCarryTheReason(t *testing.T) {
 		}
 	}
 }
+
+// A failed instance starts again only where its tenant may create one: a
+// start provisions it anew, and it did so in a pool whose offer had been
+// withdrawn, or that had been archived (and one that had failed waiting
+// for a place failed again at every start). A stopped instance in a pool
+// no longer offered still starts (instances that run or are stopped
+// stay).
+func TestAFailedInstanceStartsOnlyWhereItCouldBeCreated(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t).RunReconciler()
+	acme, beta := newTenant(t, e, "acme"), newTenant(t, e, "beta")
+	pool := vpsPool(t, e, acme.Admin.Token, "acme", "failing", map[string]any{"maxTries": 1, "sim": map[string]any{"latencyMs": 0, "failureRate": 1}})
+	must(t, e.Call(acme.Admin.Token, "pools/offer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "beta", "quota": map[string]any{"gpus": 4, "instances": 4}}))
+	b := beta.Member.Token
+	failed := must(t, e.Call(b, "instances/create", instanceIn("beta", pool, "f", 0))).Str("instanceId")
+	waitState(t, e, b, "beta", failed, "failed", 10*time.Second)
+	mine := must(t, e.Call(acme.Member.Token, "instances/create", instanceIn("acme", pool, "own", 0))).Str("instanceId")
+	waitState(t, e, acme.Member.Token, "acme", mine, "failed", 10*time.Second)
+	start := func(tok, tenant, id string) testkit.Resp {
+		return e.Call(tok, "instances/start", map[string]any{"tenantId": tenant, "instanceId": id})
+	}
+	must(t, start(b, "beta", failed)) // offered: it may try again
+	waitState(t, e, b, "beta", failed, "failed", 10*time.Second)
+
+	must(t, e.Call(acme.Admin.Token, "pools/unoffer", map[string]any{"tenantId": "acme", "poolId": pool, "toTenantId": "beta"}))
+	r := start(b, "beta", failed)
+	expect(t, r, "INVALID_STATE", anyPath)
+	if reason(t, r) != "not-offered" {
+		t.Fatalf("a failed instance's start after the unoffer: %s", r.Raw)
+	}
+	// the owner's own failed instance still starts; once archived, not
+	must(t, start(acme.Member.Token, "acme", mine))
+	waitState(t, e, acme.Member.Token, "acme", mine, "failed", 10*time.Second)
+	must(t, e.Call(acme.Admin.Token, "pools/archive", map[string]any{"tenantId": "acme", "poolId": pool}))
+	r = start(acme.Member.Token, "acme", mine)
+	expect(t, r, "INVALID_STATE", anyPath)
+	if reason(t, r) != "archived" {
+		t.Fatalf("a failed instance's start in an archived pool: %s", r.Raw)
+	}
+	// and nothing moved: no provisioning after the refusals
+	for _, c := range []struct{ tok, tenant, id string }{{b, "beta", failed}, {acme.Member.Token, "acme", mine}} {
+		if g := must(t, e.Call(c.tok, "instances/get", map[string]any{"tenantId": c.tenant, "instanceId": c.id})); g.Str("state") != "failed" {
+			t.Fatalf("after a refused start: %s", g.Raw)
+		}
+	}
+}

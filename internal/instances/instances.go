@@ -509,6 +509,25 @@ func deletedErr(i *Instance) error {
 // asking for what is already desired changes nothing, except on a failed
 // instance, where a start or a delete asks the reconciler to act again.
 func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, desired string, reboot bool) (*Instance, error) {
+	// A start of a failed instance provisions it anew: only in a pool its
+	// tenant may still create in. The pool is locked before the instance,
+	// in the order creates and placements take them.
+	var pool *poolRow
+	if desired == Running && !reboot {
+		var peek struct {
+			State  string `db:"state"`
+			PoolID string `db:"pool_id"`
+		}
+		err := q.GetContext(ctx, &peek, `SELECT state, pool_id FROM instances WHERE instance_id = $1 AND tenant_id = $2`, in.InstanceID, in.TenantID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, store.Wrap(err)
+		}
+		if err == nil && peek.State == Failed {
+			if pool, err = visiblePool(ctx, q, in.TenantID, peek.PoolID, "FOR SHARE OF p"); err != nil && errs.CodeOf(err) != errs.NotFound {
+				return nil, err
+			}
+		}
+	}
 	i, err := lockOwn(ctx, q, in)
 	if err != nil {
 		return nil, err
@@ -520,6 +539,16 @@ func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, de
 	}
 	if i.DesiredState == Deleted && desired != Deleted {
 		return nil, deletedErr(i)
+	}
+	if desired == Running && !reboot && i.State == Failed {
+		if pool == nil { // it failed since the peek: read, not locked
+			if pool, err = visiblePool(ctx, q, i.TenantID, i.PoolID, ""); err != nil && errs.CodeOf(err) != errs.NotFound {
+				return nil, err
+			}
+		}
+		if err := restartable(i, pool); err != nil {
+			return nil, err
+		}
 	}
 	if reboot && (i.DesiredState != Running || i.State == Failed) {
 		return nil, errs.E(errs.InvalidState, "instance %s is %s (desired %s); only a running instance reboots", i.InstanceID, i.State, i.DesiredState).
@@ -546,6 +575,23 @@ func (s *Service) setDesired(ctx context.Context, q store.Q, in *ChangeInput, de
 		return nil, err
 	}
 	return i, nil
+}
+
+// restartable refuses a failed instance's start where a create in its pool
+// is refused: the pool no longer offered to the tenant, or archived. It
+// provisioned anew there (a probe's instance ran again after the offer was
+// withdrawn, and one that had failed waiting for a place failed again at
+// every start).
+func restartable(i *Instance, p *poolRow) error {
+	if p == nil {
+		return errs.E(errs.InvalidState, "instance %s failed, and its pool %s is no longer offered to tenant %s: it starts again only where its tenant may create instances; delete it",
+			i.InstanceID, i.PoolID, i.TenantID).With("reason", "not-offered").With("state", i.State).With("desiredState", i.DesiredState)
+	}
+	if p.State != "active" {
+		return errs.E(errs.InvalidState, "instance %s failed, and its pool %s is %s: it starts again only where its tenant may create instances; delete it",
+			i.InstanceID, i.PoolID, p.State).With("reason", p.State).With("state", i.State).With("desiredState", i.DesiredState)
+	}
+	return nil
 }
 
 // Start asks for the instance running (and retries a failed one).

@@ -145,7 +145,7 @@ func Methods(s *Service) []registry.Method {
 		registry.Def(list, nil, List),
 		registry.Def(m("instances", "start", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance running and returns it.",
-			[]string{desiredNote, "Starting a `failed` instance retries it. An instance being deleted is `INVALID_STATE` (`details.reason` `deleted`).",
+			[]string{desiredNote, "Starting a `failed` instance retries it, a new provisioning, only where its tenant may create instances: in a pool no longer offered to its tenant it is `INVALID_STATE` (`details.reason` `not-offered`), in an archived pool `INVALID_STATE` (`details.reason` `archived`); a stopped instance there still starts. An instance being deleted is `INVALID_STATE` (`details.reason` `deleted`).",
 				"`expectedVersion` is the instance's rowVersion; a mismatch is `CONFLICT`, whatever the instance's state."}, inst(expected)...), nil, s.Start),
 		registry.Def(m("instances", "stop", registry.Mutation, authz.InstancesManage, authz.Instance,
 			"Asks for the instance stopped and returns it.",
