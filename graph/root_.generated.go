@@ -236,12 +236,19 @@ type AuditPrincipal {
 
 "Who made a call: the operator, a user, a service token, a node's credential, the server itself (the reconciler, retention jobs), a join token (nodes.join), or a credential not known."
 enum AuditPrincipalKind {
+  "The platform's operator, who reaches every tenant."
   OPERATOR
+  "A user principal, acting through the role bindings it holds."
   USER
+  "A service token's principal (` + "`" + `tokens.create` + "`" + `)."
   SERVICE
+  "A node's credential, the one ` + "`" + `nodes.join` + "`" + ` returned."
   NODE
+  "The server itself: the vps.instances reconciler (` + "`" + `system:vps.instances` + "`" + `) or the audit retention (` + "`" + `system:audit.prune` + "`" + `)."
   SYSTEM
+  "A join token presented to ` + "`" + `nodes.join` + "`" + `, which is no principal: ` + "`" + `principalId` + "`" + ` is the token's id, null for an unknown token."
   JOIN_TOKEN
+  "No principal was known: a record written before principals were kept, or without one."
   UNKNOWN
 }
 
@@ -318,23 +325,37 @@ type InstanceEvent {
 
 "The instance.* event types (instance.created is INSTANCE_CREATED)."
 enum InstanceEventType {
+  "` + "`" + `instance.created` + "`" + `: the instance was created, ` + "`" + `PENDING` + "`" + `."
   INSTANCE_CREATED
+  "` + "`" + `instance.provisioning` + "`" + `: the instance moved to ` + "`" + `PROVISIONING` + "`" + `."
   INSTANCE_PROVISIONING
+  "` + "`" + `instance.running` + "`" + `: the instance moved to ` + "`" + `RUNNING` + "`" + `."
   INSTANCE_RUNNING
+  "` + "`" + `instance.stopping` + "`" + `: the instance moved to ` + "`" + `STOPPING` + "`" + `."
   INSTANCE_STOPPING
+  "` + "`" + `instance.stopped` + "`" + `: the instance moved to ` + "`" + `STOPPED` + "`" + `."
   INSTANCE_STOPPED
+  "` + "`" + `instance.rebooting` + "`" + `: the instance moved to ` + "`" + `REBOOTING` + "`" + `."
   INSTANCE_REBOOTING
+  "` + "`" + `instance.deleting` + "`" + `: the instance moved to ` + "`" + `DELETING` + "`" + `."
   INSTANCE_DELETING
+  "` + "`" + `instance.deleted` + "`" + `: the instance moved to ` + "`" + `DELETED` + "`" + `."
   INSTANCE_DELETED
+  "` + "`" + `instance.failed` + "`" + `: the instance moved to ` + "`" + `FAILED` + "`" + `; the event's ` + "`" + `stateReason` + "`" + ` says why."
   INSTANCE_FAILED
 }
 
 "The kind of resource an event's ` + "`" + `resourceId` + "`" + ` names."
 enum EventResourceType {
+  "An instance's id (the ` + "`" + `instance.*` + "`" + ` events)."
   INSTANCE
+  "A node's id (the ` + "`" + `node.*` + "`" + ` and ` + "`" + `inventory.changed` + "`" + ` events)."
   NODE
+  "A join request's id (the ` + "`" + `joinRequest.*` + "`" + ` events)."
   JOIN_REQUEST
+  "A workflow's id (the ` + "`" + `workflow.*` + "`" + ` events)."
   WORKFLOW
+  "A reservation's id (the ` + "`" + `reservation.*` + "`" + ` events)."
   RESERVATION
 }
 
@@ -534,8 +555,11 @@ type RevokeMemberPayload {
 
 "A role on a tenant: a viewer reads; a member also manages profiles, projects, instances and workflows; an admin also pools, nodes, joins and IAM. The method surface spells the values in lower case with - and . (viewer, member, admin)."
 enum Role {
+  "Reads the tenant: every ` + "`" + `compute:*:read` + "`" + ` permission but the audit trail's."
   VIEWER
+  "A viewer's reads, and manages profiles, instances and workflows and creates projects."
   MEMBER
+  "A member's rights, and manages pools, nodes, join tokens and requests, tokens and role bindings, and reads the audit trail."
   ADMIN
 }
 `, BuiltIn: false},
@@ -764,29 +788,45 @@ extend type Mutation {
 
 "An instance's observed state; failed is left by a start or a delete, deleted is final. The method surface spells the values in lower case (pending, provisioning, running, stopping, stopped, rebooting, deleting, deleted, failed)."
 enum InstanceState {
+  "Waiting for room (placement or the provider's capacity); ` + "`" + `stateReason` + "`" + ` says why."
   PENDING
+  "Being created or started."
   PROVISIONING
+  "Up."
   RUNNING
+  "Being stopped."
   STOPPING
+  "Down, keeping its host and devices."
   STOPPED
+  "Being rebooted."
   REBOOTING
+  "Being deleted."
   DELETING
+  "Gone, for good; readable until the event retention (7 days by default) purges it."
   DELETED
+  "A step ran out of tries or time, its host was removed or its pool stopped taking it (` + "`" + `stateReason` + "`" + ` says which); left only by a start or a delete."
   FAILED
 }
 
 "The state a caller asks for. The method surface spells the values in lower case (running, stopped, deleted)."
 enum InstanceDesiredState {
+  "Up: what ` + "`" + `instances.create` + "`" + ` asks for by default, and ` + "`" + `instances.start` + "`" + `."
   RUNNING
+  "Down, keeping its host and devices: ` + "`" + `instances.stop` + "`" + `, or ` + "`" + `instances.create` + "`" + ` with this state."
   STOPPED
+  "Gone: ` + "`" + `instances.delete` + "`" + `."
   DELETED
 }
 
 "Scheduled before its window, active in it, expired after it, or canceled. The method surface spells the values in lower case (scheduled, active, expired, canceled)."
 enum ReservationState {
+  "Its window has not started yet."
   SCHEDULED
+  "In its window: other tenants' placements see its room as taken, and its tenant's instances use it first."
   ACTIVE
+  "Its window ended; it holds nothing."
   EXPIRED
+  "Canceled before its window ended (` + "`" + `reservations.cancel` + "`" + `, or the pool unoffered to its tenant or archived); it holds nothing."
   CANCELED
 }
 `, BuiltIn: false},
@@ -915,6 +955,7 @@ type Nic {
 
 "A driver of a snapshot's drivers section (name and version)."
 type Driver {
+  "The driver's name, as the node reported it (its key in the drivers section)."
   name: String!
   "The driver's version, as the node reported it."
   version: String!
@@ -1249,47 +1290,69 @@ extend type Mutation {
 
 "Ready nodes take work; cordoned ones take no new work; removed ones have lost their credential. The method surface spells the values in lower case with - and . (ready, cordoned, removed)."
 enum NodeState {
+  "Takes new work: workflows, and in a vps-hosted pool the instances placed on it."
   READY
+  "Takes no new instance or workflow (` + "`" + `nodes.cordon` + "`" + `) while what runs on it stays; ` + "`" + `nodes.uncordon` + "`" + ` makes it ready again."
   CORDONED
+  "Removed (` + "`" + `nodes.remove` + "`" + `): its credential is revoked, for good; its inventory history stays readable."
   REMOVED
 }
 
 "How a join is attested: the join token alone, a machine the pool owner registered (discovery), or a TPM the machine proves it holds, whose endorsement key is allowed. The method surface spells the values in lower case with - and . (token, discovery, tpm)."
 enum Attestor {
+  "The join token alone admits the machine."
   TOKEN
+  "Admits a machine the pool's owner registered (` + "`" + `machines.register` + "`" + `) by system UUID, serial or MAC; defers any other."
   DISCOVERY
+  "Admits a machine that proves it holds a TPM whose endorsement key is allowed (` + "`" + `tpmKeys.allow` + "`" + `); defers one whose key is not."
   TPM
 }
 
 "An endorsement key, or a CA certificate EK certificates chain to. The method surface spells the values in lower case (ek, ca)."
 enum TpmKeyKind {
+  "An endorsement key, listed by the SHA-256 of its DER SubjectPublicKeyInfo."
   EK
+  "A CA certificate (a TPM manufacturer's root or intermediate), listed by the SHA-256 of its DER: it allows every endorsement key whose EK certificate chains to it."
   CA
 }
 
 "Only an active join token admits. The method surface spells the values in lower case with - and . (active, exhausted, expired, revoked)."
 enum JoinTokenState {
+  "Admits joins: not revoked, not past ` + "`" + `expiresAt` + "`" + `, and with uses left."
   ACTIVE
+  "Its uses reached ` + "`" + `maxUses` + "`" + `: it admits no new join, though the retry that consumes an approved join request still gets in."
   EXHAUSTED
+  "Past ` + "`" + `expiresAt` + "`" + `: it admits nothing."
   EXPIRED
+  "Revoked (` + "`" + `joinTokens.revoke` + "`" + `): it admits nothing."
   REVOKED
 }
 
 "A pending request waits for a decision (7 days); an approved one for the machine's retry (24 hours). The method surface spells the values in lower case with - and . (pending, approved, consumed, denied, expired)."
 enum JoinRequestState {
+  "Waits for the pool owner's approval or denial; expires after 7 days."
   PENDING
+  "Approved: the machine's next join with the same CSR through the same attestor is admitted, once, within 24 hours."
   APPROVED
+  "The approved retry was admitted: ` + "`" + `nodeId` + "`" + ` names the node it made."
   CONSUMED
+  "Denied (` + "`" + `joinRequests.deny` + "`" + `, ` + "`" + `denyReason` + "`" + ` says why): a retry with its CSR is PERMISSION_DENIED."
   DENIED
+  "Left pending for 7 days, or approved and not retried within 24 hours: it admits nothing."
   EXPIRED
 }
 
 "What changed between two snapshots. The method surface spells the values in lower case with - and . (gpu.missing, gpu.added, disk.replaced, driver.changed, mig.layout.changed)."
 enum InventoryChangeType {
+  "A GPU of the earlier snapshot (by UUID) is not in the later one; ` + "`" + `before` + "`" + ` holds it."
   GPU_MISSING
+  "A GPU (by UUID) is in the later snapshot and not in the earlier one; ` + "`" + `after` + "`" + ` holds it."
   GPU_ADDED
+  "A slot (or, for disks without one, a WWN) holds another disk, gained one or lost one; ` + "`" + `before` + "`" + ` and ` + "`" + `after` + "`" + ` hold the disks."
   DISK_REPLACED
+  "A driver's version changed, or the driver came or went; ` + "`" + `deviceId` + "`" + ` is its name, ` + "`" + `before` + "`" + ` and ` + "`" + `after` + "`" + ` its versions."
   DRIVER_CHANGED
+  "A GPU in both snapshots changed its MIG mode or its MIG devices; ` + "`" + `before` + "`" + ` and ` + "`" + `after` + "`" + ` hold its layout."
   MIG_LAYOUT_CHANGED
 }
 `, BuiltIn: false},
@@ -1410,21 +1473,29 @@ extend type Mutation {
 
 "How the pool's GPUs are shared between instances. The method surface spells the values in lower case with - and . (exclusive, mig, time-sliced)."
 enum PoolSharingMode {
+  "An instance's GPUs are whole GPUs, shared with no other instance."
   EXCLUSIVE
+  "An instance's GPUs are MIG devices (in a vps-hosted pool, of its ` + "`" + `size.gpuProfile` + "`" + `)."
   MIG
+  "An instance's GPUs are time slices of GPUs, ` + "`" + `policy.timeSlices` + "`" + ` per GPU (4 by default)."
   TIME_SLICED
 }
 
 "Where the pool's capacity comes from. The method surface spells the values in lower case with - and . (bare-metal, vps-hosted, vps-provider)."
 enum PoolKind {
+  "Its nodes are machines used whole (profiles and workflows provision them); no instance can be created in it."
   BARE_METAL
+  "Instances are placed on the pool's own ready nodes, by their latest inventory."
   VPS_HOSTED
+  "Instances are created through the pool's provider (` + "`" + `provider` + "`" + `, sim by default)."
   VPS_PROVIDER
 }
 
 "An archived pool takes no new offers, joins or changes. The method surface spells the values in lower case with - and . (active, archived)."
 enum PoolState {
+  "Takes offers, joins, changes and new instances."
   ACTIVE
+  "Archived (` + "`" + `pools.archive` + "`" + `), for good: it takes no new offers, joins, changes or instances; what runs stays."
   ARCHIVED
 }
 `, BuiltIn: false},
@@ -1462,14 +1533,11 @@ type ProfileIssue {
 
 "One step a workflow of a profile version runs, as ` + "`" + `profiles.render` + "`" + ` gives it."
 type ProfileStep {
-  "The step's position among the expanded steps, from 0."
   index: Int!
   name: String!
-  "The registered step it runs."
   use: String!
   "The phase it runs in: PREPARE, INSTALL, CONFIGURE or FINALIZE, in that order."
   phase: StepPhase!
-  "The step's parameters ({} when none)."
   with: JSON!
 }
 
@@ -1539,25 +1607,37 @@ extend type Mutation {
 
 "A public profile is visible to every tenant; a private one to its own. The method surface spells the values in lower case with - and . (private, public)."
 enum ProfileVisibility {
+  "Only its own tenant's lookups find it (the default)."
   PRIVATE
+  "Every tenant reads it and can run it; a public id belongs to one tenant."
   PUBLIC
 }
 
 "The phases a workflow runs, in this order. The method surface spells the values in lower case with - and . (prepare, install, configure, finalize)."
 enum StepPhase {
+  "First: the disks are made ready (` + "`" + `disk.wipe` + "`" + `, ` + "`" + `disk.partition` + "`" + `)."
   PREPARE
+  "Second: the OS image is written and made bootable (` + "`" + `image.write` + "`" + `, ` + "`" + `bootloader.install` + "`" + `)."
   INSTALL
+  "Third: the installed host is configured (` + "`" + `drivers.install` + "`" + `, ` + "`" + `cloud-init.write` + "`" + `, ` + "`" + `network.configure` + "`" + `, ` + "`" + `host.configure` + "`" + `, ` + "`" + `mig.configure` + "`" + `)."
   CONFIGURE
+  "Last: the machine's power is set through its BMC (` + "`" + `bmc.power` + "`" + `)."
   FINALIZE
 }
 
 "What validation found."
 enum ProfileIssueCode {
+  "A step's ` + "`" + `use` + "`" + ` names no registered step."
   UNKNOWN_STEP
+  "A step's ` + "`" + `with` + "`" + ` (or what a step it expands to takes from the document) breaks that step's schema."
   INVALID_WITH
+  "A composite step expands to no steps (` + "`" + `drivers.install` + "`" + ` with no drivers in the document)."
   EMPTY_EXPANSION
+  "Two steps, or the steps they expand to (` + "`" + `name/suffix` + "`" + `), share a name."
   DUPLICATE_NAME
+  "A step runs in an earlier phase than a step before it."
   PHASE_ORDER
+  "The document has no steps."
   NO_STEPS
   "A stored step's name breaks the name rule (a version stored before the rule held)."
   INVALID_NAME
@@ -1728,13 +1808,15 @@ type Mutation {
 `, BuiltIn: false},
 	{Name: "../schema/tenants.graphqls", Input: `"The caller: the principal its credential names."
 type Viewer {
+  "The principal's id, as audit records name it (` + "`" + `principal.principalId` + "`" + `)."
   principalId: String!
   "The principal's kind: ` + "`" + `operator` + "`" + `, ` + "`" + `user` + "`" + `, ` + "`" + `service` + "`" + ` or ` + "`" + `node` + "`" + `."
   kind: String!
+  "The principal's name, as given when it was made: ` + "`" + `operator` + "`" + ` for the operator, the token's name for a service token (` + "`" + `tokens.create` + "`" + `), the node's id for a node's credential."
   name: String!
   "The principal's home tenant; null for the operator."
   tenantId: String
-  "Tenants the caller holds a role on (all of them for the operator)."
+  "Tenants the caller holds a role on (all of them for the operator). A node's credential holds no role and may not list tenants: PERMISSION_DENIED."
   tenants(first: Int = 50, after: String): TenantConnection!
 }
 
@@ -1865,19 +1947,29 @@ extend type Mutation {
 
 "Pending until the node's first step report; succeeded, failed and canceled are final. The method surface spells the values in lower case with - and . (pending, running, succeeded, failed, canceled)."
 enum WorkflowState {
+  "Created; the node has reported no step yet."
   PENDING
+  "The node reported its first step."
   RUNNING
+  "Every step succeeded; final."
   SUCCEEDED
+  "A step failed and the steps after it were skipped; final."
   FAILED
+  "Canceled (` + "`" + `workflows.cancel` + "`" + `, or ` + "`" + `nodes.remove` + "`" + ` of its node): steps not started were skipped, a running one failed; final."
   CANCELED
 }
 
 "A step runs once every earlier step succeeded; succeeded and failed are final. The method surface spells the values in lower case with - and . (pending, running, succeeded, failed, skipped)."
 enum StepState {
+  "Not started."
   PENDING
+  "The node reported it running."
   RUNNING
+  "The node reported it succeeded; final."
   SUCCEEDED
+  "The node reported it failed, or it was running when the workflow was canceled; final."
   FAILED
+  "Never ran: an earlier step failed, or the workflow was canceled before it started."
   SKIPPED
 }
 `, BuiltIn: false},

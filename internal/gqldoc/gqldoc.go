@@ -252,7 +252,7 @@ var GraphNames = map[string]string{
 	"Node": "ComputeNode", "Snapshot": "InventorySnapshot", "DiffResult": "InventoryDiff", "Change": "InventoryChange",
 	"GPU": "Gpu", "NIC": "Nic", "MIGDevice": "MigDevice",
 	"Size": "InstanceSize", "Resources": "ResourceAmounts", "Quota": "PoolQuota", "Offer": "PoolOffer",
-	"Issue": "ProfileIssue", "Validation": "ProfileValidation", "Step": "WorkflowStep",
+	"Issue": "ProfileIssue", "Validation": "ProfileValidation", "Rendered": "ProfileStep", "Step": "WorkflowStep",
 	"Member": "ProjectMember", "Binding": "RoleBinding", "AllowedKey": "AllowedTpmKey",
 }
 

@@ -12,10 +12,11 @@ import (
 )
 
 // undescribed lists what GraphiQL's Docs pane would show without words:
-// object, interface, enum and input types, and the arguments of fields
+// object, interface, enum and input types, the arguments of fields
 // (first and after of every connection among them: their bounds showed
-// nowhere).
-func undescribed(s *ast.Schema) (types, args []string) {
+// nowhere), and the values of enums (92 showed none: what a join request
+// CONSUMED or a token EXHAUSTED means was written nowhere in the pane).
+func undescribed(s *ast.Schema) (types, args, values []string) {
 	for name, def := range s.Types {
 		if def.BuiltIn || strings.HasPrefix(name, "__") {
 			continue
@@ -24,6 +25,11 @@ func undescribed(s *ast.Schema) (types, args []string) {
 		case ast.Object, ast.Interface, ast.Enum, ast.InputObject, ast.Scalar, ast.Union:
 			if def.Description == "" {
 				types = append(types, name)
+			}
+		}
+		for _, v := range def.EnumValues {
+			if v.Description == "" {
+				values = append(values, name+"."+v.Name)
 			}
 		}
 		if def.Kind != ast.Object && def.Kind != ast.Interface {
@@ -42,18 +48,22 @@ func undescribed(s *ast.Schema) (types, args []string) {
 	}
 	sort.Strings(types)
 	sort.Strings(args)
-	return types, args
+	sort.Strings(values)
+	return types, args, values
 }
 
-// The served schema describes every type and every argument: a new type
-// or argument without words fails here.
+// The served schema describes every type, every argument and every enum
+// value: a new type, argument or enum value without words fails here.
 func TestTheDocsPaneDescribesEveryTypeAndArgument(t *testing.T) {
-	types, args := undescribed(gqldoc.Describe(parsed(), app.Registry(nil, nil, nil, nil)))
+	types, args, values := undescribed(gqldoc.Describe(parsed(), app.Registry(nil, nil, nil, nil)))
 	if len(types) > 0 {
 		t.Errorf("%d types without a description: %s", len(types), strings.Join(types, ", "))
 	}
 	if len(args) > 0 {
 		t.Errorf("%d arguments without a description: %s", len(args), strings.Join(args, ", "))
+	}
+	if len(values) > 0 {
+		t.Errorf("%d enum values without a description: %s", len(values), strings.Join(values, ", "))
 	}
 }
 

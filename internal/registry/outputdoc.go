@@ -66,6 +66,9 @@ func (r *Registry) outputRows(prefix string, s map[string]any, rows *[]outRow) {
 		p, _ := props[n].(map[string]any)
 		typ, note, inner := r.describe(p)
 		if d, _ := p["description"].(string); d != "" {
+			if strings.Contains(strings.ToLower(d), strings.ToLower(note)) {
+				note = "" // the description says it already ("keys to values")
+			}
 			note = strings.TrimSuffix(d, ".") + map[bool]string{true: "; " + note, false: ""}[note != ""]
 		}
 		*rows = append(*rows, outRow{name: prefix + n, typ: typ, note: note, always: req[n]})
