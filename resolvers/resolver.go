@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -112,24 +111,18 @@ func pageArgs(kind page.Codec, first *int, after *string) (int, string, error) {
 	return n, key, nil
 }
 
-// statedFirst is first, or when it is null the default the schema states
-// for the field's first: an explicit null takes no default in GraphQL, and
-// inventoryHistory(first: null) answered page.DefaultLimit's 50 where its
-// schema, and inventory.history's limit, say 20.
+// statedFirst is first, or when it is null the field's stated default
+// (relay.DefaultFirst).
 func statedFirst(ctx context.Context, first *int) *int {
 	if first != nil {
 		return first
 	}
 	fc := graphql.GetFieldContext(ctx)
-	if fc == nil || fc.Field.Definition == nil {
+	if fc == nil {
 		return nil
 	}
-	if a := fc.Field.Definition.Arguments.ForName("first"); a != nil && a.DefaultValue != nil {
-		if n, err := strconv.Atoi(a.DefaultValue.Raw); err == nil {
-			return &n
-		}
-	}
-	return nil
+	n := relay.DefaultFirst(fc.Field.Definition)
+	return &n
 }
 
 // checkAfter checks a connection's after as its method checks its cursor

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 
@@ -135,4 +136,35 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// A connection's first given as null is charged as its resolver pages it:
+// the default its schema states (inventoryHistory's 20 was charged as the
+// general 50), the same as first left out.
+func TestANullFirstCostsTheStatedDefault(t *testing.T) {
+	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
+	cost := func(q string, vars map[string]any) int {
+		t.Helper()
+		doc, err := gqlparser.LoadQuery(schema, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return OperationCost(schema, doc.Operations[0], vars)
+	}
+	const f = `{ node(id: "x") { ... on ComputeNode { inventoryHistory%s { edges { node { snapshotId } } } } } }`
+	const v = `query($f: Int) { node(id: "x") { ... on ComputeNode { inventoryHistory(first: $f) { edges { node { snapshotId } } } } } }`
+	omitted := cost(fmt.Sprintf(f, ""), nil)
+	for what, got := range map[string]int{
+		"first: null": cost(fmt.Sprintf(f, "(first: null)"), nil),
+		"first: 20":   cost(fmt.Sprintf(f, "(first: 20)"), nil),
+		"$f null":     cost(v, map[string]any{"f": nil}),
+		"$f absent":   cost(v, nil),
+	} {
+		if got != omitted {
+			t.Errorf("inventoryHistory(%s): cost %d, first left out %d", what, got, omitted)
+		}
+	}
+	if got := cost(fmt.Sprintf(f, "(first: 50)"), nil); got <= omitted {
+		t.Errorf("first: 50 costs %d, no more than the default 20's %d", got, omitted)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/computed/internal/jsonkeys"
 	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/ratelimit"
+	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -612,7 +613,7 @@ func (cw *costWalker) set(sel ast.SelectionSet) (total, conns int) {
 				// totalCount and pageInfo once.
 				each, once, cc := cw.connection(s.SelectionSet)
 				conns = addSat(addSat(conns, cc), 1)
-				total = addSat(total, addSat(addSat(1, once), mulSat(pageSize(s.ArgumentMap(cw.vars)), max(each, 1))))
+				total = addSat(total, addSat(addSat(1, once), mulSat(pageSize(s.ArgumentMap(cw.vars), s.Definition), max(each, 1))))
 				continue
 			}
 			child, cc := cw.set(s.SelectionSet)
@@ -702,10 +703,10 @@ func directivesOf(s ast.Selection) ast.DirectiveList {
 
 // pageSize is a connection's requested page size, as its resolver will see
 // it (an out-of-range first is refused by the resolver; count the bound).
-func pageSize(args map[string]any) int {
+func pageSize(args map[string]any, def *ast.FieldDefinition) int {
 	v, ok := args["first"]
 	if !ok || v == nil {
-		return page.DefaultLimit
+		return relay.DefaultFirst(def) // null reads the stated default, as the resolver does
 	}
 	var n int64
 	switch x := v.(type) {
