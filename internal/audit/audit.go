@@ -403,27 +403,31 @@ func Pages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []
 	if err != nil {
 		return out, err
 	}
-	if len(keys) == 1 {
-		// One filter (nearly every page): bound as scalars, whose values
-		// the planner sees.
-		f := ParseFilter(keys[0])
-		recs, err := pageOf(ctx, q, scope, by, f, at, aid, limit)
-		if err != nil {
-			return out, err
-		}
-		total := 0
-		if f.Counted && len(recs) > 0 {
-			if total, err = countOf1(ctx, q, scope, by, f); err != nil {
-				return out, err
-			}
-		}
-		for _, r := range recs {
-			out.Parents, out.Totals, out.Items = append(out.Parents, keys[0]), append(out.Totals, total), append(out.Items, r)
-		}
-		return out, nil
-	}
 	shapes, groups := byShape(keys)
 	for _, sh := range shapes { // one statement per shape: nearly always one
+		if len(groups[sh]) == 1 || sh != (shape{}) {
+			// One filter (nearly every page), or filters of a field: each
+			// bound as scalars, whose values the planner sees. Behind
+			// unnest it guessed, and a method filter over several pools
+			// read their whole trails (1.2 s over a million records).
+			for _, k := range groups[sh] {
+				f := ParseFilter(k)
+				recs, err := pageOf(ctx, q, scope, by, f, at, aid, limit)
+				if err != nil {
+					return out, err
+				}
+				total := 0
+				if f.Counted && len(recs) > 0 {
+					if total, err = countOf1(ctx, q, scope, by, f); err != nil {
+						return out, err
+					}
+				}
+				for _, r := range recs {
+					out.Parents, out.Totals, out.Items = append(out.Parents, k), append(out.Totals, total), append(out.Items, r)
+				}
+			}
+			continue
+		}
 		parent, resource, principal, method, since, until, counted := filterArrays(groups[sh])
 		var rows []row
 		err = q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
@@ -491,19 +495,21 @@ func countOf1(ctx context.Context, q store.Q, scope authz.Scope, by Parent, f Fi
 // whose filter is Counted.
 func Counts(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
 	out := make(map[string]int, len(keys))
-	if len(keys) == 1 {
-		out[keys[0]] = 0
-		if f := ParseFilter(keys[0]); f.Counted {
-			n, err := countOf1(ctx, q, scope, by, f)
-			if err != nil {
-				return nil, err
-			}
-			out[keys[0]] = n
-		}
-		return out, nil
-	}
 	shapes, groups := byShape(keys)
 	for _, sh := range shapes {
+		if len(groups[sh]) == 1 || sh != (shape{}) { // as Pages: scalars
+			for _, k := range groups[sh] {
+				out[k] = 0
+				if f := ParseFilter(k); f.Counted {
+					n, err := countOf1(ctx, q, scope, by, f)
+					if err != nil {
+						return nil, err
+					}
+					out[k] = n
+				}
+			}
+			continue
+		}
 		parent, resource, principal, method, since, until, counted := filterArrays(groups[sh])
 		var rows []struct {
 			K string `db:"k"`

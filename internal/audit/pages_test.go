@@ -126,4 +126,26 @@ func TestFiltersReadOnlyTheirRecords(t *testing.T) {
 		read("a principal in a time range", audit.Filter{Parent: "bulk", PrincipalID: "prn_none", Since: "2020-01-01T00:00:00Z", Until: "2100-01-01T00:00:00Z"}, graph)
 		read("a time range", audit.Filter{Parent: "bulk", Since: "2020-01-01T00:00:00Z", Until: "2100-01-01T00:00:00Z"}, graph)
 	}
+	// Several filters of a field in one batch (a method over every pool of
+	// a page): each read as its own.
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	keys := []string{audit.Filter{Parent: "bulk", Method: "nodes.join"}.Key(), audit.Filter{Parent: "bulk", PrincipalID: "prn_none", Counted: true}.Key(),
+		audit.Filter{Parent: "bulk", Method: "nodes.join", Since: "2020-01-01T00:00:00Z"}.Key()}
+	if _, err := audit.Pages(ctx, tx, scope, audit.OfTenant, keys, "", 50); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := audit.Counts(ctx, tx, scope, audit.OfTenant, keys); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := tx.GetContext(ctx, &n, `SELECT pg_stat_get_xact_tuples_returned('audit_log'::regclass) + pg_stat_get_xact_tuples_fetched('audit_log'::regclass)`); err != nil {
+		t.Fatal(err)
+	}
+	if n > 600 {
+		t.Errorf("a batch of three filters: %d records read", n)
+	}
 }
