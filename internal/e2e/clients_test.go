@@ -116,6 +116,10 @@ func TestGraphiQLInBrowser(t *testing.T) {
 			Help          bool
 			GraphiqlShown bool
 		}
+		Unsendable struct {
+			Text          string
+			GraphiqlShown bool
+		}
 		Response struct {
 			Data struct {
 				Viewer struct{ Kind string }
@@ -147,6 +151,9 @@ func TestGraphiQLInBrowser(t *testing.T) {
 	// A token the server refuses: said at once, GraphiQL not mounted.
 	if !strings.Contains(got.Refused.Text, "refused this token") || !got.Refused.Help || got.Refused.GraphiqlShown {
 		t.Errorf("GraphiQL with a refused token: %+v", got.Refused)
+	}
+	if !strings.Contains(got.Unsendable.Text, "outside Latin-1") || got.Unsendable.GraphiqlShown {
+		t.Errorf("GraphiQL with a token no header holds: %+v", got.Unsendable)
 	}
 	if got.Response.Data.Viewer.Kind != "service" || got.Response.Data.Tenant.Name != "Tenant acme" || len(got.Blocked) > 0 {
 		t.Errorf("graphiql query: %s", out)

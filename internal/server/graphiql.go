@@ -82,15 +82,31 @@ if (token) {
   // would show "Error fetching schema" in its Docs pane and retry a
   // subscription's socket for 40 s (graphql-ws retries a 4403), each try
   // spending the address's failed-authentication budget.
-  fetch('/graphql', {method: 'POST', headers: {Authorization: 'Bearer ' + token, 'Content-Type': 'application/json'}, body: '{"query":"{ viewer { kind } }"}'})
-    .then((r) => {
-      if (r.status !== 401) { render(); return; }
-      const refused = document.getElementById('refused');
-      refused.textContent = 'The server refused this token: it is unknown, revoked, or not a bearer token. Paste another.';
-      refused.hidden = false;
-      document.getElementById('help').hidden = false;
-      input.focus();
-    }, render);
+  const refuse = (why) => {
+    const refused = document.getElementById('refused');
+    refused.textContent = why;
+    refused.hidden = false;
+    document.getElementById('help').hidden = false;
+    input.focus();
+  };
+  let header = true;
+  try { new Headers({Authorization: 'Bearer ' + token}); } catch (e) { header = false; }
+  if (!header) {
+    // A character no header holds (a zero-width space from a copy):
+    // fetch throws, and GraphiQL mounted to show the browser's words.
+    refuse('This token holds a character no bearer token has (outside Latin-1, such as a zero-width space picked up in a copy). Paste it again.');
+  } else {
+    fetch('/graphql', {method: 'POST', headers: {Authorization: 'Bearer ' + token, 'Content-Type': 'application/json'}, body: '{"query":"{ viewer { kind } }"}'})
+      .then((r) => {
+        if (r.status === 401) {
+          refuse('The server refused this token: it is unknown, revoked, or not a bearer token. Paste another.');
+        } else if (r.status === 429) {
+          refuse('Too many requests from this address or token (after refused tokens, the address waits): retry in ' + (r.headers.get('Retry-After') || 'a few') + ' s by reloading the page.');
+        } else {
+          render();
+        }
+      }, render);
+  }
 } else {
   document.getElementById('help').hidden = false;
   input.focus();

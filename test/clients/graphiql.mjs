@@ -9,7 +9,7 @@
 import { chromium } from 'playwright-core';
 
 const [base, token, query, shots] = process.argv.slice(2);
-const out = { before: null, refused: null, response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
+const out = { before: null, refused: null, unsendable: null, response: null, blocked: [], docs: null, hints: [], screenshots: [], ms: {}, error: null };
 const t0 = Date.now();
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -68,6 +68,14 @@ try {
   out.refused.console = out.blocked.splice(consoleBefore).filter((m) => !m.includes('status of 401'));
   out.blocked.push(...out.refused.console);
   await shot('refused-token');
+  // 0c. A token with a character no header holds: said, not mounted.
+  await page.fill('#token', 'bct_\u200bx');
+  await page.click('#save');
+  await page.waitForSelector('#refused:not([hidden])', { timeout: 45000 });
+  out.unsendable = await page.evaluate(() => ({
+    text: document.getElementById('refused').innerText,
+    graphiqlShown: !document.getElementById('graphiql').hidden,
+  }));
   await page.fill('#token', token);
   await page.click('#save');
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
