@@ -121,6 +121,16 @@ func TestProfilesCreateAndGet(t *testing.T) {
 		{"hostConfig kernelArgs with a line break", mod(func(d map[string]any) {
 			d["hostConfig"].(map[string]any)["kernelArgs"] = []any{"ok", "quiet\ninit=/bin/sh"}
 		}), "document.hostConfig.kernelArgs[1]"},
+		{"hostConfig kernelArgs with a line separator", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["kernelArgs"] = []any{"a\u2028init=/bin/sh"}
+		}), "document.hostConfig.kernelArgs[0]"},
+		{"hostConfig hostname with NEL", mod(func(d map[string]any) { d["hostConfig"].(map[string]any)["hostname"] = "a\u0085b" }), "document.hostConfig.hostname"},
+		{"hostConfig sysctl value with a C1 control", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"vm.swappiness": "1\u009b"}
+		}), "document.hostConfig.sysctl.vm.swappiness"},
+		{"hostConfig sysctl key with a line separator", mod(func(d map[string]any) {
+			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"a\u2029b": 1}
+		}), "document.hostConfig.sysctl.a\u2029b"},
 		{"hostConfig sysctl key over 256", mod(func(d map[string]any) {
 			d["hostConfig"].(map[string]any)["sysctl"] = map[string]any{"vm.swappiness": 1, strings.Repeat("k", 257): 1}
 		}), "document.hostConfig.sysctl." + strings.Repeat("k", 64) + "…"},

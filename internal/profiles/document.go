@@ -100,17 +100,18 @@ var documentSchema = `{
 
 // hostConfigSchema: what a daemon writes into a line of a file (the kernel
 // command line, sysctl.d, the hostname) holds no line break or other
-// control character, and a sysctl key no space or "=" either (a key or
+// control character (C0, C1, U+2028 and U+2029), and a sysctl key no space
+// or "=" either (a key or
 // value of "1\nkernel.x = y" was a second setting; keys had no length).
 const hostConfigSchema = `{
       "type": "object", "additionalProperties": false,
       "properties": {
-        "hostname": {"type": "string", "maxLength": 253, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
-        "kernelArgs": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 256, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}},
+        "hostname": {"type": "string", "maxLength": 253, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\u2028\u2029]*$"},
+        "kernelArgs": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 256, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\u2028\u2029]*$"}},
         "sysctl": {"type": "object", "maxProperties": 256, "additionalProperties": false,
           "description": "kernel parameters by key: a key is 1-256 characters without spaces, \"=\" or control characters",
-          "patternProperties": {"^[^\\x00-\\x20=\\x7f]{1,256}$": {"type": ["string", "integer"], "maxLength": 256, "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$"}}},
-        "timezone": {"type": "string", "maxLength": 64, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
+          "patternProperties": {"^[^\\x00-\\x20=\\x7f-\\x9f\u2028\u2029]{1,256}$": {"type": ["string", "integer"], "maxLength": 256, "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\u2028\u2029]*$"}}},
+        "timezone": {"type": "string", "maxLength": 64, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\u2028\u2029]*$"}
       }
     }`
 

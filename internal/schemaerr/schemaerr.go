@@ -88,6 +88,6 @@ func Number(r *big.Rat) string {
 // patternWords says in words what a pattern of a schema refuses, where the
 // pattern alone reads as escapes.
 var patternWords = map[string]string{
-	`^[^\x00-\x1f\x7f]*$`:          "must not contain line breaks or other control characters",
-	`^[^\x00-\x08\x0a-\x1f\x7f]*$`: "must not contain line breaks or control characters other than tab",
+	"^[^\\x00-\\x1f\\x7f-\\x9f\u2028\u2029]*$":            "must not contain line breaks or other control characters",
+	"^[^\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\u2028\u2029]*$": "must not contain line breaks or control characters other than tab",
 }
