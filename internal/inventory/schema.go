@@ -16,7 +16,7 @@ func init() {
 		for _, m := range []string{"drivers", "firmware"} {
 			p[m]["maxProperties"] = MaxMapEntries
 			p[m]["propertyNames"] = map[string]any{"pattern": keyPattern}
-			p[m]["additionalProperties"] = map[string]any{"type": "string", "maxLength": MaxString}
+			p[m]["additionalProperties"] = map[string]any{"type": "string", "maxLength": MaxString, "pattern": noNUL}
 		}
 	})
 	registry.Refine[System](func(s map[string]any) { strict(s) })
@@ -43,6 +43,7 @@ func init() {
 		strict(s)
 		p := registry.Props(s)
 		p["uuid"]["pattern"], p["uuid"]["maxLength"] = uuidPattern, maxIDLen
+		p["profile"]["minLength"] = 1
 	})
 	registry.Refine[Disk](func(s map[string]any) {
 		strict(s)
@@ -59,15 +60,19 @@ func init() {
 	registry.Refine[OS](func(s map[string]any) { strict(s) })
 }
 
+// noNUL is a string without U+0000, which the parser refuses in every
+// string (PostgreSQL's text holds none).
+const noNUL = `^[^\x00]*$`
+
 // strict closes an object of the report to other fields, bounds each of
-// its strings to MaxString characters and its integers below by zero, as
-// the parser does.
+// its strings to MaxString characters without NUL and its integers below
+// by zero, as the parser does.
 func strict(s map[string]any) {
 	s["additionalProperties"] = false
 	for _, p := range registry.Props(s) {
 		switch p["type"] {
 		case "string":
-			p["maxLength"] = MaxString
+			p["maxLength"], p["pattern"] = MaxString, noNUL
 		case "integer":
 			p["minimum"] = 0
 		}

@@ -73,6 +73,10 @@ func TestTheSectionsSchemaStatesTheParsersBounds(t *testing.T) {
 		{"a MAC of another form", "nics", []any{map[string]any{"mac": "aa-bb-cc-dd-ee-ff"}}, false},
 		{"an OS name of 257 characters", "os", map[string]any{"name": strings.Repeat("n", 257)}, false},
 		{"an OS name of 256 characters", "os", map[string]any{"name": strings.Repeat("n", 256)}, true},
+		{"a NUL in a driver version", "drivers", map[string]any{"nvidia": "a\x00b"}, false},
+		{"a NUL in an OS name", "os", map[string]any{"name": "a\x00b"}, false},
+		{"an empty MIG profile", "gpus", []any{map[string]any{"uuid": "GPU-1", "migDevices": []any{map[string]any{"uuid": "MIG-1", "profile": ""}}}}, false},
+		{"a MIG profile", "gpus", []any{map[string]any{"uuid": "GPU-1", "migDevices": []any{map[string]any{"uuid": "MIG-1", "profile": "1g.10gb"}}}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := map[string]any{}
