@@ -201,13 +201,28 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 		for _, i := range []any{5, json.Number("5.0"), "x"} {
 			gqlOK(t, e.GraphQL(tok, qid, map[string]any{"i": i}))
 		}
+		// an enum's value, however it is wrong, in one wording: the values
+		// it takes (a number was quoted as a string; a list was "enums
+		// must be ints or strings")
+		for _, v := range []any{5, 5.5, true, []any{"RUNNING"}, map[string]any{}, "RUNNING ", "running"} {
+			r := e.GraphQL(tok, q, map[string]any{"s": v})
+			if m, _ := gqlMessage(r); r.Status != http.StatusBadRequest || !strings.HasPrefix(m, "variable.s must be one of PENDING, PROVISIONING, RUNNING") {
+				t.Errorf("$s = %v: %d %s", v, r.Status, r.Raw)
+			}
+		}
+		qin := `mutation($in: CreateInstanceInput!) { createInstance(input: $in) { instance { instanceId } } }`
+		r := e.GraphQL(tok, qin, map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": "pool_x", "name": "n",
+			"size": map[string]any{"gpus": 0, "vcpus": 1, "memoryGiB": 1}, "desiredState": 1}})
+		if m, _ := gqlMessage(r); !strings.HasPrefix(m, "variable.in.desiredState must be one of RUNNING, STOPPED") {
+			t.Errorf("an enum inside an input variable: %s", r.Raw)
+		}
 		// gqlparser's other words for a variable name it, as these do
 		for _, c := range []struct {
 			q    string
 			vars map[string]any
 			want string
 		}{
-			{q, map[string]any{"s": []any{"RUNNING"}}, "variable.s must be one of the enum's values, a string"},
+
 			{qid, map[string]any{"i": nil}, "variable.i cannot be null"},
 			{qid, map[string]any{}, "variable.i must be defined"},
 			{`mutation($in: CreateProjectInput!) { createProject(input: $in) { project { projectId } } }`,
@@ -264,7 +279,7 @@ func TestGraphArgumentsFollowTheMethodRules(t *testing.T) {
 			}
 		}
 		// inside an input object
-		r := e.GraphQL(tok, `mutation($in: CreateReservationInput!) { createReservation(input: $in) { reservation { reservationId } } }`,
+		r = e.GraphQL(tok, `mutation($in: CreateReservationInput!) { createReservation(input: $in) { reservation { reservationId } } }`,
 			map[string]any{"in": map[string]any{"tenantId": "acme", "poolId": "pool_x", "size": map[string]any{"gpus": "1", "vcpus": 1, "memoryGiB": 1},
 				"startsAt": "2027-01-01T00:00:00Z", "endsAt": "2027-01-01T01:00:00Z"}})
 		if c, p := gqlErr(r); c != "INVALID_INPUT" || p != "variable.in.size.gpus" || r.Status != http.StatusBadRequest {

@@ -114,6 +114,50 @@ var (
 	}
 )
 
+// parsedSchema is the schema's types, for the names of an enum's values.
+var parsedSchema = graph.NewExecutableSchema(graph.Config{}).Schema()
+
+// variableEnum is the enum type a variable's path (variable.in.state)
+// names in the operation of ctx, nil when it names another type.
+func variableEnum(ctx context.Context, path string) *ast.Definition {
+	if !graphql.HasOperationContext(ctx) {
+		return nil
+	}
+	op := graphql.GetOperationContext(ctx).Operation
+	parts := strings.Split(strings.TrimPrefix(path, "variable."), ".")
+	if op == nil || len(parts) == 0 {
+		return nil
+	}
+	d := op.VariableDefinitions.ForName(strings.SplitN(parts[0], "[", 2)[0])
+	if d == nil || d.Type == nil {
+		return nil
+	}
+	t := d.Type
+	for _, part := range parts[1:] {
+		def := parsedSchema.Types[t.Name()]
+		if def == nil || def.Kind != ast.InputObject {
+			return nil
+		}
+		f := def.Fields.ForName(strings.SplitN(part, "[", 2)[0])
+		if f == nil || f.Type == nil {
+			return nil
+		}
+		t = f.Type
+	}
+	if def := parsedSchema.Types[t.Name()]; def != nil && def.Kind == ast.Enum {
+		return def
+	}
+	return nil
+}
+
+func enumNames(def *ast.Definition) string {
+	names := make([]string, len(def.EnumValues))
+	for i, v := range def.EnumValues {
+		names[i] = v.Name
+	}
+	return strings.Join(names, ", ")
+}
+
 // presentError is the one translation of errors into GraphQL errors:
 // extensions.code is a contract code and extensions.details its details.
 // Request errors (parse, validation, variables, the bounds) are
@@ -162,7 +206,12 @@ func (s *Server) presentError(ctx context.Context, err error) *gqlerror.Error {
 			// bool as Int"; inside an input object, where it reads the
 			// decoder's json.Number as a string, "cannot use string as
 			// Int"), in the scalar check's words, naming the variable.
-			if m := cannotUse.FindStringSubmatch(ge.Message); m != nil {
+			if enum := variableEnum(ctx, p); enum != nil {
+				// An enum's value, however it was wrong (a number was
+				// quoted as a string, a list was "enums must be ints or
+				// strings"): one wording, the values it takes.
+				out.Message = p + " must be one of " + enumNames(enum)
+			} else if m := cannotUse.FindStringSubmatch(ge.Message); m != nil {
 				out.Message = p + " " + scalarWants[m[1]]
 			} else if w, ok := variableWords[ge.Message]; ok {
 				// gqlparser's other words for a variable's value name no
