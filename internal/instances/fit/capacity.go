@@ -42,7 +42,7 @@ type PoolCapacity struct {
 	Free      *Resources `json:"free" doc:"The total less what every tenant holds (negative when the pool holds more than its total); null when unbounded."`
 	// ByTenant is what each tenant holds (numbers only): only for the
 	// pool's owner.
-	ByTenant map[string]Resources `json:"byTenant,omitempty" doc:"Tenant ids to what each holds (the larger of its instances' and its active reservations' holds): only in the owner's view, and absent when no tenant holds any."`
+	ByTenant map[string]Resources `json:"byTenant,omitempty" doc:"Tenant ids to what each holds (the larger of its instances' and its active reservations' holds), in the owner's view: an empty object when no tenant holds any, absent in the view of a tenant the pool is offered to."`
 }
 
 // CapacityOf is the capacity arithmetic of one pool: what each tenant holds
