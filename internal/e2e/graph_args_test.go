@@ -516,6 +516,23 @@ func TestAnswersQuoteKeysShortly(t *testing.T) {
 		}
 		wordy("workflows.create of "+id, e.Call(admin, "workflows/create", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "profileId": id}))
 	}
+	// Many issues: an error answer carries the first 20 and their count
+	// (399 issues made a 92 KB answer); validate answers every one.
+	var many []any
+	for i := 0; i < 200; i++ {
+		many = append(many, map[string]any{"use": "network.configure", "name": "same", "with": map[string]any{fmt.Sprintf("%s%d", dotted[:200], i): 1}})
+	}
+	must(t, e.Call(admin, "profiles/create", map[string]any{"tenantId": "wordy", "document": map[string]any{"id": "many", "version": 1, "steps": many}}))
+	for _, r := range []testkit.Resp{e.Call(admin, "profiles/render", map[string]any{"tenantId": "wordy", "profileId": "many"}),
+		e.Call(admin, "workflows/create", map[string]any{"tenantId": "wordy", "nodeId": nodeID, "profileId": "many"})} {
+		is, _ := r.Details()["issues"].([]any)
+		if r.Code() != "INVALID_INPUT" || len(is) != 20 || r.Details()["issueCount"] != float64(399) || len(r.Raw) > 8000 {
+			t.Errorf("many issues: %d, %d issues of %v, %d bytes: %.300s", r.Status, len(is), r.Details()["issueCount"], len(r.Raw), r.Raw)
+		}
+	}
+	if v := must(t, e.Call(admin, "profiles/validate", map[string]any{"tenantId": "wordy", "profileId": "many"})); len(v.Body["issues"].([]any)) != 399 {
+		t.Errorf("validate: %d issues", len(v.Body["issues"].([]any)))
+	}
 	wordy("a label value in the graph", e.GraphQL(admin, `mutation($l: JSON) { updateNode(input: {tenantId: "wordy", nodeId: "`+nodeID+`", labels: $l}) { node { nodeId } } }`,
 		map[string]any{"l": map[string]any{"k": words}}))
 }

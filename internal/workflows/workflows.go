@@ -200,8 +200,7 @@ func Create(ctx context.Context, q store.Q, in *CreateInput) (*Workflow, error) 
 	}
 	rendered, issues := profiles.Expand(p.Document)
 	if len(issues) > 0 {
-		return nil, errs.E(errs.InvalidInput, "profile %s version %d does not resolve: %d issues", p.ProfileID, p.ProfileVersion, len(issues)).
-			With("path", "profileId").With("issues", issues)
+		return nil, profiles.Unresolved(p, issues, "profileId")
 	}
 	steps := make([]Step, len(rendered))
 	for i, r := range rendered {
