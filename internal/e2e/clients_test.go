@@ -116,6 +116,7 @@ func TestGraphiQLInBrowser(t *testing.T) {
 			Help          bool
 			GraphiqlShown bool
 		}
+		Control    bool
 		Unsendable struct {
 			Text          string
 			GraphiqlShown bool
@@ -152,7 +153,7 @@ func TestGraphiQLInBrowser(t *testing.T) {
 	if !strings.Contains(got.Refused.Text, "refused this token") || !got.Refused.Help || got.Refused.GraphiqlShown {
 		t.Errorf("GraphiQL with a refused token: %+v", got.Refused)
 	}
-	if !strings.Contains(got.Unsendable.Text, "outside Latin-1") || got.Unsendable.GraphiqlShown {
+	if !strings.Contains(got.Unsendable.Text, "outside Latin-1") || got.Unsendable.GraphiqlShown || got.Control {
 		t.Errorf("GraphiQL with a token no header holds: %+v", got.Unsendable)
 	}
 	if got.Response.Data.Viewer.Kind != "service" || got.Response.Data.Tenant.Name != "Tenant acme" || len(got.Blocked) > 0 {

@@ -77,6 +77,12 @@ func TestCutPathBoundsADottedKey(t *testing.T) {
 	if utf8.RuneCountInString(e.Message) > 2*Quoted+len(": unknown field") {
 		t.Fatalf("message: %d characters: %.200q", utf8.RuneCountInString(e.Message), e.Message)
 	}
+	// a message of the path and a colon keeps both, as details.path has it
+	short := "policy.sim." + strings.Repeat("a.", 1500)
+	e = Public(Invalid(short, "%s: unknown field", short), "r")
+	if e.Message != e.Details["path"].(string)+": unknown field" {
+		t.Fatalf("message %q, path %q", e.Message, e.Details["path"])
+	}
 	if c := CutPath("document.hostConfig.sysctl.net.ipv4.conf.all.rp_filter"); c != "document.hostConfig.sysctl.net.ipv4.conf.all.rp_filter" {
 		t.Fatalf("a real dotted key: %q", c)
 	}

@@ -243,12 +243,12 @@ func CutPath(p string) string {
 	for i, part := range parts {
 		parts[i] = Cut(part)
 	}
-	// And the whole at most 2×Quoted: a key of dotted words has short
+	// And the whole at most maxPath: a key of dotted words has short
 	// parts (495 characters of one came back, in the message and the
 	// path). The server's own paths are far shorter.
 	c := strings.Join(parts, ".")
-	if utf8.RuneCountInString(c) > 2*Quoted {
-		c = string([]rune(c)[:2*Quoted-1]) + "…"
+	if utf8.RuneCountInString(c) > maxPath {
+		c = string([]rune(c)[:maxPath-1]) + "…"
 	}
 	return CutText(c)
 }
@@ -271,6 +271,11 @@ func CutMessage(msg, path string) string {
 	}
 	return CutText(msg)
 }
+
+// maxPath bounds a path as an answer names it, a few characters under
+// CutText's longest word, so that a message's "<path>:" is not cut again
+// (it lost its colon and the half of the path details.path kept).
+const maxPath = 2*Quoted - 4
 
 // MaxMessage bounds an answer's message and path, in characters: eight
 // quotes' worth, past every message of the server's own.

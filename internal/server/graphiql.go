@@ -89,12 +89,11 @@ if (token) {
     document.getElementById('help').hidden = false;
     input.focus();
   };
-  let header = true;
-  try { new Headers({Authorization: 'Bearer ' + token}); } catch (e) { header = false; }
-  if (!header) {
-    // A character no header holds (a zero-width space from a copy):
-    // fetch throws, and GraphiQL mounted to show the browser's words.
-    refuse('This token holds a character no bearer token has (outside Latin-1, such as a zero-width space picked up in a copy). Paste it again.');
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    // A character no bearer token has: outside Latin-1 (a zero-width
+    // space from a copy) fetch threw, a control character was a plain 400
+    // from net/http, and GraphiQL mounted to show either.
+    refuse('This token holds a character no bearer token has (a space, a control character, or one outside Latin-1 such as a zero-width space picked up in a copy). Paste it again.');
   } else {
     fetch('/graphql', {method: 'POST', headers: {Authorization: 'Bearer ' + token, 'Content-Type': 'application/json'}, body: '{"query":"{ viewer { kind } }"}'})
       .then((r) => {

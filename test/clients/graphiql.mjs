@@ -76,6 +76,11 @@ try {
     text: document.getElementById('refused').innerText,
     graphiqlShown: !document.getElementById('graphiql').hidden,
   }));
+  // 0d. A control character (net/http's plain 400): the same.
+  await page.fill('#token', 'bct_a\u007fb');
+  await page.click('#save');
+  await page.waitForSelector('#refused:not([hidden])', { timeout: 45000 });
+  out.control = await page.evaluate(() => !document.getElementById('graphiql').hidden);
   await page.fill('#token', token);
   await page.click('#save');
   await page.waitForSelector('.graphiql-query-editor .CodeMirror', { timeout: 45000 });
