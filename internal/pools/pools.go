@@ -497,7 +497,7 @@ func Methods() []registry.Method {
 		return append([]registry.Field{registry.TenantID(), registry.ID("poolId", ids.Pool)}, more...)
 	}
 	text := func(name string, required bool, desc string) registry.Field {
-		return registry.Field{Name: name, Type: registry.String, Required: required, MaxLength: 128, Pattern: `^\S(?:.*\S)?$`,
+		return registry.Field{Name: name, Type: registry.String, Required: required, MaxLength: 128, Pattern: registry.NamePattern,
 			Description: desc}
 	}
 	policy := registry.Field{Name: "policy", Type: registry.Object, Open: true, Schema: PolicySchema, MaxBytes: MaxPolicyBytes,

@@ -795,8 +795,14 @@ func Cursor() Field {
 	return Field{Name: "cursor", Type: String, MaxLength: 256}
 }
 
-// Name is a bounded display-name field.
+// Name is a bounded display-name field. It holds no control character
+// (C0, DEL, C1): a node's name reaches a host's hostname through a
+// profile's {{ node.name }}, where hostConfig refuses them.
 func Name(required bool) Field {
-	return Field{Name: "name", Type: String, Required: required, MaxLength: 200, Pattern: `^\S(?:.*\S)?$`,
-		Description: "1-200 characters, no leading or trailing space"}
+	return Field{Name: "name", Type: String, Required: required, MaxLength: 200, Pattern: NamePattern,
+		Description: "1-200 characters, no leading or trailing space, no control characters"}
 }
+
+// NamePattern is a display name: no leading or trailing space, no control
+// character.
+const NamePattern = `^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^\s\x00-\x1f\x7f-\x9f])?$`
