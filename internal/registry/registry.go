@@ -805,4 +805,6 @@ func Name(required bool) Field {
 
 // NamePattern is a display name: no leading or trailing space, no control
 // character.
-const NamePattern = `^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^\s\x00-\x1f\x7f-\x9f])?$`
+// The line separators are written as themselves, not as \u escapes: Go's
+// regexp, which clients and the schema library may use, has none.
+const NamePattern = `^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f` + "\u2028\u2029" + `]*[^\s\x00-\x1f\x7f-\x9f])?$`

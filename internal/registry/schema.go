@@ -87,7 +87,9 @@ func (f Field) Constraints() string {
 		parts = append(parts, fmt.Sprintf("at most %d characters", f.MaxLength))
 	}
 	if f.Pattern != "" {
-		parts = append(parts, "matches `"+f.Pattern+"`")
+		// The line separators, which a pattern holds as themselves, shown
+		// as ECMA-262 escapes (in a page they read as spaces).
+		parts = append(parts, "matches `"+strings.NewReplacer("\u2028", `\u2028`, "\u2029", `\u2029`).Replace(f.Pattern)+"`")
 	}
 	switch {
 	case f.Min != nil && f.Max != nil:
