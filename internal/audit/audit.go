@@ -312,18 +312,23 @@ func (f Filter) shape() shape {
 		since: f.Since != "", until: f.Until != ""}
 }
 
-// byShape groups keys by their filters' shape, in the order each shape
-// first appears.
-func byShape(keys []string) (shapes []shape, groups map[shape][]string) {
-	groups = map[shape][]string{}
+// split parts keys into those read together in one statement over unnest
+// (unfiltered, two or more: each reads through its parent's own index) and
+// those each bound as scalars, whose values the planner sees: a filter of
+// a field (behind unnest it guessed, and a method filter over several pools
+// read their whole trails, 1.2 s over a million records), or the only key.
+func split(keys []string) (batched, single []string) {
 	for _, k := range keys {
-		sh := ParseFilter(k).shape()
-		if _, seen := groups[sh]; !seen {
-			shapes = append(shapes, sh)
+		if ParseFilter(k).shape() == (shape{}) {
+			batched = append(batched, k)
+		} else {
+			single = append(single, k)
 		}
-		groups[sh] = append(groups[sh], k)
 	}
-	return shapes, groups
+	if len(batched) == 1 {
+		single, batched = append(single, batched...), nil
+	}
+	return batched, single
 }
 
 // match is the filter of keys t of shape sh over audit_log a, visible in
@@ -403,49 +408,43 @@ func Pages(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []
 	if err != nil {
 		return out, err
 	}
-	shapes, groups := byShape(keys)
-	for _, sh := range shapes { // one statement per shape: nearly always one
-		if len(groups[sh]) == 1 || sh != (shape{}) {
-			// One filter (nearly every page), or filters of a field: each
-			// bound as scalars, whose values the planner sees. Behind
-			// unnest it guessed, and a method filter over several pools
-			// read their whole trails (1.2 s over a million records).
-			for _, k := range groups[sh] {
-				f := ParseFilter(k)
-				recs, err := pageOf(ctx, q, scope, by, f, at, aid, limit)
-				if err != nil {
-					return out, err
-				}
-				total := 0
-				if f.Counted && len(recs) > 0 {
-					if total, err = countOf1(ctx, q, scope, by, f); err != nil {
-						return out, err
-					}
-				}
-				for _, r := range recs {
-					out.Parents, out.Totals, out.Items = append(out.Parents, k), append(out.Totals, total), append(out.Items, r)
-				}
-			}
-			continue
-		}
-		parent, resource, principal, method, since, until, counted := filterArrays(groups[sh])
-		var rows []row
-		err = q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
-				SELECT t.*, `+countOf(by, sh)+` AS total_count
-				FROM `+keysAt(2)+`)
-			SELECT t.k AS parent_key, t.total_count, x.*
-			FROM t
-			CROSS JOIN LATERAL (SELECT `+recordCols+` FROM audit_log a WHERE `+match(by, sh)+`
-				AND ($10::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($10::timestamptz, $11::text))
-				ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $12) x`,
-			scope.Arg(), groups[sh], parent, resource, principal, method, since, until, counted, at, aid, limit+1)
+	batched, single := split(keys)
+	for _, k := range single {
+		f := ParseFilter(k)
+		recs, err := pageOf(ctx, q, scope, by, f, at, aid, limit)
 		if err != nil {
-			return out, store.Wrap(err)
+			return out, err
 		}
-		for i := range rows {
-			x := &rows[i]
-			out.Parents, out.Totals, out.Items = append(out.Parents, x.Key), append(out.Totals, x.Total), append(out.Items, x.record())
+		total := 0
+		if f.Counted && len(recs) > 0 {
+			if total, err = countOf1(ctx, q, scope, by, f); err != nil {
+				return out, err
+			}
 		}
+		for _, r := range recs {
+			out.Parents, out.Totals, out.Items = append(out.Parents, k), append(out.Totals, total), append(out.Items, r)
+		}
+	}
+	if len(batched) == 0 {
+		return out, nil
+	}
+	parent, resource, principal, method, since, until, counted := filterArrays(batched)
+	var rows []row
+	err = q.SelectContext(ctx, &rows, `WITH t AS MATERIALIZED (
+			SELECT t.*, `+countOf(by, shape{})+` AS total_count
+			FROM `+keysAt(2)+`)
+		SELECT t.k AS parent_key, t.total_count, x.*
+		FROM t
+		CROSS JOIN LATERAL (SELECT `+recordCols+` FROM audit_log a WHERE `+match(by, shape{})+`
+			AND ($10::timestamptz IS NULL OR (a.occurred_at, a.audit_id) < ($10::timestamptz, $11::text))
+			ORDER BY a.occurred_at DESC, a.audit_id DESC LIMIT $12) x`,
+		scope.Arg(), batched, parent, resource, principal, method, since, until, counted, at, aid, limit+1)
+	if err != nil {
+		return out, store.Wrap(err)
+	}
+	for i := range rows {
+		x := &rows[i]
+		out.Parents, out.Totals, out.Items = append(out.Parents, x.Key), append(out.Totals, x.Total), append(out.Items, x.record())
 	}
 	return out, nil
 }
@@ -495,33 +494,31 @@ func countOf1(ctx context.Context, q store.Q, scope authz.Scope, by Parent, f Fi
 // whose filter is Counted.
 func Counts(ctx context.Context, q store.Q, scope authz.Scope, by Parent, keys []string) (map[string]int, error) {
 	out := make(map[string]int, len(keys))
-	shapes, groups := byShape(keys)
-	for _, sh := range shapes {
-		if len(groups[sh]) == 1 || sh != (shape{}) { // as Pages: scalars
-			for _, k := range groups[sh] {
-				out[k] = 0
-				if f := ParseFilter(k); f.Counted {
-					n, err := countOf1(ctx, q, scope, by, f)
-					if err != nil {
-						return nil, err
-					}
-					out[k] = n
-				}
+	batched, single := split(keys)
+	for _, k := range single {
+		out[k] = 0
+		if f := ParseFilter(k); f.Counted {
+			n, err := countOf1(ctx, q, scope, by, f)
+			if err != nil {
+				return nil, err
 			}
-			continue
+			out[k] = n
 		}
-		parent, resource, principal, method, since, until, counted := filterArrays(groups[sh])
-		var rows []struct {
-			K string `db:"k"`
-			N int    `db:"n"`
-		}
-		if err := q.SelectContext(ctx, &rows, `SELECT t.k, `+countOf(by, sh)+` AS n FROM `+keysAt(2),
-			scope.Arg(), groups[sh], parent, resource, principal, method, since, until, counted); err != nil {
-			return nil, store.Wrap(err)
-		}
-		for _, r := range rows {
-			out[r.K] = r.N
-		}
+	}
+	if len(batched) == 0 {
+		return out, nil
+	}
+	parent, resource, principal, method, since, until, counted := filterArrays(batched)
+	var rows []struct {
+		K string `db:"k"`
+		N int    `db:"n"`
+	}
+	if err := q.SelectContext(ctx, &rows, `SELECT t.k, `+countOf(by, shape{})+` AS n FROM `+keysAt(2),
+		scope.Arg(), batched, parent, resource, principal, method, since, until, counted); err != nil {
+		return nil, store.Wrap(err)
+	}
+	for _, r := range rows {
+		out[r.K] = r.N
 	}
 	return out, nil
 }
