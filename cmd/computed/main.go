@@ -219,8 +219,8 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	err = db.Migrate(ctx, mdb.DB.DB, m.Log)
-	if err == nil {
-		err = nodes.RecordNodeKeys(ctx, mdb, m.Log)
+	if err == nil && m.Command != "migrate" {
+		err = m.prepare(ctx, mdb, embedded)
 	}
 	mdb.Close()
 	if err != nil {
@@ -247,20 +247,6 @@ func (m *Main) Run(ctx context.Context) error {
 	// (internal/events); it stops after the reconciler, last.
 	seq := events.Start(database, m.Log)
 	defer seq.Stop()
-	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
-	if err != nil {
-		return err
-	}
-	if secret != "" {
-		if err := auth.EnsureOperator(ctx, database, secret); err != nil {
-			return fmt.Errorf("bootstrap operator: %w", err)
-		}
-	}
-	// The node CA is generated on the first start of any replica and
-	// persisted; later starts (and other replicas) load the same one.
-	if _, err := nodes.EnsureCA(ctx, database); err != nil {
-		return fmt.Errorf("node CA: %w", err)
-	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Work that runs once per cluster: the maintenance lease's holder runs
@@ -471,8 +457,10 @@ func (m *Main) checkBounds(vars map[string]string) error {
 		return bad("rate-limit", fmt.Sprintf("0 (the limit off) or %g to %g requests per second", minRate, maxRate), m.RateLimit)
 	case m.RequestTimeout < 100*time.Millisecond || m.RequestTimeout > maxTimeout:
 		return bad("request-timeout", "a duration of 100ms to 24h", m.RequestTimeout)
-	case m.StatementTimeout < time.Millisecond || m.StatementTimeout > maxTimeout:
-		return bad("statement-timeout", "a duration of 1ms to 24h", m.StatementTimeout)
+	case m.StatementTimeout < 100*time.Millisecond || m.StatementTimeout > maxTimeout:
+		// Under 100ms the replica's own work (leases, the sequencer's
+		// passes, the reconciler's queue) is canceled as a request is.
+		return bad("statement-timeout", "a duration of 100ms to 24h", m.StatementTimeout)
 	}
 	for _, err := range []error{
 		between("graphql-concurrency", m.GraphQLConcurrency, 0, 10000),
@@ -493,6 +481,35 @@ func (m *Main) checkBounds(vars map[string]string) error {
 		if _, _, err := net.SplitHostPort(m.DebugAddr); err != nil {
 			return bad("debug-addr", "host:port", m.DebugAddr)
 		}
+	}
+	return nil
+}
+
+// prepare does a start's own work in the database, on the migrations'
+// connection: without the pool's statement timeout, which bounds what a
+// request may spend, not what a start must do (a short one stopped the
+// start at its first statement).
+func (m *Main) prepare(ctx context.Context, db *store.DB, embedded bool) error {
+	if err := nodes.RecordNodeKeys(ctx, db, m.Log); err != nil {
+		return err
+	}
+	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		if err := auth.EnsureOperator(ctx, db, secret); err != nil {
+			return fmt.Errorf("bootstrap operator: %w", err)
+		}
+	} else if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil {
+		return fmt.Errorf("bootstrap operator: %w", err)
+	} else if !ok {
+		m.Log.Warn("no operator token: nobody can create a tenant; set COMPUTE_BOOTSTRAP_TOKEN (the same on every replica)")
+	}
+	// The node CA is generated on the first start of any replica and
+	// persisted; later starts (and other replicas) load the same one.
+	if _, err := nodes.EnsureCA(ctx, db); err != nil {
+		return fmt.Errorf("node CA: %w", err)
 	}
 	return nil
 }

@@ -375,6 +375,7 @@ func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 		{map[string]string{"COMPUTE_RATE_LIMIT": "1e19"}, nil, "rate-limit"},                // its burst overflowed to 1
 		{map[string]string{"COMPUTE_RATE_LIMIT": "1e-300"}, nil, "rate-limit"},              // a Retry-After of 1 s
 		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "500us"}, nil, "statement-timeout"}, // sent as 0: no timeout
+		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "99ms"}, nil, "statement-timeout"},  // 1ms canceled the replica's own work, and its start
 		{map[string]string{"COMPUTE_STATEMENT_TIMEOUT": "1000h"}, nil, "statement-timeout"},
 		{map[string]string{"COMPUTE_REQUEST_TIMEOUT": "1ns"}, nil, "request-timeout"},
 		{map[string]string{"COMPUTE_RECONCILE_WORKERS": "10001"}, nil, "reconcile-workers"},

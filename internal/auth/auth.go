@@ -301,3 +301,15 @@ func BootstrapSecret(configured, dataDir string, embedded bool, logger *slog.Log
 	logger.Info("generated operator token", "file", path)
 	return secret, nil
 }
+
+// OperatorCanSignIn reports whether some token of the operator is not
+// revoked: a server on an external database started without
+// COMPUTE_BOOTSTRAP_TOKEN, and without such a token from an earlier
+// start, has nobody who can create a tenant.
+func OperatorCanSignIn(ctx context.Context, db *store.DB) (bool, error) {
+	var ok bool
+	err := db.GetContext(ctx, &ok, `
+		SELECT EXISTS (SELECT 1 FROM tokens t JOIN principals p USING (principal_id)
+		               WHERE p.kind = 'operator' AND t.revoked_at IS NULL)`)
+	return ok, err
+}

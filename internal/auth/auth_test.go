@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
+	"github.com/bettercompute/computed/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -121,5 +123,27 @@ func TestBootstrapSecret(t *testing.T) {
 	}
 	if again, _ := auth.BootstrapSecret("", dir, true, log); again != s {
 		t.Fatalf("the second start generated another secret")
+	}
+}
+
+// OperatorCanSignIn: a database no start has bootstrapped has no operator
+// who can sign in (a start without COMPUTE_BOOTSTRAP_TOKEN warns); a
+// bootstrap token makes one, revoking it takes it away again.
+func TestOperatorCanSignIn(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil || ok {
+		t.Fatalf("fresh database: %v %v", ok, err)
+	}
+	fixture.Must(struct{}{}, auth.EnsureOperator(ctx, db, "bco_first"))
+	if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil || !ok {
+		t.Fatalf("after the bootstrap: %v %v", ok, err)
+	}
+	if _, err := db.Exec(`UPDATE tokens SET revoked_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil || ok {
+		t.Fatalf("revoked: %v %v", ok, err)
 	}
 }
