@@ -94,6 +94,7 @@ func Reasons() []ReasonInfo {
 		{"operations", RateLimited, "a WebSocket's subscribe past the operations it may run at once (`details.limit`); the socket stays: complete one first"},
 		{"sessions", RateLimited, "the credential holds its sockets and streams on this replica"},
 		{"open-challenges", RateLimited, "`nodes.join` (tpm): the join token holds its open challenges (`details.limit`)"},
+		{"pending-requests", RateLimited, "`nodes.join`: the join token holds its pending join requests (`details.limit`); a join it would defer waits until one is decided or expires"},
 		{"deadline", Unavailable, "the request ran past its deadline"},
 		{"busy", Unavailable, "the GraphQL operation did not start before its deadline"},
 		{"cancelled", Unavailable, "the client went away before the answer"},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,12 @@ const (
 	// ApprovedTTL is how long an approval waits for the machine's retry.
 	PendingTTL  = 7 * 24 * time.Hour
 	ApprovedTTL = 24 * time.Hour
+	// MaxPendingRequests bounds the pending, unexpired join requests one
+	// join token has made: a deferred join spends no use, so a token's
+	// holder could fill its pool's queue for the token's whole lifetime.
+	// Past it nodes.join defers nothing through the token (RATE_LIMITED)
+	// until the owner decides one or the oldest expires.
+	MaxPendingRequests = 256
 	// CertValidity is the lifetime of a node certificate.
 	CertValidity = 365 * 24 * time.Hour
 )
@@ -489,6 +496,21 @@ func deferJoin(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw H
 	// that CONFLICT (a probe's queue filled with such requests).
 	if err := oneLiveNode(ctx, q, tok.TenantID, hw, ekHash); err != nil {
 		return nil, err
+	}
+	// The token's row is locked (lockToken), so the bound holds under
+	// concurrent joins.
+	var open struct {
+		N    int             `db:"n"`
+		Wait sql.NullFloat64 `db:"wait"`
+	}
+	if err := q.GetContext(ctx, &open, `SELECT count(*) AS n, extract(epoch FROM min(expires_at) - now())::float8 AS wait
+		FROM join_requests WHERE join_token_id = $1 AND state = 'pending' AND expires_at > now()`, tok.JoinTokenID); err != nil {
+		return nil, store.Wrap(err)
+	}
+	if open.N >= MaxPendingRequests {
+		secs := max(1, int(math.Ceil(open.Wait.Float64)))
+		return nil, errs.E(errs.RateLimited, "the join token has %d pending join requests, the most it may have; approve or deny one, or retry in %d s when the oldest expires",
+			open.N, secs).With("reason", "pending-requests").With("limit", MaxPendingRequests).With("retryAfterSeconds", secs)
 	}
 	rb, _ := json.Marshal(reasons)
 	hb, _ := json.Marshal(hw)

@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
 
@@ -894,4 +895,86 @@ func TestANodeCallInFlightAtRemovalIsUnauthenticated(t *testing.T) {
 	live := fixture.Must(auth.Authenticate(e.Ctx, e.DB, other.Credential))
 	_, err = fixture.Call[inventory.Reported](e.F, live, "inventory.report", report)
 	fixture.Code(t, err, errs.PermissionDenied, "")
+}
+
+// A join token holds at most MaxPendingRequests pending requests: a
+// deferral spends no use, and a probe's token of one use queued 400
+// requests in 8 s. Joins from many goroutines at once leave exactly the
+// bound; a pending request's retry is still answered; a decision makes
+// room again.
+func TestAJoinTokenHoldsBoundedPendingRequests(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token(1)
+	machines := make([]testkit.Machine, nodes.MaxPendingRequests+12)
+	for i := range machines {
+		machines[i] = placeholder(t)
+	}
+	var (
+		mu       sync.Mutex
+		pending  []string
+		refused  int
+		next     = make(chan int)
+		wg       sync.WaitGroup
+		failures []error
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r, err := e.join(machines[i], tok)
+				mu.Lock()
+				switch ee, _ := errs.As(err); {
+				case err == nil && r.Status == nodes.Pending:
+					pending = append(pending, r.JoinRequestID)
+				case ee != nil && ee.Code == errs.RateLimited && ee.Details["reason"] == "pending-requests" &&
+					ee.Details["limit"] == nodes.MaxPendingRequests && ee.Details["retryAfterSeconds"].(int) > 0:
+					refused++
+				default:
+					failures = append(failures, fmt.Errorf("join %d: %+v %v", i, r, err))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range machines {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if len(failures) > 0 || len(pending) != nodes.MaxPendingRequests || refused != 12 {
+		t.Fatalf("%d pending, %d refused, failures %v", len(pending), refused, failures)
+	}
+	// The retry of a pending request is its request, at the bound too.
+	first, firstReq := -1, ""
+	for i, m := range machines {
+		if r, err := e.join(m, tok); err == nil {
+			if r.Status != nodes.Pending || !slices.Contains(pending, r.JoinRequestID) {
+				t.Fatalf("retry: %+v", r)
+			}
+			first, firstReq = i, r.JoinRequestID
+			break
+		}
+	}
+	// Its denial makes room for one more; the token's use is unspent.
+	fixture.Must(fixture.Call[nodes.JoinRequest](e.F, e.acme.Admin, "joinRequests.deny",
+		map[string]any{"tenantId": "acme", "joinRequestId": firstReq}))
+	var more int
+	for i, m := range machines {
+		if i == first {
+			continue
+		}
+		if r, err := e.join(m, tok); err == nil && r.Status == nodes.Pending {
+			more++
+		}
+	}
+	// Besides the denied one, the 255 machines still pending are answered
+	// their requests and one machine refused before is deferred now.
+	if more != nodes.MaxPendingRequests {
+		t.Fatalf("%d machines pending after a denial", more)
+	}
+	var uses int
+	if err := e.DB.Get(&uses, `SELECT uses FROM join_tokens WHERE secret_hash = $1`, auth.Hash(tok)); err != nil || uses != 0 {
+		t.Fatalf("uses %d, %v", uses, err)
+	}
 }
