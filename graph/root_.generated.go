@@ -858,7 +858,7 @@ type ComputeNode implements Node {
   pool: Pool!
   "The latest inventory snapshot; null before the first report."
   inventory: InventorySnapshot
-  "Snapshots newest first."
+  "Snapshots newest first: the node's 1,000 newest are kept (storing one more drops the oldest; ` + "`" + `after` + "`" + ` naming a dropped one is refused, as any snapshot not the node's)."
   inventoryHistory(
     "How many snapshots the page holds: 1 to 100."
     first: Int = 20

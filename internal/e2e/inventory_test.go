@@ -21,6 +21,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/bettercompute/computed/internal/inventory"
 	"github.com/bettercompute/computed/internal/relay"
 	"github.com/bettercompute/computed/internal/testkit"
 )
@@ -1208,5 +1209,59 @@ func TestInventoryCrossTenantIsolation(t *testing.T) {
 	expect(t, e.Call(gCred, "inventory/get", invNode("globex", gNode)), "PERMISSION_DENIED", anyPath)
 	if n := invSnapshotCount(t, e, nodeID); n != 2 {
 		t.Fatalf("acme's node has %d snapshots, want 2", n)
+	}
+}
+
+// The history keeps a node's inventory.MaxHistory newest snapshots: a
+// probe's node alternating two different reports stored one each time,
+// 3.7 MB/s kept forever. At the bound nothing is dropped; one more drops
+// the oldest; the latest, get and diff read on, and the dropped snapshot
+// is no cursor and no diff end any more.
+func TestInventoryHistoryKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	admin, _, viewer := e.Tenant("acme")
+	pool := e.Pool(admin, "acme", "gpu-a")
+	nodeID, cred := e.Node(admin, "acme", pool)
+	var ids []string
+	count := func() int {
+		var n int
+		if err := e.DB.Get(&n, `SELECT count(*) FROM inventory_snapshots WHERE node_id = $1`, nodeID); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	report := func(i int) {
+		s := h100(t)
+		s["firmware"].(map[string]any)["bmc"] = fmt.Sprintf("7.%d.00", i)
+		ids = append(ids, str(invStore(t, e, cred, nodeID, s)["id"]))
+	}
+	for i := range inventory.MaxHistory {
+		report(i)
+	}
+	if n := count(); n != inventory.MaxHistory {
+		t.Fatalf("%d snapshots at the bound", n)
+	}
+	report(inventory.MaxHistory)
+	report(inventory.MaxHistory + 1)
+	if n := count(); n != inventory.MaxHistory {
+		t.Fatalf("%d snapshots past the bound", n)
+	}
+	var oldest string
+	if err := e.DB.Get(&oldest, `SELECT min(snapshot_id) FROM inventory_snapshots WHERE node_id = $1`, nodeID); err != nil || oldest != ids[2] {
+		t.Fatalf("oldest kept %s, want %s (%v)", oldest, ids[2], err)
+	}
+	if got := e.Must(e.Call(viewer, "inventory/get", invNode("acme", nodeID))); got.Body["id"] != ids[len(ids)-1] {
+		t.Fatalf("get: %s", got.Raw)
+	}
+	d := e.Must(e.Call(viewer, "inventory/diff", invNode("acme", nodeID)))
+	if d.Body["from"] != ids[len(ids)-2] || d.Body["to"] != ids[len(ids)-1] {
+		t.Fatalf("diff: %s", d.Raw)
+	}
+	expect(t, e.Call(viewer, "inventory/diff", invDiffBody("acme", nodeID, ids[1], "")), "NOT_FOUND", anyPath)
+	expect(t, e.Call(viewer, "inventory/history", map[string]any{"tenantId": "acme", "nodeId": nodeID, "cursor": ids[1]}), "INVALID_INPUT", "cursor")
+	last := e.Must(e.Call(viewer, "inventory/history", map[string]any{"tenantId": "acme", "nodeId": nodeID, "cursor": ids[3]}))
+	if got := items(t, last); len(got) != 1 || got[0]["id"] != ids[2] || last.Body["cursor"] != nil {
+		t.Fatalf("the last page: %s", last.Raw)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -153,6 +154,10 @@ type (
 // maxSkew bounds how far in the future a report's collectedAt may be.
 const maxSkew = time.Hour
 
+// MaxHistory is how many snapshots a node's history keeps: storing one
+// more drops the oldest.
+const MaxHistory = 1000
+
 // Report stores a snapshot when the sections' hash differs from the node's
 // latest; an equal report stores nothing and says stored: false. The node
 // row is locked so that concurrent reports of one node are ordered.
@@ -209,6 +214,14 @@ func Report(ctx context.Context, q store.Q, in *ReportInput) (*Reported, error) 
 		return nil, store.Wrap(err)
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE nodes SET latest_snapshot_id = $2 WHERE node_id = $1`, in.NodeID, id); err != nil {
+		return nil, store.Wrap(err)
+	}
+	// The history keeps the node's MaxHistory newest snapshots: a node
+	// alternating two reports stored one each time, without end. Ids sort
+	// in report order (after), and the node's row is locked.
+	if _, err := q.ExecContext(ctx, `DELETE FROM inventory_snapshots WHERE node_id = $1 AND snapshot_id <
+			(SELECT snapshot_id FROM inventory_snapshots WHERE node_id = $1 ORDER BY snapshot_id DESC OFFSET $2 LIMIT 1)`,
+		in.NodeID, MaxHistory-1); err != nil {
 		return nil, store.Wrap(err)
 	}
 	now, err := s.Typed()
@@ -547,7 +560,7 @@ func Methods() []registry.Method {
 		"Stores the node's report as a new snapshot when its canonical hash differs from the latest; returns the snapshot and whether it was stored.",
 		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
 			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU or MIG UUID, disk WWN, MAC: compared regardless of case, as the diff compares them; a disk slot exactly) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
-			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated.",
+			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated; the history keeps the node's " + strconv.Itoa(MaxHistory) + " newest (see `inventory.history`).",
 			"`collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
 		registry.ID("nodeId", ids.Node),
 		registry.Field{Name: "sections", Type: registry.Object, Required: true, Open: true, Schema: SectionsSchema, Description: "the daemon's report (contract section 6)"},
@@ -569,7 +582,8 @@ func Methods() []registry.Method {
 			[]string{"NOT_FOUND when the node has no inventory yet or is not owned by the tenant."}, node()...), nil, Get),
 		registry.Def(m("history", registry.Read, authz.NodesRead, "v0.2",
 			"Lists the node's inventory snapshots newest first; returns a page with a cursor.",
-			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned; the id of a snapshot of another node is `INVALID_INPUT`. NOT_FOUND when the node is not owned by the tenant."},
+			[]string{"limit is at most 100 (20 by default). The cursor is the id of the last snapshot returned; the id of a snapshot of another node is `INVALID_INPUT`. NOT_FOUND when the node is not owned by the tenant.",
+				"The history keeps the node's " + strconv.Itoa(MaxHistory) + " newest snapshots: storing one more drops the oldest, and a cursor naming a dropped snapshot is `INVALID_INPUT` as any id that is not the node's (start again without a cursor)."},
 			node(registry.Limit(HistoryDefaultLimit, HistoryMaxLimit), registry.Field{Name: "cursor", Type: registry.String, Pattern: ids.Pattern(ids.Inventory)})...), nil, History),
 		registry.Def(m("diff", registry.Read, authz.NodesRead, "v0.2",
 			"Compares two of the node's snapshots, named by snapshot id or hash, and returns the changes between them with their stable device ids (GPU UUID, disk WWN or MAC).",
