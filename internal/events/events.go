@@ -462,16 +462,51 @@ func (r *row) event() Event {
 	return ev
 }
 
+// exactTypes returns the types a filter of types or resource types keeps,
+// exactly (its prefixes and resource types expanded over AllTypes), and
+// whether it narrows the stream at all.
+func (f *Filter) exactTypes() ([]string, bool) {
+	if len(f.Types) == 0 && f.Resources == nil {
+		return nil, false
+	}
+	out := []string{}
+	for _, t := range AllTypes {
+		if f.Matches(&Event{Type: t, ResourceType: Kinds[t]}) {
+			out = append(out, t)
+		}
+	}
+	return out, true
+}
+
 // Page returns up to limit events of the filter after sequence number
 // after (0 for the start), in stream order. It does not check retention:
 // see CheckCursor.
+//
+// A stream narrowed only by types (or the reader's resource types) is read
+// type by type through events_type_idx, each type's first limit events
+// after the cursor merged in order: filtered over the tenant's whole
+// stream, a type that matched few events read every row of it (0.5 s over
+// 500,000 events, a probe's; a viewer's requests reached the statement
+// timeout). A resource's or a pool's events are read through their own
+// indexes, as few as they are.
 func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]Event, error) {
-	args := []any{}
-	w := f.where(&args)
-	args = append(args, int64(after), limit)
 	var rows []row
-	err := q.SelectContext(ctx, &rows, `SELECT `+Cols+` FROM events e WHERE `+w+
-		fmt.Sprintf(` AND e.seq > $%d ORDER BY e.seq LIMIT $%d`, len(args)-1, len(args)), args...)
+	var err error
+	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" && f.PoolID == "" {
+		if len(types) == 0 {
+			return []Event{}, nil
+		}
+		err = q.SelectContext(ctx, &rows, `SELECT x.* FROM unnest($2::text[]) AS t(type)
+			CROSS JOIN LATERAL (SELECT `+Cols+` FROM events e WHERE e.tenant_id = $1 AND e.type = t.type AND e.seq > $3
+				ORDER BY e.seq LIMIT $4) x
+			ORDER BY x.seq LIMIT $4`, f.TenantID, types, int64(after), limit)
+	} else {
+		args := []any{}
+		w := f.where(&args)
+		args = append(args, int64(after), limit)
+		err = q.SelectContext(ctx, &rows, `SELECT `+Cols+` FROM events e WHERE `+w+
+			fmt.Sprintf(` AND e.seq > $%d ORDER BY e.seq LIMIT $%d`, len(args)-1, len(args)), args...)
+	}
 	if err != nil {
 		return nil, store.Wrap(err)
 	}
@@ -484,9 +519,14 @@ func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]
 
 // Count counts the events of f (the graph's Tenant.events totalCount).
 func Count(ctx context.Context, q store.Q, f Filter) (int, error) {
+	var n int
+	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" && f.PoolID == "" {
+		// Through events_type_idx, as Page reads.
+		err := q.GetContext(ctx, &n, `SELECT count(*) FROM events e WHERE e.tenant_id = $1 AND e.type = ANY($2)`, f.TenantID, types)
+		return n, store.Wrap(err)
+	}
 	args := []any{}
 	w := f.where(&args)
-	var n int
 	err := q.GetContext(ctx, &n, `SELECT count(*) FROM events e WHERE `+w, args...)
 	return n, store.Wrap(err)
 }
