@@ -4,8 +4,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
