@@ -84,6 +84,9 @@ type Workflow struct {
 
 	DocText   string `json:"-" db:"profile_document"`
 	StepsText string `json:"-" db:"steps"`
+	// unchanged: a step report that changed nothing (no event, no audit
+	// record).
+	unchanged bool `json:"-" db:"-"`
 }
 
 // ReadSize is what reading the workflow spends of a request's read budget
@@ -448,6 +451,12 @@ func ReportStep(ctx context.Context, q store.Q, in *ReportStepInput) (*Workflow,
 		return nil, errs.E(errs.InvalidState, "step %d (%s) is already %s", in.Index, s.Name, s.Status).
 			With("path", "index").With("step", in.Index).With("stepStatus", s.Status)
 	}
+	if s.Status == Running && in.Status == Running && equalText(s.Message, in.Message) {
+		// The step's report again (a daemon's heartbeat): nothing changes,
+		// as an equal inventory.report or instances.report changes nothing.
+		w.unchanged = true
+		return w, nil
+	}
 	if s.StartedAt == nil {
 		s.StartedAt = &now
 	}
@@ -473,6 +482,10 @@ func ReportStep(ctx context.Context, q store.Q, in *ReportStepInput) (*Workflow,
 		types = append(types, events.WorkflowSucceeded)
 	}
 	return saveWith(ctx, q, w, types...)
+}
+
+func equalText(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // locateNode names the node the calling node principal reports on: the
@@ -516,7 +529,7 @@ func Methods() []registry.Method {
 	report := m("reportStep", registry.Mutation, authz.WorkflowsReport, authz.Node,
 		"Records the node's report on one step of its workflow and returns the workflow.",
 		[]string{"Decided as `compute:workflows:report` on `compute-node/{nodeId}`, which only the node's own credential holds: any other credential is `PERMISSION_DENIED`, as is a node credential naming another node (or a removed one).",
-			"Steps run in order: a step may start or finish only when every earlier step succeeded, and a step that succeeded or failed is final (`INVALID_STATE`). `running` again on a running step replaces its message.",
+			"Steps run in order: a step may start or finish only when every earlier step succeeded, and a step that succeeded or failed is final (`INVALID_STATE`). `running` again on a running step replaces its message; with the same message it changes nothing (no `workflow.step` event, no audit record, the same `rowVersion`).",
 			"The first report moves the workflow from `pending` to `running`; the last step succeeding makes it `succeeded`; a `failed` step makes it `failed` and skips the steps after it.",
 			"A step's `message` is the one of its latest report (null when that report has none).",
 			"Reporting on a finished or canceled workflow is `INVALID_STATE`; a workflow that is not this node's is `NOT_FOUND`; an `index` past the last step is `INVALID_INPUT`."},
@@ -526,6 +539,7 @@ func Methods() []registry.Method {
 		registry.Field{Name: "status", Type: registry.String, Required: true, Enum: []string{Running, Succeeded, Failed}},
 		registry.Field{Name: "message", Type: registry.String, MaxLength: MaxMessage, Description: "what the node says about the step"})
 	report.Credential = registry.NodeCred
+	report.Quiet = func(out any) bool { w, ok := out.(*Workflow); return ok && w.unchanged }
 	return []registry.Method{
 		registry.Def(m("create", registry.Mutation, authz.WorkflowsManage, authz.Tenant,
 			"Starts a workflow of a profile version on one of the tenant's nodes and returns it, with the profile document and the rendered steps snapshotted and every step `pending`.",

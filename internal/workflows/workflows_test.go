@@ -340,10 +340,34 @@ func TestWorkflowsReportStep(t *testing.T) {
 	}
 	// Step 1 cannot start while step 0 runs.
 	expect(t, report(e, nodeTok, node, wf, 1, "running"), "INVALID_STATE", "index")
+	// The same report again changes nothing: no event, no audit record,
+	// the same version (a daemon's heartbeat filled the tenant's stream).
+	counts := func() (n [2]int) {
+		if err := e.DB.Get(&n[0], `SELECT (SELECT count(*) FROM events WHERE resource_id = $1) + (SELECT count(*) FROM event_inbox WHERE resource_id = $1)`, wf); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.Get(&n[1], `SELECT count(*) FROM audit_log WHERE method = 'workflows.reportStep'`); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := counts()
+	for range 3 {
+		again := e.Must(e.Call(nodeTok, "workflows/reportStep", map[string]any{"nodeId": node, "workflowId": wf, "index": 0, "status": "running", "message": "wiping"}))
+		if string(again.Raw) != string(r.Raw) {
+			t.Fatalf("the same report: %s, was %s", again.Raw, r.Raw)
+		}
+	}
+	if after := counts(); after != before {
+		t.Fatalf("the same report wrote events and records: %v, was %v", after, before)
+	}
 	// running again replaces the message.
 	r = e.Must(report(e, nodeTok, node, wf, 0, "running"))
-	if steps(t, r)[0]["message"] != nil || steps(t, r)[0]["startedAt"] != s[0]["startedAt"] {
+	if steps(t, r)[0]["message"] != nil || steps(t, r)[0]["startedAt"] != s[0]["startedAt"] || num(r.Body["rowVersion"]) != 3 {
 		t.Fatalf("running again: %s", r.Raw)
+	}
+	if after := counts(); after != [2]int{before[0] + 1, before[1] + 1} {
+		t.Fatalf("a new message: %v, was %v", after, before)
 	}
 	for i := 0; i < profileSteps; i++ {
 		if i > 0 {
