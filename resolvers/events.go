@@ -37,12 +37,24 @@ type decideFunc func(ctx context.Context, db Querier, p Principal) (events.Filte
 // subscribe decides a subscription, starts it on this replica's hub, and
 // decides it again whenever the caller's role bindings change: a refusal
 // ends it with that error, a narrower or wider reach changes its filter.
-func (r *subscriptionResolver) subscribe(ctx context.Context, after *uint64, decide decideFunc) (<-chan *events.Event, error) {
+// The cursor (the document's after, resumeAfter) is read once the caller
+// may read the stream, as the methods read theirs after their decision: a
+// caller with no role on the tenant is PERMISSION_DENIED whatever cursor
+// it sends (it was INVALID_INPUT here, PERMISSION_DENIED on the methods).
+func (r *subscriptionResolver) subscribe(ctx context.Context, cursor *string, decide decideFunc) (<-chan *events.Event, error) {
 	setup, done := reqctx.Setup(ctx) // the start's deadline, not the subscription's
 	f, err := decide(setup, r.DB, reqctx.PrincipalFrom(ctx))
 	done()
 	if err != nil {
 		return nil, err
+	}
+	var after *uint64
+	if cursor != nil && *cursor != "" {
+		seq, err := events.ParseCursor("after", f.TenantID, *cursor)
+		if err != nil {
+			return nil, err
+		}
+		after = &seq
 	}
 	var subp atomic.Pointer[live.Subscription]
 	opts := live.Options{OnEnd: func(err error) { reqctx.SetEnd(ctx, err) }}

@@ -61,11 +61,11 @@ func (r *instanceEventResolver) Instance(ctx context.Context, obj *events.Event)
 
 // InstanceEvents is the resolver for the instanceEvents field.
 func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID string, instanceID *string, poolID *string, after *string) (<-chan *events.Event, error) {
-	w, err := instances.ParseWatch(tenantID, instanceID, poolID, resumeAfter(ctx, after))
+	w, err := instances.ParseWatch(tenantID, instanceID, poolID)
 	if err != nil {
 		return nil, err
 	}
-	return r.subscribe(ctx, w.After, func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
+	return r.subscribe(ctx, resumeAfter(ctx, after), func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
 		return w.Filter, instances.AuthorizeEvents(ctx, db, p, w)
 	})
 }
@@ -74,16 +74,22 @@ func (r *subscriptionResolver) InstanceEvents(ctx context.Context, tenantID stri
 func (r *subscriptionResolver) TenantEvents(ctx context.Context, tenantID string, types []string, after *string) (<-chan *events.Event, error) {
 	// The arguments events.list shares are checked by its rules first, so
 	// the subscription refuses what the method refuses in the same words
-	// (its cursor is after here, checked by ParseWatch).
+	// and order: its input's schema, the decision, then the types and the
+	// cursor (after here).
 	if err := registry.Validate(r.Registry, "events.list", &feed.ListInput{TenantID: tenantID, Types: types, Limit: 1}); err != nil {
 		return nil, err
 	}
-	w, err := feed.ParseWatch(tenantID, types, resumeAfter(ctx, after))
+	w, err := feed.ParseWatch(tenantID)
 	if err != nil {
 		return nil, err
 	}
-	return r.subscribe(ctx, w.After, func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
-		return feed.Authorize(ctx, db, p, w)
+	return r.subscribe(ctx, resumeAfter(ctx, after), func(ctx context.Context, db Querier, p Principal) (events.Filter, error) {
+		f, err := feed.Authorize(ctx, db, p, w)
+		if err != nil {
+			return f, err
+		}
+		f.Types, err = feed.ParseTypes("types", types)
+		return f, err
 	})
 }
 

@@ -92,6 +92,11 @@ func TestTenantEventsEveryKind(t *testing.T) {
 		code string
 	}{
 		{map[string]any{"t": "acme"}, "PERMISSION_DENIED"},
+		// A stranger's bad type or cursor is refused as events.list
+		// refuses it: the decision comes first (it was INVALID_INPUT).
+		{map[string]any{"t": "acme", "types": []string{"node.bogus"}}, "PERMISSION_DENIED"},
+		{map[string]any{"t": "acme", "a": "garbage"}, "PERMISSION_DENIED"},
+		{map[string]any{"t": "nosuch", "a": "evt_p8c56j3a0xrnd0000000000001"}, "PERMISSION_DENIED"},
 		{map[string]any{"t": "beta", "types": []string{"node.bogus"}}, "INVALID_INPUT"},
 		{map[string]any{"t": "beta", "types": []string{"nodes."}}, "INVALID_INPUT"},
 		{map[string]any{"t": "beta", "a": "evt_nope"}, "INVALID_INPUT"},

@@ -158,6 +158,7 @@ func TestInstanceEventsSubscription(t *testing.T) {
 		code string
 	}{
 		{map[string]any{"t": "acme"}, "PERMISSION_DENIED"},
+		{map[string]any{"t": "acme", "a": "garbage"}, "PERMISSION_DENIED"}, // decided before the cursor is read, as instances.events
 		{map[string]any{"t": "beta", "i": id}, "NOT_FOUND"},
 		{map[string]any{"t": "beta", "p": pool}, "NOT_FOUND"},
 		{map[string]any{"t": "beta", "a": "evt_nope"}, "INVALID_INPUT"},

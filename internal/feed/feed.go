@@ -105,27 +105,15 @@ var tenantRe = pattern.MustCompile(registry.TenantPattern)
 // Watch is what a tenantEvents subscription asks for.
 type Watch struct {
 	Filter events.Filter
-	After  *uint64 // nil: live from now
 }
 
-// ParseWatch checks tenantEvents' arguments as the method surface checks
-// events.list's.
-func ParseWatch(tenantID string, types []string, after *string) (Watch, error) {
+// ParseWatch checks tenantEvents' tenant as the method surface checks
+// events.list's; its types and cursor are read after the decision, as
+// the method reads them (ParseTypes, events.ParseCursor).
+func ParseWatch(tenantID string) (Watch, error) {
 	w := Watch{Filter: events.Filter{TenantID: tenantID}}
 	if !tenantRe.MatchString(tenantID) {
 		return w, errs.Invalid("tenantId", "tenantId does not match %s", registry.TenantPattern)
-	}
-	t, err := ParseTypes("types", types)
-	if err != nil {
-		return w, err
-	}
-	w.Filter.Types = t
-	if after != nil && *after != "" {
-		seq, err := events.ParseCursor("after", tenantID, *after)
-		if err != nil {
-			return w, err
-		}
-		w.After = &seq
 	}
 	return w, nil
 }

@@ -16,7 +16,6 @@ import (
 // Watch is what a subscription to instance events asks for.
 type Watch struct {
 	Filter events.Filter
-	After  *uint64 // nil: live from now
 }
 
 // The graph checks its arguments with the registry's compiled patterns
@@ -28,8 +27,9 @@ var (
 )
 
 // ParseWatch checks a subscription's arguments as the method surface checks
-// its inputs.
-func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, error) {
+// its inputs; the cursor is read after the decision, as the methods read
+// theirs (events.ParseCursor).
+func ParseWatch(tenantID string, instanceID, poolID *string) (Watch, error) {
 	w := Watch{Filter: events.Filter{TenantID: tenantID, Resources: []string{events.ResInstance}}}
 	if !tenantRe.MatchString(tenantID) {
 		return w, errs.Invalid("tenantId", "tenantId does not match %s", registry.TenantPattern)
@@ -45,13 +45,6 @@ func ParseWatch(tenantID string, instanceID, poolID, after *string) (Watch, erro
 			return w, errs.Invalid("poolId", "poolId does not match %s", ids.Pattern(ids.Pool))
 		}
 		w.Filter.PoolID = *poolID
-	}
-	if after != nil && *after != "" {
-		p, err := events.ParseCursor("after", tenantID, *after)
-		if err != nil {
-			return w, err
-		}
-		w.After = &p
 	}
 	return w, nil
 }
