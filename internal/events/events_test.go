@@ -336,6 +336,34 @@ func TestPassReadsFromTheTenantsLastEvent(t *testing.T) {
 	}
 }
 
+// A background writer (the reconciler) whose commit was slow goes on only
+// once the whole pass it marked has numbered its events: a later step of
+// its own, committed after, would otherwise be numbered first by a pass
+// reading from a later event's insert minus the margin.
+func TestSlowBackgroundCommitWaitsForItsNumbers(t *testing.T) {
+	d := testkit.DB(t)
+	req := store.ForRequest(context.Background())
+	if err := d.Tx(req, func(tx *sqlx.Tx) error { return write(req, tx, "acme", "first") }); err != nil {
+		t.Fatal(err)
+	}
+	// As in TestPassReadsFromTheTenantsLastEvent: a row inserted a second
+	// before the first event's insert, committed only now.
+	if _, err := d.DB.ExecContext(req, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at, inserted_at)
+		SELECT 'acme', 1, 'node.updated', 'node', 'late', '{}', now() + interval '1 hour', inserted_at - interval '1 second'
+		FROM events WHERE tenant_id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	seq := events.Start(d, nil)
+	seq.Committed(context.Background(), []string{"acme"}, time.Second) // not a request
+	page, err := events.Page(req, d, events.Filter{TenantID: "acme"}, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 2 || page[1].ResourceID != "late" {
+		t.Fatalf("a slow background commit went on with %d events numbered", len(page))
+	}
+}
+
 // TestFilter: types by exact name and by prefix, resources, pool.
 func TestFilter(t *testing.T) {
 	d := testkit.DB(t)

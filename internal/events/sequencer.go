@@ -179,13 +179,22 @@ const passWait = 5 * time.Second
 // this call has ended (or ctx ends, or passWait), so that the request's
 // answer comes after its events are readable; background writers (the
 // reconciler, expiries) go on at once and their events follow within a
-// pass.
+// pass, unless their commit was slow.
+//
+// A commit of commitMargin or longer may have been skipped by a pass that
+// numbered a later event of its tenant (another replica's, reading from
+// that event's insert minus the margin), and only the whole pass this
+// marks numbers it. Its writer waits for that pass, background or not:
+// the reconciler's next step (running after provisioning, 100 ms later)
+// was numbered before it, and a stream said an instance was provisioning
+// after it ran (TestTwoReplicasAndSIGKILL, under load).
 func (s *Sequencer) Committed(ctx context.Context, tenants []string, took time.Duration) {
 	if s.stopped.Load() {
 		return
 	}
-	done := s.mark(tenants, took < 0 || took >= commitMargin)
-	if !store.IsRequest(ctx) {
+	whole := took < 0 || took >= commitMargin
+	done := s.mark(tenants, whole)
+	if !store.IsRequest(ctx) && !whole {
 		return
 	}
 	t := time.NewTimer(passWait)
