@@ -208,6 +208,15 @@ func TestTenantEventsEveryKind(t *testing.T) {
 			t.Fatalf("%s event's poolId %v, want %s", want[i], ev["poolId"], p)
 		}
 	}
+	// A workflow's events carry it without its profile document (up to
+	// 128 KiB, the same in every event: a daemon's progress reports wrote
+	// it into the stream each time), and otherwise as workflows.get does.
+	for _, ev := range listEvents(t, e, acme.Viewer.Token, "acme", []string{"workflow."}) {
+		d := ev["data"].(map[string]any)
+		if _, ok := d["profileDocument"]; ok || d["workflowId"] != ev["resourceId"] || d["steps"] == nil || d["profileId"] == nil {
+			t.Fatalf("%s event's data: %v", ev["type"], d)
+		}
+	}
 	// The inventory event carries the diff: the GPU that went missing.
 	inv := listEvents(t, e, acme.Viewer.Token, "acme", []string{"inventory.changed"})
 	if len(inv) != 2 || !strings.Contains(fmt.Sprint(inv[1]["data"]), "gpu.missing") || inv[1]["resourceId"] != nodeID {

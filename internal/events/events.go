@@ -296,7 +296,7 @@ type Event struct {
 	OccurredAt   time.Time `json:"occurredAt" doc:"When the change that wrote the event was made."`
 	// Data is the resource as of the event in the method surface's form
 	// (inventory.changed: the snapshot's id and the diff's changes).
-	Data json.RawMessage `json:"data" schema:"EventData" doc:"The resource as of the event, in the method surface's form (inventory.changed: the node, the snapshot id and the diff's changes)."`
+	Data json.RawMessage `json:"data" schema:"EventData" doc:"The resource as of the event, in the method surface's form (a workflow's without its profileDocument, which never changes; inventory.changed: the node, the snapshot id and the diff's changes)."`
 
 	Seq uint64 `json:"-"`
 	// Instance holds the instance fields of an instance.* event's data.
@@ -469,9 +469,10 @@ func (f *Filter) exactTypes() ([]string, bool) {
 	if len(f.Types) == 0 && f.Resources == nil {
 		return nil, false
 	}
+	kinds := Filter{Types: f.Types, Resources: f.Resources} // by type alone
 	out := []string{}
 	for _, t := range AllTypes {
-		if f.Matches(&Event{Type: t, ResourceType: Kinds[t]}) {
+		if kinds.Matches(&Event{Type: t, ResourceType: Kinds[t]}) {
 			out = append(out, t)
 		}
 	}
@@ -487,19 +488,27 @@ func (f *Filter) exactTypes() ([]string, bool) {
 // after the cursor merged in order: filtered over the tenant's whole
 // stream, a type that matched few events read every row of it (0.5 s over
 // 500,000 events, a probe's; a viewer's requests reached the statement
-// timeout). A resource's or a pool's events are read through their own
-// indexes, as few as they are.
+// timeout). A pool's events of some types are read so too, each type's
+// filtered by the pool (a pool's instanceEvents replay read the pool's
+// whole stream, its hosts' inventory events included). A resource's
+// events are read through their own index, as few as they are.
 func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]Event, error) {
 	var rows []row
 	var err error
-	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" && f.PoolID == "" {
+	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" {
 		if len(types) == 0 {
 			return []Event{}, nil
 		}
+		args := []any{f.TenantID, types, int64(after), limit}
+		pool := ""
+		if f.PoolID != "" {
+			args = append(args, f.PoolID)
+			pool = ` AND e.pool_id = $5`
+		}
 		err = q.SelectContext(ctx, &rows, `SELECT x.* FROM unnest($2::text[]) AS t(type)
-			CROSS JOIN LATERAL (SELECT `+Cols+` FROM events e WHERE e.tenant_id = $1 AND e.type = t.type AND e.seq > $3
+			CROSS JOIN LATERAL (SELECT `+Cols+` FROM events e WHERE e.tenant_id = $1 AND e.type = t.type AND e.seq > $3`+pool+`
 				ORDER BY e.seq LIMIT $4) x
-			ORDER BY x.seq LIMIT $4`, f.TenantID, types, int64(after), limit)
+			ORDER BY x.seq LIMIT $4`, args...)
 	} else {
 		args := []any{}
 		w := f.where(&args)

@@ -21,8 +21,8 @@ func TestATypeFilterReadsOnlyItsTypes(t *testing.T) {
 	db := testkit.DB(t)
 	// 40,000 events: node.updated, every 1,000th a workflow.step, every
 	// 1,500th an instance.running; and the last a joinRequest.expired.
-	if _, err := db.ExecContext(ctx, `INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, data, occurred_at)
-		SELECT 'bulk', g, t.type, t.kind, 'res_' || (g % 97), '{}', now()
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at)
+		SELECT 'bulk', g, t.type, t.kind, 'res_' || (g % 97), CASE WHEN g % 3000 = 1500 THEN 'pool_b' ELSE 'pool_a' END, '{}', now()
 		FROM generate_series(1, 40000) g,
 		LATERAL (SELECT CASE WHEN g = 40000 THEN 'joinRequest.expired' WHEN g % 1000 = 0 THEN 'workflow.step'
 		                     WHEN g % 1500 = 0 THEN 'instance.running' ELSE 'node.updated' END AS type) t0,
@@ -91,6 +91,14 @@ func TestATypeFilterReadsOnlyItsTypes(t *testing.T) {
 	}
 	if got := read(events.Filter{TenantID: "bulk", Types: []string{"workflow.", "joinRequest."}, Resources: []string{events.ResJoinRequest}}, 0, 50); !slices.Equal(got, []uint64{40000}) {
 		t.Errorf("join requests readable: %v", got)
+	}
+	// A pool's instance events (instanceEvents(poolId:)): pool_a holds
+	// every node event, and only half the instance events.
+	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_b", Resources: []string{events.ResInstance}}, 0, 3); !slices.Equal(got, []uint64{1500, 4500, 7500}) {
+		t.Errorf("pool_b's instances: %v", got)
+	}
+	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_a", Resources: []string{events.ResInstance}}, 0, 50); len(got) != 0 {
+		t.Errorf("pool_a's instances: %v", got)
 	}
 	if got := read(events.Filter{TenantID: "bulk", Resources: []string{}}, 0, 50); len(got) != 0 {
 		t.Errorf("no readable kind: %v", got)

@@ -242,7 +242,17 @@ func writeEvent(ctx context.Context, q store.Q, typ string, w *Workflow) error {
 	if err := q.GetContext(ctx, &pool, `SELECT pool_id FROM nodes WHERE node_id = $1 AND tenant_id = $2`, w.NodeID, w.TenantID); err != nil {
 		return store.Wrap(err)
 	}
-	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, PoolID: pool, Data: w})
+	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, PoolID: pool, Data: eventData{Workflow: w}})
+}
+
+// eventData is a workflow as its events carry it: without its profile
+// document, which never changes after create and is up to 128 KiB (a
+// daemon reporting a step's progress wrote it into the stream at every
+// report, 108 KB an event, a probe's). workflows.get and an event's
+// workflow link read it.
+type eventData struct {
+	*Workflow
+	ProfileDocument json.RawMessage `json:"profileDocument,omitempty"`
 }
 
 // saveWith saves a locked workflow and writes its events in order.
