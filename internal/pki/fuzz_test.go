@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"math/big"
 	"testing"
@@ -124,6 +125,9 @@ func FuzzParseAKPublic(f *testing.F) {
 		if !a.Restricted || !a.SignEncrypt || a.Decrypt || !a.FixedTPM || !a.FixedParent || !a.SensitiveDataOrigin ||
 			ak.Public.NameAlg != tpm2.TPMAlgSHA256 || (ak.Public.Type != tpm2.TPMAlgRSA && ak.Public.Type != tpm2.TPMAlgECC) {
 			t.Fatalf("accepted an AK against the rules: %+v", ak.Public)
+		}
+		if raw, _ := base64.StdEncoding.DecodeString(in); len(raw) < 8 || binary.BigEndian.Uint32(raw[4:8])&0xfff0f309 != 0 {
+			t.Fatal("accepted reserved object attributes")
 		}
 		if base64.StdEncoding.EncodeToString(tpm2.Marshal(ak.Public)) != in {
 			t.Fatal("accepted a non-canonical encoding")

@@ -11,7 +11,9 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/google/go-tpm/tpm2"
 
@@ -64,6 +66,12 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 	if pub.NameAlg != tpm2.TPMAlgSHA256 {
 		return nil, errs.Invalid(path, "the attestation key's name algorithm is %s; want SHA-256", algName(pub.NameAlg))
 	}
+	// TPMA_OBJECT's reserved bits (0, 3, 8-9, 12-15, 20-31): a TPM loads
+	// no key that sets one. The attributes follow the type and name
+	// algorithm (2 bytes each) in the canonical encoding checked above.
+	if reserved := binary.BigEndian.Uint32(raw[4:8]) & 0xfff0f309; reserved != 0 {
+		return nil, errs.Invalid(path, "the attestation key's object attributes set reserved bits (0x%08x)", reserved)
+	}
 	a := pub.ObjectAttributes
 	for _, c := range []struct {
 		ok   bool
@@ -93,6 +101,9 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 		if parms.KeyBits != 2048 {
 			return nil, errs.Invalid(path, "the attestation key is RSA %d bits; want RSA 2048 or ECC P-256", parms.KeyBits)
 		}
+		if err := signingParms(path, parms.Symmetric.Algorithm, parms.Scheme.Scheme, tpm2.TPMAlgNull, tpm2.TPMAlgRSASSA, tpm2.TPMAlgRSAPSS); err != nil {
+			return nil, err
+		}
 		if len(mod.Buffer) != 256 || mod.Buffer[0]&0x80 == 0 {
 			return nil, errs.Invalid(path, "the attestation key's RSA modulus is not 2048 bits long, as its keyBits say")
 		}
@@ -108,6 +119,10 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 		if parms.CurveID != tpm2.TPMECCNistP256 {
 			return nil, errs.Invalid(path, "the attestation key is on ECC curve 0x%04x; want RSA 2048 or ECC P-256", uint16(parms.CurveID))
 		}
+		if err := signingParms(path, parms.Symmetric.Algorithm, parms.Scheme.Scheme, parms.KDF.Scheme,
+			tpm2.TPMAlgECDSA, tpm2.TPMAlgECSchnorr, tpm2.TPMAlgECDAA, tpm2.TPMAlgSM2); err != nil {
+			return nil, err
+		}
 		if !onP256(pt.X.Buffer, pt.Y.Buffer) {
 			return nil, errs.Invalid(path, "the attestation key's public point is not on P-256")
 		}
@@ -119,6 +134,22 @@ func ParseAKPublic(path, b64 string) (*AK, error) {
 		return nil, errs.Invalid(path, "akPublic is not a TPMT_PUBLIC structure")
 	}
 	return &AK{Public: pub, Name: name.Buffer}, nil
+}
+
+// signingParms refuses a restricted signing key's parameters that a TPM
+// does not create such a key with: a symmetric algorithm (a storage key's),
+// a key derivation function, or a scheme other than a signing one (OAEP,
+// ECDH; none at all).
+func signingParms(path string, symmetric, scheme, kdf tpm2.TPMAlgID, signing ...tpm2.TPMAlgID) error {
+	switch {
+	case symmetric != tpm2.TPMAlgNull:
+		return errs.Invalid(path, "the attestation key has a symmetric algorithm (%s); a signing key has none", algName(symmetric))
+	case kdf != tpm2.TPMAlgNull:
+		return errs.Invalid(path, "the attestation key has a key derivation function (%s); a signing key has none", algName(kdf))
+	case !slices.Contains(signing, scheme):
+		return errs.Invalid(path, "the attestation key's scheme is %s; a restricted signing key's is a signing scheme", algName(scheme))
+	}
+	return nil
 }
 
 // unmarshalPublic decodes a TPMT_PUBLIC and accepts it only when encoding
@@ -380,6 +411,16 @@ func algName(a tpm2.TPMAlgID) string {
 		return "keyedHash"
 	case tpm2.TPMAlgSymCipher:
 		return "symCipher"
+	case tpm2.TPMAlgNull:
+		return "none"
+	case tpm2.TPMAlgAES:
+		return "AES"
+	case tpm2.TPMAlgOAEP:
+		return "OAEP"
+	case tpm2.TPMAlgRSAES:
+		return "RSAES"
+	case tpm2.TPMAlgECDH:
+		return "ECDH"
 	}
 	return fmt.Sprintf("0x%04x", uint16(a))
 }

@@ -133,6 +133,25 @@ func TestParseAKPublicRules(t *testing.T) {
 			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256})}})
 	offCurve := tpmsim.AKTemplateECC // the template's unique is the point (0, 0)
 	goodRaw := tpm2.Marshal(good)
+	// A reserved attribute bit (31, then 0): a TPM loads no such key.
+	reserved := func(bit uint) string {
+		raw := append([]byte{}, goodRaw...)
+		binary.BigEndian.PutUint32(raw[4:8], binary.BigEndian.Uint32(raw[4:8])|1<<bit)
+		return base64.StdEncoding.EncodeToString(raw)
+	}
+	rsaParms := func(sym tpm2.TPMTSymDefObject, scheme tpm2.TPMTRSAScheme) string {
+		p := good
+		p.Parameters = tpm2.NewTPMUPublicParms(tpm2.TPMAlgRSA, &tpm2.TPMSRSAParms{Symmetric: sym, Scheme: scheme, KeyBits: 2048})
+		return enc(p)
+	}
+	nullSym := tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull}
+	aes := tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgAES, KeyBits: tpm2.NewTPMUSymKeyBits(tpm2.TPMAlgAES, tpm2.TPMKeyBits(128)),
+		Mode: tpm2.NewTPMUSymMode(tpm2.TPMAlgAES, tpm2.TPMAlgCFB)}
+	rsassa := tpm2.TPMTRSAScheme{Scheme: tpm2.TPMAlgRSASSA, Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgRSASSA, &tpm2.TPMSSigSchemeRSASSA{HashAlg: tpm2.TPMAlgSHA256})}
+	oaep := tpm2.TPMTRSAScheme{Scheme: tpm2.TPMAlgOAEP, Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgOAEP, &tpm2.TPMSEncSchemeOAEP{HashAlg: tpm2.TPMAlgSHA256})}
+	if _, err := pki.ParseAKPublic("ak", rsaParms(nullSym, rsassa)); err != nil {
+		t.Fatalf("the good AK's parameters, rebuilt: %v", err)
+	}
 	for _, tc := range []struct {
 		name, in, msg string
 	}{
@@ -151,6 +170,11 @@ func TestParseAKPublicRules(t *testing.T) {
 		{"keyed hash", enc(tpm2.TPMTPublic{Type: tpm2.TPMAlgKeyedHash, NameAlg: tpm2.TPMAlgSHA256, ObjectAttributes: good.ObjectAttributes,
 			Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgKeyedHash, &tpm2.TPMSKeyedHashParms{}),
 			Unique:     tpm2.NewTPMUPublicID(tpm2.TPMAlgKeyedHash, &tpm2.TPM2BDigest{})}), "keyedHash"},
+		{"reserved bit 31", reserved(31), "reserved bits"},
+		{"reserved bit 0", reserved(0), "reserved bits"},
+		{"a symmetric algorithm", rsaParms(aes, rsassa), "symmetric algorithm (AES)"},
+		{"an encryption scheme", rsaParms(nullSym, oaep), "scheme is OAEP"},
+		{"no scheme", rsaParms(nullSym, tpm2.TPMTRSAScheme{Scheme: tpm2.TPMAlgNull}), "scheme is none"},
 		{"trailing bytes", base64.StdEncoding.EncodeToString(append(append([]byte{}, goodRaw...), 0)), "not a TPMT_PUBLIC"},
 		{"short", base64.StdEncoding.EncodeToString(goodRaw[:len(goodRaw)-1]), "not a TPMT_PUBLIC"},
 		{"sized (TPM2B_PUBLIC)", base64.StdEncoding.EncodeToString(tpm2.Marshal(tpm2.New2B(good))), "not a TPMT_PUBLIC"},
