@@ -275,7 +275,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("instances: %w", err)
 	}
 	m.inst = inst
-	if err := inst.Run(ctx); err != nil {
+	// The reconciler's start runs River's first statements on the pool,
+	// under its statement timeout: one canceled there (a lock held
+	// elsewhere for a moment) is tried again, as River's later statements
+	// are, rather than stopping the replica.
+	if err := retryStart(ctx, m.Log, "instance reconciler", startTries, time.Second, inst.Run); err != nil {
 		return fmt.Errorf("instance reconciler: %w", err)
 	}
 	reg := app.Registry(database, m.Log, metrics, inst.Service())
@@ -512,6 +516,28 @@ func (m *Main) prepare(ctx context.Context, db *store.DB, embedded bool) error {
 		return fmt.Errorf("node CA: %w", err)
 	}
 	return nil
+}
+
+// startTries bounds the tries of a start step that meets a database error
+// (retryStart): with its waits, about 45 s.
+const startTries = 10
+
+// retryStart runs step until it succeeds, ctx ends, or it has failed tries
+// times, waiting wait, then twice as long up to 8 s, between tries.
+func retryStart(ctx context.Context, log *slog.Logger, what string, tries int, wait time.Duration, step func(context.Context) error) error {
+	for try := 1; ; try++ {
+		err := step(ctx)
+		if err == nil || ctx.Err() != nil || try >= tries {
+			return err
+		}
+		log.Warn(what+" did not start; trying again", "try", try, "of", tries, "in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 8*time.Second)
+	}
 }
 
 func parseRetention(name, s string) (time.Duration, error) {

@@ -413,3 +413,32 @@ func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// A start step that fails is tried again, up to its tries, and a canceled
+// start ends the tries (the reconciler's River client stopped the replica
+// on one statement canceled by the statement timeout at start).
+func TestRetryStart(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	calls := 0
+	step := func(fail int) func(context.Context) error {
+		calls = 0
+		return func(context.Context) error {
+			calls++
+			if calls <= fail {
+				return fmt.Errorf("canceling statement due to statement timeout")
+			}
+			return nil
+		}
+	}
+	if err := retryStart(context.Background(), log, "x", 4, time.Millisecond, step(3)); err != nil || calls != 4 {
+		t.Fatalf("three failures of four tries: %v after %d calls", err, calls)
+	}
+	if err := retryStart(context.Background(), log, "x", 4, time.Millisecond, step(4)); err == nil || calls != 4 {
+		t.Fatalf("four failures of four tries: %v after %d calls", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := retryStart(ctx, log, "x", 4, time.Hour, step(4)); err == nil || calls != 1 {
+		t.Fatalf("canceled: %v after %d calls", err, calls)
+	}
+}
