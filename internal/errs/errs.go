@@ -78,7 +78,7 @@ func Table() []Info {
 			"Do not retry as is: change the resource's state first, or act on another resource (create the next profile version)."},
 		{PayloadTooLarge, 0, "the body is over the method's limit (1 MiB unless the method page says otherwise)",
 			"Send less: split the request. Retrying the same body fails again."},
-		{RateLimited, 0, "the caller's credential (or, without one, its address) is over its request budget, shared by every replica (a GraphQL operation spends one request per 1000 units of its cost: `details.charge`); its address is over the failed-authentication budget; or the credential holds `COMPUTE_SESSIONS_PER_CREDENTIAL` sockets and streams on this replica (`details.reason: \"sessions\"`)",
+		{RateLimited, 0, "the caller's credential (or, without one, its address) is over its request budget, shared by every replica (a GraphQL operation spends one request per 1000 units of its cost: `details.charge`); its address is over the failed-authentication budget; the credential holds `COMPUTE_SESSIONS_PER_CREDENTIAL` sockets and streams on this replica (`details.reason: \"sessions\"`); or a join token holds its bound of open TPM challenges or pending join requests (`details.reason`: `open-challenges`, `pending-requests`)",
 			"Wait the number of seconds the `Retry-After` header gives (also `details.retryAfterSeconds` where the refusal knows it), then retry; spread requests out."},
 		{Unavailable, 0, "the database is unreachable or busy (a statement or lock timeout, no free connection), or the request ran past its deadline",
 			"Retry with exponential backoff and jitter (for example 0.2 s doubling to 30 s). Reads are safe to retry; a mutation may have been applied, so read before repeating a create."},

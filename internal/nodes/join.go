@@ -44,6 +44,8 @@ const (
 	// Past it nodes.join defers nothing through the token (RATE_LIMITED)
 	// until the owner decides one or the oldest expires.
 	MaxPendingRequests = 256
+	// pendingPoll bounds the retryAfterSeconds of that refusal.
+	pendingPoll = 5 * time.Minute
 	// CertValidity is the lifetime of a node certificate.
 	CertValidity = 365 * 24 * time.Hour
 )
@@ -508,8 +510,10 @@ func deferJoin(ctx context.Context, q store.Q, tok *tokenRow, csr *pki.CSR, hw H
 		return nil, store.Wrap(err)
 	}
 	if open.N >= MaxPendingRequests {
-		secs := max(1, int(math.Ceil(open.Wait.Float64)))
-		return nil, errs.E(errs.RateLimited, "the join token has %d pending join requests, the most it may have; approve or deny one, or retry in %d s when the oldest expires",
+		// The oldest expires in up to 7 days, but the owner's decision
+		// frees room at any time: a daemon waits at most pendingPoll.
+		secs := min(int(pendingPoll/time.Second), max(1, int(math.Ceil(open.Wait.Float64))))
+		return nil, errs.E(errs.RateLimited, "the join token has %d pending join requests, the most it may have; retry in %d s, once the pool's owner has decided one or the oldest has expired",
 			open.N, secs).With("reason", "pending-requests").With("limit", MaxPendingRequests).With("retryAfterSeconds", secs)
 	}
 	rb, _ := json.Marshal(reasons)

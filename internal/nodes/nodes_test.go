@@ -928,7 +928,7 @@ func TestAJoinTokenHoldsBoundedPendingRequests(t *testing.T) {
 				case err == nil && r.Status == nodes.Pending:
 					pending = append(pending, r.JoinRequestID)
 				case ee != nil && ee.Code == errs.RateLimited && ee.Details["reason"] == "pending-requests" &&
-					ee.Details["limit"] == nodes.MaxPendingRequests && ee.Details["retryAfterSeconds"].(int) > 0:
+					ee.Details["limit"] == nodes.MaxPendingRequests && ee.Details["retryAfterSeconds"].(int) == 300:
 					refused++
 				default:
 					failures = append(failures, fmt.Errorf("join %d: %+v %v", i, r, err))
