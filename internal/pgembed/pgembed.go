@@ -167,18 +167,26 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// makeDir makes d the server's own directory (0700, its user's).
+func (s *Server) makeDir(d string) error {
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return err
+	}
+	if s.cred != nil {
+		if err := os.Chown(d, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Server) prepareDirs() error {
 	for _, d := range []string{s.opts.Dir, s.opts.SocketDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := s.makeDir(d); err != nil {
 			return err
-		}
-		if err := os.Chmod(d, 0o700); err != nil {
-			return err
-		}
-		if s.cred != nil {
-			if err := os.Chown(d, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-				return err
-			}
 		}
 	}
 	if s.cred != nil {
@@ -206,8 +214,24 @@ func (s *Server) command(ctx context.Context, name string, args ...string) *exec
 	return cmd
 }
 
+// initdb makes the cluster in a directory of its own and renames it into
+// place once complete: a start stopped during initdb (a SIGTERM half a
+// second in) left PG_VERSION in the data directory and no database, and
+// every later start waited 60 s for a server that could not start.
 func (s *Server) initdb(ctx context.Context, bin string) error {
-	args := []string{"-D", s.opts.Dir, "-U", superuser, "--auth=trust", "-E", "UTF8", "--locale=C"}
+	if entries, err := os.ReadDir(s.opts.Dir); err != nil {
+		return err
+	} else if len(entries) > 0 {
+		return fmt.Errorf("initdb: %s holds files but no database cluster (no PG_VERSION); move them away or remove the directory", s.opts.Dir)
+	}
+	tmp := s.opts.Dir + ".initdb"
+	if err := os.RemoveAll(tmp); err != nil { // an earlier start's, stopped during initdb
+		return err
+	}
+	if err := s.makeDir(tmp); err != nil {
+		return err
+	}
+	args := []string{"-D", tmp, "-U", superuser, "--auth=trust", "-E", "UTF8", "--locale=C"}
 	if s.opts.Ephemeral {
 		args = append(args, "--no-sync")
 	}
@@ -215,6 +239,12 @@ func (s *Server) initdb(ctx context.Context, bin string) error {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Remove(s.opts.Dir); err != nil { // empty (above); Go renames onto no directory
+		return fmt.Errorf("initdb: %w", err)
+	}
+	if err := os.Rename(tmp, s.opts.Dir); err != nil {
+		return fmt.Errorf("initdb: %w", err)
 	}
 	s.opts.Logger.Info("initialised database cluster", "dir", s.opts.Dir)
 	return nil
