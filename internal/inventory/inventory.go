@@ -590,7 +590,8 @@ func Methods() []registry.Method {
 			[]string{"Without `to`, the latest snapshot is used; without `from`, the snapshot before `to`. A node with a single snapshot diffs against nothing: `from` is empty and there are no changes.",
 				"Change types are `gpu.missing`, `gpu.added`, `disk.replaced`, `driver.changed` and `mig.layout.changed`, each with `before` and `after` values where they apply.",
 				"`NOT_FOUND` when the node has no inventory, a named snapshot does not exist for the node, or the node is not owned by the tenant.",
-				"A hash names the newest of the node's snapshots with that hash."},
+				"A hash names the newest of the node's snapshots with that hash.",
+				"The history keeps the node's " + strconv.Itoa(MaxHistory) + " newest snapshots (see `inventory.history`): the oldest one kept diffs against nothing, as a first snapshot does, and a dropped snapshot named is `NOT_FOUND`."},
 			node(registry.Field{Name: "from", Type: registry.String, Pattern: RefPattern},
 				registry.Field{Name: "to", Type: registry.String, Pattern: RefPattern})...), nil, DiffSnapshots),
 	}
