@@ -53,7 +53,9 @@ func (s *Server) graphqlHandler() http.Handler {
 		return errs.E(errs.Internal, "internal error")
 	})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		ctx = loaders.With(ctx, s.DB)
+		// Each operation has its own statement gate (a socket's operations
+		// do not share their request's).
+		ctx = loaders.With(store.WithStatementGate(ctx), s.DB)
 		if oc := graphql.GetOperationContext(ctx); oc.Operation != nil && oc.Operation.Operation == ast.Subscription {
 			return next(ctx)
 		}

@@ -215,7 +215,70 @@ type requestKey struct{}
 // counted in RequestStatements (the load benchmark's statements per
 // request, without the reconciler's and the event hub's background work).
 func ForRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, true)
+	return WithStatementGate(context.WithValue(ctx, requestKey{}, true))
+}
+
+// RequestStatementsAtOnce bounds the statements one request (one GraphQL
+// operation) has on the database at once: one operation of 90 aliased
+// counts, each its own statement, took all 19 of its replica's
+// connections for its 15 s, and every other tenant's request on the
+// replica, and /readyz, waited behind it (a probe's). A credential runs
+// at most half of the GraphQL slots when others wait, so its operations
+// hold at most half of a replica's connections.
+const RequestStatementsAtOnce = 2
+
+type gateKey struct{}
+
+// WithStatementGate gives ctx's work a gate of its own: the DB handle's
+// GetContext, SelectContext and ExecContext, and each transaction of Tx
+// for its whole length, run at most RequestStatementsAtOnce at once on
+// it; the others wait (or end with ctx). Background work has no gate.
+func WithStatementGate(ctx context.Context) context.Context {
+	return context.WithValue(ctx, gateKey{}, make(chan struct{}, RequestStatementsAtOnce))
+}
+
+// enter takes a place at ctx's gate; leave gives it back.
+func enter(ctx context.Context) (leave func(), err error) {
+	g, _ := ctx.Value(gateKey{}).(chan struct{})
+	if g == nil {
+		return func() {}, nil
+	}
+	select {
+	case g <- struct{}{}:
+		return func() { <-g }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// GetContext is sqlx's, through ctx's gate.
+func (db *DB) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	leave, err := enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return db.DB.GetContext(ctx, dest, query, args...)
+}
+
+// SelectContext is sqlx's, through ctx's gate.
+func (db *DB) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	leave, err := enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return db.DB.SelectContext(ctx, dest, query, args...)
+}
+
+// ExecContext is database/sql's, through ctx's gate.
+func (db *DB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	leave, err := enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return db.DB.ExecContext(ctx, query, args...)
 }
 
 // IsRequest says ctx comes from ForRequest: work done for a client's
@@ -286,6 +349,11 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 }
 
 func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	leave, err := enter(ctx)
+	if err != nil {
+		return Wrap(err)
+	}
+	defer leave()
 	notes := &txNotes{}
 	tx, err := db.BeginTxx(context.WithValue(ctx, notesKey{}, notes), nil)
 	if errors.Is(err, driver.ErrBadConn) {

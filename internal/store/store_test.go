@@ -431,3 +431,51 @@ func TestCancelledStatementsKeepTheirConnections(t *testing.T) {
 		t.Fatalf("the pool after the cancellations: %v", err)
 	}
 }
+
+// A request's statements run at most RequestStatementsAtOnce at once
+// (one GraphQL operation of 90 aliased counts took every connection of
+// its replica); a transaction holds its place for its whole length; work
+// without a gate (the replica's own) is not bounded so.
+func TestARequestsStatementsAreGated(t *testing.T) {
+	t.Parallel()
+	d := testkit.DB(t)
+	running := func(ctx context.Context, n int) int {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				if i%3 == 0 {
+					err = d.Tx(ctx, func(tx *sqlx.Tx) error {
+						_, err := tx.ExecContext(ctx, `SELECT pg_sleep(0.4), 'gated'`)
+						return err
+					})
+				} else {
+					var x []string
+					err = d.SelectContext(ctx, &x, `SELECT 'gated' FROM pg_sleep(0.4)`)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		most := 0
+		for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var k int
+			if err := d.DB.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%''gated''%' AND pid <> pg_backend_pid()`).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			most = max(most, k)
+		}
+		wg.Wait()
+		return most
+	}
+	if most := running(store.ForRequest(context.Background()), 9); most != store.RequestStatementsAtOnce {
+		t.Errorf("a request ran %d statements at once, want %d", most, store.RequestStatementsAtOnce)
+	}
+	if most := running(context.Background(), 6); most <= store.RequestStatementsAtOnce {
+		t.Errorf("background work ran %d statements at once: gated", most)
+	}
+}
