@@ -287,6 +287,23 @@ func TestStrandedInboxRowsAreNumbered(t *testing.T) {
 	})
 }
 
+// firstAndLate numbers acme's first event, then adds a row inserted a
+// second before that event's insert and committed only now: its commit
+// took a second. Its occurred_at (its transaction's start) is in the
+// future so that the sweep, which looks for rows that occurred seconds
+// ago, leaves it to the passes of the test.
+func firstAndLate(t *testing.T, ctx context.Context, d *store.DB) {
+	t.Helper()
+	if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "first") }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DB.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at, inserted_at)
+		SELECT 'acme', 1, 'node.updated', 'node', 'late', '{}', now() + interval '1 hour', inserted_at - interval '1 second'
+		FROM events WHERE tenant_id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPassReadsFromTheTenantsLastEvent: a pass reads a tenant's inbox
 // from its last event's insert minus the commit margin, so that the rows
 // passes moved (dead until no snapshot can see them) are not read again
@@ -295,18 +312,7 @@ func TestStrandedInboxRowsAreNumbered(t *testing.T) {
 func TestPassReadsFromTheTenantsLastEvent(t *testing.T) {
 	d := testkit.DB(t)
 	ctx := store.ForRequest(context.Background()) // a client's request: Committed returns once its pass has run
-	if err := d.Tx(ctx, func(tx *sqlx.Tx) error { return write(ctx, tx, "acme", "first") }); err != nil {
-		t.Fatal(err)
-	}
-	// A row inserted a second before the first event's insert and
-	// committed only now: its commit took a second. occurred_at (its
-	// transaction's start) is in the future so that the sweep, which looks
-	// for rows that occurred seconds ago, leaves it to the passes here.
-	if _, err := d.DB.ExecContext(ctx, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at, inserted_at)
-		SELECT 'acme', 1, 'node.updated', 'node', 'late', '{}', now() + interval '1 hour', inserted_at - interval '1 second'
-		FROM events WHERE tenant_id = 'acme'`); err != nil {
-		t.Fatal(err)
-	}
+	firstAndLate(t, ctx, d)
 	seq := events.Start(d, nil) // the running one
 	names := func() string {
 		page, err := events.Page(ctx, d, events.Filter{TenantID: "acme"}, 0, 10)
@@ -343,16 +349,7 @@ func TestPassReadsFromTheTenantsLastEvent(t *testing.T) {
 func TestSlowBackgroundCommitWaitsForItsNumbers(t *testing.T) {
 	d := testkit.DB(t)
 	req := store.ForRequest(context.Background())
-	if err := d.Tx(req, func(tx *sqlx.Tx) error { return write(req, tx, "acme", "first") }); err != nil {
-		t.Fatal(err)
-	}
-	// As in TestPassReadsFromTheTenantsLastEvent: a row inserted a second
-	// before the first event's insert, committed only now.
-	if _, err := d.DB.ExecContext(req, `INSERT INTO event_inbox (tenant_id, ord, type, resource_type, resource_id, data, occurred_at, inserted_at)
-		SELECT 'acme', 1, 'node.updated', 'node', 'late', '{}', now() + interval '1 hour', inserted_at - interval '1 second'
-		FROM events WHERE tenant_id = 'acme'`); err != nil {
-		t.Fatal(err)
-	}
+	firstAndLate(t, req, d)
 	seq := events.Start(d, nil)
 	seq.Committed(context.Background(), []string{"acme"}, time.Second) // not a request
 	page, err := events.Page(req, d, events.Filter{TenantID: "acme"}, 0, 10)
