@@ -39,6 +39,13 @@ func SelectSpending[T any, PT interface {
 	*T
 	Sized
 }](ctx context.Context, q Q, dest *[]T, query string, args ...any) error {
+	if _, ok := q.(*DB); ok { // a transaction holds its place already
+		leave, err := enter(ctx)
+		if err != nil {
+			return Wrap(err)
+		}
+		defer leave()
+	}
 	rows, err := q.QueryxContext(ctx, query, args...)
 	if err != nil {
 		return Wrap(err)

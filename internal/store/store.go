@@ -230,9 +230,10 @@ const RequestStatementsAtOnce = 2
 type gateKey struct{}
 
 // WithStatementGate gives ctx's work a gate of its own: the DB handle's
-// GetContext, SelectContext and ExecContext, and each transaction of Tx
-// for its whole length, run at most RequestStatementsAtOnce at once on
-// it; the others wait (or end with ctx). Background work has no gate.
+// GetContext, SelectContext and ExecContext, EachRow and SelectSpending on
+// it, and each transaction of Tx for its whole length, run at most
+// RequestStatementsAtOnce at once; the others wait (or end with ctx).
+// Background work has no gate.
 func WithStatementGate(ctx context.Context) context.Context {
 	return context.WithValue(ctx, gateKey{}, make(chan struct{}, RequestStatementsAtOnce))
 }
@@ -755,6 +756,11 @@ func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any)
 // does for its own statements only when nothing was sent.
 func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan func(dest ...any) error) error) error {
 	if db, ok := q.(*DB); ok {
+		leave, err := enter(ctx) // the statement gate, as DB's own reads
+		if err != nil {
+			return Wrap(err)
+		}
+		defer leave()
 		for attempt := 0; ; attempt++ {
 			rows := 0
 			err := db.eachRow(ctx, query, args, func(scan func(dest ...any) error) error { rows++; return row(scan) })

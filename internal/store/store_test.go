@@ -447,12 +447,18 @@ func TestARequestsStatementsAreGated(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				var err error
-				if i%3 == 0 {
+				switch i % 4 {
+				case 0:
 					err = d.Tx(ctx, func(tx *sqlx.Tx) error {
 						_, err := tx.ExecContext(ctx, `SELECT pg_sleep(0.4), 'gated'`)
 						return err
 					})
-				} else {
+				case 1:
+					err = store.EachRow(ctx, d, `SELECT 'gated' FROM pg_sleep(0.4)`, nil, func(func(...any) error) error { return nil })
+				case 2:
+					var x []sized
+					err = store.SelectSpending(ctx, d, &x, `SELECT 'gated' AS s FROM pg_sleep(0.4)`)
+				default:
 					var x []string
 					err = d.SelectContext(ctx, &x, `SELECT 'gated' FROM pg_sleep(0.4)`)
 				}
@@ -479,3 +485,10 @@ func TestARequestsStatementsAreGated(t *testing.T) {
 		t.Errorf("background work ran %d statements at once: gated", most)
 	}
 }
+
+// sized is a row SelectSpending reads.
+type sized struct {
+	S string `db:"s"`
+}
+
+func (s *sized) ReadSize() int { return len(s.S) }
