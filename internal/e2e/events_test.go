@@ -216,6 +216,11 @@ func TestTenantEventsEveryKind(t *testing.T) {
 		if _, ok := d["profileDocument"]; ok || d["workflowId"] != ev["resourceId"] || d["steps"] == nil || d["profileId"] == nil {
 			t.Fatalf("%s event's data: %v", ev["type"], d)
 		}
+		for _, st := range d["steps"].([]any) {
+			if _, ok := st.(map[string]any)["with"]; ok || st.(map[string]any)["status"] == nil {
+				t.Fatalf("%s event's step: %v", ev["type"], st)
+			}
+		}
 	}
 	// The inventory event carries the diff: the GPU that went missing.
 	inv := listEvents(t, e, acme.Viewer.Token, "acme", []string{"inventory.changed"})

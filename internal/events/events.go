@@ -296,7 +296,7 @@ type Event struct {
 	OccurredAt   time.Time `json:"occurredAt" doc:"When the change that wrote the event was made."`
 	// Data is the resource as of the event in the method surface's form
 	// (inventory.changed: the snapshot's id and the diff's changes).
-	Data json.RawMessage `json:"data" schema:"EventData" doc:"The resource as of the event, in the method surface's form (a workflow's without its profileDocument, which never changes; inventory.changed: the node, the snapshot id and the diff's changes)."`
+	Data json.RawMessage `json:"data" schema:"EventData" doc:"The resource as of the event, in the method surface's form (a workflow's without its profileDocument and its steps' with, which never change; inventory.changed: the node, the snapshot id and the diff's changes)."`
 
 	Seq uint64 `json:"-"`
 	// Instance holds the instance fields of an instance.* event's data.

@@ -22,12 +22,17 @@ func TestATypeFilterReadsOnlyItsTypes(t *testing.T) {
 	// 40,000 events: node.updated, every 1,000th a workflow.step, every
 	// 1,500th an instance.running; and the last a joinRequest.expired.
 	if _, err := db.ExecContext(ctx, `INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at)
-		SELECT 'bulk', g, t.type, t.kind, 'res_' || (g % 97), CASE WHEN g % 3000 = 1500 THEN 'pool_b' ELSE 'pool_a' END, '{}', now()
+		SELECT 'bulk', g, t.type, t.kind, 'res_' || (g % 97), CASE WHEN g % 3000 = 1500 OR t.kind = 'node' THEN 'pool_b' ELSE 'pool_a' END, '{}', now()
 		FROM generate_series(1, 40000) g,
 		LATERAL (SELECT CASE WHEN g = 40000 THEN 'joinRequest.expired' WHEN g % 1000 = 0 THEN 'workflow.step'
 		                     WHEN g % 1500 = 0 THEN 'instance.running' ELSE 'node.updated' END AS type) t0,
 		LATERAL (SELECT t0.type, CASE split_part(t0.type, '.', 1) WHEN 'node' THEN 'node' WHEN 'workflow' THEN 'workflow'
 		                     WHEN 'instance' THEN 'instance' ELSE 'joinRequest' END AS kind) t`); err != nil {
+		t.Fatal(err)
+	}
+	// And 5,000 instance.stopped events of pool_a after them.
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (tenant_id, seq, type, resource_type, resource_id, pool_id, data, occurred_at)
+		SELECT 'bulk', 40000 + g, 'instance.stopped', 'instance', 'ins_' || (g % 97), 'pool_a', '{}', now() FROM generate_series(1, 5000) g`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `ANALYZE events`); err != nil {
@@ -97,7 +102,10 @@ func TestATypeFilterReadsOnlyItsTypes(t *testing.T) {
 	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_b", Resources: []string{events.ResInstance}}, 0, 3); !slices.Equal(got, []uint64{1500, 4500, 7500}) {
 		t.Errorf("pool_b's instances: %v", got)
 	}
-	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_a", Resources: []string{events.ResInstance}}, 0, 50); len(got) != 0 {
+	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_b", Resources: []string{events.ResInstance}}, 38000, 50); len(got) != 0 {
+		t.Errorf("pool_b's instances after 38000: %v", got) // past them, pool_b's node events and pool_a's 5,000 instance events
+	}
+	if got := read(events.Filter{TenantID: "bulk", PoolID: "pool_a", Resources: []string{events.ResInstance}}, 0, 3); !slices.Equal(got, []uint64{40001, 40002, 40003}) {
 		t.Errorf("pool_a's instances: %v", got)
 	}
 	if got := read(events.Filter{TenantID: "bulk", Resources: []string{}}, 0, 50); len(got) != 0 {

@@ -178,7 +178,7 @@ func List(ctx context.Context, q store.Q, in *ListInput) (*page.Page[events.Even
 var (
 	_ = registry.DefineSchemaOf[events.Event]("TenantEvent")
 	_ = registry.DefineSchema("EventData", `{"type": "object", "additionalProperties": true,
-		"description": "the resource as of the event, in its method-surface form: an Instance (instance.*), a ComputeNode (node.*), a JoinRequest (joinRequest.*), a Workflow without its profileDocument, which never changes (workflow.*), a Reservation (reservation.*); inventory.changed: {nodeId, snapshotId, previousSnapshotId, changes}, the diff's changes against the node's previous snapshot (previousSnapshotId; for a node's first snapshot previousSnapshotId is null and changes empty)"}`)
+		"description": "the resource as of the event, in its method-surface form: an Instance (instance.*), a ComputeNode (node.*), a JoinRequest (joinRequest.*), a Workflow without its profileDocument and its steps' with, which never change (workflow.*), a Reservation (reservation.*); inventory.changed: {nodeId, snapshotId, previousSnapshotId, changes}, the diff's changes against the node's previous snapshot (previousSnapshotId; for a node's first snapshot previousSnapshotId is null and changes empty)"}`)
 )
 
 // Group describes the events group.

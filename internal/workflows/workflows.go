@@ -242,17 +242,29 @@ func writeEvent(ctx context.Context, q store.Q, typ string, w *Workflow) error {
 	if err := q.GetContext(ctx, &pool, `SELECT pool_id FROM nodes WHERE node_id = $1 AND tenant_id = $2`, w.NodeID, w.TenantID); err != nil {
 		return store.Wrap(err)
 	}
-	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, PoolID: pool, Data: eventData{Workflow: w}})
+	data := eventData{Workflow: w, Steps: make([]eventStep, len(w.Steps))}
+	for i := range w.Steps {
+		data.Steps[i].Step = &w.Steps[i]
+	}
+	return events.Write(ctx, q, events.Record{TenantID: w.TenantID, Type: typ, ResourceID: w.WorkflowID, PoolID: pool, Data: data})
 }
 
 // eventData is a workflow as its events carry it: without its profile
-// document, which never changes after create and is up to 128 KiB (a
-// daemon reporting a step's progress wrote it into the stream at every
-// report, 108 KB an event, a probe's). workflows.get and an event's
-// workflow link read it.
+// document nor its steps' parameters, which never change after create and
+// can be large (a daemon reporting a step's progress wrote the 108 KB
+// document into the stream at every report, and steps that take a
+// profile's userData made 602 KB events: probes'). workflows.get and an
+// event's workflow link read them.
 type eventData struct {
 	*Workflow
 	ProfileDocument json.RawMessage `json:"profileDocument,omitempty"`
+	Steps           []eventStep     `json:"steps"`
+}
+
+// eventStep is a step's progress as an event carries it.
+type eventStep struct {
+	*Step
+	With json.RawMessage `json:"with,omitempty"`
 }
 
 // saveWith saves a locked workflow and writes its events in order.
