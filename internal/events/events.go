@@ -462,11 +462,13 @@ func (r *row) event() Event {
 	return ev
 }
 
-// exactTypes returns the types a filter of types or resource types keeps,
+// byType returns the types a filter of types or resource types keeps,
 // exactly (its prefixes and resource types expanded over AllTypes), and
-// whether it narrows the stream at all.
-func (f *Filter) exactTypes() ([]string, bool) {
-	if len(f.Types) == 0 && f.Resources == nil {
+// whether its events are read type by type: it narrows the stream by type
+// and names no resource (a resource's events are read through their own
+// index, as few as they are).
+func (f *Filter) byType() ([]string, bool) {
+	if (len(f.Types) == 0 && f.Resources == nil) || f.ResourceID != "" {
 		return nil, false
 	}
 	kinds := Filter{Types: f.Types, Resources: f.Resources} // by type alone
@@ -495,15 +497,15 @@ func (f *Filter) exactTypes() ([]string, bool) {
 func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]Event, error) {
 	var rows []row
 	var err error
-	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" {
+	if types, ok := f.byType(); ok {
 		if len(types) == 0 {
 			return []Event{}, nil
 		}
-		args := []any{f.TenantID, types, int64(after), limit}
-		pool := ""
+		// The pool's condition is written only when there is one, so that
+		// a cached plan of either statement keeps its own index.
+		args, pool := []any{f.TenantID, types, int64(after), limit}, ""
 		if f.PoolID != "" {
-			args = append(args, f.PoolID)
-			pool = ` AND e.pool_id = $5`
+			args, pool = append(args, f.PoolID), ` AND e.pool_id = $5`
 		}
 		err = q.SelectContext(ctx, &rows, `SELECT x.* FROM unnest($2::text[]) AS t(type)
 			CROSS JOIN LATERAL (SELECT `+Cols+` FROM events e WHERE e.tenant_id = $1 AND e.type = t.type AND e.seq > $3`+pool+`
@@ -529,8 +531,9 @@ func Page(ctx context.Context, q store.Q, f Filter, after uint64, limit int) ([]
 // Count counts the events of f (the graph's Tenant.events totalCount).
 func Count(ctx context.Context, q store.Q, f Filter) (int, error) {
 	var n int
-	if types, narrowed := f.exactTypes(); narrowed && f.ResourceID == "" && f.PoolID == "" {
-		// Through events_type_idx, as Page reads.
+	if types, ok := f.byType(); ok && f.PoolID == "" {
+		// Through events_type_idx, as Page reads (a pool's count, never
+		// asked for, is counted as below).
 		err := q.GetContext(ctx, &n, `SELECT count(*) FROM events e WHERE e.tenant_id = $1 AND e.type = ANY($2)`, f.TenantID, types)
 		return n, store.Wrap(err)
 	}

@@ -252,34 +252,31 @@ func enter(ctx context.Context) (leave func(), err error) {
 	}
 }
 
-// GetContext is sqlx's, through ctx's gate.
-func (db *DB) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+// gated runs fn with a place at ctx's gate (the error of a ctx that ended
+// while it waited, as is).
+func gated(ctx context.Context, fn func() error) error {
 	leave, err := enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	return db.DB.GetContext(ctx, dest, query, args...)
+	return fn()
+}
+
+// GetContext is sqlx's, through ctx's gate.
+func (db *DB) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	return gated(ctx, func() error { return db.DB.GetContext(ctx, dest, query, args...) })
 }
 
 // SelectContext is sqlx's, through ctx's gate.
 func (db *DB) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	leave, err := enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	return db.DB.SelectContext(ctx, dest, query, args...)
+	return gated(ctx, func() error { return db.DB.SelectContext(ctx, dest, query, args...) })
 }
 
 // ExecContext is database/sql's, through ctx's gate.
-func (db *DB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	leave, err := enter(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
-	return db.DB.ExecContext(ctx, query, args...)
+func (db *DB) ExecContext(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
+	err = gated(ctx, func() error { res, err = db.DB.ExecContext(ctx, query, args...); return err })
+	return res, err
 }
 
 // IsRequest says ctx comes from ForRequest: work done for a client's
