@@ -91,9 +91,10 @@ type Main struct {
 	// Instances configures the vps.instances reconciler.
 	Instances runner.Config
 
-	pg   *pgembed.Server
-	db   *store.DB
-	inst *runner.Runner
+	pg     *pgembed.Server
+	db     *store.DB
+	health *store.DB // /readyz's connection
+	inst   *runner.Runner
 }
 
 // ParseFlags reads the environment, then flags that mirror it. A variable
@@ -283,7 +284,13 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("instance reconciler: %w", err)
 	}
 	reg := app.Registry(database, m.Log, metrics, inst.Service())
-	srv := server.New(server.Config{AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
+	// /readyz's connection (budget.Health), apart from the pool.
+	health, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: budget.Health, StatementTimeout: 2 * time.Second, Replica: m.ReplicaName, Role: "health"})
+	if err != nil {
+		return err
+	}
+	m.health = health
+	srv := server.New(server.Config{Health: health, AllowedOrigins: m.Origins, RatePerSecond: m.RateLimit, RateBurst: int(m.RateLimit * 2),
 		RequestTimeout: m.RequestTimeout, GraphQLConcurrency: m.GraphQLConcurrency,
 		SessionsPerCredential: m.SessionsPerCredential, ClientAddr: m.ClientAddr}, database, reg, metrics, m.Log)
 	hs := &http.Server{
@@ -366,6 +373,10 @@ type ConnBudget struct {
 	// Listeners: the event hub's LISTEN connection, the event sequencer's
 	// and River's.
 	Listeners int
+	// Health: /readyz's connection, apart from the pool, so that a pool
+	// whose connections requests hold all does not read as an unreachable
+	// database (server.Config.Health).
+	Health int
 	// Provider: the sim provider's own pool (a step holds a pool
 	// connection while it calls the provider, so the provider's cannot
 	// come from the same pool).
@@ -375,17 +386,21 @@ type ConnBudget struct {
 	Pool int
 }
 
-// Budget shares total out: 3 listeners, a provider pool of a third of the
-// rest up to 8, and the pool the remainder (30 gives 3 + 8 + 19).
+// Budget shares total out: 3 listeners, /readyz's connection, a provider
+// pool of a third of the rest up to 8, and the pool the remainder (30
+// gives 3 + 1 + 8 + 18).
 func Budget(total int) (ConnBudget, error) {
-	if total < 6 {
-		return ConnBudget{}, fmt.Errorf("COMPUTE_DB_MAX_CONNS %d: a replica needs at least 6 (3 listeners, 1 provider, 2 pool)", total)
+	if total < minConns {
+		return ConnBudget{}, fmt.Errorf("COMPUTE_DB_MAX_CONNS %d: a replica needs at least %d (3 listeners, 1 health check, 1 provider, 2 pool)", total, minConns)
 	}
-	b := ConnBudget{Total: total, Listeners: 3}
-	b.Provider = min(8, max(1, (total-b.Listeners)/3))
-	b.Pool = total - b.Listeners - b.Provider
+	b := ConnBudget{Total: total, Listeners: 3, Health: 1}
+	b.Provider = min(8, max(1, (total-b.Listeners-b.Health)/3))
+	b.Pool = total - b.Listeners - b.Health - b.Provider
 	return b, nil
 }
+
+// minConns is the smallest COMPUTE_DB_MAX_CONNS (Budget).
+const minConns = 7
 
 // gcDefaults sets the garbage collector's defaults where the environment
 // does not (GOGC and GOMEMLIMIT, when set, win). The server's live heap is
@@ -470,7 +485,7 @@ func (m *Main) checkBounds(vars map[string]string) error {
 		between("graphql-concurrency", m.GraphQLConcurrency, 0, 10000),
 		between("sessions-per-credential", m.SessionsPerCredential, 1, 1_000_000),
 		between("reconcile-workers", m.Instances.Workers, 1, 1000),
-		between("db-max-conns", m.DBMaxConns, 6, 10000),
+		between("db-max-conns", m.DBMaxConns, minConns, 10000),
 	} {
 		if err != nil {
 			return err
@@ -561,6 +576,9 @@ func (m *Main) Close() {
 	if m.inst != nil {
 		_ = m.inst.Shutdown(context.Background())
 		m.inst.Close()
+	}
+	if m.health != nil {
+		m.health.Close()
 	}
 	if m.db != nil {
 		m.db.Close()

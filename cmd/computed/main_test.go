@@ -367,6 +367,7 @@ func TestParseFlagsRefusesWhatItCannotUse(t *testing.T) {
 		{nil, []string{"-statement-timeout", "0s"}, "statement-timeout"},
 		{map[string]string{"COMPUTE_DB_MAX_CONNS": "3O"}, nil, "COMPUTE_DB_MAX_CONNS"},
 		{map[string]string{"COMPUTE_DB_MAX_CONNS": "5"}, nil, "5"},
+		{map[string]string{"COMPUTE_DB_MAX_CONNS": "6"}, nil, "6"}, // below 7: 3 listeners, the health check, 1 provider, 2 pool
 		{map[string]string{"COMPUTE_GRAPHQL_CONCURRENCY": "-1"}, nil, "graphql-concurrency"},
 		{map[string]string{"COMPUTE_SESSIONS_PER_CREDENTIAL": "0"}, nil, "sessions-per-credential"},
 		{map[string]string{"COMPUTE_RECONCILE_WORKERS": "x"}, nil, "COMPUTE_RECONCILE_WORKERS"},

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1047,6 +1049,54 @@ func TestReadyzWhenTheCheckCannotRun(t *testing.T) {
 	}
 	if code, status := get(); code != 503 || status != "database not answering" {
 		t.Fatalf("readyz with the migrations' table locked: %d %q", code, status)
+	}
+}
+
+// /readyz says whether the database answers, not whether the pool has a
+// free connection: with every pool connection held by requests (a busy
+// replica, a heavy query), it said "database unreachable" after 2 s, and a
+// load balancer took every busy replica out at once (a probe's). It checks
+// on a connection of its own.
+func TestReadyzWhileThePoolIsBusy(t *testing.T) {
+	t.Parallel()
+	e := testkit.Start(t)
+	ctx := context.Background()
+	var held []*sql.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	for range e.DB.Stats().MaxOpenConnections {
+		c, err := e.DB.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// Concurrent checks share one statement.
+	var wg sync.WaitGroup
+	codes := make([]string, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := http.Get(e.Server.URL + "/readyz")
+			if err != nil {
+				codes[i] = err.Error()
+				return
+			}
+			defer res.Body.Close()
+			var b struct{ Status string }
+			_ = json.NewDecoder(res.Body).Decode(&b)
+			codes[i] = fmt.Sprint(res.StatusCode, " ", b.Status)
+		}()
+	}
+	wg.Wait()
+	for _, c := range codes {
+		if c != "200 ready" {
+			t.Fatalf("readyz with every pool connection held: %q", codes)
+		}
 	}
 }
 

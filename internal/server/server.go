@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/bettercompute/computed/db"
 	"github.com/bettercompute/computed/internal/audit"
@@ -79,6 +80,11 @@ type Config struct {
 	// ClientAddr decides the client address of a request (the peer's
 	// unless the peer is a trusted proxy); the zero value trusts no proxy.
 	ClientAddr clientaddr.Resolver
+	// Health is the connection /readyz checks the database on, apart from
+	// the pool (one connection; nil: the pool). Through the pool the check
+	// waited behind the requests that held every connection, and said
+	// "database unreachable" of a database that answered.
+	Health *store.DB
 }
 
 func (c *Config) defaults() {
@@ -137,6 +143,10 @@ type Server struct {
 	// (Config.GraphQLConcurrency).
 	execSlots *slots
 	conns     openCount // open WebSockets and event streams
+	// readiness runs one database check at a time; the callers that ask
+	// meanwhile share its answer (a flood of /readyz, which needs no
+	// token, runs one statement at a time).
+	readiness singleflight.Group
 }
 
 // New builds the server; the registry must have been built with the same
@@ -378,38 +388,55 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
+	status, _, _ := s.readiness.Do("", func() (any, error) {
+		// Its own deadline: a caller that goes away does not fail the
+		// check of the others waiting on it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+		defer cancel()
+		return s.checkDatabase(ctx), nil
+	})
+	code := http.StatusOK
+	if status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	rest.WriteJSON(w, code, map[string]string{"status": status.(string)})
+}
+
+// checkDatabase is /readyz's status of the database: "ready", or why not.
+func (s *Server) checkDatabase(ctx context.Context) string {
+	h := s.Config.Health
+	if h == nil {
+		h = s.DB
+	}
 	// A statement, not a ping: it says whether the database takes writes.
 	// A primary become a standby, or default_transaction_read_only, answered
 	// every write 503 while this said ready, and a load balancer kept
 	// sending them.
 	var readOnly string
-	if err := s.DB.QueryRowContext(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&readOnly); err != nil {
-		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database unreachable"})
-		return
+	if err := h.QueryRowContext(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&readOnly); err != nil {
+		return "database unreachable"
 	}
 	if readOnly == "on" {
 		// The sessions may be read-only from when they began: the next
 		// check, and the writes, run on new ones, which see the database
 		// as it is then.
 		s.DB.Renew()
-		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database read-only"})
-		return
+		if h != s.DB {
+			h.Renew()
+		}
+		return "database read-only"
 	}
-	pending, err := db.Pending(ctx, s.DB.DB.DB)
+	pending, err := db.Pending(ctx, h.DB.DB)
 	if err != nil {
 		// Not known: the check failed or ran past its 2 s (a lock on the
 		// migrations' table, a busy database), which says nothing of the
 		// migrations.
-		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database not answering"})
-		return
+		return "database not answering"
 	}
 	if pending {
-		rest.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "migrations pending"})
-		return
+		return "migrations pending"
 	}
-	rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return "ready"
 }
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{8,64}$`)

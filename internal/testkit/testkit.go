@@ -149,6 +149,15 @@ func StartWith(t testing.TB, o Options) *Env {
 	// Registered before the database's cleanup, so it runs first.
 	t.Cleanup(func() { _ = inst.Shutdown(context.Background()); inst.Close() })
 	reg := app.Registry(d, log, metrics, inst.Service())
+	if o.Config.Health == nil {
+		// /readyz's own connection, as a replica has (computed serve).
+		h, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: 1, Role: "health"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		o.Config.Health = h
+	}
 	srv := server.New(o.Config, d, reg, metrics, log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	go srv.Run(runCtx) //nolint:errcheck // ends with the test
