@@ -559,7 +559,7 @@ func Methods() []registry.Method {
 	report := m("report", registry.Mutation, authz.InventoryReport, "v0.1",
 		"Stores the node's report as a new snapshot when its canonical hash differs from the latest; returns the snapshot and whether it was stored.",
 		[]string{"Called with the node's own credential (the one `nodes.join` returned); any other token is `PERMISSION_DENIED`.",
-			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU or MIG UUID, disk WWN, MAC: compared regardless of case, as the diff compares them; a disk slot exactly) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
+			"`sections` holds `system`, `cpu`, `memory`, `gpus`, `disks`, `nics`, `drivers`, `firmware` and `os`; unknown sections or fields, wrong types, more than 64 GPUs or 256 disks or NICs, duplicate device ids (GPU and MIG UUIDs, one namespace: a MIG device may not carry a GPU's UUID; disk WWN; MAC: compared regardless of case, as the diff compares them; a disk slot exactly) and nesting deeper than 8 levels are `INVALID_INPUT` with the path.",
 			"The hash is the SHA-256 (hex) of the RFC 8785 canonical JSON of `sections`; a report equal to the latest stores nothing and returns the latest with `stored: false`. Snapshots are never updated; the history keeps the node's " + strconv.Itoa(MaxHistory) + " newest (see `inventory.history`).",
 			"`collectedAt` (RFC 3339) defaults to now and may be at most an hour in the future."},
 		registry.ID("nodeId", ids.Node),

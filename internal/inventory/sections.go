@@ -980,7 +980,13 @@ func (p *parser) gpu(i int, g *GPU) error {
 		case "uuid":
 			g.UUID, err = p.ident(maxIDLen, isUUIDChar, uuidPattern)
 			if err == nil {
-				err = p.unique(&p.gpuUUIDs, deviceKey(g.UUID), "gpus", "uuid", g.UUID, i)
+				// One namespace with the MIG devices' UUIDs: a MIG
+				// device reported earlier, in this GPU or another.
+				if r, dup := p.migUUIDs[deviceKey(g.UUID)]; dup {
+					err = p.fail("duplicates sections.gpus[%d].migDevices[%d].uuid %q", r.gpu, r.mig, g.UUID)
+				} else {
+					err = p.unique(&p.gpuUUIDs, deviceKey(g.UUID), "gpus", "uuid", g.UUID, i)
+				}
 				hasUUID = err == nil
 			}
 		case "index":
@@ -1083,6 +1089,8 @@ func (p *parser) migDevice(gpu, i int, m *MIGDevice) error {
 			if err == nil {
 				if r, dup := p.migUUIDs[deviceKey(m.UUID)]; dup {
 					err = p.fail("duplicates sections.gpus[%d].migDevices[%d].uuid %q", r.gpu, r.mig, m.UUID)
+				} else if j, dup := p.gpuUUIDs[deviceKey(m.UUID)]; dup {
+					err = p.fail("duplicates sections.gpus[%d].uuid %q", j, m.UUID)
 				} else {
 					if p.migUUIDs == nil {
 						p.migUUIDs = make(map[string]migRef, 8)

@@ -395,6 +395,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"gpu uuid underscore", `{"gpus":[{"uuid":"GPU_1"}]}`, "sections.gpus[0].uuid"},
 		{"gpu uuid 129", `{"gpus":[{"uuid":"GPU-` + strings.Repeat("a", 125) + `"}]}`, "sections.gpus[0].uuid"},
 		{"duplicate gpu uuid", `{"gpus":[{"uuid":"GPU-1"},{"uuid":"GPU-2"},{"index":2,"uuid":"GPU-1"}]}`, "sections.gpus[2].uuid"},
+		// GPU and MIG UUIDs are one namespace of device ids, in either order.
+		{"mig uuid of its gpu", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"gpu-1"}]}]}`, "sections.gpus[0].migDevices[0].uuid"},
+		{"mig uuid of an earlier gpu", `{"gpus":[{"uuid":"X-1"},{"uuid":"GPU-2","migDevices":[{"profile":"1g.10gb","uuid":"X-1"}]}]}`, "sections.gpus[1].migDevices[0].uuid"},
+		{"gpu uuid of an earlier mig", `{"gpus":[{"uuid":"GPU-1","migDevices":[{"profile":"1g.10gb","uuid":"MIG-1"}]},{"uuid":"mig-1"}]}`, "sections.gpus[1].uuid"},
+		{"gpu uuid after its own mig", `{"gpus":[{"migDevices":[{"profile":"1g.10gb","uuid":"MIG-1"}],"uuid":"MIG-1"}]}`, "sections.gpus[0].uuid"},
 		{"migMode on", `{"gpus":[{"uuid":"GPU-1","migMode":"on"}]}`, "sections.gpus[0].migMode"},
 		{"migMode empty", `{"gpus":[{"uuid":"GPU-1","migMode":""}]}`, "sections.gpus[0].migMode"},
 		{"migMode case", `{"gpus":[{"uuid":"GPU-1","migMode":"Enabled"}]}`, "sections.gpus[0].migMode"},
