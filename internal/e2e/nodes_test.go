@@ -655,6 +655,31 @@ func TestNodeLifecycleAndListing(t *testing.T) {
 	if c := e.Call(admin, "nodes/update", map[string]any{"tenantId": "acme", "nodeId": inA[0], "name": "x", "expectedVersion": 1}).Code(); c != "CONFLICT" {
 		t.Fatalf("stale expectedVersion: %s", c)
 	}
+	// The same values again (labels in another order) change nothing: the
+	// same rowVersion, so another writer's expectedVersion still holds, and
+	// no node.updated event for the dashboards.
+	events := func() int {
+		var n int
+		if err := e.DB.Get(&n, `SELECT (SELECT count(*) FROM events WHERE resource_id = $1) + (SELECT count(*) FROM event_inbox WHERE resource_id = $1)`, inA[0]); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	had := events()
+	for _, body := range []map[string]any{
+		{"name": "gpu-a-01", "labels": map[string]any{"topology.bettercompute.io/zone": "a", "rack": "r4"}, "expectedVersion": 2},
+		{"name": "gpu-a-01"},
+		{"labels": map[string]any{"rack": "r4", "topology.bettercompute.io/zone": "a"}},
+	} {
+		body["tenantId"], body["nodeId"] = "acme", inA[0]
+		same := e.Must(e.Call(admin, "nodes/update", body))
+		if same.Str("name") != "gpu-a-01" || same.Body["rowVersion"].(float64) != 2 || same.Str("updatedAt") != u.Str("updatedAt") {
+			t.Fatalf("update with the same values: %s, was %s", same.Raw, u.Raw)
+		}
+	}
+	if n := events(); n != had {
+		t.Fatalf("updates with the same values wrote %d events", n-had)
+	}
 	for _, tc := range []struct {
 		body map[string]any
 		path string

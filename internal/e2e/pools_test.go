@@ -201,6 +201,19 @@ func TestPoolsUpdateArchive(t *testing.T) {
 	}
 	r := e.Call(admin, "pools/update", map[string]any{"tenantId": "acme", "poolId": id, "name": "again", "expectedVersion": 1})
 	expect(t, r, "CONFLICT", anyPath)
+	// The same values again change nothing: the same rowVersion, so
+	// another writer's expectedVersion still holds.
+	for _, body := range []map[string]any{
+		{"name": "renamed", "policy": map[string]any{"k": "v"}, "expectedVersion": 2},
+		{"name": "renamed"},
+		{"policy": map[string]any{"k": "v"}},
+	} {
+		body["tenantId"], body["poolId"] = "acme", id
+		same := must(t, e.Call(admin, "pools/update", body))
+		if same.Str("name") != "renamed" || same.Body["rowVersion"] != float64(2) || same.Str("updatedAt") != u.Str("updatedAt") {
+			t.Fatalf("pools.update with the same values: %s, was %s", same.Raw, u.Raw)
+		}
+	}
 	expect(t, e.Call(admin, "pools/update", map[string]any{"tenantId": "acme", "poolId": id, "name": "p2"}), "CONFLICT", "name")
 
 	a := must(t, e.Call(admin, "pools/archive", map[string]any{"tenantId": "acme", "poolId": id}))

@@ -237,13 +237,20 @@ func UpdateNode(ctx context.Context, q store.Q, in *NodeUpdateInput) (*Node, err
 		}
 		labels = &l
 	}
-	if _, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion); err != nil {
+	cur, err := lockNode(ctx, q, in.TenantID, in.NodeID, in.ExpectedVersion)
+	if err != nil {
 		return nil, err
 	}
+	// Values equal to the node's change nothing: no new rowVersion (another
+	// writer's expectedVersion still holds) and no node.updated event.
 	var n Node
-	err := q.GetContext(ctx, &n, `UPDATE nodes SET name = COALESCE($2, name), labels = COALESCE($3::jsonb, labels),
+	err = q.GetContext(ctx, &n, `UPDATE nodes SET name = COALESCE($2, name), labels = COALESCE($3::jsonb, labels),
 			row_version = row_version + 1, updated_at = now()
-		WHERE node_id = $1 RETURNING `+nodeCols, in.NodeID, in.Name, labels)
+		WHERE node_id = $1 AND (name IS DISTINCT FROM COALESCE($2, name) OR labels IS DISTINCT FROM COALESCE($3::jsonb, labels))
+		RETURNING `+nodeCols, in.NodeID, in.Name, labels)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cur, nil
+	}
 	if err != nil {
 		return nil, store.Wrap(err)
 	}

@@ -379,18 +379,26 @@ func Update(ctx context.Context, q store.Q, in *UpdateInput) (*Pool, error) {
 	if in.Name == nil && policy == "" {
 		return nil, errs.Invalid("name", "pass name, policy or both")
 	}
-	if _, err := active(ctx, q, in.TenantID, in.PoolID, in.ExpectedVersion); err != nil {
+	cur, err := active(ctx, q, in.TenantID, in.PoolID, in.ExpectedVersion)
+	if err != nil {
 		return nil, err
 	}
 	var pol *string
 	if policy != "" {
 		pol = &policy
 	}
+	// Values equal to the pool's change nothing: no new rowVersion, so
+	// another writer's expectedVersion still holds.
 	var p Pool
 	err = q.GetContext(ctx, &p, `UPDATE pools SET
 			name = COALESCE($3, name), policy = COALESCE($4::jsonb, policy),
 			row_version = row_version + 1, updated_at = now()
-		WHERE pool_id = $1 AND tenant_id = $2 RETURNING `+cols, in.PoolID, in.TenantID, in.Name, pol)
+		WHERE pool_id = $1 AND tenant_id = $2
+			AND (name IS DISTINCT FROM COALESCE($3, name) OR policy IS DISTINCT FROM COALESCE($4::jsonb, policy))
+		RETURNING `+cols, in.PoolID, in.TenantID, in.Name, pol)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cur, nil
+	}
 	if store.IsUnique(err, "pools_tenant_name_key") {
 		return nil, nameTaken(*in.Name, in.TenantID)
 	}
@@ -539,7 +547,8 @@ func Methods() []registry.Method {
 			"Changes a pool's name or policy and returns it.",
 			[]string{"Pass `name`, `policy` or both; neither is `INVALID_INPUT`.",
 				"`expectedVersion` is the pool's rowVersion; a mismatch is `CONFLICT`.",
-				"An archived pool is `INVALID_STATE`.", ownerOnly},
+				"An archived pool is `INVALID_STATE`.", ownerOnly,
+				"Values equal to the pool's change nothing: the pool comes back with the same `rowVersion`."},
 			ref(registry.Name(false), policy, expected)...), nil, Update),
 		registry.Def(m("archive", registry.Mutation, authz.PoolsManage, authz.Pool,
 			"Archives a pool and returns it; an archived pool takes no new offers or changes.",
