@@ -82,11 +82,11 @@ func (s *Server) inSlot(h graphql.ResponseHandler) graphql.ResponseHandler {
 			return h(ctx)
 		}
 		key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
-		if !s.execSlots.acquire(ctx, key) {
+		if !s.execSlots.Acquire(ctx, key) {
 			return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
 				errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}
 		}
-		defer s.execSlots.release(key)
+		defer s.execSlots.Release(key)
 		if resp := h(ctx); resp != nil {
 			return resp
 		}
@@ -433,3 +433,7 @@ func (m *opMetrics) InterceptResponse(ctx context.Context, next graphql.Response
 	}
 	return resp
 }
+
+// WaitingOperations is how many GraphQL queries and mutations wait for an
+// execution slot on this replica now.
+func (s *Server) WaitingOperations() int { return s.execSlots.Waiting() }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/bettercompute/computed/internal/fair"
 )
 
 // The execution slot's wrapper of a query's response handler. gqlgen
@@ -18,7 +20,7 @@ import (
 // first call: the streaming transports call the handler until it answers
 // nil, and an answer of its own there repeated without end (d11e608).
 func TestInSlotAnswersForAnEndedOperation(t *testing.T) {
-	s := &Server{execSlots: newSlots(1), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{execSlots: fair.New(1), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	code := func(r *graphql.Response) any {
 		if r == nil || len(r.Errors) != 1 {
 			t.Fatalf("want one error, got %#v", r)
@@ -37,8 +39,8 @@ func TestInSlotAnswersForAnEndedOperation(t *testing.T) {
 	if r := h(ended); r != nil {
 		t.Fatalf("the second call answered %#v, want gqlgen's nil (the stream's end)", r)
 	}
-	if calls != 2 || s.execSlots.inUse() != 0 {
-		t.Fatalf("gqlgen called %d times, %d slots held after", calls, s.execSlots.inUse())
+	if calls != 2 || s.execSlots.InUse() != 0 {
+		t.Fatalf("gqlgen called %d times, %d slots held after", calls, s.execSlots.InUse())
 	}
 
 	// A streaming transport: an answer, then nil, passed through as they are.
@@ -53,7 +55,7 @@ func TestInSlotAnswersForAnEndedOperation(t *testing.T) {
 
 	// Every slot held: an operation whose deadline passes while it waits
 	// is told the server is busy, and gqlgen is not called.
-	s.execSlots.acquire(context.Background(), "other")
+	s.execSlots.Acquire(context.Background(), "other")
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
 	called := false
@@ -62,5 +64,5 @@ func TestInSlotAnswersForAnEndedOperation(t *testing.T) {
 	if c := code(r); c != "UNAVAILABLE" || called || r.Errors[0].Extensions["details"].(map[string]any)["reason"] != "busy" {
 		t.Fatalf("busy: code %v, gqlgen called %v, details %v", c, called, r.Errors[0].Extensions["details"])
 	}
-	s.execSlots.release("other")
+	s.execSlots.Release("other")
 }

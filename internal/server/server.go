@@ -33,6 +33,7 @@ import (
 	"github.com/bettercompute/computed/internal/clientaddr"
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/fair"
 	"github.com/bettercompute/computed/internal/live"
 	"github.com/bettercompute/computed/internal/ratelimit"
 	"github.com/bettercompute/computed/internal/registry"
@@ -141,7 +142,7 @@ type Server struct {
 	renders  renders // subscription payloads rendered once per event and operation
 	// execSlots admits GraphQL queries and mutations to execution
 	// (Config.GraphQLConcurrency).
-	execSlots *slots
+	execSlots *fair.Slots
 	conns     openCount // open WebSockets and event streams
 	// readiness runs one database check at a time; the callers that ask
 	// meanwhile share its answer (a flood of /readyz, which needs no
@@ -153,7 +154,7 @@ type Server struct {
 // metrics registry.
 func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *prometheus.Registry, log *slog.Logger) *Server {
 	cfg.defaults()
-	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: newSlots(cfg.GraphQLConcurrency)}
+	s := &Server{Config: cfg, DB: database, Registry: reg, Log: log, Metrics: metrics, execSlots: fair.New(cfg.GraphQLConcurrency)}
 	s.sessions.init(s)
 	s.Live = live.New(database, log, cfg.Live)
 	// A revocation or a change of a role binding closes or decides again
@@ -207,7 +208,7 @@ func New(cfg Config, database *store.DB, reg *registry.Registry, metrics *promet
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_sessions", Help: "Open WebSockets and event streams."},
 			func() float64 { return float64(s.sessions.count()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_graphql_executing", Help: "GraphQL queries and mutations executing (at most COMPUTE_GRAPHQL_CONCURRENCY)."},
-			func() float64 { return float64(s.execSlots.inUse()) }),
+			func() float64 { return float64(s.execSlots.InUse()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compute_graphql_waiting", Help: "GraphQL queries and mutations waiting for an execution slot."},
 			func() float64 { return float64(s.WaitingOperations()) }))
 	// The limits are shared by the replicas (internal/ratelimit): a

@@ -1,4 +1,4 @@
-package server
+package fair
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // acquire is served, and one whose context ends while it waits gives up.
 // A single credential with nobody else waiting uses every slot.
 func TestSlotsUnderConcurrency(t *testing.T) {
-	s := newSlots(4) // a share of 2
+	s := New(4) // a share of 2
 	var running, total atomic.Int32
 	var most atomic.Int32
 	var wg sync.WaitGroup
@@ -22,7 +22,7 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key := []string{"a", "b"}[i%2]
-			if !s.acquire(context.Background(), key) {
+			if !s.Acquire(context.Background(), key) {
 				t.Error("acquire without a deadline failed")
 				return
 			}
@@ -37,7 +37,7 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 			}
 			time.Sleep(time.Duration(i%3) * 100 * time.Microsecond)
 			total.Add(-1)
-			s.release(key)
+			s.Release(key)
 		}()
 	}
 	wg.Wait()
@@ -47,33 +47,33 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 
 	// alone, a credential takes every slot
 	for range 4 {
-		if !s.acquire(context.Background(), "a") {
+		if !s.Acquire(context.Background(), "a") {
 			t.Fatal("a alone")
 		}
 	}
 	// full: b waits, and gives up at its deadline
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if s.acquire(ctx, "b") {
+	if s.Acquire(ctx, "b") {
 		t.Fatal("a fifth slot")
 	}
 	// while b waits, a slot a frees goes to b, not to a (over its share)
 	got := make(chan string, 2)
-	go func() { s.acquire(context.Background(), "b"); got <- "b" }()
+	go func() { s.Acquire(context.Background(), "b"); got <- "b" }()
 	for s.waitersOf("b") == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	go func() { s.acquire(context.Background(), "a"); got <- "a" }()
+	go func() { s.Acquire(context.Background(), "a"); got <- "a" }()
 	for s.waitersOf("a") == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	s.release("a")
+	s.Release("a")
 	if first := <-got; first != "b" {
 		t.Fatalf("the freed slot went to %s", first)
 	}
 }
 
-func (s *slots) waitersOf(key string) int {
+func (s *Slots) waitersOf(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.waiting[key]
@@ -84,14 +84,14 @@ func (s *slots) waitersOf(key string) int {
 // one credential's 32 parallel fleet queries had a p50 of 0.9 s and a p99
 // of 11 s in make loadtest (some lost every race).
 func TestSlotsServeWaitersInOrder(t *testing.T) {
-	s := newSlots(1)
-	if !s.acquire(context.Background(), "a") {
+	s := New(1)
+	if !s.Acquire(context.Background(), "a") {
 		t.Fatal("the first slot")
 	}
 	order := make(chan int, 20)
 	for i := range 20 {
 		go func() {
-			if s.acquire(context.Background(), "a") {
+			if s.Acquire(context.Background(), "a") {
 				order <- i
 			}
 		}()
@@ -100,11 +100,11 @@ func TestSlotsServeWaitersInOrder(t *testing.T) {
 		}
 	}
 	for want := range 20 {
-		s.release("a")
+		s.Release("a")
 		// a newcomer arriving as the slot is freed waits its turn
 		late := make(chan bool, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		go func() { late <- s.acquire(ctx, "a") }()
+		go func() { late <- s.Acquire(ctx, "a") }()
 		if got := <-order; got != want {
 			t.Fatalf("slot %d went to waiter %d", want, got)
 		}
@@ -113,7 +113,7 @@ func TestSlotsServeWaitersInOrder(t *testing.T) {
 		}
 		cancel()
 	}
-	s.release("a")
+	s.Release("a")
 	if s.used != 0 || s.waiters != 0 || len(s.queue) != 0 {
 		t.Fatalf("left: used %d, waiters %d, queue %d", s.used, s.waiters, len(s.queue))
 	}

@@ -1,14 +1,16 @@
-package server
+// Package fair shares a replica's scarce places (GraphQL execution slots,
+// the requests' database statements) among credentials.
+package fair
 
 import (
 	"context"
 	"sync"
 )
 
-// slots admits GraphQL queries and mutations to execution: at most total
-// at once on the replica (Config.GraphQLConcurrency), and fairly among
-// credentials: a credential past its share (half the slots, at least one)
-// takes a free slot only while no other credential waits for one. One
+// Slots admits work to a place: at most total at once on the replica (the
+// GraphQL slots: server.Config.GraphQLConcurrency; statements: the
+// database pool), and fairly among credentials: a credential past its
+// share (half the slots, at least one) takes a free slot only while no other credential waits for one. One
 // caller's parallel heavy queries, each within every bound and its rate,
 // took every slot, and every other caller's queries queued behind them (a
 // helper's probe: another client's 5 ms request took 1–1.5 s); a single
@@ -19,7 +21,7 @@ import (
 // one credential's 32 parallel queries finished at a p50 of 0.9 s and a
 // p99 of 11 s (make loadtest), some losing every race; and a newcomer
 // never takes a slot ahead of those waiting.
-type slots struct {
+type Slots struct {
 	mu      sync.Mutex
 	total   int
 	share   int
@@ -36,13 +38,13 @@ type slotWaiter struct {
 	got     bool
 }
 
-func newSlots(total int) *slots {
-	return &slots{total: total, share: max(1, total/2), held: map[string]int{}, waiting: map[string]int{}}
+func New(total int) *Slots {
+	return &Slots{total: total, share: max(1, total/2), held: map[string]int{}, waiting: map[string]int{}}
 }
 
-// acquire takes a slot for key, waiting until one is handed to it or ctx
+// Acquire takes a slot for key, waiting until one is handed to it or ctx
 // ends (false).
-func (s *slots) acquire(ctx context.Context, key string) bool {
+func (s *Slots) Acquire(ctx context.Context, key string) bool {
 	s.mu.Lock()
 	if s.used < s.total && len(s.queue) == 0 {
 		s.take(key)
@@ -78,26 +80,27 @@ func (s *slots) acquire(ctx context.Context, key string) bool {
 }
 
 // take counts a slot as key's (under mu).
-func (s *slots) take(key string) {
+func (s *Slots) take(key string) {
 	s.used++
 	s.held[key]++
 }
 
-func (s *slots) unqueue(key string) {
+func (s *Slots) unqueue(key string) {
 	s.waiters--
 	if s.waiting[key]--; s.waiting[key] <= 0 {
 		delete(s.waiting, key)
 	}
 }
 
-func (s *slots) release(key string) {
+// Release gives key's slot back.
+func (s *Slots) Release(key string) {
 	s.mu.Lock()
 	s.free(key)
 	s.mu.Unlock()
 }
 
 // free gives key's slot back and hands the free slots on (under mu).
-func (s *slots) free(key string) {
+func (s *Slots) free(key string) {
 	s.used--
 	if s.held[key]--; s.held[key] <= 0 {
 		delete(s.held, key)
@@ -109,7 +112,7 @@ func (s *slots) free(key string) {
 // credential holds less than its share, else, when every waiter's
 // credential holds its share already, to the first (a busy caller alone
 // uses every slot).
-func (s *slots) dispatch() {
+func (s *Slots) dispatch() {
 	for s.used < s.total && len(s.queue) > 0 {
 		pick := 0
 		for i, w := range s.queue {
@@ -127,17 +130,16 @@ func (s *slots) dispatch() {
 	}
 }
 
-// inUse is how many slots are taken.
-func (s *slots) inUse() int {
+// InUse is how many slots are taken.
+func (s *Slots) InUse() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.used
 }
 
-// WaitingOperations is how many GraphQL queries and mutations wait for an
-// execution slot on this replica now.
-func (s *Server) WaitingOperations() int {
-	s.execSlots.mu.Lock()
-	defer s.execSlots.mu.Unlock()
-	return s.execSlots.waiters
+// Waiting is how many acquires wait for a slot now.
+func (s *Slots) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiters
 }
