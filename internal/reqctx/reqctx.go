@@ -144,6 +144,19 @@ func ClientAddr(ctx context.Context) string {
 	return a
 }
 
+// CallerKey is whom a request's use of the replica's shared places is
+// counted against (the rate limit, the GraphQL slots, the pool's
+// connections): p's token, or the client's address without one.
+func CallerKey(ctx context.Context, p *Principal) string {
+	if p != nil && p.TokenID != "" {
+		return p.TokenID
+	}
+	if a := ClientAddr(ctx); a != "" {
+		return "ip:" + a
+	}
+	return "ip:unknown"
+}
+
 // Detach returns a context without ctx's deadline, cancelation or other
 // values that keeps what identifies the request (its id and client
 // address): a WebSocket's operations outlive the upgrade request.

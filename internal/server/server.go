@@ -815,12 +815,7 @@ func addrOf(ctx context.Context) string {
 
 // budgetKey names whose request budget (and GraphQL slots) a call spends:
 // its credential's, or without one its client address's.
-func budgetKey(ctx context.Context, p *reqctx.Principal) string {
-	if p != nil && p.TokenID != "" {
-		return p.TokenID
-	}
-	return "ip:" + addrOf(ctx)
-}
+func budgetKey(ctx context.Context, p *reqctx.Principal) string { return reqctx.CallerKey(ctx, p) }
 
 // limited charges one request to key's budget and, past it, answers the
 // method surface's 429.

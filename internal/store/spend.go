@@ -39,8 +39,8 @@ func SelectSpending[T any, PT interface {
 	*T
 	Sized
 }](ctx context.Context, q Q, dest *[]T, query string, args ...any) error {
-	if _, ok := q.(*DB); ok { // a transaction holds its place already
-		leave, err := enter(ctx)
+	if db, ok := q.(*DB); ok { // a transaction holds its place already
+		leave, err := db.enter(ctx)
 		if err != nil {
 			return Wrap(err)
 		}

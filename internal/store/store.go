@@ -28,6 +28,8 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/fair"
+	"github.com/bettercompute/computed/internal/reqctx"
 )
 
 // Q is what both *sqlx.DB and *sqlx.Tx offer; domain code takes a Q.
@@ -53,6 +55,9 @@ type DB struct {
 	Committed func(ctx context.Context, tenants []string, took time.Duration)
 
 	maxConns int // the pool's size, to keep idle (Renew)
+	// statements shares the pool among the credentials whose requests run
+	// statements on it (enter).
+	statements *fair.Slots
 
 	authorityMu sync.Mutex
 	onAuthority []func()
@@ -169,7 +174,7 @@ func OpenWith(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &DB{DB: db, URL: url, Replica: opts.Replica, maxConns: opts.MaxConns}, nil
+	return &DB{DB: db, URL: url, Replica: opts.Replica, maxConns: opts.MaxConns, statements: fair.New(opts.MaxConns)}, nil
 }
 
 // Renew closes the pool's idle connections, so that the next statements
@@ -238,24 +243,40 @@ func WithStatementGate(ctx context.Context) context.Context {
 	return context.WithValue(ctx, gateKey{}, make(chan struct{}, RequestStatementsAtOnce))
 }
 
-// enter takes a place at ctx's gate; leave gives it back.
-func enter(ctx context.Context) (leave func(), err error) {
+// enter takes a place at ctx's gate, then, for a request, a share of the
+// pool (leave gives both back). The pool's connections are shared among
+// the credentials whose requests wait for them (fair.Slots, keyed as the
+// rate limit is: reqctx.CallerKey): past half the pool, a credential's
+// statement starts only while no other credential's waits. Each request
+// within its own gate, one credential's requests still took every
+// connection (its 256 event streams replaying at once, a flood of heavy
+// queries), and every other tenant's statements queued behind theirs.
+// Background work has no gate and takes no share.
+func (db *DB) enter(ctx context.Context) (leave func(), err error) {
 	g, _ := ctx.Value(gateKey{}).(chan struct{})
 	if g == nil {
 		return func() {}, nil
 	}
 	select {
 	case g <- struct{}{}:
-		return func() { <-g }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if db.statements == nil { // a handle not made by OpenWith
+		return func() { <-g }, nil
+	}
+	key := reqctx.CallerKey(ctx, reqctx.PrincipalFrom(ctx))
+	if !db.statements.Acquire(ctx, key) {
+		<-g
+		return nil, ctx.Err()
+	}
+	return func() { db.statements.Release(key); <-g }, nil
 }
 
 // gated runs fn with a place at ctx's gate (the error of a ctx that ended
 // while it waited, as is).
-func gated(ctx context.Context, fn func() error) error {
-	leave, err := enter(ctx)
+func (db *DB) gated(ctx context.Context, fn func() error) error {
+	leave, err := db.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -265,17 +286,17 @@ func gated(ctx context.Context, fn func() error) error {
 
 // GetContext is sqlx's, through ctx's gate.
 func (db *DB) GetContext(ctx context.Context, dest any, query string, args ...any) error {
-	return gated(ctx, func() error { return db.DB.GetContext(ctx, dest, query, args...) })
+	return db.gated(ctx, func() error { return db.DB.GetContext(ctx, dest, query, args...) })
 }
 
 // SelectContext is sqlx's, through ctx's gate.
 func (db *DB) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	return gated(ctx, func() error { return db.DB.SelectContext(ctx, dest, query, args...) })
+	return db.gated(ctx, func() error { return db.DB.SelectContext(ctx, dest, query, args...) })
 }
 
 // ExecContext is database/sql's, through ctx's gate.
 func (db *DB) ExecContext(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
-	err = gated(ctx, func() error { res, err = db.DB.ExecContext(ctx, query, args...); return err })
+	err = db.gated(ctx, func() error { res, err = db.DB.ExecContext(ctx, query, args...); return err })
 	return res, err
 }
 
@@ -347,7 +368,7 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
 }
 
 func (db *DB) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	leave, err := enter(ctx)
+	leave, err := db.enter(ctx)
 	if err != nil {
 		return Wrap(err)
 	}
@@ -753,7 +774,7 @@ func CountBy(ctx context.Context, q Q, query string, keys []string, args ...any)
 // does for its own statements only when nothing was sent.
 func EachRow(ctx context.Context, q Q, query string, args []any, row func(scan func(dest ...any) error) error) error {
 	if db, ok := q.(*DB); ok {
-		leave, err := enter(ctx) // the statement gate, as DB's own reads
+		leave, err := db.enter(ctx) // the statement gate, as DB's own reads
 		if err != nil {
 			return Wrap(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/reqctx"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
 )
@@ -483,6 +485,62 @@ func TestARequestsStatementsAreGated(t *testing.T) {
 	}
 	if most := running(context.Background(), 6); most <= store.RequestStatementsAtOnce {
 		t.Errorf("background work ran %d statements at once: gated", most)
+	}
+}
+
+// The pool's connections are shared among credentials: requests of one
+// credential, each within its own gate, took every connection of the
+// replica (256 event streams replaying, a flood of heavy queries), and
+// another credential's statements waited their turn among all of theirs.
+// Past half the pool, a credential's statement starts only while no other
+// credential's waits: with the pool full of one credential's statements
+// and eight times as many waiting, another credential's three statements,
+// one after the other, each start in the next round of freed connections.
+func TestRequestStatementsAreSharedAmongCredentials(t *testing.T) {
+	t.Parallel()
+	d := testkit.DB(t)
+	var mu sync.Mutex
+	var started []string
+	hook := func(sql string) {
+		if i := strings.Index(sql, "'fair-"); i >= 0 {
+			mu.Lock()
+			started = append(started, sql[i+6:i+7])
+			mu.Unlock()
+		}
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(started) }
+	request := func(key string) context.Context {
+		ctx := store.ForRequest(reqctx.WithPrincipal(context.Background(), &reqctx.Principal{TokenID: key}))
+		return store.WithCounter(ctx, &store.Counter{Hook: hook})
+	}
+	sleep := func(ctx context.Context, key string) {
+		if _, err := d.ExecContext(ctx, `SELECT pg_sleep(0.2), 'fair-`+key+`'`); err != nil {
+			t.Error(err)
+		}
+	}
+	var wg sync.WaitGroup
+	pool := d.Stats().MaxOpenConnections
+	for range 9 * pool {
+		wg.Add(1)
+		go func() { defer wg.Done(); sleep(request("a"), "a") }()
+	}
+	for count() < pool {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a's others are queued by now
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 3 {
+			sleep(request("b"), "b")
+		}
+	}()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	all := strings.Join(started, "")
+	if third := strings.LastIndex(all, "b"); strings.Count(all, "b") != 3 || third >= 4*pool {
+		t.Fatalf("b's third statement started %dth of %d (the pool holds %d): %s", third+1, len(all), pool, all)
 	}
 }
 
