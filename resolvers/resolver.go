@@ -129,8 +129,8 @@ func statedFirst(ctx context.Context, first *int) *int {
 // (decode: the list's own decoder), in the method's words with after for
 // cursor.
 func checkAfter(after string, decode func(string) error) error {
-	if len(after) > 256 {
-		return errs.Invalid("after", "after is longer than 256 characters")
+	if err := page.CheckCursorLength("after", after); err != nil {
+		return err
 	}
 	if err := decode(after); err != nil {
 		e, _ := errs.As(err)

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/computed/internal/errs"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/registry"
 	"github.com/bettercompute/computed/internal/store"
 )
@@ -241,6 +242,9 @@ func ParseCursor(path, tenantID, cursor string) (uint64, error) {
 	// Numbers start at 1; the id of 0 is the stream's start (the position
 	// Tenant.events answers for an empty page of an empty stream), as no
 	// cursor is for a read, and for a subscription a replay from there.
+	if err := page.CheckCursorLength(path, cursor); err != nil {
+		return 0, err
+	}
 	seq, err := DecodeID(tenantID, cursor)
 	switch err {
 	case nil:
@@ -265,6 +269,9 @@ type Cursor struct {
 func ParseAnyCursor(path, cursor string) (Cursor, error) {
 	if cursor == "" {
 		return Cursor{}, nil
+	}
+	if err := page.CheckCursorLength(path, cursor); err != nil {
+		return Cursor{}, err
 	}
 	hash, seq, err := decode(cursor) // 0: the stream's start, as ParseCursor reads it
 	switch err {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/events"
+	"github.com/bettercompute/computed/internal/page"
 	"github.com/bettercompute/computed/internal/store"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/wait"
@@ -74,6 +75,24 @@ func TestEncodeDecodeOrder(t *testing.T) {
 		_, err := events.ParseCursor("after", "acme", legacy)
 		if e, ok := errs.As(err); !ok || e.Code != errs.InvalidState || e.Details["reason"] != "expired-cursor" || e.Details["path"] != "after" {
 			t.Fatalf("legacy cursor %s: %v", legacy, err)
+		}
+	}
+	// A cursor past page.MaxCursor is refused in the words of the method
+	// surface's bound, wherever it is read (a subscription's after, an
+	// event stream's Last-Event-ID, events.list's cursor): they said "not
+	// an event id" where events.list said "longer than".
+	for _, path := range []string{"after", "Last-Event-ID"} {
+		long := "evt_" + strings.Repeat("g", page.MaxCursor-3)
+		_, err := events.ParseCursor(path, "acme", long)
+		_, anyErr := events.ParseAnyCursor(path, long)
+		for _, err := range []error{err, anyErr} {
+			if e, ok := errs.As(err); !ok || e.Code != errs.InvalidInput || e.Message != path+" is longer than 256 characters" || e.Details["path"] != path {
+				t.Fatalf("%s of %d characters: %v", path, len(long), err)
+			}
+		}
+		_, err = events.ParseCursor(path, "acme", long[1:]) // at the bound: read, and no event id
+		if e, ok := errs.As(err); !ok || e.Message != path+" is not an event id this server returned" {
+			t.Fatalf("%s of %d characters: %v", path, len(long)-1, err)
 		}
 	}
 	for _, bad := range []string{"", "evt_", "evt_0000000000000000000000000", "evt_000000000000000000000000001", "evt_0000000000000000000000000i",

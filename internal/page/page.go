@@ -11,6 +11,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/pattern"
@@ -24,6 +25,20 @@ const (
 	DefaultLimit = 50
 	MaxLimit     = 200
 )
+
+// MaxCursor is the longest cursor, in characters, any list or stream
+// reads: a method's cursor, a connection's after, a subscription's after,
+// an event stream's Last-Event-ID.
+const MaxCursor = 256
+
+// CheckCursorLength refuses a cursor longer than MaxCursor, at path, in
+// the method surface's words.
+func CheckCursorLength(path, cursor string) error {
+	if len(cursor) > MaxCursor && utf8.RuneCountInString(cursor) > MaxCursor {
+		return errs.Invalid(path, "%s is longer than %d characters", path, MaxCursor)
+	}
+	return nil
+}
 
 // Page is the method surface's page: items and the next cursor (nil at the end).
 type Page[T any] struct {

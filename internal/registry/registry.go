@@ -792,7 +792,7 @@ func Limit(def, max int64) Field {
 
 // Cursor is the page cursor field.
 func Cursor() Field {
-	return Field{Name: "cursor", Type: String, MaxLength: 256}
+	return Field{Name: "cursor", Type: String, MaxLength: page.MaxCursor}
 }
 
 // Name is a bounded display-name field. It holds no control character
