@@ -516,9 +516,20 @@ func (m *Main) prepare(ctx context.Context, db *store.DB, embedded bool) error {
 	if err != nil {
 		return err
 	}
-	if secret != "" {
+	if secret != "" && m.Bootstrap != "" {
 		if err := auth.EnsureOperator(ctx, db, secret); err != nil {
 			return fmt.Errorf("bootstrap operator: %w", err)
+		}
+	} else if secret != "" {
+		// The embedded default's kept token: never revived over the token
+		// a COMPUTE_BOOTSTRAP_TOKEN replaced it with, or once revoked.
+		ok, err := auth.KeepOperator(ctx, db, secret)
+		if err != nil {
+			return fmt.Errorf("bootstrap operator: %w", err)
+		}
+		if !ok {
+			m.Log.Warn("the operator token in the data directory no longer signs in: it was replaced (COMPUTE_BOOTSTRAP_TOKEN on a start of a replica) or revoked; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
+				"file", filepath.Join(m.DataDir, "operator-token"))
 		}
 	} else if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil {
 		return fmt.Errorf("bootstrap operator: %w", err)

@@ -6,6 +6,7 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -252,12 +253,44 @@ func cacheBindings(p *reqctx.Principal, raw sql.NullString) error {
 const bootstrapTokenID = "tok_bootstrap"
 
 // EnsureOperator makes sure the operator principal exists and that exactly
-// secret authenticates its bootstrap token. It is idempotent and safe to run
-// from several replicas at once.
+// secret authenticates its bootstrap token (COMPUTE_BOOTSTRAP_TOKEN: it
+// replaces the token on each start). It is idempotent and safe to run from
+// several replicas at once.
 func EnsureOperator(ctx context.Context, db *store.DB, secret string) error {
-	return db.Tx(ctx, func(tx *sqlx.Tx) error {
+	_, err := ensureOperator(ctx, db, secret, true)
+	return err
+}
+
+// KeepOperator is EnsureOperator for the embedded default's kept secret
+// (dataDir/operator-token): it makes the bootstrap token when the database
+// has none, and otherwise changes nothing. It reports whether secret
+// authenticates the bootstrap token afterwards. Replacing as
+// EnsureOperator does, one restart of an embedded replica revived a file's
+// token that a COMPUTE_BOOTSTRAP_TOKEN had replaced (or that was revoked
+// because it leaked), and revoked the token the other replicas were
+// started with (a probe's).
+func KeepOperator(ctx context.Context, db *store.DB, secret string) (bool, error) {
+	return ensureOperator(ctx, db, secret, false)
+}
+
+func ensureOperator(ctx context.Context, db *store.DB, secret string, replace bool) (ok bool, err error) {
+	err = db.Tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7248301558)`); err != nil {
 			return err
+		}
+		if !replace {
+			var current struct {
+				Hash    []byte `db:"secret_hash"`
+				Revoked bool   `db:"revoked"`
+			}
+			err := tx.GetContext(ctx, &current, `SELECT secret_hash, revoked_at IS NOT NULL AS revoked FROM tokens WHERE token_id = $1`, bootstrapTokenID)
+			if err == nil {
+				ok = !current.Revoked && subtle.ConstantTimeCompare(current.Hash, Hash(secret)) == 1
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
 		}
 		var pid string
 		err := tx.GetContext(ctx, &pid, `SELECT principal_id FROM principals WHERE kind = 'operator' ORDER BY created_at LIMIT 1`)
@@ -273,8 +306,10 @@ func EnsureOperator(ctx context.Context, db *store.DB, secret string) error {
 			INSERT INTO tokens (token_id, principal_id, name, secret_hash) VALUES ($1, $2, 'bootstrap', $3)
 			ON CONFLICT (token_id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash, revoked_at = NULL, principal_id = EXCLUDED.principal_id`,
 			bootstrapTokenID, pid, Hash(secret))
+		ok = err == nil
 		return err
 	})
+	return ok, err
 }
 
 // BootstrapSecret returns the operator secret: the configured one, or in

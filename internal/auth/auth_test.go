@@ -104,6 +104,42 @@ func TestEnsureOperator(t *testing.T) {
 	}
 }
 
+// KeepOperator (the embedded default's kept token) makes the bootstrap
+// token on a fresh database, but never replaces one: a restart of an
+// embedded replica revived the file's token over the COMPUTE_BOOTSTRAP_TOKEN
+// the other replicas were started with (which it revoked), or after the
+// file's token was revoked because it leaked (a probe's).
+func TestKeepOperator(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	if ok, err := auth.KeepOperator(ctx, db, "bco_file"); err != nil || !ok {
+		t.Fatalf("fresh database: %v %v", ok, err)
+	}
+	fixture.Must(auth.Authenticate(ctx, db, "bco_file"))
+	if ok, err := auth.KeepOperator(ctx, db, "bco_file"); err != nil || !ok {
+		t.Fatalf("the same token again: %v %v", ok, err)
+	}
+	// Another replica's COMPUTE_BOOTSTRAP_TOKEN replaces it; the file's
+	// token stays out.
+	fixture.Must(struct{}{}, auth.EnsureOperator(ctx, db, "bco_configured"))
+	if ok, err := auth.KeepOperator(ctx, db, "bco_file"); err != nil || ok {
+		t.Fatalf("over a configured token: %v %v", ok, err)
+	}
+	_, err := auth.Authenticate(ctx, db, "bco_file")
+	fixture.Code(t, err, errs.Unauthenticated, "")
+	fixture.Must(auth.Authenticate(ctx, db, "bco_configured"))
+	// A revoked token is not revived, even by its own secret.
+	if _, err := db.Exec(`UPDATE tokens SET revoked_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := auth.KeepOperator(ctx, db, "bco_configured"); err != nil || ok {
+		t.Fatalf("revoked: %v %v", ok, err)
+	}
+	_, err = auth.Authenticate(ctx, db, "bco_configured")
+	fixture.Code(t, err, errs.Unauthenticated, "")
+}
+
 func TestBootstrapSecret(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
