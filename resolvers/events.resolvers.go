@@ -213,7 +213,7 @@ func (r *tenantResolver) Events(ctx context.Context, obj *tenants.Tenant, first 
 	if asksFor(ctx, "totalCount") {
 		kinds, err := feed.Readable(ctx, r.DB, reqctx.PrincipalFrom(ctx), obj.TenantID)
 		if err == nil {
-			c.TotalCount, err = events.Count(ctx, r.DB, events.Filter{TenantID: obj.TenantID, Types: types, Resources: kinds})
+			c.TotalCount, err = loaders.From(ctx).EventCount(ctx, events.Filter{TenantID: obj.TenantID, Types: types, Resources: kinds})
 		}
 		if err != nil {
 			return nil, err
