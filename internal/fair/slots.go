@@ -9,12 +9,13 @@ import (
 
 // Slots admits work to a place: at most total at once on the replica (the
 // GraphQL slots: server.Config.GraphQLConcurrency; statements: the
-// database pool), and fairly among credentials: a credential past its
-// share (half the slots, at least one) takes a free slot only while no other credential waits for one. One
+// database pool), and fairly among keys (reqctx.ShareKey: a tenant's
+// credentials share one): a key past its share (half the slots, at least
+// one) takes a free slot only while no other key waits for one. One
 // caller's parallel heavy queries, each within every bound and its rate,
 // took every slot, and every other caller's queries queued behind them (a
 // helper's probe: another client's 5 ms request took 1–1.5 s); a single
-// busy caller still uses every slot when nobody else wants one.
+// busy caller still uses every slot but one when nobody else wants one.
 //
 // Waiters are served in their order of arrival, a freed slot handed to the
 // first waiter that may take it: with every waiter woken to race for it,
@@ -22,9 +23,15 @@ import (
 // p99 of 11 s (make loadtest), some losing every race; and a newcomer
 // never takes a slot ahead of those waiting.
 type Slots struct {
-	mu      sync.Mutex
-	total   int
-	share   int
+	mu    sync.Mutex
+	total int
+	share int
+	// most is what one key may hold even when nobody else waits: all but
+	// one slot. Nothing preempts a running operation, so a caller holding
+	// every slot with operations that run to their deadline kept each
+	// newcomer waiting that long (a probe's: another tenant's 4 ms query
+	// waited 12–15 s); the last slot is free for whoever comes next.
+	most    int
 	used    int
 	held    map[string]int // slots in use by credential
 	waiting map[string]int // operations waiting, by credential
@@ -39,14 +46,14 @@ type slotWaiter struct {
 }
 
 func New(total int) *Slots {
-	return &Slots{total: total, share: max(1, total/2), held: map[string]int{}, waiting: map[string]int{}}
+	return &Slots{total: total, share: max(1, total/2), most: max(1, total-1), held: map[string]int{}, waiting: map[string]int{}}
 }
 
 // Acquire takes a slot for key, waiting until one is handed to it or ctx
 // ends (false).
 func (s *Slots) Acquire(ctx context.Context, key string) bool {
 	s.mu.Lock()
-	if s.used < s.total && len(s.queue) == 0 {
+	if s.used < s.total && len(s.queue) == 0 && s.held[key] < s.most {
 		s.take(key)
 		s.mu.Unlock()
 		return true
@@ -110,16 +117,22 @@ func (s *Slots) free(key string) {
 
 // dispatch hands free slots to waiters (under mu): to the first whose
 // credential holds less than its share, else, when every waiter's
-// credential holds its share already, to the first (a busy caller alone
-// uses every slot).
+// credential holds its share already, to the first that holds less than
+// most (a busy caller alone uses every slot but one).
 func (s *Slots) dispatch() {
 	for s.used < s.total && len(s.queue) > 0 {
-		pick := 0
+		pick := -1
 		for i, w := range s.queue {
 			if s.held[w.key] < s.share {
 				pick = i
 				break
 			}
+			if pick < 0 && s.held[w.key] < s.most {
+				pick = i
+			}
+		}
+		if pick < 0 {
+			return // every waiter's key holds all it may: the slot stays free
 		}
 		w := s.queue[pick]
 		s.queue = append(s.queue[:pick], s.queue[pick+1:]...)

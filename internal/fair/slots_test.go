@@ -11,7 +11,7 @@ import (
 // Many goroutines of two credentials: together they never hold more than
 // the slots, each holds at most its share while the other waits, every
 // acquire is served, and one whose context ends while it waits gives up.
-// A single credential with nobody else waiting uses every slot.
+// A single key with nobody else waiting uses every slot but one.
 func TestSlotsUnderConcurrency(t *testing.T) {
 	s := New(4) // a share of 2
 	var running, total atomic.Int32
@@ -45,22 +45,31 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 		t.Fatalf("left: used %d, held %v, waiters %d %v", s.used, s.held, s.waiters, s.waiting)
 	}
 
-	// alone, a credential takes every slot
-	for range 4 {
+	// alone, a key takes every slot but one: nothing preempts its
+	// operations, so the last stays free for whoever comes next
+	for range 3 {
 		if !s.Acquire(context.Background(), "a") {
 			t.Fatal("a alone")
 		}
 	}
-	// full: b waits, and gives up at its deadline
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	if s.Acquire(short, "a") {
+		t.Fatal("a took the last slot")
+	}
+	if !s.Acquire(context.Background(), "b") {
+		t.Fatal("b, the last slot")
+	}
+	// full: c waits, and gives up at its deadline
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if s.Acquire(ctx, "b") {
+	if s.Acquire(ctx, "c") {
 		t.Fatal("a fifth slot")
 	}
-	// while b waits, a slot a frees goes to b, not to a (over its share)
+	// while c waits, a slot a frees goes to c, not to a (over its share)
 	got := make(chan string, 2)
-	go func() { s.Acquire(context.Background(), "b"); got <- "b" }()
-	for s.waitersOf("b") == 0 {
+	go func() { s.Acquire(context.Background(), "c"); got <- "c" }()
+	for s.waitersOf("c") == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	go func() { s.Acquire(context.Background(), "a"); got <- "a" }()
@@ -68,7 +77,7 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	s.Release("a")
-	if first := <-got; first != "b" {
+	if first := <-got; first != "c" {
 		t.Fatalf("the freed slot went to %s", first)
 	}
 }

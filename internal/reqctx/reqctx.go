@@ -144,9 +144,8 @@ func ClientAddr(ctx context.Context) string {
 	return a
 }
 
-// CallerKey is whom a request's use of the replica's shared places is
-// counted against (the rate limit, the GraphQL slots, the pool's
-// connections): p's token, or the client's address without one.
+// CallerKey is whom a request's rate is counted against (the rate limit):
+// p's token, or the client's address without one.
 func CallerKey(ctx context.Context, p *Principal) string {
 	if p != nil && p.TokenID != "" {
 		return p.TokenID
@@ -155,6 +154,20 @@ func CallerKey(ctx context.Context, p *Principal) string {
 		return "ip:" + a
 	}
 	return "ip:unknown"
+}
+
+// ShareKey is whom a request's share of the replica's places is counted
+// against (the GraphQL execution slots, the database pool's connections,
+// package fair): the tenant of a tenant's credential (its users',
+// services' and nodes' tokens share one), else CallerKey (the operator's
+// token, an address). Shares kept per token, a tenant that made a dozen
+// tokens held every slot of a replica and made another tenant's query wait
+// 15 s (a probe's).
+func ShareKey(ctx context.Context, p *Principal) string {
+	if p != nil && p.TenantID != "" && !p.IsOperator() {
+		return "tenant:" + p.TenantID
+	}
+	return CallerKey(ctx, p)
 }
 
 // Detach returns a context without ctx's deadline, cancelation or other

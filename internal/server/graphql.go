@@ -81,7 +81,7 @@ func (s *Server) inSlot(h graphql.ResponseHandler) graphql.ResponseHandler {
 		if ran.Swap(true) {
 			return h(ctx)
 		}
-		key := budgetKey(ctx, reqctx.PrincipalFrom(ctx))
+		key := reqctx.ShareKey(ctx, reqctx.PrincipalFrom(ctx))
 		if !s.execSlots.Acquire(ctx, key) {
 			return &graphql.Response{Errors: gqlerror.List{s.presentError(ctx,
 				errs.E(errs.Unavailable, "the server is busy: the operation did not start before its deadline; retry").With("reason", "busy"))}}

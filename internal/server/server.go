@@ -65,8 +65,9 @@ type Config struct {
 	Live live.Config
 	// GraphQLConcurrency bounds the queries and mutations executing at once
 	// on this replica (default 4 per CPU); the others wait their turn (up
-	// to their deadline); past half of them (at least one), a credential
-	// takes a free one only while no other credential waits (slots).
+	// to their deadline); past half of them (at least one), a tenant (its
+	// credentials together: reqctx.ShareKey) takes a free one only while no
+	// other waits, and never the last one (fair.Slots).
 	// Subscriptions are not counted. Running more at
 	// once than the CPUs can serve only holds more answers in memory at the
 	// same time: the collector then works harder and every request costs
@@ -813,7 +814,7 @@ func addrOf(ctx context.Context) string {
 
 // --- rate limiting --------------------------------------------------------
 
-// budgetKey names whose request budget (and GraphQL slots) a call spends:
+// budgetKey names whose request budget (the rate limit) a call spends:
 // its credential's, or without one its client address's.
 func budgetKey(ctx context.Context, p *reqctx.Principal) string { return reqctx.CallerKey(ctx, p) }
 

@@ -245,9 +245,9 @@ func WithStatementGate(ctx context.Context) context.Context {
 
 // enter takes a place at ctx's gate, then, for a request, a share of the
 // pool (leave gives both back). The pool's connections are shared among
-// the credentials whose requests wait for them (fair.Slots, keyed as the
-// rate limit is: reqctx.CallerKey): past half the pool, a credential's
-// statement starts only while no other credential's waits. Each request
+// the tenants whose requests wait for them (fair.Slots, keyed by
+// reqctx.ShareKey): past half the pool, a tenant's statement starts only
+// while no other's waits, and it never holds the last connection. Each request
 // within its own gate, one credential's requests still took every
 // connection (its 256 event streams replaying at once, a flood of heavy
 // queries), and every other tenant's statements queued behind theirs.
@@ -265,7 +265,7 @@ func (db *DB) enter(ctx context.Context) (leave func(), err error) {
 	if db.statements == nil { // a handle not made by OpenWith
 		return func() { <-g }, nil
 	}
-	key := reqctx.CallerKey(ctx, reqctx.PrincipalFrom(ctx))
+	key := reqctx.ShareKey(ctx, reqctx.PrincipalFrom(ctx))
 	if !db.statements.Acquire(ctx, key) {
 		<-g
 		return nil, ctx.Err()

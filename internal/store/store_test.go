@@ -495,15 +495,16 @@ func TestARequestsStatementsAreGated(t *testing.T) {
 	}
 }
 
-// The pool's connections are shared among credentials: requests of one
+// The pool's connections are shared among tenants: requests of one
 // credential, each within its own gate, took every connection of the
 // replica (256 event streams replaying, a flood of heavy queries), and
-// another credential's statements waited their turn among all of theirs.
-// Past half the pool, a credential's statement starts only while no other
-// credential's waits: with the pool full of one credential's statements
-// and eight times as many waiting, another credential's three statements,
-// one after the other, each start in the next round of freed connections.
-func TestRequestStatementsAreSharedAmongCredentials(t *testing.T) {
+// another tenant's statements waited their turn among all of theirs.
+// Past half the pool, a tenant's statement starts only while no other
+// tenant's waits, and one tenant never holds the last connection: with the
+// pool full of one tenant's statements (40 tokens of it) and eight times as
+// many waiting, another tenant's three statements, one after the other,
+// each start at once or in the next round of freed connections.
+func TestRequestStatementsAreSharedAmongTenants(t *testing.T) {
 	t.Parallel()
 	d := testkit.DB(t)
 	var mu sync.Mutex
@@ -516,8 +517,8 @@ func TestRequestStatementsAreSharedAmongCredentials(t *testing.T) {
 		}
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(started) }
-	request := func(key string) context.Context {
-		ctx := store.ForRequest(reqctx.WithPrincipal(context.Background(), &reqctx.Principal{TokenID: key}))
+	request := func(tenant, token string) context.Context {
+		ctx := store.ForRequest(reqctx.WithPrincipal(context.Background(), &reqctx.Principal{TenantID: tenant, TokenID: token}))
 		return store.WithCounter(ctx, &store.Counter{Hook: hook})
 	}
 	sleep := func(ctx context.Context, key string) {
@@ -527,11 +528,11 @@ func TestRequestStatementsAreSharedAmongCredentials(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	pool := d.Stats().MaxOpenConnections
-	for range 9 * pool {
+	for i := range 9 * pool {
 		wg.Add(1)
-		go func() { defer wg.Done(); sleep(request("a"), "a") }()
+		go func() { defer wg.Done(); sleep(request("acme", fmt.Sprint("tok_a", i%40)), "a") }()
 	}
-	for count() < pool {
+	for count() < pool-1 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // a's others are queued by now
@@ -539,7 +540,7 @@ func TestRequestStatementsAreSharedAmongCredentials(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range 3 {
-			sleep(request("b"), "b")
+			sleep(request("beta", "tok_b"), "b")
 		}
 	}()
 	wg.Wait()
