@@ -285,7 +285,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := app.Registry(database, m.Log, metrics, inst.Service())
 	// /readyz's connection (budget.Health), apart from the pool.
-	health, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: budget.Health, StatementTimeout: 2 * time.Second, Replica: m.ReplicaName, Role: "health"})
+	health, err := store.OpenWith(ctx, m.URL, store.Options{MaxConns: budget.Health, StatementTimeout: 2 * time.Second, Replica: m.ReplicaName, Role: "health", CloseOnCancel: true})
 	if err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	reg := app.Registry(d, log, metrics, inst.Service())
 	if o.Config.Health == nil {
 		// /readyz's own connection, as a replica has (computed serve).
-		h, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: 1, Role: "health"})
+		h, err := store.OpenWith(context.Background(), url, store.Options{MaxConns: 1, Role: "health", CloseOnCancel: true})
 		if err != nil {
 			t.Fatal(err)
 		}
