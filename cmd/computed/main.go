@@ -512,29 +512,23 @@ func (m *Main) prepare(ctx context.Context, db *store.DB, embedded bool) error {
 	if err := nodes.RecordNodeKeys(ctx, db, m.Log); err != nil {
 		return err
 	}
-	secret, err := auth.BootstrapSecret(m.Bootstrap, m.DataDir, embedded, m.Log)
-	if err != nil {
-		return err
-	}
-	if secret != "" && m.Bootstrap != "" {
-		if err := auth.EnsureOperator(ctx, db, secret); err != nil {
+	switch {
+	case m.Bootstrap != "":
+		if err := auth.EnsureOperator(ctx, db, m.Bootstrap); err != nil {
 			return fmt.Errorf("bootstrap operator: %w", err)
 		}
-	} else if secret != "" {
-		// The embedded default's kept token: never revived over the token
-		// a COMPUTE_BOOTSTRAP_TOKEN replaced it with, or once revoked.
-		ok, err := auth.KeepOperator(ctx, db, secret)
+	case embedded:
+		if err := auth.EmbeddedOperator(ctx, db, m.DataDir, m.Log); err != nil {
+			return err
+		}
+	default:
+		ok, err := auth.OperatorCanSignIn(ctx, db)
 		if err != nil {
 			return fmt.Errorf("bootstrap operator: %w", err)
 		}
 		if !ok {
-			m.Log.Warn("the operator token in the data directory no longer signs in: it was replaced (COMPUTE_BOOTSTRAP_TOKEN on a start of a replica) or revoked; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
-				"file", filepath.Join(m.DataDir, "operator-token"))
+			m.Log.Warn("no operator token: nobody can create a tenant; set COMPUTE_BOOTSTRAP_TOKEN (the same on every replica)")
 		}
-	} else if ok, err := auth.OperatorCanSignIn(ctx, db); err != nil {
-		return fmt.Errorf("bootstrap operator: %w", err)
-	} else if !ok {
-		m.Log.Warn("no operator token: nobody can create a tenant; set COMPUTE_BOOTSTRAP_TOKEN (the same on every replica)")
 	}
 	// The node CA is generated on the first start of any replica and
 	// persisted; later starts (and other replicas) load the same one.

@@ -312,29 +312,44 @@ func ensureOperator(ctx context.Context, db *store.DB, secret string, replace bo
 	return ok, err
 }
 
-// BootstrapSecret returns the operator secret: the configured one, or in
-// embedded mode the one kept in dataDir/operator-token (generated on first
-// start with mode 0600). The secret itself is never logged.
-func BootstrapSecret(configured, dataDir string, embedded bool, logger *slog.Logger) (string, error) {
-	if configured != "" {
-		return configured, nil
-	}
-	if !embedded {
-		return "", nil
-	}
+// EmbeddedOperator bootstraps the operator of the embedded default, which
+// runs without COMPUTE_BOOTSTRAP_TOKEN: its token is kept in
+// dataDir/operator-token (generated on the first start, mode 0600) and
+// installed only on a database that has no bootstrap token (KeepOperator).
+// When the database has another one (a COMPUTE_BOOTSTRAP_TOKEN replaced
+// it, or it was revoked) the start warns that the file does not sign in,
+// and writes no file it would not sign in with (a start whose file was
+// deleted generated one that never worked, and blamed a replacement). The
+// secret itself is never logged.
+func EmbeddedOperator(ctx context.Context, db *store.DB, dataDir string, logger *slog.Logger) error {
 	path := filepath.Join(dataDir, "operator-token")
+	var secret string
 	if b, err := os.ReadFile(path); err == nil {
-		if s := strings.TrimSpace(string(b)); s != "" {
-			logger.Info("operator token", "file", path)
-			return s, nil
+		secret = strings.TrimSpace(string(b))
+	}
+	generated := secret == ""
+	if generated {
+		secret = ids.Secret("bco")
+	}
+	ok, err := KeepOperator(ctx, db, secret)
+	switch {
+	case err != nil:
+		return fmt.Errorf("bootstrap operator: %w", err)
+	case !ok && generated:
+		logger.Warn("no operator token file, and the database has an operator token from an earlier start: none written; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
+			"file", path)
+	case !ok:
+		logger.Warn("the operator token in the data directory no longer signs in: it was replaced (COMPUTE_BOOTSTRAP_TOKEN on a start of a replica) or revoked; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
+			"file", path)
+	case generated:
+		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write operator token: %w", err)
 		}
+		logger.Info("generated operator token", "file", path)
+	default:
+		logger.Info("operator token", "file", path)
 	}
-	secret := ids.Secret("bco")
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write operator token: %w", err)
-	}
-	logger.Info("generated operator token", "file", path)
-	return secret, nil
+	return nil
 }
 
 // OperatorCanSignIn reports whether some token of the operator is not

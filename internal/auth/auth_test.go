@@ -2,7 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/bettercompute/computed/internal/errs"
 	"github.com/bettercompute/computed/internal/testkit"
 	"github.com/bettercompute/computed/internal/testkit/fixture"
+	"github.com/bettercompute/computed/internal/testkit/logbuf"
 	"github.com/bettercompute/computed/internal/testkit/pgtest"
 )
 
@@ -140,26 +140,58 @@ func TestKeepOperator(t *testing.T) {
 	fixture.Code(t, err, errs.Unauthenticated, "")
 }
 
-func TestBootstrapSecret(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+// EmbeddedOperator: the first start generates the kept token (0600) and
+// installs it; later starts read it back. A start whose file is gone while
+// the database has a token writes none (it generated one that never
+// signed in, and blamed a replacement); one whose file was replaced by a
+// COMPUTE_BOOTSTRAP_TOKEN keeps the file and warns, reviving nothing.
+func TestEmbeddedOperator(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	ctx := context.Background()
+	var logs logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	dir := t.TempDir()
-	if s, err := auth.BootstrapSecret("configured", dir, true, log); s != "configured" || err != nil {
-		t.Fatalf("configured: %q %v", s, err)
-	}
-	if s, err := auth.BootstrapSecret("", dir, false, log); s != "" || err != nil {
-		t.Fatalf("not embedded: %q %v", s, err)
-	}
-	s, err := auth.BootstrapSecret("", dir, true, log)
-	if err != nil || !strings.HasPrefix(s, "bco_") {
-		t.Fatalf("generated: %q %v", s, err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, "operator-token"))
+	file := filepath.Join(dir, "operator-token")
+	fixture.Must(struct{}{}, auth.EmbeddedOperator(ctx, db, dir, log))
+	fi, err := os.Stat(file)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the file: %v %v", fi, err)
 	}
-	if again, _ := auth.BootstrapSecret("", dir, true, log); again != s {
+	b, _ := os.ReadFile(file)
+	s := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(s, "bco_") || strings.Contains(logs.String(), s) {
+		t.Fatalf("generated %q; logs: %s", s, logs.String())
+	}
+	fixture.Must(auth.Authenticate(ctx, db, s))
+	fixture.Must(struct{}{}, auth.EmbeddedOperator(ctx, db, dir, log))
+	if again, _ := os.ReadFile(file); string(again) != string(b) {
 		t.Fatalf("the second start generated another secret")
 	}
+	if strings.Contains(logs.String(), "WARN") {
+		t.Fatalf("warned: %s", logs.String())
+	}
+	// The file deleted: no file that would not sign in.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	fixture.Must(struct{}{}, auth.EmbeddedOperator(ctx, db, dir, log))
+	if _, err := os.Stat(file); !os.IsNotExist(err) || !strings.Contains(logs.String(), "no operator token file, and the database has an operator token") {
+		t.Fatalf("a start without the file: %v; logs: %s", err, logs.String())
+	}
+	fixture.Must(auth.Authenticate(ctx, db, s))
+	// Replaced by a configured token: the file stays out, with a warning.
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fixture.Must(struct{}{}, auth.EnsureOperator(ctx, db, "bco_configured"))
+	fixture.Must(struct{}{}, auth.EmbeddedOperator(ctx, db, dir, log))
+	if !strings.Contains(logs.String(), "no longer signs in") {
+		t.Fatalf("logs: %s", logs.String())
+	}
+	_, err = auth.Authenticate(ctx, db, s)
+	fixture.Code(t, err, errs.Unauthenticated, "")
+	fixture.Must(auth.Authenticate(ctx, db, "bco_configured"))
 }
 
 // OperatorCanSignIn: a database no start has bootstrapped has no operator
