@@ -336,7 +336,7 @@ func EmbeddedOperator(ctx context.Context, db *store.DB, dataDir string, logger 
 	case err != nil:
 		return fmt.Errorf("bootstrap operator: %w", err)
 	case !ok && generated:
-		logger.Warn("no operator token file, and the database has an operator token from an earlier start: none written; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
+		logger.Warn("no operator token in the data directory (the file is missing or empty), and the database has an operator token from an earlier start: none written; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",
 			"file", path)
 	case !ok:
 		logger.Warn("the operator token in the data directory no longer signs in: it was replaced (COMPUTE_BOOTSTRAP_TOKEN on a start of a replica) or revoked; set COMPUTE_BOOTSTRAP_TOKEN to choose the operator's token",

@@ -176,7 +176,7 @@ func TestEmbeddedOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixture.Must(struct{}{}, auth.EmbeddedOperator(ctx, db, dir, log))
-	if _, err := os.Stat(file); !os.IsNotExist(err) || !strings.Contains(logs.String(), "no operator token file, and the database has an operator token") {
+	if _, err := os.Stat(file); !os.IsNotExist(err) || !strings.Contains(logs.String(), "no operator token in the data directory (the file is missing or empty), and the database has an operator token") {
 		t.Fatalf("a start without the file: %v; logs: %s", err, logs.String())
 	}
 	fixture.Must(auth.Authenticate(ctx, db, s))

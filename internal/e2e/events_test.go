@@ -426,6 +426,18 @@ func TestTenantEventsAsAConnection(t *testing.T) {
 		fewestStatements(t, e, acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+without.String()+`} }`, nil); c != p+1 {
 		t.Fatalf("20 aliases of the same totalCount: %d statements, %d without it", c, p)
 	}
+	// A types filter is a set: its orders and repeats are one count.
+	withCount.Reset()
+	without.Reset()
+	for i := range 20 {
+		types := []string{`["node.", "instance.created"]`, `["instance.created", "node.", "node."]`}[i%2]
+		fmt.Fprintf(&withCount, "a%d: events(first: 1, types: %s) { edges { cursor } totalCount } ", i, types)
+		fmt.Fprintf(&without, "a%d: events(first: 1, types: %s) { edges { cursor } } ", i, types)
+	}
+	if c, p := fewestStatements(t, e, acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+withCount.String()+`} }`, nil),
+		fewestStatements(t, e, acme.Viewer.Token, `{ tenant(tenantId: "acme") { `+without.String()+`} }`, nil); c != p+1 {
+		t.Fatalf("20 aliases of one types set in two orders: %d statements, %d without totalCount", c, p)
+	}
 	// A totalCount that will not run (@skip, @include, in a fragment) is
 	// not counted: the count is a statement of its own (it was counted,
 	// and the cost rule, which decides them, did not charge it).

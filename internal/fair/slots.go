@@ -23,15 +23,9 @@ import (
 // p99 of 11 s (make loadtest), some losing every race; and a newcomer
 // never takes a slot ahead of those waiting.
 type Slots struct {
-	mu    sync.Mutex
-	total int
-	share int
-	// most is what one key may hold even when nobody else waits: all but
-	// one slot. Nothing preempts a running operation, so a caller holding
-	// every slot with operations that run to their deadline kept each
-	// newcomer waiting that long (a probe's: another tenant's 4 ms query
-	// waited 12–15 s); the last slot is free for whoever comes next.
-	most    int
+	mu      sync.Mutex
+	total   int
+	share   int
 	used    int
 	held    map[string]int // slots in use by credential
 	waiting map[string]int // operations waiting, by credential
@@ -46,14 +40,14 @@ type slotWaiter struct {
 }
 
 func New(total int) *Slots {
-	return &Slots{total: total, share: max(1, total/2), most: max(1, total-1), held: map[string]int{}, waiting: map[string]int{}}
+	return &Slots{total: total, share: max(1, total/2), held: map[string]int{}, waiting: map[string]int{}}
 }
 
 // Acquire takes a slot for key, waiting until one is handed to it or ctx
 // ends (false).
 func (s *Slots) Acquire(ctx context.Context, key string) bool {
 	s.mu.Lock()
-	if s.used < s.total && len(s.queue) == 0 && s.held[key] < s.most {
+	if s.used < s.total && len(s.queue) == 0 && s.mayTake(key) {
 		s.take(key)
 		s.mu.Unlock()
 		return true
@@ -84,6 +78,16 @@ func (s *Slots) Acquire(ctx context.Context, key string) bool {
 	s.unqueue(key)
 	s.dispatch() // a credential over its share may take the slot it was kept from
 	return false
+}
+
+// mayTake says whether key may take a free slot (under mu): the last free
+// slot goes only to a key that holds none. Nothing preempts a running
+// operation, so callers holding every slot with operations that run to
+// their deadline kept each newcomer waiting that long (a probe's: another
+// tenant's 4 ms query waited 12–15 s behind one tenant, 2–9 s behind two
+// that held half each); the last slot stays free for whoever comes next.
+func (s *Slots) mayTake(key string) bool {
+	return s.total-s.used >= 2 || s.held[key] == 0
 }
 
 // take counts a slot as key's (under mu).
@@ -118,16 +122,16 @@ func (s *Slots) free(key string) {
 // dispatch hands free slots to waiters (under mu): to the first whose
 // credential holds less than its share, else, when every waiter's
 // credential holds its share already, to the first that holds less than
-// most (a busy caller alone uses every slot but one).
+// it may take one (mayTake: a busy caller alone uses every slot but one).
 func (s *Slots) dispatch() {
 	for s.used < s.total && len(s.queue) > 0 {
 		pick := -1
 		for i, w := range s.queue {
-			if s.held[w.key] < s.share {
+			if s.held[w.key] < s.share && s.mayTake(w.key) {
 				pick = i
 				break
 			}
-			if pick < 0 && s.held[w.key] < s.most {
+			if pick < 0 && s.mayTake(w.key) {
 				pick = i
 			}
 		}

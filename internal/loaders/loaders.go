@@ -15,6 +15,7 @@ package loaders
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +90,13 @@ type Loaders struct {
 	eventCounts map[string]*eventCount
 }
 
+// set is ss sorted without repeats, in a copy.
+func set(ss []string) []string {
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 type eventCount struct {
 	once sync.Once
 	n    int
@@ -104,9 +112,11 @@ type eventCount struct {
 func (l *Loaders) EventCount(ctx context.Context, f events.Filter) (int, error) {
 	kinds := "all"
 	if f.Resources != nil {
-		kinds = "only:" + strings.Join(f.Resources, ",")
+		kinds = "only:" + strings.Join(set(f.Resources), ",")
 	}
-	key := strings.Join([]string{f.TenantID, f.ResourceID, f.PoolID, strings.Join(f.Types, ","), kinds}, "\x00")
+	// The filters are sets: their orders and repeats name one count (a
+	// probe's 90 aliases of one set in 24 orders were counted 90 times).
+	key := strings.Join([]string{f.TenantID, f.ResourceID, f.PoolID, strings.Join(set(f.Types), ","), kinds}, "\x00")
 	l.mu.Lock()
 	c, ok := l.eventCounts[key]
 	if !ok {

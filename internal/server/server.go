@@ -67,7 +67,8 @@ type Config struct {
 	// on this replica (default 4 per CPU); the others wait their turn (up
 	// to their deadline); past half of them (at least one), a tenant (its
 	// credentials together: reqctx.ShareKey) takes a free one only while no
-	// other waits, and never the last one (fair.Slots).
+	// other waits, and the last free one goes only to a tenant with
+	// nothing running (fair.Slots).
 	// Subscriptions are not counted. Running more at
 	// once than the CPUs can serve only holds more answers in memory at the
 	// same time: the collector then works harder and every request costs

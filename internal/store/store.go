@@ -256,7 +256,8 @@ func WithStatementGate(ctx context.Context) context.Context {
 // pool (leave gives both back). The pool's connections are shared among
 // the tenants whose requests wait for them (fair.Slots, keyed by
 // reqctx.ShareKey): past half the pool, a tenant's statement starts only
-// while no other's waits, and it never holds the last connection. Each request
+// while no other's waits, and the last free connection goes only to a
+// tenant that holds none. Each request
 // within its own gate, one credential's requests still took every
 // connection (its 256 event streams replaying at once, a flood of heavy
 // queries), and every other tenant's statements queued behind theirs.
