@@ -52,18 +52,14 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 			t.Fatal("a alone")
 		}
 	}
-	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancelShort()
-	if s.Acquire(short, "a") {
+	if within(s, "a", 20*time.Millisecond) {
 		t.Fatal("a took the last slot")
 	}
 	if !s.Acquire(context.Background(), "b") {
 		t.Fatal("b, the last slot")
 	}
 	// full: c waits, and gives up at its deadline
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if s.Acquire(ctx, "c") {
+	if within(s, "c", 20*time.Millisecond) {
 		t.Fatal("a fifth slot")
 	}
 	// while c waits, a slot a frees goes to c, not to a (over its share)
@@ -140,18 +136,21 @@ func TestSlotsKeepTheLastForANewcomer(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"a", "c"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		if s.Acquire(ctx, key) {
+		if within(s, key, 20*time.Millisecond) {
 			t.Fatalf("%s, holding slots already, took the last one", key)
 		}
-		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if !s.Acquire(ctx, "b") {
+	if !within(s, "b", time.Second) {
 		t.Fatal("b, holding none, did not get the last slot")
 	}
 	if s.InUse() != 8 {
 		t.Fatalf("%d in use", s.InUse())
 	}
+}
+
+// within says whether key gets a slot of s within d.
+func within(s *Slots, key string, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return s.Acquire(ctx, key)
 }
