@@ -606,7 +606,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
 		if m := s.methodOf(r); h == "" || m != nil && m.Credential == registry.JoinToken {
-			if s.limited(w, r, budgetKey(r.Context(), nil)) {
+			if s.limited(w, r, reqctx.CallerKey(r.Context(), nil)) {
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -617,7 +617,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.rest.WriteError(w, r, err)
 			return
 		}
-		if s.limited(w, r, budgetKey(r.Context(), p)) {
+		if s.limited(w, r, reqctx.CallerKey(r.Context(), p)) {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(reqctx.WithPrincipal(r.Context(), p)))
@@ -634,7 +634,7 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 			// its credential once connection_init names one): opening
 			// sockets costs a goroutine, buffers and a descriptor each
 			// until connection_init's deadline, and was free.
-			if e := s.overBudget(r.Context(), budgetKey(r.Context(), nil)); e != nil {
+			if e := s.overBudget(r.Context(), reqctx.CallerKey(r.Context(), nil)); e != nil {
 				writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e) // the graph's error shape
 				return
 			}
@@ -662,7 +662,7 @@ func (s *Server) authenticateGraphQL(next http.Handler) http.Handler {
 		// refused as it is decoded (1 MiB of JSON with a key twice) was
 		// free. The operation's cost pays the rest (admit, charge), on
 		// sockets for every operation.
-		if e := s.overBudget(r.Context(), budgetKey(r.Context(), p)); e != nil {
+		if e := s.overBudget(r.Context(), reqctx.CallerKey(r.Context(), p)); e != nil {
 			writeRequestError(w, responseType(r), e.Code.HTTPStatus(), e)
 			return
 		}
@@ -814,10 +814,6 @@ func addrOf(ctx context.Context) string {
 }
 
 // --- rate limiting --------------------------------------------------------
-
-// budgetKey names whose request budget (the rate limit) a call spends:
-// its credential's, or without one its client address's.
-func budgetKey(ctx context.Context, p *reqctx.Principal) string { return reqctx.CallerKey(ctx, p) }
 
 // limited charges one request to key's budget and, past it, answers the
 // method surface's 429.

@@ -458,7 +458,7 @@ func (c *wsConn) subscribe(m wsMessage) bool {
 		tokenID = c.session.tokenID
 	}
 	c.mu.Unlock()
-	key := budgetKey(c.ctx, &reqctx.Principal{TokenID: tokenID}) // the credential's, as every request's
+	key := reqctx.CallerKey(c.ctx, &reqctx.Principal{TokenID: tokenID}) // the credential's, as every request's
 	// The operation pays its first unit here, in the order the client sent
 	// it and before anything of it runs, as an HTTP request does before its
 	// body is read: a subscribe the client completes a millisecond later is
